@@ -1,0 +1,26 @@
+"""Where studies live: URL resolution, engine settings, heartbeats, a local dev server.
+
+Public API (``python -m storage.up`` and ``python -m storage.check`` are the CLIs).
+"""
+
+from storage.engine import close_storage, open_storage, schema_version
+from storage.errors import StorageConfigError, StorageError, StorageUnavailableError
+from storage.heartbeat import HeartbeatThread, fail_stale_trials, retry_callback, trial_id_of
+from storage.url import ENV_VAR, redact, resolve_url, validate_url
+
+__all__ = [
+    "ENV_VAR",
+    "HeartbeatThread",
+    "StorageConfigError",
+    "StorageError",
+    "StorageUnavailableError",
+    "close_storage",
+    "fail_stale_trials",
+    "open_storage",
+    "redact",
+    "resolve_url",
+    "retry_callback",
+    "schema_version",
+    "trial_id_of",
+    "validate_url",
+]

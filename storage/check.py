@@ -1,0 +1,55 @@
+"""``python -m storage.check [URL]``: one-line health check of the study storage.
+
+For humans and scripts before a sweep: is the storage reachable, which Optuna schema does it
+have, how many studies. Opening goes through ``open_storage``, so a fresh database gets the
+schema created (the same thing the driver would do on its first start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from storage.engine import close_storage, open_storage, schema_version
+from storage.errors import StorageError
+from storage.url import redact, resolve_url
+
+DEFAULT_SQLITE_PATH = Path("outputs/optuna.db")
+
+
+def check(url: str, password_env: str | None = None, connect_timeout_s: int = 10) -> tuple[bool, str]:
+    """Return (ok, one-line report) for ``url``."""
+    shown = redact(url)
+    try:
+        storage = open_storage(url, password_env=password_env, connect_timeout_s=connect_timeout_s)
+        try:
+            version = schema_version(storage)
+            n_studies = len(storage.get_all_studies())
+        finally:
+            close_storage(storage)
+    except StorageError as e:
+        return False, f"{shown} error: {e}"
+    return True, f"{shown} ok schema={version} studies={n_studies}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m storage.check", description=__doc__)
+    parser.add_argument("url", nargs="?", default=None,
+                        help="storage URL (default: $TRM_SWEEPS_STORAGE, else sqlite:///outputs/optuna.db)")
+    parser.add_argument("--password-env", default=None,
+                        help="name of an env var holding the PostgreSQL password")
+    parser.add_argument("--timeout", type=int, default=10, help="connect timeout in seconds")
+    args = parser.parse_args(argv)
+    try:
+        url = resolve_url(args.url, DEFAULT_SQLITE_PATH)
+    except StorageError as e:
+        print(f"error: {e}")
+        return 1
+    ok, line = check(url, args.password_env, args.timeout)
+    print(line)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

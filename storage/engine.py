@@ -1,0 +1,184 @@
+"""Open an Optuna RDBStorage with the engine settings this project needs.
+
+Why not ``optuna.storages.RDBStorage(url)`` directly: PostgreSQL needs a bounded pool with
+liveness checks, a connect timeout, the password kept out of the URL, and the schema created
+under a lock so that several drivers starting together do not race on ``CREATE TABLE``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy
+from optuna.storages import RDBStorage
+from optuna.trial import FrozenTrial
+from sqlalchemy.engine import URL
+from sqlalchemy.pool import NullPool
+
+from storage.errors import StorageConfigError, StorageUnavailableError
+from storage.url import driver_url, is_postgres, redact
+
+APPLICATION_NAME = "trm-sweeps"
+# Fixed key for pg_advisory_lock; advisory locks are per database, so one key is enough.
+SCHEMA_LOCK_KEY = 0x74726D5F73636865  # "trm_sche"
+# How long a driver waits for another one to finish creating the schema.
+SCHEMA_LOCK_TIMEOUT_S = 120
+# SQLite busy timeout: concurrent writers wait this long for the file lock instead of failing.
+SQLITE_BUSY_TIMEOUT_S = 60.0
+
+FailedTrialCallback = Callable[[optuna.Study, FrozenTrial], None]
+
+
+def open_storage(
+    url: str,
+    *,
+    password_env: str | None = None,
+    pool_size: int = 2,
+    max_overflow: int = 2,
+    connect_timeout_s: int = 10,
+    heartbeat_interval: int | None = None,
+    grace_period: int | None = None,
+    failed_trial_callback: FailedTrialCallback | None = None,
+) -> RDBStorage:
+    """Open (and if needed create) the study storage at ``url``.
+
+    ``password_env`` names an env var holding the PostgreSQL password; it is handed to the
+    driver as a connect argument, never put in the URL. Without it libpq reads ~/.pgpass /
+    PGPASSFILE. ``heartbeat_interval``/``grace_period``/``failed_trial_callback`` are Optuna's
+    heartbeat settings (the callback is passed as Optuna 5's ``heartbeat_stale_trial_callback``).
+
+    Raises :class:`StorageConfigError` for a bad URL or missing password variable and
+    :class:`StorageUnavailableError` (redacted URL + driver reason) if the server cannot be used.
+    """
+    parsed = driver_url(url)
+    shown = redact(url)
+    secret = _read_password(password_env)
+    engine_kwargs: dict[str, Any]
+    lock: contextlib.AbstractContextManager[None]
+    if is_postgres(parsed):
+        connect_args: dict[str, Any] = {
+            "connect_timeout": max(1, int(connect_timeout_s)),
+            "application_name": APPLICATION_NAME,
+        }
+        if secret is not None:
+            connect_args["password"] = secret
+        engine_kwargs = {
+            "pool_pre_ping": True,
+            "pool_size": pool_size,
+            "max_overflow": max_overflow,
+            "connect_args": connect_args,
+        }
+        lock = _pg_schema_lock(parsed, connect_args)
+    else:
+        engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+        lock = _sqlite_schema_lock(parsed, shown)
+    try:
+        with lock, warnings.catch_warnings():
+            # heartbeat_interval is "experimental" in Optuna; the warning is noise for us.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(
+                parsed.render_as_string(hide_password=False),
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=heartbeat_interval,
+                grace_period=grace_period,
+                heartbeat_stale_trial_callback=failed_trial_callback,
+            )
+    except (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError) as e:
+        # `from None`: the chained driver exception is summarised (and scrubbed) in the message.
+        raise StorageUnavailableError(
+            f"cannot open storage {shown}: {_reason(e, secret)}"
+        ) from None
+
+
+def schema_version(storage: RDBStorage) -> str:
+    """Alembic revision of the Optuna schema in this storage (for health checks and logs)."""
+    return storage.get_current_version()
+
+
+def close_storage(storage: RDBStorage) -> None:
+    """Return this thread's session and close pooled connections (before dropping a DB, at exit)."""
+    storage.remove_session()
+    storage.engine.dispose()
+
+
+def _read_password(password_env: str | None) -> str | None:
+    if password_env is None:
+        return None
+    value = os.environ.get(password_env)
+    if not value:
+        raise StorageConfigError(
+            f"storage.password_env = {password_env!r} names an environment variable that is not "
+            "set or empty; set it, or unset storage.password_env to use ~/.pgpass / PGPASSFILE."
+        )
+    return value
+
+
+def _reason(error: BaseException, secret: str | None) -> str:
+    """The driver's own message, on one line, with the password (if any) removed."""
+    cause: BaseException = error
+    if isinstance(error, optuna.exceptions.StorageInternalError) and error.__cause__:
+        cause = error.__cause__
+    orig = getattr(cause, "orig", None) or cause
+    text = " ".join(str(orig).split()) or type(orig).__name__
+    if secret:
+        text = text.replace(secret, "***")
+    return text
+
+
+@contextlib.contextmanager
+def _pg_schema_lock(url: URL, connect_args: dict[str, Any]) -> Iterator[None]:
+    """Hold a session advisory lock while Optuna creates tables and stamps the schema version.
+
+    Optuna's create_all and version stamping are check-then-create, so concurrent first starts
+    fail with duplicate-key errors; serialising them on a fixed lock key avoids that.
+    """
+    engine = sqlalchemy.create_engine(
+        url, poolclass=NullPool, connect_args=connect_args, isolation_level="AUTOCOMMIT"
+    )
+    try:
+        with engine.connect() as conn:
+            conn.execute(
+                sqlalchemy.text("SELECT set_config('lock_timeout', :v, false)"),
+                {"v": f"{SCHEMA_LOCK_TIMEOUT_S}s"},
+            )
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": SCHEMA_LOCK_KEY})
+            try:
+                yield
+            finally:
+                with contextlib.suppress(sqlalchemy.exc.DBAPIError):
+                    conn.execute(
+                        sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": SCHEMA_LOCK_KEY}
+                    )
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def _sqlite_schema_lock(url: URL, shown: str) -> Iterator[None]:
+    """Same idea for SQLite: an exclusive flock on ``<db>.lock`` around schema creation."""
+    database = url.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        yield
+        return
+    path = Path(database).expanduser()
+    if not path.parent.is_dir():
+        raise StorageConfigError(
+            f"storage.url = {shown!r}: directory {str(path.parent)!r} does not exist"
+        )
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; the SQLite busy timeout is all we have
+        yield
+        return
+    with open(f"{path}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,127 @@
+"""Driver-side heartbeats on top of Optuna's own heartbeat machinery.
+
+Optuna only records heartbeats inside ``Study.optimize``; ask/tell trials (our driver launches
+jobs and tells results later) get none, so a dead driver would leave trials RUNNING forever.
+The driver wraps each running trial in :class:`HeartbeatThread`, and on start calls
+:func:`fail_stale_trials` so trials of a dead driver become FAIL and (with
+:func:`retry_callback` set on the storage) are queued again as WAITING with the same params.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from types import TracebackType
+
+import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.trial import BaseTrial, FrozenTrial, TrialState
+
+_log = logging.getLogger(__name__)
+
+
+def trial_id_of(trial: BaseTrial | FrozenTrial) -> int:
+    """Storage id of a trial (what ``record_heartbeat`` wants; Optuna keeps it private)."""
+    return int(trial._trial_id)  # type: ignore[attr-defined]
+
+
+def retry_callback(max_retry: int | None = 3) -> RetryHeartbeatStaleTrialCallback:
+    """Callback for ``open_storage(failed_trial_callback=...)``: re-queue a stale trial.
+
+    Optuna 5 renamed ``RetryFailedTrialCallback`` to ``RetryHeartbeatStaleTrialCallback``
+    (the old name warns). The copy is WAITING, same params and user attrs, and records the
+    original in ``system_attrs["failed_trial"]`` / ``["retry_history"]``.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+
+
+def fail_stale_trials(study: optuna.Study) -> list[int]:
+    """Fail this study's RUNNING trials whose heartbeat is older than the grace period.
+
+    Thin wrapper over ``optuna.storages.fail_stale_trials`` (which also runs the storage's
+    stale-trial callback) that silences its experimental warning and returns the numbers of
+    trials that were RUNNING before and are FAIL now, for the driver's log. Does nothing
+    unless the storage was opened with ``heartbeat_interval``.
+    """
+    running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    if not running:
+        return []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+    return sorted(t.number for t in failed if t.number in running)
+
+
+class HeartbeatThread:
+    """Record a trial's heartbeat every ``interval_s`` seconds in a daemon thread.
+
+    Use as a context manager around the time a trial's job runs. The first beat is recorded
+    synchronously on enter (so a trial is never RUNNING without one); errors while beating
+    are logged and retried at the next interval, because a short database outage must not
+    kill the driver. ``interval_s`` defaults to the storage's ``heartbeat_interval``.
+    """
+
+    def __init__(self, storage: RDBStorage, trial_id: int, interval_s: float | None = None) -> None:
+        interval = interval_s if interval_s is not None else storage.get_heartbeat_interval()
+        if interval is None or interval <= 0:
+            raise ValueError(
+                "HeartbeatThread needs interval_s > 0 or a storage opened with heartbeat_interval"
+            )
+        self._storage = storage
+        self._trial_id = trial_id
+        self._interval = float(interval)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.beats = 0
+        self.last_error: BaseException | None = None
+
+    def start(self) -> None:
+        """Record one heartbeat now, then keep beating in the background."""
+        if self._thread is not None:
+            raise RuntimeError("HeartbeatThread already started")
+        self._storage.record_heartbeat(self._trial_id)
+        self.beats += 1
+        self._thread = threading.Thread(
+            target=self._run, name=f"heartbeat-trial-{self._trial_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop beating and wait for the thread (at most ``timeout_s``, default 2 intervals + 10 s)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s if timeout_s is not None else 2 * self._interval + 10)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self) -> HeartbeatThread:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self._interval):
+                try:
+                    self._storage.record_heartbeat(self._trial_id)
+                    self.beats += 1
+                    self.last_error = None
+                except Exception as e:  # keep beating; the driver decides what an outage means
+                    self.last_error = e
+                    _log.warning("heartbeat for trial id %s failed: %s", self._trial_id, e)
+        finally:
+            # RDBStorage sessions are thread-local; give this thread's connection back.
+            self._storage.remove_session()

@@ -1,0 +1,101 @@
+"""Storage URL resolution, validation and redaction.
+
+The URL travels on job command lines and in logs, so it must never carry a password
+(the secret comes from ~/.pgpass / PGPASSFILE or an env var named by
+``storage.password_env``) and every display goes through :func:`redact`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from sqlalchemy.engine import URL, make_url
+
+from storage.errors import StorageConfigError
+
+ENV_VAR = "TRM_SWEEPS_STORAGE"
+CONFIG_KEY = "storage.url"
+ACCEPTED = (
+    "sqlite:///PATH, postgresql://USER@HOST:PORT/DB, postgresql+psycopg2://USER@HOST:PORT/DB"
+)
+_SCHEMES = {"sqlite", "sqlite+pysqlite", "postgresql", "postgresql+psycopg2"}
+# Used only when the URL does not even parse: hide anything between "user:" and "@",
+# and any password=... query parameter.
+_USERINFO_PW = re.compile(r"(://[^/@:]*:).*@")
+_QUERY_PW = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
+
+
+def redact(url: str) -> str:
+    """Return ``url`` safe to print: password (userinfo or ``?password=``) replaced by ``***``."""
+    try:
+        parsed = make_url(url)
+    except Exception:  # malformed: fall back to regexes, never echo the raw value
+        return _QUERY_PW.sub(r"\1***", _USERINFO_PW.sub(r"\1***@", url))
+    if "password" in parsed.query:
+        parsed = parsed.update_query_dict({"password": "***"})
+    return parsed.render_as_string(hide_password=True).replace("password=%2A%2A%2A", "password=***")
+
+
+def _error(key: str, url: str, why: str) -> StorageConfigError:
+    return StorageConfigError(
+        f"{key} = {redact(url)!r} is not usable: {why}. Accepted: {ACCEPTED}."
+    )
+
+
+def validate_url(url: str, key: str = CONFIG_KEY) -> URL:
+    """Parse and check ``url``; raise :class:`StorageConfigError` naming ``key`` if unusable."""
+    try:
+        parsed = make_url(url)
+    except Exception:
+        # The parser's message may quote parts of the URL; say only that it did not parse.
+        raise _error(key, url, "it cannot be parsed as a URL") from None
+    if parsed.drivername not in _SCHEMES:
+        hint = " (write 'postgresql://', not 'postgres://')" if parsed.drivername == "postgres" else ""
+        raise _error(key, url, f"scheme {parsed.drivername!r} is not supported{hint}")
+    if parsed.password is not None or "password" in parsed.query:
+        raise StorageConfigError(
+            f"{key} = {redact(url)!r} contains a password. Passwords must not appear in the URL "
+            "(it ends up on command lines and in logs): put it in ~/.pgpass (or the file named "
+            "by PGPASSFILE), or put it in an environment variable and name that variable in "
+            "storage.password_env."
+        )
+    if not parsed.database:
+        raise _error(key, url, "it names no database (or SQLite file)")
+    return parsed
+
+
+def resolve_url(url: str | None, default_sqlite_path: str | os.PathLike[str]) -> str:
+    """Pick the storage URL: explicit config value, else ``$TRM_SWEEPS_STORAGE``, else SQLite.
+
+    The SQLite fallback keeps the laptop demo zero-setup; its parent directory is created.
+    """
+    if url:
+        validate_url(url, CONFIG_KEY)
+        return url
+    env = os.environ.get(ENV_VAR)
+    if env:
+        validate_url(env, f"{CONFIG_KEY} (from env {ENV_VAR})")
+        return env
+    path = Path(default_sqlite_path).expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def is_postgres(url: str | URL) -> bool:
+    """True for any PostgreSQL URL."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    return parsed.get_backend_name() == "postgresql"
+
+
+def driver_url(url: str) -> URL:
+    """URL with the installed driver spelled out.
+
+    SQLAlchemy 2.1 maps plain ``postgresql://`` to psycopg 3, which this project does not
+    install; we ship psycopg2, so name it explicitly.
+    """
+    parsed = validate_url(url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg2")
+    return parsed

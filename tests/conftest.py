@@ -1,0 +1,105 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+# --- PostgreSQL (storage) -------------------------------------------------------------------
+# The suite runs against a real server: the machine's, or the one named by TRM_SWEEPS_TEST_PG.
+# Each session works in its own fresh database and drops it at the end, so runs never see each
+# other's studies. No server is a failure, not a skip: a skipped storage suite proves nothing.
+
+PG_ENV = "TRM_SWEEPS_TEST_PG"
+PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
+_PG_HOWTO = (
+    "Start one with `python -m storage.up` (it prints the URL; the tests need its `postgres` "
+    f"database), then `export {PG_ENV}=postgresql://postgres@127.0.0.1:5433/postgres`."
+)
+
+
+def _pg_connect(server_url: str):  # -> psycopg2 connection (autocommit)
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    args = make_url(server_url).translate_connect_args(username="user", database="dbname")
+    conn = psycopg2.connect(**args, connect_timeout=5, application_name="trm-sweeps-tests")
+    conn.autocommit = True
+    return conn
+
+
+def _pg_create_db(server_url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    name = f"trm_sweeps_test_{os.getpid()}_{secrets.token_hex(4)}"
+    conn = _pg_connect(server_url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        conn.close()
+    return make_url(server_url).set(database=name).render_as_string(hide_password=False)
+
+
+def _pg_drop_db(server_url: str, db_url: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    name = make_url(db_url).database
+    conn = _pg_connect(server_url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> str:
+    """URL of a PostgreSQL maintenance database (the suite creates its databases there)."""
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    url = os.environ.get(PG_ENV) or PG_DEFAULT
+    shown = make_url(url).render_as_string(hide_password=True)
+    if make_url(url).password is not None:
+        pytest.fail(f"{PG_ENV}={shown} carries a password; use ~/.pgpass or PGPASSFILE instead.",
+                    pytrace=False)
+    reason = None
+    try:
+        _pg_connect(url).close()
+    except psycopg2.OperationalError as e:
+        reason = " ".join(str(e).split())
+    if reason is not None:  # fail outside `except`: no chained traceback around the message
+        pytest.fail(f"No PostgreSQL at {shown} ({reason}). {_PG_HOWTO}", pytrace=False)
+    return url
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh database for this test session, dropped (WITH (FORCE)) at the end."""
+    url = _pg_create_db(pg_server_url)
+    yield url
+    _pg_drop_db(pg_server_url, url)
+
+
+@pytest.fixture
+def fresh_pg_url(pg_server_url: str) -> Iterator[str]:
+    """A separate empty database for one test (e.g. schema creation), dropped afterwards."""
+    url = _pg_create_db(pg_server_url)
+    yield url
+    _pg_drop_db(pg_server_url, url)
+
+
+# --- end PostgreSQL (storage) ---------------------------------------------------------------
+
+
+# --- Data -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory: pytest.TempPathFactory):
+    """One directory for generated datasets, shared by the session's training tests (built on first use)."""
+    return tmp_path_factory.mktemp("data")

@@ -1,0 +1,152 @@
+"""The TRM network, its ACT wrapper, the loss and the FLOP count."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from trm.info import compose_train_config, flops_per_sample_step
+from trm.losses import IGNORE_LABEL_ID, METRIC_KEYS, act_loss, log_stablemax, normalize_metrics, token_cross_entropy
+from trm.model import ACTModel, TRMConfig, count_params
+
+PAPER = dict(hidden_size=512, num_heads=8, expansion=4, L_layers=2, H_cycles=3, L_cycles=6, puzzle_emb_len=16)
+SMALL = dict(hidden_size=32, num_heads=2, expansion=2, L_layers=1, H_cycles=2, L_cycles=2, puzzle_emb_len=1, halt_max_steps=4)
+
+
+def batch(size: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "inputs": torch.randint(1, 11, (size, 81), generator=g),
+        "labels": torch.randint(2, 11, (size, 81), generator=g),
+        "puzzle_identifiers": torch.zeros(size, dtype=torch.long),
+    }
+
+
+@pytest.mark.parametrize(
+    "mixer,pos,expected_millions",
+    [("mlp_t", "none", 5.03), ("attention", "rope", 6.83)],
+)
+def test_paper_parameter_counts(mixer: str, pos: str, expected_millions: float) -> None:
+    counts = count_params(ACTModel(TRMConfig(**PAPER, mixer=mixer, pos_encodings=pos)))
+    assert round(counts["params"] / 1e6, 2) == expected_millions
+    assert counts["puzzle_emb_params"] == 512  # one identifier for Sudoku, trained by SignSGD
+
+
+def test_paper_presets_match_paper_configs() -> None:
+    for preset, mixer in (("trm_mlp_t_sudoku", "mlp_t"), ("trm_att_sudoku", "attention")):
+        arch = compose_train_config([f"arch={preset}"]).arch
+        assert (arch.hidden_size, arch.L_layers, arch.H_cycles, arch.L_cycles, arch.mixer) == (512, 2, 3, 6, mixer)
+        assert arch.halt_max_steps == 16 and arch.puzzle_emb_len == 16
+
+
+@pytest.mark.parametrize("mixer,pos", [("attention", "rope"), ("mlp_t", "none"), ("attention", "learned")])
+def test_forward_shapes_and_gradients(mixer: str, pos: str) -> None:
+    model = ACTModel(TRMConfig(**SMALL, mixer=mixer, pos_encodings=pos))
+    data = batch(3)
+    carry = model.initial_carry(data)
+    carry, logits, q_halt = model(carry, data, 0.0)
+    assert logits.shape == (3, 81, 11) and q_halt.shape == (3,)
+    loss, metrics = act_loss(logits, q_halt, carry.labels, carry.inputs, carry.halted, carry.steps)
+    loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    assert all(g is not None and torch.isfinite(g).all() for g in grads.values())
+    assert metrics.shape == (len(METRIC_KEYS),)
+
+
+def test_carry_keeps_unhalted_slots_and_refills_halted_ones() -> None:
+    torch.manual_seed(0)
+    model = ACTModel(TRMConfig(**SMALL)).train()
+    first, second = batch(4, seed=1), batch(4, seed=2)
+    carry = model.initial_carry(first)
+    carry, _, _ = model(carry, first, 0.0)
+    assert torch.equal(carry.inputs, first["inputs"])  # every slot loaded on the first step
+    assert (carry.steps == 1).all()
+    # Force slots 0 and 2 to have halted: they must take the new batch; 1 and 3 keep their puzzle.
+    carry = carry._replace(halted=torch.tensor([True, False, True, False]))
+    carry, _, _ = model(carry, second, 0.0)
+    assert torch.equal(carry.inputs[[0, 2]], second["inputs"][[0, 2]])
+    assert torch.equal(carry.inputs[[1, 3]], first["inputs"][[1, 3]])
+    assert carry.steps.tolist() == [1, 2, 1, 2]
+
+
+def test_training_halts_at_most_at_halt_max_steps_and_eval_runs_all_steps() -> None:
+    torch.manual_seed(0)
+    model = ACTModel(TRMConfig(**SMALL))
+    data = batch(8)
+    model.eval()
+    carry = model.initial_carry(data)
+    for step in range(1, 5):
+        carry, _, _ = model(carry, data, 1.0)
+        assert bool(carry.halted.all()) == (step == 4)  # eval: no early halting, whatever Q says
+    model.train()
+    with torch.no_grad():
+        model.inner.q_head.bias.fill_(5.0)  # Q-halt says "halt now" everywhere
+    carry = model.initial_carry(data)
+    carry, _, _ = model(carry, data, 0.0)
+    assert carry.halted.all()  # no exploration: halts after one step
+    carry = model.initial_carry(data)
+    carry, _, _ = model(carry, data, 1.0)
+    assert not carry.halted.any()  # exploration forces a minimum of >= 2 steps
+
+
+def test_stablemax_is_a_distribution_with_finite_gradients() -> None:
+    logits = torch.tensor([[-3.0, 0.0, 1.0, 4.0]], requires_grad=True)
+    logp = log_stablemax(logits)
+    assert torch.allclose(logp.exp().sum(), torch.tensor(1.0))
+    s = torch.tensor([1 / 4, 1.0, 2.0, 5.0])
+    assert torch.allclose(logp.exp(), (s / s.sum()).unsqueeze(0))
+    logp[0, 2].backward()
+    assert torch.isfinite(logits.grad).all()
+
+
+def test_ignored_labels_cost_nothing_and_softmax_option() -> None:
+    logits = torch.randn(2, 81, 11)
+    labels = torch.randint(2, 11, (2, 81))
+    labels[1] = IGNORE_LABEL_ID
+    for kind in ("stablemax", "softmax"):
+        per_token = token_cross_entropy(logits, labels, kind)
+        assert (per_token[1] == 0).all() and (per_token[0] > 0).all()
+    with pytest.raises(ValueError, match="train.loss='hinge'"):
+        token_cross_entropy(logits, labels, "hinge")
+
+
+def test_metrics_count_halted_puzzles_only() -> None:
+    labels = torch.full((3, 81), 5)
+    inputs = torch.full((3, 81), 5)
+    inputs[:, :10] = 1  # ten blanks
+    logits = torch.zeros(3, 81, 11)
+    logits[..., 5] = 10.0  # predicts the answer everywhere ...
+    logits[1, 0, 5] = -10.0  # ... except one blank cell of puzzle 1
+    halted = torch.tensor([True, True, False])
+    steps = torch.tensor([3, 4, 1])
+    q_halt = torch.tensor([2.0, 2.0, -2.0])
+    _, sums = act_loss(logits, q_halt, labels, inputs, halted, steps)
+    m = normalize_metrics(sums.tolist(), "train")
+    assert m["train/count"] == 2
+    assert m["train/exact_accuracy"] == pytest.approx(0.5)
+    assert m["train/accuracy"] == pytest.approx((1 + 80 / 81) / 2)
+    assert m["train/blank_accuracy"] == pytest.approx((1 + 9 / 10) / 2)
+    assert m["train/q_halt_accuracy"] == pytest.approx(0.5)  # puzzle 1 said "halt, correct" but was wrong
+    assert m["train/steps"] == pytest.approx(3.5)
+
+
+def test_flops_grow_with_recursion_depth() -> None:
+    arch = TRMConfig(**SMALL)
+    base = flops_per_sample_step(arch, 2, 2)
+    deeper = flops_per_sample_step(arch, 3, 2)
+    assert 0 < base < deeper
+    # one more no-grad H cycle adds exactly its forward: (L_cycles + 1) net applications
+    assert deeper - base == pytest.approx((flops_per_sample_step(arch, 4, 2) - deeper), rel=1e-6)
+
+
+def test_info_cli_prints_one_json_line() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "trm.info", "arch=trm_mlp_t_sudoku"], capture_output=True, text=True, check=True
+    ).stdout.strip().splitlines()
+    assert len(out) == 1
+    info = json.loads(out[0])
+    assert round(info["params"] / 1e6, 2) == 5.03
+    assert info["flops_per_sample_step"] > 6 * info["params"] * 97  # recursion: far more than one pass

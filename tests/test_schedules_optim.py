@@ -1,0 +1,102 @@
+"""Schedules are pure functions of progress; optimizers are built as the reference runs them."""
+from __future__ import annotations
+
+import pytest
+import torch
+from adam_atan2_pytorch import AdamAtan2
+from lion_pytorch import Lion
+from omegaconf import OmegaConf
+
+from trm.info import compose_train_config
+from trm.model import ACTModel, TRMConfig
+from trm.optim import SignSGD, build_ema, build_optimizers, lr_multiplier, set_lr
+from trm.schedules import curriculum_stage, exploration_at, recursion_at, validate_curriculum
+
+
+def curriculum(**kw):
+    base = dict(enabled=True, start_H_cycles=1, start_L_cycles=2, end_fraction=0.5, stages=3)
+    return OmegaConf.create({**base, **kw})
+
+
+def test_curriculum_values_at_progress() -> None:
+    cfg = curriculum()
+    # stages: [0, 0.25) start, [0.25, 0.5) middle, >= 0.5 the arch values (H 3, L 6)
+    assert recursion_at(0.0, cfg, 3, 6) == (1, 2)
+    assert recursion_at(0.2499, cfg, 3, 6) == (1, 2)
+    assert recursion_at(0.25, cfg, 3, 6) == (2, 4)
+    assert recursion_at(0.4999, cfg, 3, 6) == (2, 4)
+    assert recursion_at(0.5, cfg, 3, 6) == (3, 6)
+    assert recursion_at(0.99, cfg, 3, 6) == (3, 6)
+    assert [curriculum_stage(p / 100, cfg) for p in range(0, 100, 10)] == [0, 0, 0, 1, 1, 2, 2, 2, 2, 2]
+    assert recursion_at(0.0, curriculum(enabled=False), 3, 6) == (3, 6)
+
+
+def test_curriculum_changes_value_only_at_stage_boundaries() -> None:
+    cfg = curriculum(stages=4, end_fraction=0.8)
+    values = [recursion_at(i / 1000, cfg, 3, 6) for i in range(1000)]
+    changes = sum(a != b for a, b in zip(values, values[1:]))
+    assert changes == 3  # stages - 1 changes: one recompile each on XLA
+
+
+def test_invalid_curriculum_names_the_key() -> None:
+    with pytest.raises(ValueError, match=r"curriculum.start_H_cycles=5"):
+        validate_curriculum(curriculum(start_H_cycles=5), 3, 6)
+    with pytest.raises(ValueError, match=r"curriculum.stages=1"):
+        validate_curriculum(curriculum(stages=1), 3, 6)
+    with pytest.raises(ValueError, match=r"curriculum.end_fraction=1.5"):
+        validate_curriculum(curriculum(end_fraction=1.5), 3, 6)
+
+
+def test_exploration_schedule() -> None:
+    fixed = OmegaConf.create(dict(exploration_prob=0.1, adaptive=False, final_exploration_prob=0.0, decay_end_fraction=1.0))
+    assert exploration_at(0.0, fixed) == exploration_at(0.9, fixed) == pytest.approx(0.1)
+    adaptive = OmegaConf.create(dict(exploration_prob=0.5, adaptive=True, final_exploration_prob=0.1, decay_end_fraction=0.8))
+    assert exploration_at(0.0, adaptive) == pytest.approx(0.5)
+    assert exploration_at(0.4, adaptive) == pytest.approx(0.3)
+    assert exploration_at(0.8, adaptive) == pytest.approx(0.1)
+    assert exploration_at(1.0, adaptive) == pytest.approx(0.1)
+
+
+def test_lr_schedule_warmup_never_zero_then_cosine() -> None:
+    assert lr_multiplier(0, 100, 1000, 0.1) == pytest.approx(0.01)  # Adam-atan2 rejects lr = 0
+    assert lr_multiplier(49, 100, 1000, 0.1) == pytest.approx(0.5)
+    assert lr_multiplier(100, 100, 1000, 0.1) == pytest.approx(1.0)
+    assert lr_multiplier(550, 100, 1000, 0.1) == pytest.approx(0.55)  # halfway down the cosine
+    assert lr_multiplier(1000, 100, 1000, 0.1) == pytest.approx(0.1)
+    assert lr_multiplier(700, 100, 1000, 1.0) == pytest.approx(1.0)  # min ratio 1: constant
+
+
+@pytest.mark.parametrize("name,cls", [("adam_atan2", AdamAtan2), ("adamw", torch.optim.AdamW), ("lion", Lion)])
+def test_each_optimizer_config_builds(name: str, cls: type) -> None:
+    cfg = compose_train_config([f"optim={name}", "experiment=paper_sudoku", "data.path=unused"])
+    model = ACTModel(TRMConfig(hidden_size=16, num_heads=2, expansion=2, L_layers=1, H_cycles=1, L_cycles=1, puzzle_emb_len=1))
+    main, emb = build_optimizers(model, cfg.optim)
+    assert isinstance(main, cls) and isinstance(emb, SignSGD)
+    assert main.param_groups[0]["weight_decay"] == cfg.optim.weight_decay
+    if name == "adam_atan2":
+        assert (main.param_groups[0]["a"], main.param_groups[0]["b"]) == (1.0, 1.0)
+    set_lr([main, emb], 0.5)
+    assert main.param_groups[0]["lr"] == pytest.approx(cfg.optim.lr * 0.5)
+    emb_params = {id(p) for p in emb.param_groups[0]["params"]}
+    assert emb_params == {id(model.inner.puzzle_emb.weight)}
+
+
+def test_sign_sgd_decays_only_touched_rows() -> None:
+    table = torch.nn.Parameter(torch.ones(3, 4))
+    opt = SignSGD([table], lr=0.1, weight_decay=1.0)
+    table.grad = torch.zeros(3, 4)
+    table.grad[1] = torch.tensor([2.0, -3.0, 0.5, -0.1])
+    opt.step()
+    assert torch.equal(table.data[0], torch.ones(4)) and torch.equal(table.data[2], torch.ones(4))
+    assert torch.allclose(table.data[1], torch.tensor([0.8, 1.0, 0.8, 1.0]))  # 1*(1-0.1) -+ 0.1
+
+
+def test_ema_tracks_weights() -> None:
+    model = torch.nn.Linear(2, 2)
+    ema = build_ema(model, 0.5)
+    ema.update_parameters(model)  # first update copies
+    with torch.no_grad():
+        model.weight.add_(2.0)
+    before = ema.module.weight.clone()
+    ema.update_parameters(model)
+    assert torch.allclose(ema.module.weight, before + 1.0)

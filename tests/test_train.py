@@ -1,0 +1,110 @@
+"""The training loop: a real (tiny) run, resume continuity, outputs, and bad input before training starts."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trm import checkpoint
+from trm.data.format import DatasetError
+from trm.info import compose_train_config
+from trm.runtime import Runtime
+from trm.train import check_batch, run
+
+# Small enough for CI: a 16-wide model on 200 generated puzzles.
+FAST = [
+    "arch.hidden_size=16",
+    "arch.num_heads=2",
+    "arch.L_layers=1",
+    "arch.H_cycles=2",
+    "arch.L_cycles=1",
+    "arch.halt_max_steps=3",
+    "data.num_train=200",
+    "data.num_test=32",
+    "data.blanks=10",
+    "train.global_batch_size=16",
+    "train.eval_examples=32",
+    "train.eval_batch_size=16",
+    "train.log_interval=5",
+    "train.eval_interval=10",
+    "train.progress=false",
+    "halting.exploration_prob=0.5",  # exercise the RNG path, which resume must restore
+]
+
+
+def config(tmp_path: Path, data_root: Path, *extra: str):
+    return compose_train_config([*FAST, f"data.root={data_root}", f"out_dir={tmp_path}", *extra])
+
+
+def read_metrics(out_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def train_losses(records: list[dict]) -> dict[int, float]:
+    return {r["step"]: r["train/lm_loss"] for r in records if "train/lm_loss" in r}
+
+
+def test_run_writes_metrics_checkpoints_and_summary(tmp_path: Path, data_root: Path) -> None:
+    summary = run(config(tmp_path, data_root, "train.steps=20"))
+    assert summary["outcome"] == "COMPLETE" and summary["steps"] == 20
+    records = read_metrics(tmp_path)
+    assert sorted(train_losses(records)) == [5, 10, 15, 20]
+    evals = [r for r in records if "eval/exact_accuracy" in r]
+    assert [r["step"] for r in evals] == [10, 20]
+    for key in ("accuracy", "exact_accuracy", "q_halt_accuracy", "steps", "lm_loss", "q_halt_loss"):
+        assert f"eval/{key}" in evals[0] and f"train/{key}" in records[0]
+    assert evals[0]["eval/count"] == 32  # the whole fixed eval subset, every example once
+    assert evals[0]["eval/steps"] == 3  # eval runs all halting steps
+    assert summary["best_step"] in (10, 20)
+    assert summary["best_value"] == max(r["eval/exact_accuracy"] for r in evals)
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["outcome"] == "COMPLETE" and saved["params"] == summary["params"]
+    state = checkpoint.load(str(tmp_path / "checkpoints"))
+    assert state["step"] == 20 and {"model", "ema", "optimizers", "loader", "ranks", "best"} <= set(state)
+    assert checkpoint.load(str(tmp_path / "checkpoints"), checkpoint.BEST) is not None
+
+
+def test_resume_continues_with_the_same_losses(tmp_path: Path, data_root: Path) -> None:
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run(config(straight, data_root, "train.steps=30"))
+    # Same run, stopped after 10 steps (its checkpoint), then started again to 30.
+    run(config(resumed, data_root, "train.steps=30", "+train.stop_after=10"))
+    assert max(train_losses(read_metrics(resumed))) == 10
+    run(config(resumed, data_root, "train.steps=30"))
+    expected = train_losses(read_metrics(straight))
+    got = train_losses(read_metrics(resumed))
+    assert sorted(got) == sorted(expected) == [5, 10, 15, 20, 25, 30]
+    for step in expected:
+        assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), step
+    evals = lambda recs: {r["step"]: r["eval/accuracy"] for r in recs if "eval/accuracy" in r}
+    assert evals(read_metrics(resumed)) == pytest.approx(evals(read_metrics(straight)), rel=1e-5)
+
+
+def test_batch_not_divisible_by_world_size_is_rejected(tmp_path: Path, data_root: Path) -> None:
+    cfg = config(tmp_path, data_root, "train.global_batch_size=10")
+    with pytest.raises(ValueError, match=r"train.global_batch_size=10 is not divisible by the world size 4"):
+        check_batch(cfg, Runtime(world_size=4))
+
+
+def test_missing_dataset_names_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dataset"
+    cfg = compose_train_config(["data=sudoku_extreme", f"data.path={missing}", f"out_dir={tmp_path}"])
+    with pytest.raises(DatasetError, match=str(missing)):
+        run(cfg)
+
+
+def test_unknown_override_is_one_clear_error(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "trm.train", "train.stepz=5", f"out_dir={tmp_path}"], capture_output=True, text=True
+    )
+    assert proc.returncode != 0
+    assert "train.stepz" in proc.stderr
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_bad_arch_value_names_key(tmp_path: Path, data_root: Path) -> None:
+    with pytest.raises(ValueError, match=r"arch.mixer='conv'"):
+        run(config(tmp_path, data_root, "arch.mixer=conv"))

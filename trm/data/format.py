@@ -1,0 +1,216 @@
+"""On-disk dataset format shared by real (Sudoku-Extreme CSV) and generated data.
+
+A dataset directory holds ``train/`` and ``test/``; each split holds ``dataset.json`` plus
+int32 ``.npy`` arrays (see ``ARRAY_NAMES``). Keeping one format means the trainer never needs
+to know where the data came from, and the fingerprint lets runs record exactly what they saw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+SEQ_LEN = 81
+VOCAB_SIZE = 11  # 0 pad, 1 blank, 2..10 digits 1..9
+PAD_ID = 0
+BLANK_ID = 1
+IGNORE_LABEL_ID = 0  # label value the loss must ignore (pad); the loader maps it to -100
+NUM_PUZZLE_IDENTIFIERS = 1
+SPLITS = ("train", "test")
+# Fixed order: the fingerprint depends on it.
+ARRAY_NAMES = ("inputs", "labels", "puzzle_identifiers", "puzzle_indices", "group_indices")
+DISK_DTYPE = np.dtype("<i4")  # explicit little-endian so files and fingerprints match everywhere
+_HASH_CHUNK_ROWS = 1 << 16
+BUILD_HINT = (
+    "build it with `python -m trm.data.build --source generate --num-train N --num-test M "
+    "--blanks B --seed S --out {out}` or `python -m trm.data.build --source csv --train-csv A "
+    "--test-csv B --out {out}`"
+)
+
+
+class DatasetError(ValueError):
+    """Any bad input, bad file or inconsistent dataset (one type so callers can catch it)."""
+
+
+@dataclass(frozen=True)
+class SplitMeta:
+    """Contents of ``dataset.json`` for one split."""
+
+    counts: dict[str, int]
+    fingerprint: str
+    source: dict[str, Any] = field(default_factory=dict)
+    vocab_size: int = VOCAB_SIZE
+    seq_len: int = SEQ_LEN
+    pad_id: int = PAD_ID
+    ignore_label_id: int = IGNORE_LABEL_ID
+    blank_id: int = BLANK_ID
+    num_puzzle_identifiers: int = NUM_PUZZLE_IDENTIFIERS
+
+    @property
+    def examples(self) -> int:
+        return int(self.counts["examples"])
+
+    @property
+    def groups(self) -> int:
+        return int(self.counts["groups"])
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        # Stable key order for humans; json.dumps(sort_keys) is used on write anyway.
+        return {k: d[k] for k in ("vocab_size", "seq_len", "pad_id", "ignore_label_id", "blank_id",
+                                  "num_puzzle_identifiers", "counts", "fingerprint", "source")}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], where: str) -> "SplitMeta":
+        try:
+            counts = {k: int(d["counts"][k]) for k in ("examples", "puzzles", "groups")}
+            return cls(counts=counts, fingerprint=str(d["fingerprint"]), source=dict(d.get("source", {})),
+                       vocab_size=int(d["vocab_size"]), seq_len=int(d["seq_len"]), pad_id=int(d["pad_id"]),
+                       ignore_label_id=int(d["ignore_label_id"]), blank_id=int(d["blank_id"]),
+                       num_puzzle_identifiers=int(d["num_puzzle_identifiers"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise DatasetError(f"{where}: malformed dataset.json ({type(e).__name__}: {e})") from e
+
+
+def _canonical(a: np.ndarray) -> np.ndarray:
+    """int32 little-endian C-contiguous view/copy: the one representation we hash and store."""
+    return np.ascontiguousarray(a, dtype=DISK_DTYPE)
+
+
+def _check_arrays(arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """Validate names, shapes and index ranges; return the counts."""
+    missing = [n for n in ARRAY_NAMES if n not in arrays]
+    extra = [n for n in arrays if n not in ARRAY_NAMES]
+    if missing or extra:
+        raise DatasetError(f"arrays must be exactly {list(ARRAY_NAMES)}; missing {missing}, unexpected {extra}")
+    for name in ARRAY_NAMES:
+        if not np.issubdtype(np.asarray(arrays[name]).dtype, np.integer):
+            raise DatasetError(f"array {name!r} must be integer, got {arrays[name].dtype}")
+    inputs, labels = arrays["inputs"], arrays["labels"]
+    if inputs.ndim != 2 or inputs.shape[1] != SEQ_LEN or labels.shape != inputs.shape:
+        raise DatasetError(f"inputs/labels must both be [N, {SEQ_LEN}], got {inputs.shape} and {labels.shape}")
+    n = inputs.shape[0]
+    pid, pidx, gidx = arrays["puzzle_identifiers"], arrays["puzzle_indices"], arrays["group_indices"]
+    if pid.shape != (n,):
+        raise DatasetError(f"puzzle_identifiers must be [{n}], got {pid.shape}")
+    if pidx.ndim != 1 or pidx.shape[0] < 1 or pidx[0] != 0 or pidx[-1] != n or np.any(np.diff(pidx) < 0):
+        raise DatasetError(f"puzzle_indices must be non-decreasing from 0 to {n}")
+    puzzles = pidx.shape[0] - 1
+    if gidx.ndim != 1 or gidx.shape[0] < 1 or gidx[0] != 0 or gidx[-1] != puzzles or np.any(np.diff(gidx) < 0):
+        raise DatasetError(f"group_indices must be non-decreasing from 0 to {puzzles}")
+    return {"examples": int(n), "puzzles": int(puzzles), "groups": int(gidx.shape[0] - 1)}
+
+
+def _chunks(a: np.ndarray):
+    """Canonical int32 LE pieces of ``a`` in row order (bounded temp memory for uint8 inputs)."""
+    for start in range(0, a.shape[0], _HASH_CHUNK_ROWS):
+        yield _canonical(a[start:start + _HASH_CHUNK_ROWS])
+
+
+def _hash_header(h: Any, name: str, a: np.ndarray) -> None:
+    h.update(f"{name}|{DISK_DTYPE.str}|{tuple(int(s) for s in a.shape)}\n".encode())
+
+
+def fingerprint(arrays: Mapping[str, np.ndarray]) -> str:
+    """sha256 over the arrays in ``ARRAY_NAMES`` order, each as int32 LE with name/dtype/shape folded in."""
+    h = hashlib.sha256()
+    for name in ARRAY_NAMES:
+        _hash_header(h, name, arrays[name])
+        for chunk in _chunks(arrays[name]):
+            h.update(chunk.tobytes())
+    return h.hexdigest()
+
+
+def _write_npy(path: Path, name: str, a: np.ndarray, h: Any) -> None:
+    """Write ``a`` as an int32 .npy chunk by chunk, feeding the same bytes to the fingerprint."""
+    _hash_header(h, name, a)
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": DISK_DTYPE.str, "fortran_order": False, "shape": tuple(int(s) for s in a.shape)})
+        for chunk in _chunks(a):
+            b = chunk.tobytes()
+            h.update(b)
+            f.write(b)
+
+
+def write_split(out_dir: str | os.PathLike, split: str, arrays: Mapping[str, np.ndarray],
+                source: Mapping[str, Any]) -> SplitMeta:
+    """Write ``out_dir/split`` atomically (temp dir, then rename), replacing an existing split."""
+    if split not in SPLITS:
+        raise DatasetError(f"split must be one of {SPLITS}, got {split!r}")
+    counts = _check_arrays(arrays)
+    for name in ("inputs", "labels"):  # catches token/digit mix-ups before they are written
+        a = arrays[name]
+        if a.size and (int(a.min()) < 0 or int(a.max()) >= VOCAB_SIZE):
+            raise DatasetError(f"{name} must hold tokens in [0, {VOCAB_SIZE}), got [{a.min()}, {a.max()}]")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / split
+    tmp = out_dir / f".{split}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        tmp.mkdir()
+        h = hashlib.sha256()
+        for name in ARRAY_NAMES:
+            _write_npy(tmp / f"{name}.npy", name, arrays[name], h)
+        meta = SplitMeta(counts=counts, fingerprint=h.hexdigest(), source=dict(source))
+        (tmp / "dataset.json").write_text(json.dumps(meta.to_json(), indent=2) + "\n")
+        if final.exists():
+            old = out_dir / f".{split}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return meta
+
+
+def read_meta(data_dir: str | os.PathLike, split: str) -> SplitMeta:
+    """Read only ``dataset.json`` (cheap: used to compare build arguments)."""
+    split_dir = Path(data_dir) / split
+    meta_path = split_dir / "dataset.json"
+    if not split_dir.is_dir() or not meta_path.is_file():
+        missing = split_dir if not split_dir.is_dir() else meta_path
+        raise DatasetError(f"dataset split not found: {missing} does not exist; " + BUILD_HINT.format(out=data_dir))
+    try:
+        raw = json.loads(meta_path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise DatasetError(f"{meta_path}: cannot read dataset.json ({e})") from e
+    return SplitMeta.from_json(raw, str(meta_path))
+
+
+def load_split(data_dir: str | os.PathLike, split: str, mmap: bool = True,
+               verify: bool = False) -> tuple[dict[str, np.ndarray], SplitMeta]:
+    """Load one split (memory-mapped by default). ``verify`` re-hashes and compares the fingerprint."""
+    meta = read_meta(data_dir, split)
+    split_dir = Path(data_dir) / split
+    arrays: dict[str, np.ndarray] = {}
+    for name in ARRAY_NAMES:
+        p = split_dir / f"{name}.npy"
+        if not p.is_file():
+            raise DatasetError(f"dataset file not found: {p} does not exist; " + BUILD_HINT.format(out=data_dir))
+        try:
+            arrays[name] = np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise DatasetError(f"{p}: cannot load ({e})") from e
+        if arrays[name].dtype != DISK_DTYPE:
+            raise DatasetError(f"{p}: dtype {arrays[name].dtype}, expected int32")
+    try:
+        counts = _check_arrays(arrays)
+    except DatasetError as e:
+        raise DatasetError(f"{split_dir}: {e}") from e
+    if counts != meta.counts:
+        raise DatasetError(f"{split_dir}: arrays give counts {counts} but dataset.json says {meta.counts}")
+    if verify and fingerprint(arrays) != meta.fingerprint:
+        raise DatasetError(f"{split_dir}: fingerprint mismatch (files changed after dataset.json was written)")
+    return arrays, meta

@@ -1,0 +1,148 @@
+"""Torch-facing batching for the on-disk format: sharded, resumable training and padded evaluation.
+
+Shapes never change (drop the epoch tail in training, pad in evaluation) so compiled/XLA graphs
+are reused, and every rank sees the same number of batches so collectives stay in step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import torch
+
+from .format import IGNORE_LABEL_ID as DISK_IGNORE_LABEL_ID
+from .format import PAD_ID, DatasetError
+
+IGNORE_LABEL_ID = -100  # torch cross_entropy's default ignore_index
+Batch = dict[str, torch.Tensor]
+
+
+def _check_rank(rank: int, world_size: int) -> None:
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise DatasetError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+
+
+def _to_batch(arrays: Mapping[str, np.ndarray], idx: np.ndarray, ignore_label_id: int) -> Batch:
+    """Gather rows ``idx`` as int64 tensors, with ignored labels mapped to -100."""
+    labels = np.asarray(arrays["labels"][idx], dtype=np.int64)
+    labels[labels == ignore_label_id] = IGNORE_LABEL_ID
+    return {"inputs": torch.from_numpy(np.asarray(arrays["inputs"][idx], dtype=np.int64)),
+            "labels": torch.from_numpy(labels),
+            "puzzle_identifiers": torch.from_numpy(np.asarray(arrays["puzzle_identifiers"][idx], dtype=np.int64))}
+
+
+class TrainLoader:
+    """Infinite iterator of fixed-size local batches (global_batch_size // world_size examples).
+
+    Epoch e is a permutation seeded by SeedSequence([seed, e]) (identical on all ranks); global
+    batch b is its slice [b*G, (b+1)*G) and rank r takes the r-th contiguous piece of that slice,
+    so concatenating ranks 0..W-1 gives the single-process batch. The epoch tail (< G) is dropped.
+    """
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], global_batch_size: int, rank: int, world_size: int,
+                 seed: int, ignore_label_id: int = DISK_IGNORE_LABEL_ID) -> None:
+        _check_rank(rank, world_size)
+        if global_batch_size < 1 or global_batch_size % world_size:
+            raise DatasetError(f"global_batch_size={global_batch_size} must be a positive multiple of "
+                               f"world_size={world_size}")
+        n = int(arrays["inputs"].shape[0])
+        if n < global_batch_size:
+            raise DatasetError(f"global_batch_size={global_batch_size} is larger than the split ({n} examples)")
+        if seed < 0:
+            raise DatasetError(f"seed must be >= 0, got {seed}")
+        self.arrays = arrays
+        self.global_batch_size = global_batch_size
+        self.local_batch_size = global_batch_size // world_size
+        self.rank, self.world_size, self.seed = rank, world_size, seed
+        self.ignore_label_id = ignore_label_id
+        self.num_examples = n
+        self.batches_per_epoch = n // global_batch_size
+        self.epoch = 0
+        self.position = 0  # global batches already taken from `epoch`
+        self._perm_epoch = -1
+        self._perm = np.empty(0, dtype=np.int64)
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        # SeedSequence([seed, epoch]) rather than seed + epoch: run seed=1 must not replay seed=0's epoch 1.
+        if epoch != self._perm_epoch:
+            self._perm = np.random.default_rng(np.random.SeedSequence([self.seed, epoch])).permutation(
+                self.num_examples)
+            self._perm_epoch = epoch
+        return self._perm
+
+    def __iter__(self) -> "TrainLoader":
+        return self
+
+    def __next__(self) -> Batch:
+        if self.position >= self.batches_per_epoch:
+            self.epoch += 1
+            self.position = 0
+        start = self.position * self.global_batch_size + self.rank * self.local_batch_size
+        idx = self._permutation(self.epoch)[start:start + self.local_batch_size]
+        self.position += 1
+        return _to_batch(self.arrays, idx, self.ignore_label_id)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        try:
+            epoch, position = int(state["epoch"]), int(state["position"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise DatasetError(f"bad loader state {state!r}: need integer 'epoch' and 'position'") from e
+        if epoch < 0 or not 0 <= position <= self.batches_per_epoch:
+            raise DatasetError(f"bad loader state {state!r}: position must be in [0, {self.batches_per_epoch}]")
+        self.epoch, self.position = epoch, position
+
+
+class EvalBatches:
+    """Iterable of this rank's eval batches; ``len()`` is the same on every rank."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], batch_size_per_rank: int, rank: int, world_size: int,
+                 max_examples: int | None = None, ignore_label_id: int = DISK_IGNORE_LABEL_ID,
+                 pad_id: int = PAD_ID) -> None:
+        _check_rank(rank, world_size)
+        if batch_size_per_rank < 1:
+            raise DatasetError(f"batch_size_per_rank must be >= 1, got {batch_size_per_rank}")
+        if max_examples is not None and max_examples < 0:
+            raise DatasetError(f"max_examples must be >= 0 or None, got {max_examples}")
+        n = int(arrays["inputs"].shape[0])
+        n = n if max_examples is None else min(n, max_examples)
+        per_rank = -(-n // world_size)  # contiguous shards; the last ranks may be short or empty
+        self.start = min(rank * per_rank, n)
+        self.stop = min(self.start + per_rank, n)
+        self.num_batches = -(-per_rank // batch_size_per_rank)
+        self.arrays, self.batch_size = arrays, batch_size_per_rank
+        self.ignore_label_id, self.pad_id = ignore_label_id, pad_id
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def __iter__(self) -> Iterator[Batch]:
+        bs = self.batch_size
+        for b in range(self.num_batches):
+            lo = min(self.start + b * bs, self.stop)
+            hi = min(lo + bs, self.stop)
+            batch = _to_batch(self.arrays, np.arange(lo, hi), self.ignore_label_id)
+            real = hi - lo
+            if real < bs:  # pad to the fixed shape; padded rows are ignored by the loss and metrics
+                pad = bs - real
+                batch["inputs"] = torch.cat([batch["inputs"], torch.full((pad, batch["inputs"].shape[1]),
+                                                                         self.pad_id, dtype=torch.long)])
+                batch["labels"] = torch.cat([batch["labels"], torch.full((pad, batch["labels"].shape[1]),
+                                                                         IGNORE_LABEL_ID, dtype=torch.long)])
+                batch["puzzle_identifiers"] = torch.cat([batch["puzzle_identifiers"],
+                                                         torch.zeros(pad, dtype=torch.long)])
+            batch["valid"] = torch.arange(bs) < real
+            yield batch
+
+
+def eval_batches(arrays: Mapping[str, np.ndarray], batch_size_per_rank: int, rank: int, world_size: int,
+                 max_examples: int | None = None, ignore_label_id: int = DISK_IGNORE_LABEL_ID) -> EvalBatches:
+    """Deterministic, unshuffled eval batches over the first ``max_examples`` examples (all if None).
+
+    Rank r gets a contiguous shard; shards cover every example exactly once. Each batch has
+    ``batch_size_per_rank`` rows plus a bool ``valid`` [B]; padded rows have labels all -100.
+    """
+    return EvalBatches(arrays, batch_size_per_rank, rank, world_size, max_examples, ignore_label_id)

@@ -1,0 +1,68 @@
+"""`python -m trm.info arch=<preset> [key=value ...]`: one JSON line describing a model config.
+
+FLOPs are counted by torch's own FlopCounterMode on one real supervision step (forward through every
+H/L cycle, the no-grad ones included, plus backward of the last cycle) for one sample, so they follow the
+code rather than a formula that could drift from it.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.flop_counter import FlopCounterMode
+
+from trm.losses import act_loss
+from trm.model import ACTModel, TRMConfig, count_params
+
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
+
+def compose_train_config(overrides: list[str]) -> DictConfig:
+    """The training config as `python -m trm.train <overrides>` would see it (without a Hydra run dir)."""
+    with initialize_config_dir(config_dir=CONF_DIR):
+        return compose(config_name="train", overrides=overrides)
+
+
+def arch_config(cfg: DictConfig) -> TRMConfig:
+    return TRMConfig.from_dict(OmegaConf.to_container(cfg.arch, resolve=True))
+
+
+def flops_per_sample_step(arch: TRMConfig, h_cycles: int | None = None, l_cycles: int | None = None) -> int:
+    """FLOPs of one supervision step (forward + backward) for one sample."""
+    model = ACTModel(arch)
+    batch = {
+        "inputs": torch.randint(1, arch.vocab_size, (1, arch.seq_len)),
+        "labels": torch.randint(2, arch.vocab_size, (1, arch.seq_len)),
+        "puzzle_identifiers": torch.zeros(1, dtype=torch.long),
+    }
+    carry = model.initial_carry(batch)
+    with FlopCounterMode(display=False) as counter:
+        carry, logits, q_halt = model(carry, batch, 0.0, h_cycles, l_cycles)
+        loss, _ = act_loss(logits, q_halt, carry.labels, carry.inputs, carry.halted, carry.steps)
+        loss.backward()
+    return int(counter.get_total_flops())
+
+
+def describe(cfg: DictConfig) -> dict[str, Any]:
+    arch = arch_config(cfg)
+    return {
+        "arch": OmegaConf.to_container(cfg.arch, resolve=True),
+        **count_params(ACTModel(arch)),
+        "flops_per_sample_step": flops_per_sample_step(arch),
+        "seq_len": arch.total_len,
+        "halt_max_steps": arch.halt_max_steps,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = compose_train_config(list(sys.argv[1:] if argv is None else argv))
+    print(json.dumps(describe(cfg)))
+
+
+if __name__ == "__main__":
+    main()

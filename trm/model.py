@@ -1,0 +1,313 @@
+"""Tiny Recursive Model (TRM) for puzzles, with the ACT (adaptive computation time) wrapper.
+
+One small network `net` is applied recursively. Per supervision step, with x the embedded puzzle, y the
+current answer embedding and z the latent reasoning state:
+
+    repeat H_cycles times (all but the last without gradients):
+        repeat L_cycles times:  z = net(z, injection = y + x)
+        y = net(y, injection = z)
+
+The answer is read from y (lm_head) and a Q-halt logit from y's first position (q_head). The ACT
+wrapper keeps a *carry* (y, z, step counters and the puzzle each batch slot is working on) across
+batches: a slot that halted takes a fresh example from the next batch, the others keep thinking.
+
+Shapes are static: the recursion depths are Python ints that change only at curriculum stages, and the
+exploration probability is a tensor, so an XLA step compiles once per stage.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class TRMConfig:
+    """Architecture; one YAML per preset in conf/arch/."""
+
+    hidden_size: int
+    num_heads: int
+    expansion: float
+    L_layers: int
+    H_cycles: int
+    L_cycles: int
+    mixer: str = "attention"  # "attention" (with pos_encodings) or "mlp_t" (mixes across the sequence)
+    pos_encodings: str = "rope"  # "rope" | "learned" | "none"
+    puzzle_emb_len: int = 16  # prefix positions; the puzzle embedding fills the first ones, zeros after
+    puzzle_emb_ndim: int | None = None  # defaults to hidden_size
+    halt_max_steps: int = 16
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    # Filled from the dataset's metadata, not from the arch preset.
+    vocab_size: int = 11
+    seq_len: int = 81
+    num_puzzle_identifiers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.mixer not in ("attention", "mlp_t"):
+            raise ValueError(f"arch.mixer={self.mixer!r}: expected 'attention' or 'mlp_t'")
+        if self.pos_encodings not in ("rope", "learned", "none"):
+            raise ValueError(f"arch.pos_encodings={self.pos_encodings!r}: expected 'rope', 'learned' or 'none'")
+        if self.mixer == "attention" and self.hidden_size % self.num_heads:
+            raise ValueError(f"arch.hidden_size={self.hidden_size} is not divisible by arch.num_heads={self.num_heads}")
+        for key in ("H_cycles", "L_cycles", "L_layers", "halt_max_steps"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"arch.{key}={getattr(self, key)}: must be >= 1")
+
+    @classmethod
+    def from_dict(cls, values: dict, **dataset_fields: int) -> "TRMConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"arch has unknown keys {unknown}; accepted: {sorted(known)}")
+        return cls(**{**values, **dataset_fields})
+
+    @property
+    def total_len(self) -> int:
+        return self.seq_len + self.puzzle_emb_len
+
+    @property
+    def emb_ndim(self) -> int:
+        return self.puzzle_emb_ndim or self.hidden_size
+
+
+def trunc_normal_init_(tensor: Tensor, std: float) -> Tensor:
+    """Truncated normal at +-2 std (the TRM reference's LeCun-style init)."""
+    with torch.no_grad():
+        return nn.init.trunc_normal_(tensor, std=std, a=-2 * std, b=2 * std)
+
+
+def rms_norm(x: Tensor, eps: float) -> Tensor:
+    """RMSNorm without a learned scale, computed in float32 (TRM uses post-norm without scale)."""
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def Linear(in_features: int, out_features: int, bias: bool = False) -> nn.Linear:
+    layer = nn.Linear(in_features, out_features, bias=bias)
+    trunc_normal_init_(layer.weight, std=1.0 / math.sqrt(in_features))
+    if bias:
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+class SwiGLU(nn.Module):
+    """Gated MLP; the inner width is 2/3 * expansion * dim rounded up to a multiple of 256."""
+
+    def __init__(self, dim: int, expansion: float):
+        super().__init__()
+        inner = -(-round(expansion * dim * 2 / 3) // 256) * 256
+        self.gate_up = Linear(dim, 2 * inner)
+        self.down = Linear(inner, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Rotary(nn.Module):
+    """Precomputed RoPE tables for the whole (prefix + puzzle) sequence."""
+
+    def __init__(self, head_dim: int, length: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        angles = torch.outer(torch.arange(length, dtype=torch.float32), inv_freq)
+        angles = torch.cat([angles, angles], dim=-1)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:  # x: [B, heads, L, head_dim]
+        first, second = x.chunk(2, dim=-1)
+        rotated = torch.cat([-second, first], dim=-1)
+        return x * self.cos.to(x.dtype) + rotated * self.sin.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: TRMConfig):
+        super().__init__()
+        self.num_heads = cfg.num_heads
+        self.head_dim = cfg.hidden_size // cfg.num_heads
+        self.qkv = Linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.out = Linear(cfg.hidden_size, cfg.hidden_size)
+        self.rotary = Rotary(self.head_dim, cfg.total_len, cfg.rope_theta) if cfg.pos_encodings == "rope" else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch, length, _ = x.shape
+        qkv = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        y = F.scaled_dot_product_attention(q, k, v)  # non-causal: every cell sees the whole grid
+        return self.out(y.transpose(1, 2).reshape(batch, length, -1))
+
+
+class Block(nn.Module):
+    """Post-norm block: token mixing (attention or an MLP across positions), then a SwiGLU."""
+
+    def __init__(self, cfg: TRMConfig):
+        super().__init__()
+        self.eps = cfg.rms_norm_eps
+        self.mlp_t = cfg.mixer == "mlp_t"
+        self.mix = SwiGLU(cfg.total_len, cfg.expansion) if self.mlp_t else Attention(cfg)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.expansion)
+
+    def forward(self, h: Tensor) -> Tensor:
+        if self.mlp_t:
+            mixed = self.mix(h.transpose(1, 2)).transpose(1, 2)
+        else:
+            mixed = self.mix(h)
+        h = rms_norm(h + mixed, self.eps)
+        return rms_norm(h + self.mlp(h), self.eps)
+
+
+class RecursiveNet(nn.Module):
+    """The one tiny network TRM reuses for both the latent (z) and the answer (y) update."""
+
+    def __init__(self, cfg: TRMConfig):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.L_layers))
+
+    def forward(self, state: Tensor, injection: Tensor) -> Tensor:
+        h = state + injection
+        for block in self.blocks:
+            h = block(h)
+        return h
+
+
+class TinyRecursiveModel(nn.Module):
+    """One supervision step of TRM: embed, recurse, read out the answer and the Q-halt logit."""
+
+    def __init__(self, cfg: TRMConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_scale = math.sqrt(cfg.hidden_size)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        trunc_normal_init_(self.embed_tokens.weight, std=1.0 / self.embed_scale)
+        # Puzzle embedding: trained by SignSGD (trm.optim), zero at start, as in the reference.
+        self.puzzle_emb = nn.Embedding(cfg.num_puzzle_identifiers, cfg.emb_ndim)
+        nn.init.zeros_(self.puzzle_emb.weight)
+        if cfg.emb_ndim > cfg.puzzle_emb_len * cfg.hidden_size:
+            raise ValueError(
+                f"arch.puzzle_emb_ndim={cfg.emb_ndim} does not fit in arch.puzzle_emb_len={cfg.puzzle_emb_len} "
+                f"positions of arch.hidden_size={cfg.hidden_size}"
+            )
+        self.pos_emb = None
+        if cfg.pos_encodings == "learned":
+            self.pos_emb = nn.Parameter(trunc_normal_init_(torch.empty(cfg.total_len, cfg.hidden_size), 1.0 / self.embed_scale))
+        self.net = RecursiveNet(cfg)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size)
+        # Two outputs (halt, continue) as in the reference; only the halt logit is used (no ACT-continue).
+        self.q_head = Linear(cfg.hidden_size, 2, bias=True)
+        with torch.no_grad():
+            self.q_head.weight.zero_()
+            self.q_head.bias.fill_(-5.0)  # start by never halting early
+        self.register_buffer("y_init", trunc_normal_init_(torch.empty(cfg.hidden_size), 1.0))
+        self.register_buffer("z_init", trunc_normal_init_(torch.empty(cfg.hidden_size), 1.0))
+
+    def embed(self, inputs: Tensor, puzzle_identifiers: Tensor) -> Tensor:
+        cfg = self.cfg
+        tokens = self.embed_tokens(inputs)
+        prefix = self.puzzle_emb(puzzle_identifiers).to(tokens.dtype)
+        prefix = F.pad(prefix, (0, cfg.puzzle_emb_len * cfg.hidden_size - cfg.emb_ndim))
+        x = torch.cat([prefix.view(-1, cfg.puzzle_emb_len, cfg.hidden_size), tokens], dim=1)
+        if self.pos_emb is not None:
+            x = 0.707106781 * (x + self.pos_emb.to(x.dtype))  # keep the variance of a sum of two
+        return self.embed_scale * x
+
+    def latent_recursion(self, x: Tensor, y: Tensor, z: Tensor, l_cycles: int) -> tuple[Tensor, Tensor]:
+        for _ in range(l_cycles):
+            z = self.net(z, y + x)
+        y = self.net(y, z)
+        return y, z
+
+    def forward(
+        self, y: Tensor, z: Tensor, inputs: Tensor, puzzle_identifiers: Tensor, h_cycles: int, l_cycles: int
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        x = self.embed(inputs, puzzle_identifiers)
+        with torch.no_grad():
+            for _ in range(h_cycles - 1):
+                y, z = self.latent_recursion(x, y, z, l_cycles)
+        y, z = self.latent_recursion(x, y, z, l_cycles)  # the only cycle that carries gradients
+        logits = self.lm_head(y)[:, self.cfg.puzzle_emb_len :]
+        q_halt = self.q_head(y[:, 0]).float()[:, 0]
+        return y.detach(), z.detach(), logits, q_halt
+
+
+class Carry(NamedTuple):
+    """What persists across batches for each batch slot."""
+
+    y: Tensor  # [B, total_len, hidden] answer state
+    z: Tensor  # [B, total_len, hidden] latent state
+    steps: Tensor  # [B] supervision steps taken on the current puzzle
+    halted: Tensor  # [B] bool: take a fresh example next time
+    inputs: Tensor  # [B, seq_len] the puzzle this slot works on
+    labels: Tensor  # [B, seq_len]
+    puzzle_identifiers: Tensor  # [B]
+
+
+class ACTModel(nn.Module):
+    """TRM with adaptive halting: deep supervision over a carry that outlives the batch."""
+
+    def __init__(self, cfg: TRMConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.inner = TinyRecursiveModel(cfg)
+
+    def initial_carry(self, batch: dict[str, Tensor], state_dtype: torch.dtype = torch.float32) -> Carry:
+        size = batch["inputs"].shape[0]
+        device = batch["inputs"].device
+        state = torch.zeros(size, self.cfg.total_len, self.cfg.hidden_size, dtype=state_dtype, device=device)
+        return Carry(
+            y=state,
+            z=state.clone(),
+            steps=torch.zeros(size, dtype=torch.int32, device=device),
+            halted=torch.ones(size, dtype=torch.bool, device=device),  # every slot loads on the first step
+            inputs=torch.zeros_like(batch["inputs"]),
+            labels=torch.zeros_like(batch["labels"]),
+            puzzle_identifiers=torch.zeros_like(batch["puzzle_identifiers"]),
+        )
+
+    def forward(
+        self,
+        carry: Carry,
+        batch: dict[str, Tensor],
+        exploration_prob: Tensor | float = 0.0,
+        h_cycles: int | None = None,
+        l_cycles: int | None = None,
+    ) -> tuple[Carry, Tensor, Tensor]:
+        cfg = self.cfg
+        fresh = carry.halted
+        y = torch.where(fresh[:, None, None], self.inner.y_init.to(carry.y.dtype), carry.y)
+        z = torch.where(fresh[:, None, None], self.inner.z_init.to(carry.z.dtype), carry.z)
+        steps = torch.where(fresh, 0, carry.steps)
+        inputs = torch.where(fresh[:, None], batch["inputs"], carry.inputs)
+        labels = torch.where(fresh[:, None], batch["labels"], carry.labels)
+        puzzle_ids = torch.where(fresh, batch["puzzle_identifiers"], carry.puzzle_identifiers)
+
+        new_y, new_z, logits, q_halt = self.inner(
+            y, z, inputs, puzzle_ids, h_cycles or cfg.H_cycles, l_cycles or cfg.L_cycles
+        )
+
+        with torch.no_grad():
+            steps = steps + 1
+            halted = steps >= cfg.halt_max_steps
+            if self.training and cfg.halt_max_steps > 1:
+                halted = halted | (q_halt > 0)
+                # Exploration: with probability p, force a random minimum number of steps in [2, max].
+                explore = torch.rand_like(q_halt) < exploration_prob
+                min_steps = explore * torch.randint_like(steps, low=2, high=cfg.halt_max_steps + 1)
+                halted = halted & (steps >= min_steps)
+
+        new_carry = Carry(new_y.to(carry.y.dtype), new_z.to(carry.z.dtype), steps, halted, inputs, labels, puzzle_ids)
+        return new_carry, logits, q_halt
+
+
+def count_params(model: nn.Module) -> dict[str, int]:
+    """Trainable parameters, with the SignSGD-trained puzzle embedding counted apart (as the paper does)."""
+    emb = sum(p.numel() for n, p in model.named_parameters() if "puzzle_emb" in n)
+    total = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return {"params": total - emb, "puzzle_emb_params": emb}

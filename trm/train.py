@@ -1,0 +1,311 @@
+"""Train a Tiny Recursive Model: `python -m trm.train [arch=...] [optim=...] [key=value ...]`.
+
+Read top to bottom: set up the runtime and data, build the model and optimizers, resume if a checkpoint
+exists, then loop. Each step is one supervision step of deep supervision on a batch of carries; metrics
+stay on the device and are read only at log/eval points (no host sync inside the step). Rank 0 alone
+logs, evaluates the objective against the best so far, writes checkpoints and talks to the sweep.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Protocol
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from trm import checkpoint
+from trm.data.build import ensure_generated
+from trm.data.format import DatasetError, load_split
+from trm.data.loader import TrainLoader, eval_batches
+from trm.fingerprint import code_fingerprint, config_fingerprint
+from trm.losses import METRIC_KEYS, act_loss, normalize_metrics
+from trm.model import ACTModel, Carry, TRMConfig, count_params
+from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr
+from trm.runtime import Runtime, check_agreement, init_runtime
+from trm.schedules import exploration_at, recursion_at, validate_curriculum
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+class Reporter(Protocol):
+    """Rank 0's link to whoever watches the run (a sweep trial). Returns True to stop (pruned)."""
+
+    def report(self, step: int, metrics: dict[str, float]) -> bool: ...
+
+    def finish(self, outcome: str, summary: dict[str, Any]) -> None: ...
+
+
+# --------------------------------------------------------------------------------------------- setup
+
+
+def load_data(cfg: DictConfig) -> tuple[dict, dict, Any, Any]:
+    """Build (generated) or open (path) the dataset on this worker's own disk; no shared filesystem."""
+    data = cfg.data
+    if data.source == "generate":
+        ensure_generated(data.path, data.num_train, data.num_test, data.blanks, data.seed, num_aug=data.num_aug)
+    elif data.source != "path":
+        raise DatasetError(f"data.source={data.source!r}: expected 'generate' or 'path'")
+    train_arrays, train_meta = load_split(data.path, "train")
+    test_arrays, test_meta = load_split(data.path, "test")
+    return train_arrays, test_arrays, train_meta, test_meta
+
+
+def check_batch(cfg: DictConfig, runtime: Runtime) -> int:
+    """Per-process batch size; the global batch must split evenly over the processes."""
+    for key in ("global_batch_size", "eval_batch_size"):
+        value = cfg.train[key]
+        if value <= 0 or value % runtime.world_size:
+            raise ValueError(
+                f"train.{key}={value} is not divisible by the world size {runtime.world_size}: "
+                f"use a positive multiple of {runtime.world_size}"
+            )
+    return cfg.train.global_batch_size // runtime.world_size
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    raise ValueError(f"train.precision={precision!r}: expected 'fp32' or 'bf16'")
+
+
+# ------------------------------------------------------------------------------------------ the step
+
+
+def train_step(
+    model: nn.Module,
+    carry: Carry,
+    batch: dict[str, Tensor],
+    exploration: Tensor,
+    cycles: tuple[int, int],
+    optimizers: list[torch.optim.Optimizer],
+    cfg: DictConfig,
+    local_batch: int,
+) -> tuple[Carry, Tensor]:
+    """One supervision step on every slot of the carry. Returns the new carry and the metric sums."""
+    with autocast(cfg.train.precision, carry.y.device):
+        carry, logits, q_halt = model(carry, batch, exploration, *cycles)
+    loss, metrics = act_loss(logits, q_halt, carry.labels, carry.inputs, carry.halted, carry.steps, cfg.train.loss)
+    (loss / local_batch).backward()
+    if cfg.train.grad_clip > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+    for opt in optimizers:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return carry, metrics
+
+
+@torch.no_grad()
+def evaluate(model: ACTModel, batches: Iterable[dict[str, Tensor]], cfg: DictConfig, runtime: Runtime, cycles: tuple[int, int]) -> dict[str, float]:
+    """Run every eval example through all halting steps; metrics summed over all ranks."""
+    was_training = model.training
+    model.eval()
+    sums = torch.zeros(len(METRIC_KEYS))
+    for batch in batches:
+        carry = model.initial_carry(batch)
+        for _ in range(model.cfg.halt_max_steps):
+            with autocast(cfg.train.precision, carry.y.device):
+                carry, logits, q_halt = model(carry, batch, 0.0, *cycles)
+        _, metrics = act_loss(
+            logits, q_halt, carry.labels, carry.inputs, carry.halted, carry.steps, cfg.train.loss, valid=batch["valid"]
+        )
+        sums += metrics
+    model.train(was_training)
+    return normalize_metrics(runtime.all_reduce_sum(sums).tolist(), "eval")
+
+
+# ------------------------------------------------------------------------------------- checkpointing
+
+
+def gather_rank_state(runtime: Runtime, carry: Carry) -> list[dict]:
+    """Every rank's carry and RNG, so a resumed job continues exactly where each rank was."""
+    mine = {"carry": {k: v.cpu() for k, v in carry._asdict().items()}, "rng": torch.get_rng_state()}
+    return runtime.all_gather_object(mine)
+
+
+def load_checkpoint(runtime: Runtime, url: str) -> dict | None:
+    """Rank 0 reads the checkpoint (only it may see the path) and hands it to every rank."""
+    state = checkpoint.load(url) if runtime.is_main else None
+    return runtime.broadcast_object(state)
+
+
+# -------------------------------------------------------------------------------------------- run
+
+
+def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
+    """Train to the end, to a pruning verdict, or to an error; return the summary (rank 0's is complete)."""
+    runtime = init_runtime(cfg.runtime)
+    try:
+        return _run(cfg, runtime, reporter)
+    finally:
+        runtime.close()
+
+
+def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[str, Any]:
+    started = time.time()
+    out_dir = Path(cfg.out_dir)
+    is_main = runtime.is_main
+    local_batch = check_batch(cfg, runtime)
+    torch.manual_seed(cfg.seed)
+
+    train_arrays, test_arrays, train_meta, _ = load_data(cfg)
+    arch = TRMConfig.from_dict(
+        OmegaConf.to_container(cfg.arch, resolve=True),
+        vocab_size=train_meta.vocab_size,
+        seq_len=train_meta.seq_len,
+        num_puzzle_identifiers=train_meta.num_puzzle_identifiers,
+    )
+    validate_curriculum(cfg.curriculum, arch.H_cycles, arch.L_cycles)
+    check_agreement(
+        runtime,
+        {"config": config_fingerprint(cfg), "code": code_fingerprint(), "data": train_meta.fingerprint},
+    )
+
+    model = ACTModel(arch).to(runtime.device)
+    optimizers = build_optimizers(model, cfg.optim)
+    ema = build_ema(model, cfg.optim.ema_decay) if cfg.train.ema else None
+    loader = TrainLoader(train_arrays, cfg.train.global_batch_size, runtime.rank, runtime.world_size, seed=cfg.seed)
+    eval_set = dict(
+        arrays=test_arrays,
+        batch_size_per_rank=cfg.train.eval_batch_size // runtime.world_size,
+        rank=runtime.rank,
+        world_size=runtime.world_size,
+        max_examples=cfg.train.eval_examples,
+    )
+    step_model = runtime.wrap_model(model)
+
+    start_step, best, carry = 0, {"value": -math.inf, "step": None, "metrics": {}}, None
+    train_sums = torch.zeros(len(METRIC_KEYS))
+    state = load_checkpoint(runtime, cfg.checkpoint.url) if cfg.checkpoint.resume else None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        for opt, opt_state in zip(optimizers, state["optimizers"]):
+            opt.load_state_dict(opt_state)
+        if ema is not None and state.get("ema") is not None:
+            ema.load_state_dict(state["ema"])
+        loader.load_state_dict(state["loader"])
+        mine = state["ranks"][runtime.rank]
+        carry = Carry(**mine["carry"])
+        torch.set_rng_state(mine["rng"])
+        start_step, best, train_sums = state["step"], state["best"], state["train_sums"]
+
+    params = count_params(model)
+    if is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        print(json.dumps({"event": "start", "resumed_from": start_step, "world_size": runtime.world_size, **params}), flush=True)
+    metrics_file = open(out_dir / "metrics.jsonl", "a") if is_main else None
+    total = cfg.train.steps
+    bar = tqdm(total=total, initial=start_step, disable=not (is_main and cfg.train.progress), desc="train", dynamic_ncols=True)
+
+    def log(record: dict[str, Any]) -> None:
+        if metrics_file is not None:
+            metrics_file.write(json.dumps(record) + "\n")
+            metrics_file.flush()
+
+    def save_checkpoint(improved: bool) -> None:
+        """Collective (every rank sends its carry and RNG); rank 0 writes latest.pt and maybe best.pt."""
+        ranks = gather_rank_state(runtime, carry)
+        if is_main:
+            state = {
+                "step": done,
+                "model": model.state_dict(),
+                "ema": ema.state_dict() if ema is not None else None,
+                "optimizers": [opt.state_dict() for opt in optimizers],
+                "loader": loader.state_dict(),
+                "ranks": ranks,
+                "train_sums": train_sums.clone(),
+                "best": best,
+            }
+            checkpoint.save(cfg.checkpoint.url, checkpoint.LATEST, state)
+            if improved and cfg.checkpoint.keep_best:
+                checkpoint.save(cfg.checkpoint.url, checkpoint.BEST, state)
+        runtime.barrier()
+
+    outcome, last_eval, error = "COMPLETE", {}, None
+    step = start_step
+    try:
+        for step in range(start_step, total):
+            progress = step / total
+            cycles = recursion_at(progress, cfg.curriculum, arch.H_cycles, arch.L_cycles)
+            exploration = torch.tensor(exploration_at(progress, cfg.halting), device=runtime.device)
+            set_lr(optimizers, lr_multiplier(step, cfg.optim.warmup_steps, total, cfg.optim.lr_min_ratio))
+            batch = {k: v.to(runtime.device) for k, v in next(loader).items()}
+            if carry is None:
+                carry = model.initial_carry(batch)
+            carry, metrics = train_step(step_model, carry, batch, exploration, cycles, optimizers, cfg, local_batch)
+            if ema is not None:
+                ema.update_parameters(model)
+            train_sums += metrics.cpu() if metrics.device.type != "cpu" else metrics
+            done = step + 1
+            bar.update(1)
+
+            if done % cfg.train.log_interval == 0 or done == total:
+                reduced = normalize_metrics(runtime.all_reduce_sum(train_sums).tolist(), "train")
+                train_sums.zero_()
+                if not all(math.isfinite(reduced[f"train/{k}"]) for k in ("lm_loss", "q_halt_loss")):
+                    raise NonFiniteLossError(f"non-finite loss at step {done}: lm_loss={reduced['train/lm_loss']}, q_halt_loss={reduced['train/q_halt_loss']}")
+                reduced.update({"train/lr": optimizers[0].param_groups[0]["lr"], "train/H_cycles": cycles[0], "train/L_cycles": cycles[1]})
+                log({"step": done, **reduced})
+                bar.set_postfix(loss=f"{reduced['train/lm_loss']:.3f}", acc=f"{reduced['train/accuracy']:.3f}")
+
+            if done % cfg.train.eval_interval == 0 or done == total:
+                eval_model = ema.module if (ema is not None and cfg.train.eval_with_ema) else model
+                last_eval = evaluate(eval_model, eval_batches(**eval_set), cfg, runtime, cycles)
+                log({"step": done, **last_eval})
+                value = last_eval[cfg.train.objective]
+                improved = value > best["value"]
+                if improved:
+                    best = {"value": value, "step": done, "metrics": last_eval}
+                prune = reporter.report(done, last_eval) if (is_main and reporter is not None) else False
+                prune = bool(runtime.broadcast_object(prune))  # every rank stops at the same step
+                save_checkpoint(improved)
+                if prune:
+                    outcome = "PRUNED"
+                    break
+            elif done == cfg.train.stop_after:
+                save_checkpoint(False)
+            if done == cfg.train.stop_after:
+                break
+    except Exception as err:  # record why, then let it propagate
+        outcome, error = "FAIL", f"{type(err).__name__}: {err}"
+        raise
+    finally:
+        bar.close()
+        summary = {
+            "outcome": outcome,
+            "error": error,
+            "steps": step + 1 if outcome != "FAIL" else step,
+            "objective": cfg.train.objective,
+            "best_value": best["value"] if best["step"] is not None else None,
+            "best_step": best["step"],
+            "final": last_eval,
+            "seconds": round(time.time() - started, 2),
+            **params,
+        }
+        if metrics_file is not None:
+            metrics_file.close()
+            (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            print(json.dumps({"event": "end", **summary}), flush=True)
+        if is_main and reporter is not None:
+            reporter.finish(outcome, summary)
+    return summary
+
+
+@hydra.main(config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()
