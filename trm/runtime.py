@@ -64,9 +64,17 @@ class Runtime:
             dist.barrier()
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
+        """The module the train step calls (DDP for `torch`); `model` itself stays the one to save."""
         if self.distributed:
-            return nn.parallel.DistributedDataParallel(model)
+            return nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
         return model
+
+    def to_device(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Move this process's batch to its device (and, on XLA, lay it out over the mesh)."""
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def step_boundary(self) -> None:
+        """End of one train step: XLA cuts and runs its graph here; eager backends do nothing."""
 
     def close(self) -> None:
         if dist.is_initialized():

@@ -111,8 +111,9 @@ def evaluate(model: ACTModel, batches: Iterable[dict[str, Tensor]], cfg: DictCon
     """Run every eval example through all halting steps; metrics summed over all ranks."""
     was_training = model.training
     model.eval()
-    sums = torch.zeros(len(METRIC_KEYS))
+    sums = torch.zeros(len(METRIC_KEYS), device=runtime.device)
     for batch in batches:
+        batch = runtime.to_device(batch)
         carry = model.initial_carry(batch)
         for _ in range(model.cfg.halt_max_steps):
             with autocast(cfg.train.precision, carry.y.device):
@@ -186,7 +187,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     step_model = runtime.wrap_model(model)
 
     start_step, best, carry = 0, {"value": -math.inf, "step": None, "metrics": {}}, None
-    train_sums = torch.zeros(len(METRIC_KEYS))
+    train_sums = torch.zeros(len(METRIC_KEYS), device=runtime.device)
     state = load_checkpoint(runtime, cfg.checkpoint.url) if cfg.checkpoint.resume else None
     if state is not None:
         model.load_state_dict(state["model"])
@@ -196,9 +197,10 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             ema.load_state_dict(state["ema"])
         loader.load_state_dict(state["loader"])
         mine = state["ranks"][runtime.rank]
-        carry = Carry(**mine["carry"])
+        carry = Carry(**{k: v.to(runtime.device) for k, v in mine["carry"].items()})
         torch.set_rng_state(mine["rng"])
-        start_step, best, train_sums = state["step"], state["best"], state["train_sums"]
+        start_step, best = state["step"], state["best"]
+        train_sums = state["train_sums"].to(runtime.device)
 
     params = count_params(model)
     if is_main:
@@ -224,7 +226,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
                 "optimizers": [opt.state_dict() for opt in optimizers],
                 "loader": loader.state_dict(),
                 "ranks": ranks,
-                "train_sums": train_sums.clone(),
+                "train_sums": train_sums.cpu(),
                 "best": best,
             }
             checkpoint.save(cfg.checkpoint.url, checkpoint.LATEST, state)
@@ -240,13 +242,14 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             cycles = recursion_at(progress, cfg.curriculum, arch.H_cycles, arch.L_cycles)
             exploration = torch.tensor(exploration_at(progress, cfg.halting), device=runtime.device)
             set_lr(optimizers, lr_multiplier(step, cfg.optim.warmup_steps, total, cfg.optim.lr_min_ratio))
-            batch = {k: v.to(runtime.device) for k, v in next(loader).items()}
+            batch = runtime.to_device(next(loader))
             if carry is None:
                 carry = model.initial_carry(batch)
             carry, metrics = train_step(step_model, carry, batch, exploration, cycles, optimizers, cfg, local_batch)
             if ema is not None:
                 ema.update_parameters(model)
-            train_sums += metrics.cpu() if metrics.device.type != "cpu" else metrics
+            runtime.step_boundary()
+            train_sums += metrics  # stays on the device: read only at log points
             done = step + 1
             bar.update(1)
 
