@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test test-xla bench clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,23 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# The XLA lane: its own venv (torch_xla pins its own torch), XLA on the CPU (PJRT_DEVICE=CPU).
+# torch and torch_xla are named in the same install as the project so pip can never pick another torch.
+XLA_VENV  ?= .venv-xla
+XLA_PY    := $(XLA_VENV)/bin/python
+XLA_STAMP := $(XLA_VENV)/.installed
+XLA_PINS  := torch==2.9.0 torch_xla==2.9.0
+
+$(XLA_STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(XLA_VENV)
+	$(XLA_PY) -m pip install -q $(XLA_PINS)
+	$(XLA_PY) -m pip install -q -c requirements.lock -e '.[test]' $(XLA_PINS)
+	$(XLA_PY) -c "import torch, torch_xla; assert torch.__version__.split('+')[0] == '2.9.0', torch.__version__"
+	touch $(XLA_STAMP)
+
+test-xla: $(XLA_STAMP)
+	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -q tests/xla
 
 bench: setup
 	$(PY) bench/trainer.py

@@ -8,24 +8,17 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.flop_counter import FlopCounterMode
 
+from trm.config import compose_train_config
 from trm.losses import act_loss
 from trm.model import ACTModel, TRMConfig, count_params
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
-
-
-def compose_train_config(overrides: list[str]) -> DictConfig:
-    """The training config as `python -m trm.train <overrides>` would see it (without a Hydra run dir)."""
-    with initialize_config_dir(config_dir=CONF_DIR):
-        return compose(config_name="train", overrides=overrides)
+__all__ = ["compose_train_config", "describe", "flops_per_sample_step"]
 
 
 def arch_config(cfg: DictConfig) -> TRMConfig:

@@ -2,11 +2,13 @@
 
 Two planes (DESIGN.md): a gloo *control plane* over the job's processes for everything that is not a model
 tensor (start-up agreement, prune verdicts, barriers), and a *data plane* for gradients: DDP for
-`torch`, nothing for `single`. Every collective has a timeout so no rank waits forever on a dead peer.
+`torch`, nothing for `single`, SPMD for `xla` (trm/xla.py, one process per host). Every collective has a
+timeout so no rank waits forever on a dead peer.
 """
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +17,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-BACKENDS = ("auto", "single", "torch")
+BACKENDS = ("auto", "single", "torch", "xla")
+DEFAULT_PORT = 8476  # control-plane rendezvous port on TPU VMs (config runtime.port)
 
 
 class RuntimeMismatchError(RuntimeError):
@@ -36,6 +39,13 @@ class Runtime:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
+
+    def loss_divisor(self, global_batch: int) -> int:
+        """What the train step divides its summed loss by so the gradient is the global batch mean.
+
+        One process's share of the batch here (DDP then averages the gradients over the processes);
+        the whole global batch under SPMD (`xla`), where the loss is already summed over every device."""
+        return global_batch // self.world_size
 
     def all_reduce_sum(self, tensor: Tensor) -> Tensor:
         """Sum a (small, metrics) tensor over all processes; the result is on every rank."""
@@ -81,11 +91,92 @@ class Runtime:
             dist.destroy_process_group()
 
 
+def _opt(cfg: Any, key: str, default: Any = None) -> Any:
+    """`cfg.key`, or `default` when the key is absent or null (older configs lack the newer keys)."""
+    value = getattr(cfg, key, None)
+    return default if value is None else value
+
+
+def xla_available() -> bool:
+    """`auto` picks `xla` only on a machine set up for it: torch_xla installed and PJRT_DEVICE chosen."""
+    return bool(os.environ.get("PJRT_DEVICE")) and importlib.util.find_spec("torch_xla") is not None
+
+
+@dataclass
+class ControlPlane:
+    """Who this process is among the job's processes, and where they meet (the gloo rendezvous)."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    port: int
+    source: str  # "torchrun", "tpu-env", "tpu-metadata" or "single", + "+config" when config overrides it
+
+    @property
+    def init_method(self) -> str:
+        # Under torchrun, env:// also joins the agent's store when torchrun provides one.
+        return "env://" if self.source.startswith("torchrun") else f"tcp://{self.master_addr}:{self.port}"
+
+
+def resolve_control_plane(cfg: Any, env: dict[str, str] | None = None) -> ControlPlane:
+    """Rank, world size and rendezvous of the `xla` control plane.
+
+    Config (`runtime.rank`, `runtime.world_size`, `runtime.master_addr`, `runtime.port`) overrides the
+    environment; otherwise torchrun's vars (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), else the TPU VM's
+    (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES: the rendezvous is the first hostname), else, on a TPU
+    (PJRT_DEVICE=TPU) without those vars, torch_xla's metadata helpers; else one process."""
+    env = dict(os.environ) if env is None else env
+    port = int(_opt(cfg, "port", DEFAULT_PORT))
+    if "RANK" in env and "WORLD_SIZE" in env:
+        rank, world, addr, source = int(env["RANK"]), int(env["WORLD_SIZE"]), env.get("MASTER_ADDR", "localhost"), "torchrun"
+        port = int(env.get("MASTER_PORT", port))
+    elif "TPU_WORKER_ID" in env and env.get("TPU_WORKER_HOSTNAMES"):
+        hosts = [h.strip() for h in env["TPU_WORKER_HOSTNAMES"].split(",") if h.strip()]
+        rank, world, addr, source = int(env["TPU_WORKER_ID"]), len(hosts), hosts[0], "tpu-env"
+    elif env.get("PJRT_DEVICE", "").upper() == "TPU" and _opt(cfg, "world_size") is None:
+        from torch_xla._internal import tpu  # queries the TPU VM's metadata server
+
+        hosts = tpu.get_worker_ips()
+        rank, world, addr, source = int(tpu.worker_id()), len(hosts), hosts[0], "tpu-metadata"
+    else:
+        rank, world, addr, source = 0, 1, "localhost", "single"
+    overridden = [k for k in ("rank", "world_size", "master_addr") if _opt(cfg, k) is not None]
+    rank = int(_opt(cfg, "rank", rank))
+    world = int(_opt(cfg, "world_size", world))
+    addr = str(_opt(cfg, "master_addr", addr))
+    if overridden:
+        source += "+config"
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"runtime: rank={rank} is not in [0, world_size={world}) (from {source})")
+    return ControlPlane(rank=rank, world_size=world, master_addr=addr, port=port, source=source)
+
+
+def _init_xla(cfg: Any) -> Runtime:
+    from trm import xla  # imports torch_xla: only on this path
+
+    plane = resolve_control_plane(cfg)
+    runtime = xla.start(plane.rank, plane.world_size, _opt(cfg, "expected_devices"))
+    if plane.world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(
+            "gloo",
+            init_method=plane.init_method,
+            rank=plane.rank,
+            world_size=plane.world_size,
+            timeout=datetime.timedelta(seconds=float(cfg.timeout_s)),
+        )
+    return runtime
+
+
 def init_runtime(cfg: Any) -> Runtime:
-    """Pick and start the runtime from config (`runtime.backend`) and the environment (torchrun's vars)."""
+    """Pick and start the runtime from config (`runtime.backend`) and the environment (torchrun's vars,
+    or the TPU VM's for `xla`)."""
     backend = cfg.backend
     if backend not in BACKENDS:
         raise ValueError(f"runtime.backend={backend!r}: expected one of {list(BACKENDS)}")
+    if backend == "auto" and xla_available():
+        backend = "xla"
+    if backend == "xla":
+        return _init_xla(cfg)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if backend == "auto":
         backend = "torch" if world_size > 1 else "single"

@@ -26,11 +26,13 @@ from trm.data.build import ensure_generated
 from trm.data.format import DatasetError, load_split
 from trm.data.loader import TrainLoader, eval_batches
 from trm.fingerprint import code_fingerprint, config_fingerprint
+from trm.info import flops_per_sample_step
 from trm.losses import METRIC_KEYS, act_loss, normalize_metrics
 from trm.model import ACTModel, Carry, TRMConfig, count_params
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr
 from trm.runtime import Runtime, check_agreement, init_runtime
 from trm.schedules import exploration_at, recursion_at, validate_curriculum
+from trm.trial_link import link_from_config
 
 
 class NonFiniteLossError(RuntimeError):
@@ -148,7 +150,14 @@ def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train to the end, to a pruning verdict, or to an error; return the summary (rank 0's is complete)."""
     runtime = init_runtime(cfg.runtime)
     try:
+        if reporter is None and runtime.is_main:
+            reporter = link_from_config(cfg)
         return _run(cfg, runtime, reporter)
+    except BaseException as err:
+        # Failures before the loop (bad data, workers that disagree) reach the trial too.
+        if reporter is not None:
+            reporter.finish("FAIL", {"error": f"{type(err).__name__}: {err}"})
+        raise
     finally:
         runtime.close()
 
@@ -157,7 +166,8 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     started = time.time()
     out_dir = Path(cfg.out_dir)
     is_main = runtime.is_main
-    local_batch = check_batch(cfg, runtime)
+    check_batch(cfg, runtime)
+    loss_divisor = runtime.loss_divisor(cfg.train.global_batch_size)  # examples one step's loss sums over
     torch.manual_seed(cfg.seed)
 
     train_arrays, test_arrays, train_meta, _ = load_data(cfg)
@@ -203,6 +213,8 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
         train_sums = state["train_sums"].to(runtime.device)
 
     params = count_params(model)
+    if is_main:  # measured once, for the trial's compute estimate (accuracy vs compute studies)
+        params["flops_per_sample_step"] = flops_per_sample_step(arch, arch.H_cycles, arch.L_cycles)
     if is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
         print(json.dumps({"event": "start", "resumed_from": start_step, "world_size": runtime.world_size, **params}), flush=True)
@@ -245,7 +257,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             batch = runtime.to_device(next(loader))
             if carry is None:
                 carry = model.initial_carry(batch)
-            carry, metrics = train_step(step_model, carry, batch, exploration, cycles, optimizers, cfg, local_batch)
+            carry, metrics = train_step(step_model, carry, batch, exploration, cycles, optimizers, cfg, loss_divisor)
             if ema is not None:
                 ema.update_parameters(model)
             runtime.step_boundary()
@@ -294,6 +306,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             "best_step": best["step"],
             "final": last_eval,
             "seconds": round(time.time() - started, 2),
+            "compute_flops": params.get("flops_per_sample_step", 0) * cfg.train.global_batch_size * (step + 1),
             **params,
         }
         if metrics_file is not None:

@@ -1,0 +1,137 @@
+"""Shared pieces of the bench scripts: the real train step on synthetic Sudoku-shaped batches, a dense matmul
+peak, machine facts and medians. The machine is shared and noisy, so every script interleaves its variants
+round-robin and reports medians."""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from trm.data.format import NUM_PUZZLE_IDENTIFIERS, SEQ_LEN, VOCAB_SIZE
+from trm.info import compose_train_config
+from trm.model import ACTModel, Carry, TRMConfig, count_params
+from trm.optim import build_optimizers, lr_multiplier, set_lr
+from trm.train import train_step
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def machine_info() -> dict[str, Any]:
+    model, flags = "unknown", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+    return {
+        "cpu_model": model,
+        "cpu_flags": [f for f in wanted if f in flags],
+        "logical_cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "python": platform.python_version(),
+        "loadavg": list(os.getloadavg()),
+    }
+
+
+def sudoku_batch(batch: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random tokens with the Sudoku dataset's shapes and vocabulary (compute does not depend on values)."""
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "inputs": torch.randint(1, VOCAB_SIZE, (batch, SEQ_LEN), generator=g),  # 1 = blank, 2..10 digits
+        "labels": torch.randint(2, VOCAB_SIZE, (batch, SEQ_LEN), generator=g),
+        "puzzle_identifiers": torch.zeros(batch, dtype=torch.long),
+    }
+
+
+def train_config(arch: str, batch: int, precision: str, extra: list[str] = ()) -> DictConfig:
+    return compose_train_config(
+        [f"arch={arch}", f"train.global_batch_size={batch}", f"train.precision={precision}", *extra]
+    )
+
+
+def arch_of(cfg: DictConfig) -> TRMConfig:
+    return TRMConfig.from_dict(
+        OmegaConf.to_container(cfg.arch, resolve=True),
+        vocab_size=VOCAB_SIZE,
+        seq_len=SEQ_LEN,
+        num_puzzle_identifiers=NUM_PUZZLE_IDENTIFIERS,
+    )
+
+
+@dataclass
+class StepRunner:
+    """One variant: its own model, optimizers and carry, stepped by the real `trm.train.train_step`."""
+
+    name: str
+    cfg: DictConfig
+    batch_size: int
+    compile: bool = False
+    state_dtype: torch.dtype = torch.float32
+    seed: int = 0
+    times: list[float] = field(default_factory=list)
+    first_step_s: float | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        torch.manual_seed(self.seed)
+        self.arch = arch_of(self.cfg)
+        self.model = ACTModel(self.arch).train()
+        self.optimizers = build_optimizers(self.model, self.cfg.optim)
+        set_lr(self.optimizers, lr_multiplier(0, self.cfg.optim.warmup_steps, self.cfg.train.steps, self.cfg.optim.lr_min_ratio))
+        self.step_model = torch.compile(self.model) if self.compile else self.model
+        self.batch = sudoku_batch(self.batch_size, self.seed)
+        self.carry: Carry = self.model.initial_carry(self.batch, self.state_dtype)
+        self.exploration = torch.tensor(float(self.cfg.halting.exploration_prob))
+        self.cycles = (self.arch.H_cycles, self.arch.L_cycles)
+        self.params = count_params(self.model)
+
+    def step(self) -> float:
+        start = time.perf_counter()
+        self.carry, metrics = train_step(
+            self.step_model, self.carry, self.batch, self.exploration, self.cycles, self.optimizers, self.cfg, self.batch_size
+        )
+        metrics.sum().item()  # CPU is synchronous; this only makes the end of the step explicit
+        return time.perf_counter() - start
+
+
+def matmul_rate(dtype: torch.dtype, n: int, min_seconds: float) -> float:
+    """Dense torch.matmul FLOP/s of an n x n x n product, averaged over >= min_seconds (after one warmup)."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=g).to(dtype)
+    b = torch.randn(n, n, generator=g).to(dtype)
+    torch.matmul(a, b)
+    iters, start = 0, time.perf_counter()
+    while True:
+        torch.matmul(a, b)
+        iters += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds and iters >= 2:
+            return 2 * n**3 * iters / elapsed
+
+
+def round_robin(items: list[Any], rounds: int, run: Callable[[Any, int], None]) -> None:
+    """Run every item once per round; the order rotates each round so no item always follows another."""
+    for r in range(rounds):
+        shift = r % len(items)
+        for item in items[shift:] + items[:shift]:
+            run(item, r)

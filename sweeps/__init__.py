@@ -1,0 +1,1 @@
+"""The search: studies, search spaces, trial lifecycle, launchers. Entry point: `python -m sweeps.run`."""

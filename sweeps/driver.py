@@ -1,0 +1,337 @@
+"""The sweep driver: one Optuna study whose trials are distributed TRM training jobs.
+
+    validate everything -> open the study -> fail stale trials (they are re-queued) -> loop:
+    ask -> search space to overrides -> launch on the workers -> heartbeat while it runs ->
+    read the outcome the job stored on the trial -> tell COMPLETE / PRUNED / FAIL (reason kept)
+
+The driver never imports the model: it talks to the job through its command line and the study record.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.trial import FrozenTrial, TrialState
+
+from storage import HeartbeatThread, fail_stale_trials, open_storage, redact, resolve_url, retry_callback, trial_id_of
+from sweeps.launchers.base import JobHandle, JobSpec
+from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
+from sweeps.validate import validate_sweep
+from trm.trial_link import OBJECTIVE_ATTR, PRUNER_ATTR
+
+log = logging.getLogger("sweeps")
+
+# Optuna warns on every ask() once heartbeats are on (they are meant for study.optimize); the driver
+# records them itself, which is what the warning asks for.
+warnings.filterwarnings("ignore", message=".*Heartbeat of storage is supposed to be used with Study.optimize.*")
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+# What config may instantiate: `_target_` is code execution, so only these classes.
+TARGETS = ["optuna.samplers.*", "optuna.pruners.*", "sweeps.launchers.*"]
+
+
+def build(node: DictConfig) -> Any:
+    return instantiate(node, _convert_="all", _execution_whitelist_=TARGETS)
+
+
+class StudyMismatchError(ValueError):
+    pass
+
+
+@dataclass
+class RunningTrial:
+    trial: optuna.Trial
+    handle: JobHandle
+    heartbeat: HeartbeatThread
+    workdir: Path
+    started: float = field(default_factory=time.time)
+
+
+def study_directions(study_cfg: DictConfig) -> list[str]:
+    return [study_cfg.direction, *(o.direction for o in study_cfg.get("objectives") or [])]
+
+
+def pruner_spec(cfg: DictConfig) -> dict[str, Any]:
+    """The pruner as a resolved `_target_` dict: stored on the study so every job builds the same one."""
+    spec = OmegaConf.to_container(cfg.pruner, resolve=True)
+    if spec.get("max_resource") == "auto":
+        spec["max_resource"] = int(cfg.trial.train_steps)
+    return spec
+
+
+class Driver:
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+        self.study_cfg = cfg.study
+        self.scale = cfg.scale
+        self.space: SearchSpace = parse_space(
+            self.study_cfg.space.get(self.scale),
+            (self.study_cfg.get("conditional") or {}).get(self.scale),
+            where=f"study.space.{self.scale}",
+        )
+        self.base_overrides = [*cfg.trial.overrides, *(self.study_cfg.get("fixed") or {}).get(self.scale, [])]
+        self.launcher = build(cfg.launcher)
+        self.storage_url = resolve_url(cfg.storage.url, Path("outputs/optuna.db").resolve())
+        self.output_root = Path(cfg.output_root).resolve() / self.study_cfg.name
+        # Where the *workers* write: this machine's output_root for local launchers; on a pod a path on
+        # each VM (relative to the launcher's remote_dir) and a checkpoint URL (gs://...) rank 0 can reach.
+        run_root = cfg.trial.get("run_root")
+        self.run_root = f"{run_root}/{self.study_cfg.name}" if run_root else str(self.output_root)
+        ckpt_root = cfg.trial.get("checkpoint_root")
+        self.checkpoint_root = f"{ckpt_root}/{self.study_cfg.name}" if ckpt_root else self.run_root
+        self.running: dict[int, RunningTrial] = {}
+        self.storage = None
+        self.study: optuna.Study | None = None
+
+    # ----------------------------------------------------------------------------------- before running
+
+    def validate(self) -> None:
+        """Everything that can be wrong, before anything runs (see sweeps.validate)."""
+        validate_sweep(self.cfg, self.space, self.base_overrides)
+
+    def open_study(self) -> optuna.Study:
+        hb = self.cfg.heartbeat
+        self.storage = open_storage(
+            self.storage_url,
+            password_env=self.cfg.storage.password_env,
+            heartbeat_interval=int(hb.interval_s),
+            grace_period=int(hb.grace_s),
+            failed_trial_callback=retry_callback(int(hb.max_retry)),
+        )
+        directions = study_directions(self.study_cfg)
+        objectives = [self.study_cfg.objective, *(o.name for o in self.study_cfg.get("objectives") or [])]
+        kwargs = dict(study_name=self.study_cfg.name, storage=self.storage, sampler=build(self.cfg.sampler), pruner=build(self.cfg.pruner))
+        study = optuna.create_study(**kwargs, directions=directions, load_if_exists=True)
+        stored = study.user_attrs
+        if stored.get(OBJECTIVE_ATTR) not in (None, self.study_cfg.objective) or stored.get("objectives", objectives) != objectives:
+            raise StudyMismatchError(
+                f"study.name={self.study_cfg.name!r} already exists with objective(s) {stored.get('objectives')} "
+                f"but this config asks for {objectives}: choose another study.name"
+            )
+        if [d.name.lower() for d in study.directions] != [d.lower() for d in directions]:
+            raise StudyMismatchError(
+                f"study.name={self.study_cfg.name!r} already exists with direction(s) "
+                f"{[d.name.lower() for d in study.directions]} but this config asks for {directions}: choose another study.name"
+            )
+        attrs = {
+            OBJECTIVE_ATTR: self.study_cfg.objective,
+            "objectives": objectives,
+            PRUNER_ATTR: pruner_spec(self.cfg),
+            "sampler": self.cfg.sampler._target_.rsplit(".", 1)[-1],
+            "launcher": self.cfg.launcher._target_.rsplit(".", 1)[-1],
+            "scale": self.scale,
+        }
+        for key, value in attrs.items():
+            if stored.get(key) != value:
+                study.set_user_attr(key, value)
+        self.study = study
+        return study
+
+    # ------------------------------------------------------------------------------------------- budget
+
+    def finished_count(self) -> int:
+        """Trials that used the budget: finished ones, less failures that were re-queued as a retry."""
+        trials = self.study.get_trials(deepcopy=False)
+        retried = {n for t in trials for n in RetryHeartbeatStaleTrialCallback.retry_history(t)}
+        return sum(1 for t in trials if t.state in FINISHED and t.number not in retried) + sum(
+            1 for t in trials if t.state == TrialState.RUNNING
+        )
+
+    def enqueue_baseline(self) -> None:
+        if not self.study_cfg.get("enqueue_baseline") or self.study.get_trials(deepcopy=False):
+            return
+        baseline = dict((self.study_cfg.get("baseline") or {}).get(self.scale) or {})
+        params = {}
+        for key, value in baseline.items():
+            params[key] = value
+        for cond in self.space.conditionals:
+            if str(baseline.get(cond.parent)).lower() == str(cond.choice).lower():
+                for key in cond.params:
+                    if key in params:
+                        params[f"{key}@{cond.choice}"] = params.pop(key)
+        self.study.enqueue_trial(params, user_attrs={"baseline": True})
+        log.info("enqueued the baseline configuration as the first trial: %s", baseline)
+
+    # ------------------------------------------------------------------------------------------ a trial
+
+    def origin_number(self, trial: FrozenTrial) -> int:
+        """The first trial of a retry chain: its checkpoint directory is the one to resume from."""
+        history = RetryHeartbeatStaleTrialCallback.retry_history(trial)
+        return history[0] if history else trial.number
+
+    def trial_overrides(self, trial: optuna.Trial, values: dict[str, Any], workdir: Path, origin: int) -> list[str]:
+        return [
+            *self.base_overrides,
+            *to_overrides(values),
+            f"train.objective={self.study_cfg.objective}",
+            f"out_dir={self.run_root}/trial-{trial.number}/run",
+            f"checkpoint.url={self.checkpoint_root}/trial-{origin}/checkpoints",
+            f"sweep.study={self.study_cfg.name}",
+            f"sweep.trial_number={trial.number}",
+            f"sweep.storage={self.storage_url}",
+            *([f"sweep.password_env={self.cfg.storage.password_env}"] if self.cfg.storage.password_env else []),
+        ]
+
+    def start_trial(self) -> RunningTrial:
+        trial = self.study.ask()
+        values = self.space.sample(trial)
+        frozen = self.storage.get_trial(trial_id_of(trial))
+        origin = self.origin_number(frozen)
+        workdir = self.output_root / f"trial-{trial.number}"
+        overrides = self.trial_overrides(trial, values, workdir, origin)
+        trial.set_user_attr("overrides", to_overrides(values))
+        trial.set_user_attr("workdir", str(workdir))
+        heartbeat = HeartbeatThread(self.storage, trial_id_of(trial), float(self.cfg.heartbeat.interval_s))
+        heartbeat.start()
+        try:
+            handle = self.launcher.launch(JobSpec(name=f"{self.study_cfg.name}-{trial.number}", overrides=overrides, workdir=workdir))
+        except Exception as err:
+            heartbeat.stop()
+            self.tell_fail(trial, f"launch failed: {type(err).__name__}: {err}")
+            raise
+        resumed = f" (retry of trial {origin}, resuming from its checkpoint)" if origin != trial.number else ""
+        log.info("trial %d started%s: %s", trial.number, resumed, " ".join(to_overrides(values)))
+        return RunningTrial(trial, handle, heartbeat, workdir)
+
+    def tell_fail(self, trial: optuna.Trial, reason: str) -> None:
+        trial.set_user_attr("fail_reason", reason[-2000:])
+        self.study.tell(trial, state=TrialState.FAIL)
+        log.warning("trial %d FAIL: %s", trial.number, reason.splitlines()[0] if reason else "")
+
+    def finish_trial(self, running: RunningTrial, exit_code: int) -> TrialState:
+        """Tell Optuna what the job recorded; the exit code is only the fallback."""
+        running.heartbeat.stop()
+        trial = running.trial
+        attrs = self.storage.get_trial(trial_id_of(trial)).user_attrs
+        outcome = attrs.get("outcome")
+        if outcome == "COMPLETE":
+            values = self.objective_values(attrs)
+            if values is None:
+                self.tell_fail(trial, f"job finished without a finite {self.study_cfg.objective} (attrs: {sorted(attrs)})")
+                return TrialState.FAIL
+            self.study.tell(trial, values if len(values) > 1 else values[0])
+            log.info("trial %d COMPLETE: %s = %s (best step %s)", trial.number, self.study_cfg.objective, values[0], attrs.get("best_step"))
+            return TrialState.COMPLETE
+        if outcome == "PRUNED":
+            self.study.tell(trial, state=TrialState.PRUNED)
+            log.info("trial %d PRUNED at step %s", trial.number, attrs.get("steps"))
+            return TrialState.PRUNED
+        if outcome == "FAIL":
+            reason = attrs.get("error") or "the job reported FAIL without a reason"
+            if running.handle.failure:
+                reason = f"{reason}\n{running.handle.failure}"
+            self.tell_fail(trial, reason)
+            return TrialState.FAIL
+        # No outcome stored: the job died before rank 0 could write it (or never started).
+        reason = running.handle.failure or f"the job exited with code {exit_code} without recording an outcome"
+        self.tell_fail(trial, reason)
+        return TrialState.FAIL
+
+    def objective_values(self, attrs: dict[str, Any]) -> list[float] | None:
+        final = attrs.get("final_metrics") or {}
+        main = attrs.get("best_value") if self.study_cfg.value == "best" else final.get(self.study_cfg.objective)
+        values = [main]
+        for extra in self.study_cfg.get("objectives") or []:
+            values.append(attrs.get(extra.name, final.get(extra.name)))
+        if any(v is None or not math.isfinite(float(v)) for v in values):
+            return None
+        return [float(v) for v in values]
+
+    # ---------------------------------------------------------------------------------------- the loop
+
+    def recover(self) -> None:
+        """Fail trials whose driver died (stale heartbeat); Optuna's retry callback re-queues them."""
+        stale = fail_stale_trials(self.study)
+        for number in stale:
+            log.warning("trial %d had a stale heartbeat (its driver died): failed and re-queued for retry", number)
+
+    def run(self) -> optuna.Study:
+        self.validate()
+        self.launcher.prepare()
+        study = self.open_study()
+        log.info("study %r in %s: %d trials so far", study.study_name, redact(self.storage_url), len(study.trials))
+        self.recover()
+        self.enqueue_baseline()
+        started = time.time()
+        last_progress = 0.0
+        try:
+            while True:
+                out_of_time = self.cfg.timeout is not None and time.time() - started > self.cfg.timeout
+                while (
+                    not out_of_time
+                    and len(self.running) < self.cfg.max_concurrent
+                    and self.finished_count() < self.cfg.n_trials
+                ):
+                    running = self.start_trial()
+                    self.running[running.trial.number] = running
+                for number, running in list(self.running.items()):
+                    code = running.handle.poll()
+                    if code is not None:
+                        self.finish_trial(running, code)
+                        del self.running[number]
+                if not self.running and (out_of_time or self.finished_count() >= self.cfg.n_trials):
+                    break
+                if time.time() - last_progress > self.cfg.progress_interval_s:
+                    self.log_progress()
+                    last_progress = time.time()
+                time.sleep(self.cfg.poll_s)
+        except KeyboardInterrupt:
+            log.warning("interrupted: stopping %d running trial(s); they will be retried on the next start", len(self.running))
+            self.abandon_running()
+            raise
+        self.log_summary()
+        return study
+
+    def abandon_running(self) -> None:
+        """Stop our jobs and fail their trials with a retry queued (they resume from their checkpoints)."""
+        for running in self.running.values():
+            running.handle.cancel()
+            running.heartbeat.stop()
+            self.tell_fail(running.trial, "driver interrupted (the trial is queued again and resumes from its checkpoint)")
+            frozen = self.storage.get_trial(trial_id_of(running.trial))
+            retry_callback(int(self.cfg.heartbeat.max_retry))(self.study, frozen)
+        self.running.clear()
+
+    def log_progress(self) -> None:
+        states = [t.state for t in self.study.get_trials(deepcopy=False)]
+        line = ", ".join(f"{s.name.lower()} {states.count(s)}" for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+        best = self.best_line()
+        log.info("study %s: %s, running %d%s", self.study_cfg.name, line, len(self.running), best)
+        for number, running in self.running.items():
+            frozen = self.storage.get_trial(trial_id_of(running.trial))
+            last = max(frozen.intermediate_values.items(), default=None)
+            seen = f"step {last[0]}: {self.study_cfg.objective} {last[1]:.4f}" if last else "no eval yet"
+            log.info("  trial %d: %s, %.0f s", number, seen, time.time() - running.started)
+
+    def best_line(self) -> str:
+        if len(self.study.directions) > 1:
+            return f", Pareto front {len(self.study.best_trials)} trials" if self.study.best_trials else ""
+        try:
+            best = self.study.best_trial
+        except ValueError:
+            return ""
+        return f", best trial {best.number}: {best.value:.4f}"
+
+    def log_summary(self) -> None:
+        self.log_progress()
+        if len(self.study.directions) == 1:
+            try:
+                best = self.study.best_trial
+            except ValueError:
+                log.info("no completed trial")
+                return
+            print(f"best trial {best.number}: {self.study_cfg.objective} = {best.value:.4f} with {params_to_values(best.params)}")
+        else:
+            for t in self.study.best_trials:
+                print(f"Pareto trial {t.number}: {t.values} with {params_to_values(t.params)}")

@@ -1,0 +1,142 @@
+"""What every launcher returns: a handle over the job's worker processes that the driver can poll,
+wait on and cancel, and that says which worker failed and why.
+
+A job is one or more local processes, one per worker (a process, a torchrun node, or the ssh session to
+a TPU VM), each writing its own log. The first worker to fail ends the job: the others are cancelled
+at once instead of waiting on a collective timeout, so a dead worker stops the whole job within seconds.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+TERMINATE_GRACE_S = 10.0
+
+
+class LauncherConfigError(ValueError):
+    """A launcher that cannot start jobs as configured; names the key and value."""
+
+
+def require(value: object, key: str, hint: str) -> None:
+    if value in (None, "", "???"):
+        raise LauncherConfigError(f"{key}={value!r}: required ({hint})")
+
+
+@dataclass
+class JobSpec:
+    """Everything a launcher needs to start one trial."""
+
+    name: str  # "<study>-<trial number>"; also tags the workers' processes for remote cancel
+    overrides: list[str]  # Hydra overrides for `python -m trm.train`
+    workdir: Path  # local directory for this job's logs (and, for local workers, their cwd)
+    env: dict[str, str] = field(default_factory=dict)  # extra environment for the workers
+
+
+@dataclass
+class Worker:
+    name: str
+    process: subprocess.Popen
+    log_path: Path
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(deque(f, maxlen=lines)).rstrip()
+    except OSError:
+        return ""
+
+
+def start_worker(name: str, argv: Sequence[str], cwd: Path, env: dict[str, str], log_path: Path) -> Worker:
+    """Start one worker process in its own session (so cancel reaches its children too)."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab")
+    process = subprocess.Popen(
+        list(argv), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
+    log.close()  # the child keeps its own descriptor
+    return Worker(name, process, log_path)
+
+
+class JobHandle:
+    """The running job: poll / wait / cancel, and the first failure."""
+
+    def __init__(self, workers: list[Worker], remote_cancel: Callable[[], None] | None = None):
+        self.workers = workers
+        self.remote_cancel = remote_cancel
+        self.failure: str | None = None  # "worker-2 exited with 1: <last log lines>"
+        self.failed_worker: str | None = None
+        self.cancelled = False
+        self._returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """None while running; then 0 if every worker succeeded, else the first failure's exit code."""
+        if self._returncode is not None:
+            return self._returncode
+        codes = [w.process.poll() for w in self.workers]
+        for worker, code in zip(self.workers, codes):
+            if code not in (None, 0) and self.failure is None and not self.cancelled:
+                self.failed_worker = worker.name
+                self.failure = f"{worker.name} exited with code {code}; last log lines:\n{tail(worker.log_path)}"
+                self._returncode = code
+                self._stop_all()
+                return code
+        if all(code is not None for code in codes):
+            self._returncode = 0 if all(code == 0 for code in codes) else next(c for c in codes if c)
+            return self._returncode
+        return None
+
+    def wait(self, timeout_s: float | None = None, poll_s: float = 0.5) -> int | None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            time.sleep(poll_s)
+        return code
+
+    def cancel(self) -> None:
+        """Stop every worker, remote ones included; idempotent."""
+        self.cancelled = True
+        self._stop_all()
+        if self._returncode is None:
+            self._returncode = -signal.SIGTERM
+
+    def _stop_all(self) -> None:
+        if self.remote_cancel is not None:
+            try:
+                self.remote_cancel()
+            except Exception:  # best effort: the local sessions are stopped below either way
+                pass
+        for worker in self.workers:
+            _signal_group(worker.process, signal.SIGTERM)
+        deadline = time.monotonic() + TERMINATE_GRACE_S
+        for worker in self.workers:
+            try:
+                worker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(worker.process, signal.SIGKILL)
+                worker.process.wait()
+
+    @property
+    def log_paths(self) -> list[Path]:
+        return [w.log_path for w in self.workers]
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def worker_env(spec: JobSpec) -> dict[str, str]:
+    return {**os.environ, **spec.env}

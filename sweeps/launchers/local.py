@@ -1,0 +1,21 @@
+"""One training process on this machine: the embedded default."""
+from __future__ import annotations
+
+import sys
+
+from sweeps.launchers.base import JobHandle, JobSpec, start_worker, worker_env
+
+
+class LocalLauncher:
+    def __init__(self, python: str | None = None):
+        self.python = python or sys.executable
+
+    def prepare(self) -> None:
+        """Nothing to deploy or reach: the driver's own interpreter runs the job."""
+
+    def command(self, spec: JobSpec) -> list[str]:
+        return [self.python, "-m", "trm.train", *spec.overrides]
+
+    def launch(self, spec: JobSpec) -> JobHandle:
+        worker = start_worker("worker-0", self.command(spec), spec.workdir, worker_env(spec), spec.workdir / "worker-0.log")
+        return JobHandle([worker])

@@ -1,0 +1,51 @@
+"""N training processes on this machine under torchrun (gloo on CPU, rendezvous on loopback).
+
+With `nnodes > 1` every node is its own torchrun agent in its own directory, building its own data: the
+shape of a multi-VM job without a shared filesystem, on one machine.
+"""
+from __future__ import annotations
+
+import socket
+import sys
+
+from sweeps.launchers.base import JobHandle, JobSpec, LauncherConfigError, start_worker, worker_env
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class TorchrunLauncher:
+    def __init__(self, nnodes: int = 1, nproc_per_node: int = 2, master_port: int = 0, python: str | None = None):
+        self.nnodes, self.nproc_per_node, self.master_port = nnodes, nproc_per_node, master_port
+        self.python = python or sys.executable
+
+    def prepare(self) -> None:
+        for key in ("nnodes", "nproc_per_node"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or value < 1:
+                raise LauncherConfigError(f"launcher.{key}={value!r}: expected an integer >= 1")
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+    def command(self, spec: JobSpec, node_rank: int, port: int) -> list[str]:
+        return [
+            self.python, "-m", "torch.distributed.run",
+            f"--nnodes={self.nnodes}", f"--node_rank={node_rank}", f"--nproc_per_node={self.nproc_per_node}",
+            "--master_addr=127.0.0.1", f"--master_port={port}",
+            "-m", "trm.train", *spec.overrides,
+        ]  # fmt: skip
+
+    def launch(self, spec: JobSpec) -> JobHandle:
+        port = self.master_port or free_port()
+        workers = []
+        for node in range(self.nnodes):
+            node_dir = spec.workdir / f"node-{node}" if self.nnodes > 1 else spec.workdir
+            workers.append(
+                start_worker(f"node-{node}", self.command(spec, node, port), node_dir, worker_env(spec), spec.workdir / f"node-{node}.log")
+            )
+        return JobHandle(workers)

@@ -1,0 +1,130 @@
+"""A trial on every worker VM of a Cloud TPU pod through `gcloud compute tpus tpu-vm ssh`.
+
+One ssh session per worker (`--worker=i`), not one `--worker=all` session, so each worker has its own log
+and exit code: when one fails the handle names it and stops the others. Cancel also runs `pkill` on every
+VM (`--worker=all`), because killing the local ssh client does not stop the remote python.
+
+Quoting: the remote command is one argv element for gcloud (no local shell); the remote shell parses it,
+so every piece is `shlex.quote`d once: overrides with spaces, quotes, brackets or `$` arrive intact.
+"""
+from __future__ import annotations
+
+import glob
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from sweeps.launchers.base import JobHandle, JobSpec, LauncherConfigError, require, start_worker, worker_env
+
+# Environment a worker needs that the VM does not give (TPU runtime, control-plane port).
+DEFAULT_ENV = {"PJRT_DEVICE": "TPU"}
+
+
+class TpuPodLauncher:
+    def __init__(
+        self,
+        tpu_name: str | None = None,
+        zone: str | None = None,
+        project: str | None = None,
+        num_workers: int = 8,
+        workers: str | Sequence[int] = "all",
+        gcloud: str = "gcloud",
+        python: str = "python3",
+        remote_dir: str = "~/trm-sweeps",
+        env: Mapping[str, str] | None = None,
+        deploy: bool = False,
+        ssh_timeout_s: int = 60,
+    ):
+        self.tpu_name, self.zone, self.project = tpu_name, zone, project
+        self.num_workers, self.workers = num_workers, workers
+        self.gcloud, self.python, self.remote_dir = gcloud, python, remote_dir
+        self.env = dict(DEFAULT_ENV if env is None else env)
+        self.deploy, self.ssh_timeout_s = deploy, ssh_timeout_s
+
+    # ------------------------------------------------------------------------------------------- setup
+
+    def worker_ids(self) -> list[int]:
+        if self.workers == "all":
+            return list(range(self.num_workers))
+        ids = [int(w) for w in (self.workers.split(",") if isinstance(self.workers, str) else self.workers)]
+        bad = [w for w in ids if not 0 <= w < self.num_workers]
+        if bad or not ids:
+            raise LauncherConfigError(
+                f"launcher.workers={self.workers!r}: expected 'all' or worker ids in 0..{self.num_workers - 1}"
+            )
+        return ids
+
+    def validate(self) -> None:
+        """Config errors before anything is contacted."""
+        require(self.tpu_name, "launcher.tpu_name", "the TPU VM name, as in `gcloud compute tpus tpu-vm list`")
+        require(self.zone, "launcher.zone", "the TPU's zone, e.g. us-central2-b")
+        if not isinstance(self.num_workers, int) or self.num_workers < 1:
+            raise LauncherConfigError(f"launcher.num_workers={self.num_workers!r}: expected an integer >= 1 (v4-64: 8)")
+        self.worker_ids()
+        if shutil.which(self.gcloud) is None:
+            raise LauncherConfigError(f"launcher.gcloud={self.gcloud!r}: not found on PATH (install the Google Cloud CLI)")
+
+    def prepare(self) -> None:
+        """Validate, check every worker answers, and deploy this code version when asked."""
+        self.validate()
+        self._run_all("true", "reaching the workers")
+        if self.deploy:
+            self._deploy()
+
+    def base_args(self, verb: str) -> list[str]:
+        args = [self.gcloud, "compute", "tpus", "tpu-vm", verb]
+        return args
+
+    def _location_flags(self) -> list[str]:
+        flags = [f"--zone={self.zone}"]
+        if self.project:
+            flags.append(f"--project={self.project}")
+        return flags
+
+    def ssh_argv(self, worker: str, remote_command: str) -> list[str]:
+        return [*self.base_args("ssh"), str(self.tpu_name), *self._location_flags(), f"--worker={worker}", f"--command={remote_command}"]
+
+    def _run_all(self, remote_command: str, what: str) -> None:
+        argv = self.ssh_argv("all", remote_command)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.ssh_timeout_s)
+        except subprocess.TimeoutExpired:
+            raise LauncherConfigError(f"{what}: `gcloud ... ssh --worker=all` did not answer in {self.ssh_timeout_s} s") from None
+        if proc.returncode != 0:
+            raise LauncherConfigError(f"{what} failed (exit {proc.returncode}): {proc.stderr.strip()[-1000:]}")
+
+    def _deploy(self) -> None:
+        """Build a wheel of this project and install it on every worker, so all run the same code."""
+        root = Path(__file__).resolve().parents[2]
+        dist = root / "dist"
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(root)], check=True)
+        wheel = max(glob.glob(str(dist / "trm_sweeps-*.whl")), key=lambda p: Path(p).stat().st_mtime)
+        scp = [*self.base_args("scp"), wheel, f"{self.tpu_name}:{self.remote_dir}/", *self._location_flags(), "--worker=all"]
+        self._run_all(f"mkdir -p {self.remote_dir}", "creating the remote directory")
+        proc = subprocess.run(scp, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            raise LauncherConfigError(f"copying {Path(wheel).name} to the workers failed: {proc.stderr.strip()[-1000:]}")
+        remote_wheel = f"{self.remote_dir}/{Path(wheel).name}"
+        self._run_all(f"{self.python} -m pip install -q --no-deps --force-reinstall {remote_wheel}", "installing the wheel")
+
+    # ---------------------------------------------------------------------------------------- launching
+
+    def remote_command(self, spec: JobSpec) -> str:
+        env = {**self.env, **spec.env}
+        exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
+        train = shlex.join([self.python, "-m", "trm.train", *spec.overrides, f"sweep.job={spec.name}"])
+        return f"mkdir -p {self.remote_dir} && cd {self.remote_dir} && {exports} exec {train}".replace("  ", " ")
+
+    def cancel_command(self, spec: JobSpec) -> str:
+        return f"pkill -TERM -f -- {shlex.quote(f'sweep.job={spec.name}')} || true"
+
+    def launch(self, spec: JobSpec) -> JobHandle:
+        command = self.remote_command(spec)
+        workers = [
+            start_worker(f"worker-{w}", self.ssh_argv(str(w), command), spec.workdir, worker_env(spec), spec.workdir / f"worker-{w}.log")
+            for w in self.worker_ids()
+        ]
+        return JobHandle(workers, remote_cancel=lambda: self._run_all(self.cancel_command(spec), "cancelling the job"))

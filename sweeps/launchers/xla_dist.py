@@ -1,0 +1,31 @@
+"""LEGACY: pods still on torch_xla < 2.1, started with `torch_xla.distributed.xla_dist`.
+
+xla_dist runs on one VM and fans out to every worker itself (`--tpu=NAME --restart-tpuvm-pod-server`).
+It was removed from torch_xla 2.1+; use `launcher=tpu_pod` there. Only one local process exists, so a
+failure names the whole pod rather than a worker.
+"""
+from __future__ import annotations
+
+import sys
+
+from sweeps.launchers.base import JobHandle, JobSpec, require, start_worker, worker_env
+
+
+class XlaDistLauncher:
+    def __init__(self, tpu_name: str | None = None, python: str | None = None, restart_server: bool = True):
+        self.tpu_name = tpu_name
+        self.python = python or sys.executable
+        self.restart_server = restart_server
+
+    def prepare(self) -> None:
+        require(self.tpu_name, "launcher.tpu_name", "the TPU pod name given to xla_dist --tpu")
+
+    def command(self, spec: JobSpec) -> list[str]:
+        argv = [self.python, "-m", "torch_xla.distributed.xla_dist", f"--tpu={self.tpu_name}"]
+        if self.restart_server:
+            argv.append("--restart-tpuvm-pod-server")
+        return [*argv, "--", self.python, "-m", "trm.train", *spec.overrides, f"sweep.job={spec.name}"]
+
+    def launch(self, spec: JobSpec) -> JobHandle:
+        worker = start_worker("xla_dist", self.command(spec), spec.workdir, worker_env(spec), spec.workdir / "xla_dist.log")
+        return JobHandle([worker])

@@ -1,0 +1,60 @@
+"""`python -m sweeps.run study=NAME [site=pod] [storage=postgres] [launcher=...] [n_trials=...] [dry_run=true]`"""
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+
+import hydra
+import optuna
+from omegaconf import DictConfig, MissingMandatoryValue
+
+from storage import StorageError, redact
+from sweeps.driver import Driver
+from sweeps.launchers.base import JobSpec, LauncherConfigError
+from sweeps.space import SearchSpaceError, to_overrides
+from sweeps.validate import SweepConfigError
+
+CONFIG_ERRORS = (SweepConfigError, SearchSpaceError, LauncherConfigError, StorageError, MissingMandatoryValue)
+
+
+def dry_run(driver: Driver) -> None:
+    """Print the command of each of the first n_trials trials, sampled in memory: nothing is stored or run."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=driver.cfg.seed), directions=["maximize"])
+    print(f"# study {driver.study_cfg.name} ({driver.cfg.scale} scale), storage {redact(driver.storage_url)}, launcher {driver.cfg.launcher._target_.rsplit('.', 1)[-1]}")
+    for _ in range(driver.cfg.n_trials):
+        trial = study.ask()
+        values = driver.space.sample(trial)
+        workdir = driver.output_root / f"trial-{trial.number}"
+        spec = JobSpec(f"{driver.study_cfg.name}-{trial.number}", driver.trial_overrides(trial, values, workdir, trial.number), workdir)
+        print(f"trial {trial.number}: {' '.join(to_overrides(values))}")
+        print("  " + describe_command(driver, spec))
+        study.tell(trial, 0.0)
+
+
+def describe_command(driver: Driver, spec: JobSpec) -> str:
+    launcher = driver.launcher
+    if hasattr(launcher, "remote_command"):
+        return shlex.join(launcher.ssh_argv("all", launcher.remote_command(spec)))
+    if hasattr(launcher, "nnodes"):
+        return shlex.join(launcher.command(spec, 0, 29500))
+    return shlex.join(launcher.command(spec))
+
+
+@hydra.main(config_path="../conf", config_name="sweep")
+def main(cfg: DictConfig) -> None:
+    logging.getLogger("sweeps").setLevel(logging.INFO)
+    try:
+        driver = Driver(cfg)
+        if cfg.dry_run:
+            driver.validate()
+            dry_run(driver)
+            return
+        driver.run()
+    except CONFIG_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

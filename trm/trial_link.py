@@ -1,0 +1,115 @@
+"""Rank 0's link to its Optuna trial: report each eval, ask the pruner, store the outcome.
+
+The study record is the channel back to the driver (DESIGN.md): with ssh fan-out to many VMs, exit codes
+and logs are not reliable, so the job writes `outcome`, metrics, best step and the error tail as trial user
+attributes, and the driver trusts those. The job never `tell`s: the driver does, after reading them.
+
+The pruner is rebuilt here from the spec the driver stored on the study (`pruner` study attribute), so
+the job asks the same pruner the driver configured.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, TypeVar
+
+import optuna
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from optuna.trial import TrialState
+
+from storage import StorageError, open_storage
+
+T = TypeVar("T")
+
+# Study attributes the driver writes and the job reads.
+PRUNER_ATTR = "pruner"
+OBJECTIVE_ATTR = "objective"
+
+
+class TrialLinkError(RuntimeError):
+    pass
+
+
+def retry(action: Callable[[], T], what: str, attempts: int = 6, first_delay_s: float = 0.5) -> T:
+    """Run a storage call, retrying with exponential backoff: a database restart must not lose a report."""
+    delay = first_delay_s
+    for attempt in range(attempts):
+        try:
+            return action()
+        except (StorageError, optuna.exceptions.StorageInternalError, OSError) as err:
+            if attempt == attempts - 1:
+                raise TrialLinkError(f"{what} failed after {attempts} attempts: {err}") from err
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+    raise AssertionError("unreachable")
+
+
+class TrialLink:
+    """Implements trm.train.Reporter for rank 0 of a sweep trial."""
+
+    def __init__(self, study_name: str, trial_number: int, storage_url: str, password_env: str | None = None):
+        self.storage = retry(lambda: open_storage(storage_url, password_env=password_env), "opening the study storage")
+        study_id = self.storage.get_study_id_from_name(study_name)
+        attrs = self.storage.get_study_user_attrs(study_id)
+        # The spec comes from the database: only Optuna's pruners may be instantiated from it.
+        spec = attrs.get(PRUNER_ATTR)
+        pruner = instantiate(spec, _execution_whitelist_=["optuna.pruners.*"]) if spec else optuna.pruners.NopPruner()
+        self.study = optuna.load_study(study_name=study_name, storage=self.storage, pruner=pruner)
+        self.trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, trial_number)
+        self.trial = optuna.trial.Trial(self.study, self.trial_id)
+        self.multi_objective = len(self.study.directions) > 1
+        self.objective = attrs.get(OBJECTIVE_ATTR)
+        self.finished = False
+
+    def _still_running(self) -> bool:
+        return self.storage.get_trial(self.trial_id).state == TrialState.RUNNING
+
+    def report(self, step: int, metrics: dict[str, float]) -> bool:
+        """Report the objective at `step`; True means stop now (pruned, or the trial is no longer ours)."""
+        if not retry(self._still_running, "reading the trial state"):
+            # The driver gave up on this trial (stale heartbeat); an orphaned job stops itself.
+            return True
+        if self.multi_objective or self.objective is None:
+            return False  # Optuna prunes single-objective studies only
+        value = metrics[self.objective]
+        if not math.isfinite(value):
+            return False
+        retry(lambda: self.trial.report(value, step), f"reporting step {step}")
+        return retry(self.trial.should_prune, "asking the pruner")
+
+    def finish(self, outcome: str, summary: dict[str, Any]) -> None:
+        """Store the outcome on the trial (the driver reads it and tells Optuna); only the first call counts."""
+        if self.finished:
+            return
+        self.finished = True
+        if not retry(self._still_running, "reading the trial state"):
+            return  # already finished by the driver: nothing may be written to a finished trial
+        attrs = {
+            "outcome": outcome,
+            "best_value": summary.get("best_value"),
+            "best_step": summary.get("best_step"),
+            "steps": summary.get("steps"),
+            "final_metrics": summary.get("final") or {},
+            "params_count": summary.get("params"),
+            "flops_per_sample_step": summary.get("flops_per_sample_step"),
+            "compute_flops": summary.get("compute_flops"),
+            "train_seconds": summary.get("seconds"),
+        }
+        if summary.get("error"):
+            attrs["error"] = str(summary["error"])[-2000:]
+        for key, value in attrs.items():
+            retry(lambda: self.storage.set_trial_user_attr(self.trial_id, key, value), f"storing {key}")
+
+
+def link_from_config(cfg: DictConfig) -> TrialLink | None:
+    """A TrialLink when the run is a sweep trial (sweep.study set), else None."""
+    sweep = cfg.get("sweep")
+    if not sweep or sweep.study is None:
+        return None
+    if sweep.trial_number is None or sweep.storage is None:
+        raise ValueError(
+            f"sweep.study={sweep.study!r} needs sweep.trial_number and sweep.storage too "
+            f"(got trial_number={sweep.trial_number!r}, storage set: {sweep.storage is not None})"
+        )
+    return TrialLink(sweep.study, int(sweep.trial_number), sweep.storage, sweep.get("password_env"))
