@@ -90,6 +90,7 @@ class StepRunner:
     seed: int = 0
     times: list[float] = field(default_factory=list)
     first_step_s: float | None = None
+    first_lm_loss: float | None = None  # mean lm_loss of the first step: same seed/batch/carry in every variant
     error: str | None = None
 
     def __post_init__(self) -> None:
@@ -111,7 +112,12 @@ class StepRunner:
             self.step_model, self.carry, self.batch, self.exploration, self.cycles, self.optimizers, self.cfg, self.batch_size
         )
         metrics.sum().item()  # CPU is synchronous; this only makes the end of the step explicit
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        if self.first_step_s is None:
+            self.first_step_s = seconds  # includes compilation for compiled variants
+        if self.first_lm_loss is None:
+            self.first_lm_loss = float(metrics[7]) / self.batch_size  # METRIC_KEYS[7] == "lm_loss"
+        return seconds
 
 
 def matmul_rate(dtype: torch.dtype, n: int, min_seconds: float) -> float:

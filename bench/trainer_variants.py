@@ -1,7 +1,7 @@
 """Where the train step's time goes, and what candidate code changes would buy (measured, trm/ untouched).
 
-    python bench/trainer_variants.py                  # MLP-t batch 64: profile + variants, 3 repeats
-    python bench/trainer_variants.py --batch 16 --repeats 5 --only bf16
+    python bench/trainer_variants.py                  # MLP-t batch 64, bf16: profile + variants, 3 repeats
+    python bench/trainer_variants.py --batch 16 --variants fp32:baseline,fp32:fused_rms,fp32:compile_net
 
 1. Profile: one real `trm.train.train_step` per precision under torch.profiler; self CPU time grouped into
    matmul / casts+copies / normalization / elementwise / optimizer / other, and the top ops.
@@ -12,12 +12,15 @@
    step's lm_loss of each variant is recorded to show the change keeps the numbers.
 
 Candidates (all mathematically identical to the current code except bf16_state, which rounds the carried
-y/z and the embedding to bf16 between blocks, as the TRM reference's forward_dtype=bfloat16 does):
+y/z and the embedding to bf16 between blocks, as the TRM reference's forward_dtype=bfloat16 does; the
+first-step lm_loss column shows the difference):
   mixer_matmul  MLP-t mixer as W @ h (batched matmul with the weight on the left) instead of
                 Linear(h.transpose(1, 2)).transpose(1, 2): no transposed copies, contiguous residual add.
   fused_rms     F.rms_norm (aten::_fused_rms_norm) instead of the 5-op float32 expression.
   bf16_state    under bf16: carry y/z in bf16 (initial_carry(state_dtype=bf16)) and the embedding output in
                 bf16, so the residual stream stops being float32 and each Linear stops casting its input.
+  compile       torch.compile(ACTModel) (what bench/trainer.py measures): every H/L cycle unrolled, long compile.
+  compile_net   RecursiveNet.compile() in place: one small graph (per grad mode / dtype) reused by all cycles.
 JSON goes to bench/results/trainer_variants.json.
 """
 from __future__ import annotations
@@ -97,20 +100,29 @@ class Variant(StepRunner):
         with patched(self.patches):
             return super().step()
 
-    def first_loss(self) -> float:
-        """lm_loss of one step from a fresh carry (weights as they are now), for the numerics check."""
-        carry = self.model.initial_carry(self.batch, self.state_dtype)
-        with patched(self.patches), torch.no_grad(), autocast(self.cfg.train.precision, carry.y.device):
-            carry, logits, q_halt = self.model(carry, self.batch, 0.0, *self.cycles)
-        _, metrics = act_loss(logits, q_halt, carry.labels, carry.inputs, carry.halted, carry.steps, self.cfg.train.loss)
-        return float(metrics[7]) / self.batch_size
+
+COMPILE_MODES = ("compile", "compile_net")
+DEFAULT_VARIANTS = (
+    "bf16:baseline,bf16:fused_rms,bf16:bf16_state,bf16:mixer_matmul,"
+    "bf16:compile,bf16:compile_net,bf16:compile_net+bf16_state"
+)
 
 
-def make_variant(arch: str, batch: int, precision: str, patches: tuple[str, ...], overrides: list[str]) -> Variant:
-    name = f"{precision} " + ("+".join(patches) if patches else "baseline")
+def make_variant(spec: str, arch: str, batch: int, overrides: list[str]) -> Variant:
+    """spec = "<precision>:<mod>+<mod>..." with mods from PATCHES, "compile" (torch.compile of the whole ACTModel,
+    as bench/trainer.py does) or "compile_net" (RecursiveNet.compile(): one small graph reused by every cycle)."""
+    precision, _, mods_text = spec.partition(":")
+    mods = tuple(m for m in mods_text.split("+") if m and m != "baseline")
+    unknown = [m for m in mods if m not in PATCHES and m not in COMPILE_MODES]
+    if unknown or precision not in ("fp32", "bf16"):
+        raise SystemExit(f"bad variant {spec!r}: precision fp32|bf16, mods from {sorted(PATCHES) + list(COMPILE_MODES)}")
+    patches = tuple(m for m in mods if m in PATCHES)
     state_dtype = torch.bfloat16 if "bf16_state" in patches else torch.float32
-    v = Variant(name, train_config(arch, batch, precision, overrides), batch, state_dtype=state_dtype)
+    v = Variant(f"{precision} " + ("+".join(mods) or "baseline"), train_config(arch, batch, precision, overrides), batch,
+                compile="compile" in mods, state_dtype=state_dtype)
     v.patches = patches
+    if "compile_net" in mods:
+        v.model.inner.net.compile()  # in place: parameter names (checkpoints) unchanged
     return v
 
 
@@ -180,28 +192,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--arch", default="trm_mlp_t_sudoku")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--only", choices=["fp32", "bf16"], default=None, help="one precision only")
+    p.add_argument("--variants", default=DEFAULT_VARIANTS, help="comma list of <fp32|bf16>:<mod>+<mod> (see make_variant)")
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--out", type=Path, default=RESULTS / "trainer_variants.json")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides")
     args = p.parse_args(argv)
     started = time.time()
     info = machine_info()
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)  # several instances, one code
 
-    specs: list[tuple[str, tuple[str, ...]]] = []
-    if args.only != "fp32":
-        specs += [("bf16", ()), ("bf16", ("mixer_matmul",)), ("bf16", ("fused_rms",)), ("bf16", ("bf16_state",)),
-                  ("bf16", ("mixer_matmul", "fused_rms", "bf16_state"))]
-    if args.only != "bf16":
-        specs += [("fp32", ()), ("fp32", ("mixer_matmul",)), ("fp32", ("fused_rms",)), ("fp32", ("mixer_matmul", "fused_rms"))]
-    variants = [make_variant(args.arch, args.batch, prec, patches, args.overrides) for prec, patches in specs]
-    losses = {v.name: v.first_loss() for v in variants}  # same seed -> same weights: compare the numbers
-    print("first-step lm_loss per variant:", json.dumps({k: round(x, 5) for k, x in losses.items()}), flush=True)
+    variants = [make_variant(spec, args.arch, args.batch, args.overrides) for spec in args.variants.split(",") if spec]
 
     profiles, phases = [], {}
     if not args.no_profile:
         for v in variants:
-            if not v.patches:
+            if v.name.endswith(" baseline"):
                 prof = profile_step(v)
                 profiles.append(prof)
                 print(f"\nprofile {v.name}: {prof['self_cpu_s']:.2f} s self CPU; {prof['categories_pct']}", flush=True)
@@ -210,8 +215,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 phases[v.name] = phase_times(v)
                 print(f"   phases: " + ", ".join(f"{k} {t:.2f} s" for k, t in phases[v.name].items()), flush=True)
 
-    for v in variants:  # warmup
-        v.step()
+    for v in variants:  # warmup (compilation happens here; the baselines' first step was in the profile)
+        t = v.step()
+        print(f"  warmup {v.name}: {t:.2f} s", flush=True)
 
     def run(v: Variant, rnd: int) -> None:
         t = v.step()
@@ -219,13 +225,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"  round {rnd + 1} {v.name}: {t:.2f} s", flush=True)
 
     round_robin(variants, args.repeats, run)
-    base = {prec: median(v.times) for v in variants for prec in [v.cfg.train.precision] if not v.patches}
+    base = {v.cfg.train.precision: median(v.times) for v in variants if v.name.endswith(" baseline")}
     rows = []
     for v in variants:
         prec = v.cfg.train.precision
         s = median(v.times)
         rows.append({"variant": v.name, "precision": prec, "patches": list(v.patches), "times_s": [round(t, 4) for t in v.times],
-                     "median_s_per_step": s, "speedup_vs_baseline": base[prec] / s, "first_step_lm_loss": losses[v.name]})
+                     "median_s_per_step": s, "speedup_vs_baseline": base[prec] / s if base.get(prec) else None,
+                     "first_step_s": v.first_step_s, "first_step_lm_loss": v.first_lm_loss})
     result = {"benchmark": "trainer_variants", "machine": info, "arch": args.arch, "batch": args.batch,
               "repeats": args.repeats, "profiles": profiles, "phases_s": phases, "variants": rows,
               "wall_s": time.time() - started,
@@ -233,9 +240,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"\n{args.arch}, batch {args.batch}, medians of {args.repeats} round-robin steps\n")
-    print("| variant | s/step (median) | speedup vs baseline | first-step lm_loss |\n|---|---:|---:|---:|")
+    print("| variant | s/step (median) | speedup vs baseline | first step s | first-step lm_loss |\n|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['variant']} | {r['median_s_per_step']:.2f} | {r['speedup_vs_baseline']:.2f}x | {r['first_step_lm_loss']:.5f} |")
+        speed = f"{r['speedup_vs_baseline']:.2f}x" if r["speedup_vs_baseline"] else "-"
+        print(f"| {r['variant']} | {r['median_s_per_step']:.2f} | {speed} | {r['first_step_s']:.1f} | {r['first_step_lm_loss']:.5f} |")
     print(f"\nwall {result['wall_s']:.0f} s; JSON: {args.out}")
     return result
 

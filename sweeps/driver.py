@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from storage import HeartbeatThread, fail_stale_trials, open_storage, redact, resolve_url, retry_callback, trial_id_of
+from storage import HeartbeatThread, exclusive, fail_stale_trials, open_storage, redact, resolve_url, retry_callback, trial_id_of
 from sweeps.launchers.base import JobHandle, JobSpec
 from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
 from sweeps.validate import validate_sweep
@@ -183,8 +183,14 @@ class Driver:
             *([f"sweep.password_env={self.cfg.storage.password_env}"] if self.cfg.storage.password_env else []),
         ]
 
-    def start_trial(self) -> RunningTrial:
-        trial = self.study.ask()
+    def ask_within_budget(self) -> optuna.Trial | None:
+        """Ask for a trial unless the study's budget is spent; atomic across drivers sharing the study."""
+        with exclusive(self.storage, f"budget:{self.study_cfg.name}"):
+            if self.finished_count() >= self.cfg.n_trials:
+                return None
+            return self.study.ask()
+
+    def start_trial(self, trial: optuna.Trial) -> RunningTrial:
         values = self.space.sample(trial)
         frozen = self.storage.get_trial(trial_id_of(trial))
         origin = self.origin_number(frozen)
@@ -268,12 +274,11 @@ class Driver:
         try:
             while True:
                 out_of_time = self.cfg.timeout is not None and time.time() - started > self.cfg.timeout
-                while (
-                    not out_of_time
-                    and len(self.running) < self.cfg.max_concurrent
-                    and self.finished_count() < self.cfg.n_trials
-                ):
-                    running = self.start_trial()
+                while not out_of_time and len(self.running) < self.cfg.max_concurrent:
+                    trial = self.ask_within_budget()
+                    if trial is None:
+                        break
+                    running = self.start_trial(trial)
                     self.running[running.trial.number] = running
                 for number, running in list(self.running.items()):
                     code = running.handle.poll()
@@ -283,6 +288,7 @@ class Driver:
                 if not self.running and (out_of_time or self.finished_count() >= self.cfg.n_trials):
                     break
                 if time.time() - last_progress > self.cfg.progress_interval_s:
+                    self.recover()  # another driver may have died meanwhile
                     self.log_progress()
                     last_progress = time.time()
                 time.sleep(self.cfg.poll_s)

@@ -40,9 +40,12 @@ class NonFiniteLossError(RuntimeError):
 
 
 class Reporter(Protocol):
-    """Rank 0's link to whoever watches the run (a sweep trial). Returns True to stop (pruned)."""
+    """Rank 0's link to whoever watches the run (a sweep trial).
 
-    def report(self, step: int, metrics: dict[str, float]) -> bool: ...
+    `report` returns the verdict: "continue", "prune" (stop, with a checkpoint) or "abandon" (stop at once:
+    the trial was given to someone else)."""
+
+    def report(self, step: int, metrics: dict[str, float]) -> str: ...
 
     def finish(self, outcome: str, summary: dict[str, Any]) -> None: ...
 
@@ -246,8 +249,8 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
                 checkpoint.save(cfg.checkpoint.url, checkpoint.BEST, state)
         runtime.barrier()
 
-    outcome, last_eval, error = "COMPLETE", {}, None
-    step = start_step
+    outcome, last_eval, error, rank_steps = "COMPLETE", {}, None, None
+    done = start_step
     try:
         for step in range(start_step, total):
             progress = step / total
@@ -282,16 +285,20 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
                 improved = value > best["value"]
                 if improved:
                     best = {"value": value, "step": done, "metrics": last_eval}
-                prune = reporter.report(done, last_eval) if (is_main and reporter is not None) else False
-                prune = bool(runtime.broadcast_object(prune))  # every rank stops at the same step
+                verdict = reporter.report(done, last_eval) if (is_main and reporter is not None) else "continue"
+                verdict = runtime.broadcast_object(verdict)  # every rank stops at the same step
+                if verdict == "abandon":
+                    outcome = "ABANDONED"
+                    break
                 save_checkpoint(improved)
-                if prune:
+                if verdict == "prune":
                     outcome = "PRUNED"
                     break
             elif done == cfg.train.stop_after:
                 save_checkpoint(False)
             if done == cfg.train.stop_after:
                 break
+        rank_steps = runtime.all_gather_object(done)  # proof that every rank stopped at the same step
     except Exception as err:  # record why, then let it propagate
         outcome, error = "FAIL", f"{type(err).__name__}: {err}"
         raise
@@ -300,13 +307,14 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
         summary = {
             "outcome": outcome,
             "error": error,
-            "steps": step + 1 if outcome != "FAIL" else step,
+            "steps": done,
+            "rank_steps": rank_steps,
             "objective": cfg.train.objective,
             "best_value": best["value"] if best["step"] is not None else None,
             "best_step": best["step"],
             "final": last_eval,
             "seconds": round(time.time() - started, 2),
-            "compute_flops": params.get("flops_per_sample_step", 0) * cfg.train.global_batch_size * (step + 1),
+            "compute_flops": params.get("flops_per_sample_step", 0) * cfg.train.global_batch_size * done,
             **params,
         }
         if metrics_file is not None:

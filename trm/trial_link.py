@@ -65,18 +65,20 @@ class TrialLink:
     def _still_running(self) -> bool:
         return self.storage.get_trial(self.trial_id).state == TrialState.RUNNING
 
-    def report(self, step: int, metrics: dict[str, float]) -> bool:
-        """Report the objective at `step`; True means stop now (pruned, or the trial is no longer ours)."""
+    def report(self, step: int, metrics: dict[str, float]) -> str:
+        """Report the objective at `step`; the verdict is "continue", "prune" or "abandon".
+
+        "abandon": the trial is no longer RUNNING (its driver died and it was failed and re-queued), so this
+        orphaned job stops without writing anything more; the retry resumes from the last checkpoint."""
         if not retry(self._still_running, "reading the trial state"):
-            # The driver gave up on this trial (stale heartbeat); an orphaned job stops itself.
-            return True
+            return "abandon"
         if self.multi_objective or self.objective is None:
-            return False  # Optuna prunes single-objective studies only
+            return "continue"  # Optuna prunes single-objective studies only
         value = metrics[self.objective]
         if not math.isfinite(value):
-            return False
+            return "continue"
         retry(lambda: self.trial.report(value, step), f"reporting step {step}")
-        return retry(self.trial.should_prune, "asking the pruner")
+        return "prune" if retry(self.trial.should_prune, "asking the pruner") else "continue"
 
     def finish(self, outcome: str, summary: dict[str, Any]) -> None:
         """Store the outcome on the trial (the driver reads it and tells Optuna); only the first call counts."""

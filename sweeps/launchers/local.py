@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from sweeps.launchers.base import JobHandle, JobSpec, start_worker, worker_env
 
@@ -17,5 +18,8 @@ class LocalLauncher:
         return [self.python, "-m", "trm.train", *spec.overrides]
 
     def launch(self, spec: JobSpec) -> JobHandle:
-        worker = start_worker("worker-0", self.command(spec), spec.workdir, worker_env(spec), spec.workdir / "worker-0.log")
+        env = worker_env(spec)
+        # One machine: every trial can share one generated dataset instead of building its own.
+        env.setdefault("TRM_DATA_DIR", str(Path("outputs/data").resolve()))
+        worker = start_worker("worker-0", self.command(spec), spec.workdir, env, spec.workdir / "worker-0.log")
         return JobHandle([worker])

@@ -1,0 +1,58 @@
+"""Helpers shared by the sweep tests: fast trial settings and a driver config on a test database."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from trm.config import compose_sweep_config
+
+# A trial that trains for real in seconds: 16-wide model, 20 steps, eval every 10.
+FAST_TRIAL = [
+    "experiment=tiny_cpu",
+    "arch.hidden_size=16",
+    "arch.num_heads=2",
+    "arch.L_layers=1",
+    "arch.H_cycles=1",
+    "arch.L_cycles=1",
+    "arch.halt_max_steps=2",
+    "data.num_train=200",
+    "data.num_test=32",
+    "data.blanks=10",
+    "train.global_batch_size=16",
+    "train.eval_examples=32",
+    "train.eval_batch_size=16",
+    "train.log_interval=10",
+    "train.eval_interval=10",
+    "train.steps=20",
+    "train.progress=false",
+    "optim.warmup_steps=1",
+]
+
+
+def trial_list(overrides: list[str]) -> str:
+    """A Hydra list override value: ['a=1','b=2'] (quoted, since the items contain '=')."""
+    return "[" + ",".join(f"'{o}'" for o in overrides) + "]"
+
+
+def sweep_overrides(storage_url: str, out: Path, *extra: str, trial: list[str] | None = None) -> list[str]:
+    return [
+        f"storage.url={storage_url}",
+        f"output_root={out}",
+        f"trial.overrides={trial_list(trial or FAST_TRIAL)}",
+        "trial.train_steps=20",
+        "heartbeat.interval_s=1",
+        "heartbeat.grace_s=4",
+        "poll_s=0.2",
+        "progress_interval_s=2",
+        *extra,
+    ]
+
+
+def sweep_config(storage_url: str, out: Path, *extra: str, trial: list[str] | None = None) -> DictConfig:
+    return compose_sweep_config(sweep_overrides(storage_url, out, *extra, trial=trial))
+
+
+def summary_of(workdir: Path) -> dict:
+    return json.loads((workdir / "run" / "summary.json").read_text())

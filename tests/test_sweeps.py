@@ -1,0 +1,232 @@
+"""Sweeps end to end against the real PostgreSQL: studies, distributed trials, pruning, recovery."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import optuna
+import pytest
+from omegaconf import open_dict
+from optuna.trial import TrialState
+
+from storage import open_storage
+from sweeps.driver import Driver, StudyMismatchError
+from sweeps.launchers.base import LauncherConfigError
+from sweeps.run import dry_run
+from sweeps.space import SearchSpaceError
+from sweeps.validate import SweepConfigError
+from trm.config import compose_sweep_config
+from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides
+
+STUDIES = ["model_scaling", "model_scaling_pareto", "curriculum", "halting", "optimizer"]
+POD = ["site=pod", "launcher.tpu_name=test-pod", "launcher.zone=us-central2-b"]
+
+
+def load(pg_url: str, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=open_storage(pg_url))
+
+
+# ------------------------------------------------------------------------------- validation, dry run
+
+
+@pytest.mark.parametrize("site", ["laptop", "pod"])
+@pytest.mark.parametrize("study", STUDIES)
+def test_every_study_validates_and_dry_runs(study: str, site: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    extra = [f"study={study}", "n_trials=3", *(POD if site == "pod" else [])]
+    if site == "pod":  # the pod site brings its own trial overrides (paper scale)
+        cfg = compose_sweep_config([f"output_root={tmp_path}", *extra])
+    else:
+        cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, *extra)
+    driver = Driver(cfg)
+    driver.validate()
+    dry_run(driver)
+    out = capsys.readouterr().out
+    assert out.count("trm.train") == 3
+    assert "trial 2:" in out
+    if site == "pod":
+        assert "gcloud compute tpus tpu-vm ssh test-pod --zone=us-central2-b" in out and "experiment=paper_sudoku" in out
+    assert not (tmp_path / "db.sqlite").exists()  # a dry run stores nothing
+
+
+def with_space(cfg, space: dict, conditional: dict | None = None):
+    """Replace the tiny-scale search space of a composed sweep config (keys contain dots, so not via CLI)."""
+    with open_dict(cfg):
+        cfg.study.space.tiny = space
+        cfg.study.conditional.tiny = conditional or {}
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "space,conditional,error,expected",
+    [
+        ({"arch.hidden_size": "interval(64, 32)"}, None, SearchSpaceError, r"'arch.hidden_size'.*interval\(64, 32\)"),
+        ({"optim.lr": "tag(log, interval(0, 0.1))"}, None, SearchSpaceError, r"'optim.lr'.*low > 0"),
+        ({"arch.mixer": "choice()"}, None, SearchSpaceError, r"'arch.mixer'.*empty choice"),
+        ({"arch.no_such_key": "choice(1, 2)"}, None, SweepConfigError, r"arch.no_such_key"),
+        ({"arch.mixer": "choice(attention, mlp_t)"}, {"arch.mixer": {"conv": {"optim.lr": "interval(0.1, 0.2)"}}}, SearchSpaceError, r"'conv' is not one of the choices"),
+        ({"optim.lr": "interval(0.1, 0.2)"}, {"optim": {"lion": {"optim.lr": "interval(0.1, 0.2)"}}}, SearchSpaceError, r"conditional parameters need 'optim' to be a choice"),
+        ({}, None, SearchSpaceError, r"study.space.tiny is empty"),
+    ],
+)
+def test_bad_search_spaces_fail_before_launch(space: dict, conditional: dict | None, error: type, expected: str, tmp_path: Path) -> None:
+    cfg = with_space(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path), space, conditional)
+    with pytest.raises(error, match=expected):
+        Driver(cfg).validate()
+    assert not (tmp_path / "model_scaling").exists()  # nothing launched
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [("n_trials=0", r"n_trials=0"), ("max_concurrent=0", r"max_concurrent=0"), ("study.direction=up", r"study.direction='up'")],
+)
+def test_bad_budget_and_study_fields(override: str, expected: str, tmp_path: Path) -> None:
+    with pytest.raises(SweepConfigError, match=expected):
+        Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, override)).validate()
+
+
+def test_batch_not_divisible_by_launcher_world(tmp_path: Path) -> None:
+    cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "launcher=torchrun", "launcher.nproc_per_node=3")
+    with pytest.raises(SweepConfigError, match=r"train.global_batch_size=16 is not divisible by the world size 3"):
+        Driver(cfg).validate()
+
+
+def test_tpu_launcher_without_name_or_zone_is_rejected(tmp_path: Path) -> None:
+    cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "launcher=tpu_pod", "launcher.zone=z")
+    with pytest.raises(Exception, match=r"tpu_name"):
+        Driver(cfg).launcher.validate()
+    cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "launcher=tpu_pod", "launcher.tpu_name=t", "launcher.zone=null")
+    with pytest.raises(LauncherConfigError, match=r"launcher.zone=None"):
+        Driver(cfg).launcher.validate()
+
+
+def test_existing_study_with_other_direction_is_rejected(pg_url: str, tmp_path: Path) -> None:
+    optuna.create_study(study_name="taken", storage=open_storage(pg_url), direction="minimize")
+    driver = Driver(sweep_config(pg_url, tmp_path, "study.name=taken"))
+    with pytest.raises(StudyMismatchError, match=r"study.name='taken' already exists with direction"):
+        driver.open_study()
+
+
+# ------------------------------------------------------------------------------------- real studies
+
+
+def test_torchrun_study_completes_and_prunes_with_rank0_values(pg_url: str, tmp_path: Path) -> None:
+    """Two 2-process trials: a good lr (COMPLETE) then a useless one, pruned at its first eval on both ranks."""
+    cfg = sweep_config(
+        pg_url,
+        tmp_path,
+        "study.name=prune_e2e",
+        "study.objective=eval/accuracy",
+        "study.enqueue_baseline=false",
+        "n_trials=2",
+        "launcher=torchrun",
+        "launcher.nnodes=2",
+        "launcher.nproc_per_node=1",
+        "pruner=median",
+        "pruner.n_startup_trials=1",
+    )
+    driver = Driver(with_space(cfg, {"optim.lr": "choice(0.01, 1e-7)"}))
+    study = driver.open_study()
+    study.enqueue_trial({"optim.lr": 0.01})
+    study.enqueue_trial({"optim.lr": 1e-7})
+    driver.run()
+
+    trials = load(pg_url, "prune_e2e").trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED]
+    good, bad = (summary_of(tmp_path / "prune_e2e" / f"trial-{n}") for n in (0, 1))
+    assert trials[0].value == pytest.approx(good["best_value"])  # the value rank 0 measured
+    assert good["rank_steps"] == [20, 20]
+    assert bad["outcome"] == "PRUNED" and bad["rank_steps"] == [10, 10]  # both ranks stopped at step 10
+    assert trials[1].intermediate_values == {10: pytest.approx(bad["final"]["eval/accuracy"])}
+    for n in (0, 1):  # each node built its own dataset in its own directory
+        for node in (0, 1):
+            assert (tmp_path / "prune_e2e" / f"trial-{n}" / f"node-{node}" / "outputs" / "data").is_dir()
+
+
+def _start_driver(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sweeps.run", *args], stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=Path.cwd()
+    )
+
+
+def _wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_killed_driver_is_recovered_and_the_trial_resumes_from_its_checkpoint(pg_url: str, tmp_path: Path) -> None:
+    slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=60"]
+    args = sweep_overrides(pg_url, tmp_path, "study=halting", "study.name=recover", "n_trials=1", "pruner=none", trial=slow)
+    args = [a if not a.startswith("trial.train_steps") else "trial.train_steps=60" for a in args]
+    first = _start_driver([*args, f"hydra.run.dir={tmp_path}/h1"], tmp_path / "driver1.log")
+    checkpoint = tmp_path / "recover" / "trial-0" / "checkpoints" / "latest.pt"
+    try:
+        _wait_for(checkpoint.exists, 240, "the first checkpoint of trial 0")
+    finally:
+        first.send_signal(signal.SIGKILL)  # the driver dies; its job is orphaned
+        first.wait()
+    second = _start_driver([*args, f"hydra.run.dir={tmp_path}/h2"], tmp_path / "driver2.log")
+    assert second.wait(timeout=300) == 0, (tmp_path / "driver2.log").read_text()[-3000:]
+
+    trials = load(pg_url, "recover").trials
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert trials[0].state == TrialState.FAIL
+    retry = trials[1]
+    assert retry.state == TrialState.COMPLETE and retry.system_attrs["failed_trial"] == 0
+    assert retry.params == trials[0].params
+    log_text = (tmp_path / "recover" / "trial-1" / "worker-0.log").read_text()
+    resumed = [json.loads(line) for line in log_text.splitlines() if line.startswith('{"event": "start"')]
+    assert resumed and resumed[0]["resumed_from"] >= 10, log_text[-2000:]
+
+
+def test_two_drivers_share_a_study_without_duplicates_or_losses(pg_url: str, tmp_path: Path) -> None:
+    fast = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=10"]
+    args = sweep_overrides(pg_url, tmp_path, "study=halting", "study.name=shared", "n_trials=4", "pruner=none", trial=fast)
+    drivers = [_start_driver([*args, f"hydra.run.dir={tmp_path}/h{i}"], tmp_path / f"d{i}.log") for i in range(2)]
+    for i, driver in enumerate(drivers):
+        assert driver.wait(timeout=400) == 0, (tmp_path / f"d{i}.log").read_text()[-3000:]
+    trials = load(pg_url, "shared").trials
+    assert len(trials) == 4
+    assert sorted(t.number for t in trials) == [0, 1, 2, 3]
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    started = [line for i in range(2) for line in (tmp_path / f"d{i}.log").read_text().splitlines() if "started" in line]
+    assert len(started) == 4  # every trial ran exactly once, split across the two drivers
+
+
+# --------------------------------------------------------------------------- other readers of studies
+
+
+def test_optuna_cli_and_dashboard_read_our_study(pg_url: str, tmp_path: Path) -> None:
+    cfg = sweep_config(pg_url, tmp_path, "study.name=readable")
+    study = Driver(cfg).open_study()
+    study.enqueue_trial({"arch.hidden_size": 32, "arch.L_layers": 1, "arch.H_cycles": 1, "arch.L_cycles": 1, "arch.mixer": "mlp_t"})
+    url = open_storage(pg_url).url  # the psycopg2 form Optuna's own tools need
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "optuna"), "studies", "--storage", url, "-f", "json"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "readable" in {s["name"] for s in json.loads(out)}
+    port = 18000 + os.getpid() % 1000
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "optuna-dashboard"), url, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        def answers() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=2) as resp:
+                    return "readable" in resp.read().decode()
+            except OSError:
+                return False
+
+        _wait_for(answers, 60, "optuna-dashboard to list the study")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
