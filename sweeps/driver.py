@@ -148,6 +148,13 @@ class Driver:
             1 for t in trials if t.state == TrialState.RUNNING
         )
 
+    def study_done(self) -> bool:
+        """Budget spent and nothing running anywhere: a trial RUNNING elsewhere may belong to a dead driver,
+        so we wait for it to finish or go stale (and then run its retry ourselves)."""
+        if self.finished_count() < self.cfg.n_trials:
+            return False
+        return not self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+
     def enqueue_baseline(self) -> None:
         if not self.study_cfg.get("enqueue_baseline") or self.study.get_trials(deepcopy=False):
             return
@@ -270,7 +277,7 @@ class Driver:
         self.recover()
         self.enqueue_baseline()
         started = time.time()
-        last_progress = 0.0
+        last_progress = last_recover = time.time()
         try:
             while True:
                 out_of_time = self.cfg.timeout is not None and time.time() - started > self.cfg.timeout
@@ -285,10 +292,12 @@ class Driver:
                     if code is not None:
                         self.finish_trial(running, code)
                         del self.running[number]
-                if not self.running and (out_of_time or self.finished_count() >= self.cfg.n_trials):
+                if not self.running and (out_of_time or self.study_done()):
                     break
+                if time.time() - last_recover > self.cfg.heartbeat.interval_s:
+                    self.recover()  # another driver may have died meanwhile: its trials come back to us
+                    last_recover = time.time()
                 if time.time() - last_progress > self.cfg.progress_interval_s:
-                    self.recover()  # another driver may have died meanwhile
                     self.log_progress()
                     last_progress = time.time()
                 time.sleep(self.cfg.poll_s)
