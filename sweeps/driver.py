@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -52,10 +53,19 @@ class StudyMismatchError(ValueError):
 @dataclass
 class RunningTrial:
     trial: optuna.Trial
-    handle: JobHandle
+    handle: JobHandle | None
     heartbeat: HeartbeatThread
     workdir: Path
+    values: dict[str, Any] = field(default_factory=dict)  # the sampled training overrides
+    origin: int = 0  # first trial of its retry chain: owner of the checkpoints
+    seed_index: int = 0
+    seed_values: list[list[float]] = field(default_factory=list)
     started: float = field(default_factory=time.time)
+
+
+def seed_prefix(index: int) -> str:
+    """Where the job of seed `index` stores its outcome on the trial (seed 0: no prefix)."""
+    return f"seed{index}/" if index else ""
 
 
 def study_directions(study_cfg: DictConfig) -> list[str]:
@@ -199,57 +209,84 @@ class Driver:
 
     def start_trial(self, trial: optuna.Trial) -> RunningTrial:
         values = self.space.sample(trial)
-        frozen = self.storage.get_trial(trial_id_of(trial))
-        origin = self.origin_number(frozen)
+        origin = self.origin_number(self.storage.get_trial(trial_id_of(trial)))
         workdir = self.output_root / f"trial-{trial.number}"
-        overrides = self.trial_overrides(trial, values, workdir, origin)
         trial.set_user_attr("overrides", to_overrides(values))
         trial.set_user_attr("workdir", str(workdir))
         heartbeat = HeartbeatThread(self.storage, trial_id_of(trial), float(self.cfg.heartbeat.interval_s))
         heartbeat.start()
-        try:
-            handle = self.launcher.launch(JobSpec(name=f"{self.study_cfg.name}-{trial.number}", overrides=overrides, workdir=workdir))
-        except Exception as err:
-            heartbeat.stop()
-            self.tell_fail(trial, f"launch failed: {type(err).__name__}: {err}")
-            raise
+        running = RunningTrial(trial, None, heartbeat, workdir, values=values, origin=origin)
+        self.launch_seed(running, 0)
         resumed = f" (retry of trial {origin}, resuming from its checkpoint)" if origin != trial.number else ""
         log.info("trial %d started%s: %s", trial.number, resumed, " ".join(to_overrides(values)))
-        return RunningTrial(trial, handle, heartbeat, workdir)
+        return running
+
+    def launch_seed(self, running: RunningTrial, index: int) -> None:
+        """Start the job for one seed of the trial (a single job when study.seeds is 1)."""
+        trial, seeds = running.trial, int(self.study_cfg.seeds)
+        overrides = self.trial_overrides(trial, running.values, running.workdir, running.origin)
+        workdir = running.workdir
+        if seeds > 1:
+            # Own output and checkpoint per seed; only seed 0 reports to the pruner.
+            overrides = [o.replace("/run", f"/seed-{index}/run").replace("/checkpoints", f"/seed-{index}/checkpoints") if o.startswith(("out_dir=", "checkpoint.url=")) else o for o in overrides]
+            overrides += [f"seed={index}", f"sweep.seed_index={index}"]
+            workdir = running.workdir / f"seed-{index}"
+        running.seed_index = index
+        try:
+            running.handle = self.launcher.launch(JobSpec(name=f"{self.study_cfg.name}-{trial.number}", overrides=overrides, workdir=workdir))
+        except Exception as err:
+            running.heartbeat.stop()
+            self.tell_fail(trial, f"launch failed: {type(err).__name__}: {err}")
+            raise
 
     def tell_fail(self, trial: optuna.Trial, reason: str) -> None:
         trial.set_user_attr("fail_reason", reason[-2000:])
         self.study.tell(trial, state=TrialState.FAIL)
         log.warning("trial %d FAIL: %s", trial.number, reason.splitlines()[0] if reason else "")
 
-    def finish_trial(self, running: RunningTrial, exit_code: int) -> TrialState:
-        """Tell Optuna what the job recorded; the exit code is only the fallback."""
-        running.heartbeat.stop()
+    def on_job_end(self, running: RunningTrial, exit_code: int) -> TrialState | None:
+        """Tell Optuna what the job recorded (exit codes are only the fallback); None if more seeds follow."""
         trial = running.trial
         attrs = self.storage.get_trial(trial_id_of(trial)).user_attrs
-        outcome = attrs.get("outcome")
+        prefix = seed_prefix(running.seed_index)
+        outcome = attrs.get(prefix + "outcome")
         if outcome == "COMPLETE":
-            values = self.objective_values(attrs)
+            values = self.objective_values({k[len(prefix):]: v for k, v in attrs.items() if k.startswith(prefix)} if prefix else attrs)
             if values is None:
-                self.tell_fail(trial, f"job finished without a finite {self.study_cfg.objective} (attrs: {sorted(attrs)})")
-                return TrialState.FAIL
-            self.study.tell(trial, values if len(values) > 1 else values[0])
-            log.info("trial %d COMPLETE: %s = %s (best step %s)", trial.number, self.study_cfg.objective, values[0], attrs.get("best_step"))
-            return TrialState.COMPLETE
+                return self.finish(running, TrialState.FAIL, f"job finished without a finite {self.study_cfg.objective}")
+            running.seed_values.append(values)
+            if running.seed_index + 1 < int(self.study_cfg.seeds):
+                self.launch_seed(running, running.seed_index + 1)
+                return None
+            return self.finish(running, TrialState.COMPLETE)
         if outcome == "PRUNED":
-            self.study.tell(trial, state=TrialState.PRUNED)
-            log.info("trial %d PRUNED at step %s", trial.number, attrs.get("steps"))
-            return TrialState.PRUNED
+            return self.finish(running, TrialState.PRUNED)
         if outcome == "FAIL":
-            reason = attrs.get("error") or "the job reported FAIL without a reason"
+            reason = attrs.get(prefix + "error") or "the job reported FAIL without a reason"
             if running.handle.failure:
                 reason = f"{reason}\n{running.handle.failure}"
-            self.tell_fail(trial, reason)
-            return TrialState.FAIL
+            return self.finish(running, TrialState.FAIL, reason)
         # No outcome stored: the job died before rank 0 could write it (or never started).
-        reason = running.handle.failure or f"the job exited with code {exit_code} without recording an outcome"
-        self.tell_fail(trial, reason)
-        return TrialState.FAIL
+        return self.finish(running, TrialState.FAIL, running.handle.failure or f"the job exited with code {exit_code} without recording an outcome")
+
+    def finish(self, running: RunningTrial, state: TrialState, reason: str = "") -> TrialState:
+        running.heartbeat.stop()
+        trial = running.trial
+        if state == TrialState.FAIL:
+            self.tell_fail(trial, reason)
+        elif state == TrialState.PRUNED:
+            last_step = max(self.storage.get_trial(trial_id_of(trial)).intermediate_values, default=None)
+            self.study.tell(trial, state=TrialState.PRUNED)
+            log.info("trial %d PRUNED at step %s", trial.number, last_step)
+        else:
+            per_seed = running.seed_values
+            values = [statistics.fmean(v[i] for v in per_seed) for i in range(len(per_seed[0]))]
+            if len(per_seed) > 1:  # TRM's seed variance is large: keep the spread on the trial
+                trial.set_user_attr("seed_values", [v[0] for v in per_seed])
+                trial.set_user_attr("seed_std", statistics.pstdev(v[0] for v in per_seed))
+            self.study.tell(trial, values if len(values) > 1 else values[0])
+            log.info("trial %d COMPLETE: %s = %.4f", trial.number, self.study_cfg.objective, values[0])
+        return state
 
     def objective_values(self, attrs: dict[str, Any]) -> list[float] | None:
         final = attrs.get("final_metrics") or {}
@@ -289,8 +326,7 @@ class Driver:
                     self.running[running.trial.number] = running
                 for number, running in list(self.running.items()):
                     code = running.handle.poll()
-                    if code is not None:
-                        self.finish_trial(running, code)
+                    if code is not None and self.on_job_end(running, code) is not None:
                         del self.running[number]
                 if not self.running and (out_of_time or self.study_done()):
                     break

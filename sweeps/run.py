@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import signal
 import sys
 
 import hydra
@@ -41,9 +42,15 @@ def describe_command(driver: Driver, spec: JobSpec) -> str:
     return shlex.join(launcher.command(spec))
 
 
+def _interrupt_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @hydra.main(config_path="../conf", config_name="sweep")
 def main(cfg: DictConfig) -> None:
     logging.getLogger("sweeps").setLevel(logging.INFO)
+    # SIGTERM (a scheduler, `timeout`, a preempted VM) stops our jobs and re-queues their trials, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     try:
         driver = Driver(cfg)
         if cfg.dry_run:

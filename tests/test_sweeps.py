@@ -230,3 +230,14 @@ def test_optuna_cli_and_dashboard_read_our_study(pg_url: str, tmp_path: Path) ->
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_repeated_seeds_tell_the_mean_and_keep_the_spread(tmp_path: Path) -> None:
+    cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "study.name=seeds", "study.seeds=2", "n_trials=1", "pruner=none", "study.objective=eval/accuracy")
+    Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
+    trial = optuna.load_study(study_name="seeds", storage=f"sqlite:///{tmp_path}/db.sqlite").trials[0]
+    per_seed = [summary_of(tmp_path / "seeds" / "trial-0" / f"seed-{i}")["best_value"] for i in (0, 1)]
+    assert trial.state == TrialState.COMPLETE
+    assert trial.user_attrs["seed_values"] == pytest.approx(per_seed)
+    assert trial.value == pytest.approx(sum(per_seed) / 2)
+    assert trial.user_attrs["seed_std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2)

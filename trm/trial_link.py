@@ -48,7 +48,7 @@ def retry(action: Callable[[], T], what: str, attempts: int = 6, first_delay_s: 
 class TrialLink:
     """Implements trm.train.Reporter for rank 0 of a sweep trial."""
 
-    def __init__(self, study_name: str, trial_number: int, storage_url: str, password_env: str | None = None):
+    def __init__(self, study_name: str, trial_number: int, storage_url: str, password_env: str | None = None, seed_index: int = 0):
         self.storage = retry(lambda: open_storage(storage_url, password_env=password_env), "opening the study storage")
         study_id = self.storage.get_study_id_from_name(study_name)
         attrs = self.storage.get_study_user_attrs(study_id)
@@ -61,6 +61,9 @@ class TrialLink:
         self.multi_objective = len(self.study.directions) > 1
         self.objective = attrs.get(OBJECTIVE_ATTR)
         self.finished = False
+        # With repeated seeds, seed 0 alone reports to the pruner; seed i > 0 stores its outcome under "seed{i}/".
+        self.seed_index = seed_index
+        self.prefix = f"seed{seed_index}/" if seed_index else ""
 
     def _still_running(self) -> bool:
         return self.storage.get_trial(self.trial_id).state == TrialState.RUNNING
@@ -72,8 +75,8 @@ class TrialLink:
         orphaned job stops without writing anything more; the retry resumes from the last checkpoint."""
         if not retry(self._still_running, "reading the trial state"):
             return "abandon"
-        if self.multi_objective or self.objective is None:
-            return "continue"  # Optuna prunes single-objective studies only
+        if self.multi_objective or self.objective is None or self.seed_index:
+            return "continue"  # Optuna prunes single-objective studies only; later seeds never prune
         value = metrics[self.objective]
         if not math.isfinite(value):
             return "continue"
@@ -101,7 +104,7 @@ class TrialLink:
         if summary.get("error"):
             attrs["error"] = str(summary["error"])[-2000:]
         for key, value in attrs.items():
-            retry(lambda: self.storage.set_trial_user_attr(self.trial_id, key, value), f"storing {key}")
+            retry(lambda: self.storage.set_trial_user_attr(self.trial_id, self.prefix + key, value), f"storing {key}")
 
 
 def link_from_config(cfg: DictConfig) -> TrialLink | None:
@@ -114,4 +117,4 @@ def link_from_config(cfg: DictConfig) -> TrialLink | None:
             f"sweep.study={sweep.study!r} needs sweep.trial_number and sweep.storage too "
             f"(got trial_number={sweep.trial_number!r}, storage set: {sweep.storage is not None})"
         )
-    return TrialLink(sweep.study, int(sweep.trial_number), sweep.storage, sweep.get("password_env"))
+    return TrialLink(sweep.study, int(sweep.trial_number), sweep.storage, sweep.get("password_env"), int(sweep.get("seed_index") or 0))

@@ -1,0 +1,87 @@
+"""`python -m sweeps.status [study=NAME] [format=table|json] [storage.url=...]`: studies and their trials.
+
+Needs nothing but the storage: works for a study written from another machine.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from storage import open_storage, redact, resolve_url
+from sweeps.space import params_to_values
+
+FORMATS = ("table", "json")
+
+
+def trial_row(trial: FrozenTrial) -> dict[str, Any]:
+    duration = (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_complete and trial.datetime_start else None
+    return {
+        "number": trial.number,
+        "state": trial.state.name,
+        "value": trial.values if trial.values and len(trial.values) > 1 else trial.value,
+        "params": params_to_values(trial.params),
+        "duration_s": round(duration, 1) if duration is not None else None,
+        "best_step": trial.user_attrs.get("best_step"),
+        "steps": trial.user_attrs.get("steps"),
+        "reason": next(iter((trial.user_attrs.get("fail_reason") or "").splitlines()), "")[:120] or None,
+    }
+
+
+def collect(storage: optuna.storages.BaseStorage, study_name: str | None) -> list[dict[str, Any]]:
+    names = [study_name] if study_name else [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    studies = []
+    for name in names:
+        study = optuna.load_study(study_name=name, storage=storage)
+        trials = study.get_trials(deepcopy=False)
+        counts = {state: sum(t.state.name == state for t in trials) for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")}
+        best = None
+        if len(study.directions) == 1 and counts["COMPLETE"]:
+            best = {"number": study.best_trial.number, "value": study.best_value}
+        studies.append({"study": name, "directions": [d.name.lower() for d in study.directions], "objective": study.user_attrs.get("objective"), "counts": counts, "best": best, "trials": [trial_row(t) for t in trials]})
+    return studies
+
+
+def render_table(studies: list[dict[str, Any]]) -> str:
+    lines = []
+    for s in studies:
+        counts = ", ".join(f"{k.lower()} {v}" for k, v in s["counts"].items() if v)
+        best = f"; best trial {s['best']['number']} = {s['best']['value']:.4f}" if s["best"] else ""
+        lines.append(f"study {s['study']} ({s['objective']}, {'/'.join(s['directions'])}): {counts or 'no trials'}{best}")
+        lines.append(f"  {'#':>4} {'state':<9} {'value':>10} {'best step':>9} {'dur s':>7}  params")
+        for t in s["trials"]:
+            value = t["value"]
+            shown = "" if value is None else (",".join(f"{v:.4g}" for v in value) if isinstance(value, list) else f"{value:.4f}")
+            params = " ".join(f"{k}={v}" for k, v in t["params"].items())
+            extra = f"  ({t['reason']})" if t["reason"] else ""
+            lines.append(f"  {t['number']:>4} {t['state']:<9} {shown:>10} {str(t['best_step'] or ''):>9} {str(t['duration_s'] or ''):>7}  {params}{extra}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = dict(a.split("=", 1) for a in (sys.argv[1:] if argv is None else argv))
+    known = {"study", "format", "storage.url", "storage.password_env"}
+    unknown = sorted(set(args) - known)
+    if unknown:
+        print(f"error: unknown argument(s) {unknown}; accepted: {sorted(known)}", file=sys.stderr)
+        return 2
+    fmt = args.get("format", "table")
+    if fmt not in FORMATS:
+        print(f"error: format={fmt!r}: expected one of {list(FORMATS)}", file=sys.stderr)
+        return 2
+    url = resolve_url(args.get("storage.url"), "outputs/optuna.db")
+    storage = open_storage(url, password_env=args.get("storage.password_env"))
+    try:
+        studies = collect(storage, args.get("study"))
+    except KeyError:
+        print(f"error: study={args.get('study')!r} not found in {redact(url)}", file=sys.stderr)
+        return 2
+    print(json.dumps(studies, default=str) if fmt == "json" else render_table(studies))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
