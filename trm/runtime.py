@@ -119,7 +119,7 @@ class ControlPlane:
 
 
 def resolve_control_plane(cfg: Any, env: dict[str, str] | None = None) -> ControlPlane:
-    """Rank, world size and rendezvous of the `xla` control plane.
+    """Rank, world size and rendezvous of the control plane (gloo), for the `torch` and `xla` backends.
 
     Config (`runtime.rank`, `runtime.world_size`, `runtime.master_addr`, `runtime.port`) overrides the
     environment; otherwise torchrun's vars (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), else the TPU VM's
@@ -177,19 +177,22 @@ def init_runtime(cfg: Any) -> Runtime:
         backend = "xla"
     if backend == "xla":
         return _init_xla(cfg)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    plane = resolve_control_plane(cfg)  # torchrun's env, or a TPU VM's (tpu_pod launcher with backend torch)
     if backend == "auto":
-        backend = "torch" if world_size > 1 else "single"
+        backend = "torch" if plane.world_size > 1 else "single"
     if backend == "single":
-        if world_size > 1:
-            raise ValueError(f"runtime.backend=single but WORLD_SIZE={world_size}: use runtime.backend=torch or auto")
+        if plane.world_size > 1:
+            raise ValueError(f"runtime.backend=single but the job has {plane.world_size} processes ({plane.source}): use runtime.backend=torch or auto")
         return Runtime()
-    rank = int(os.environ.get("RANK", "0"))
-    if not dist.is_initialized():
+    if plane.world_size > 1 and not dist.is_initialized():
         dist.init_process_group(
-            "gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=float(cfg.timeout_s))
+            "gloo",
+            init_method=plane.init_method,
+            rank=plane.rank,
+            world_size=plane.world_size,
+            timeout=datetime.timedelta(seconds=float(cfg.timeout_s)),
         )
-    return Runtime(backend="torch", rank=rank, world_size=world_size)
+    return Runtime(backend="torch", rank=plane.rank, world_size=plane.world_size)
 
 
 def check_agreement(runtime: Runtime, fingerprints: dict[str, str]) -> None:

@@ -32,6 +32,7 @@ from trm.model import ACTModel, Carry, TRMConfig, count_params
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr
 from trm.runtime import Runtime, check_agreement, init_runtime
 from trm.schedules import exploration_at, recursion_at, validate_curriculum
+from trm.tracking import make_tracker
 from trm.trial_link import link_from_config
 
 
@@ -96,13 +97,13 @@ def train_step(
     cycles: tuple[int, int],
     optimizers: list[torch.optim.Optimizer],
     cfg: DictConfig,
-    local_batch: int,
+    loss_divisor: int,
 ) -> tuple[Carry, Tensor]:
     """One supervision step on every slot of the carry. Returns the new carry and the metric sums."""
     with autocast(cfg.train.precision, carry.y.device):
         carry, logits, q_halt = model(carry, batch, exploration, *cycles)
     loss, metrics = act_loss(logits, q_halt, carry.labels, carry.inputs, carry.halted, carry.steps, cfg.train.loss)
-    (loss / local_batch).backward()
+    (loss / loss_divisor).backward()  # DDP averages over ranks; XLA SPMD sees the global batch
     if cfg.train.grad_clip > 0:
         nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
     for opt in optimizers:
@@ -127,6 +128,7 @@ def evaluate(model: ACTModel, batches: Iterable[dict[str, Tensor]], cfg: DictCon
             logits, q_halt, carry.labels, carry.inputs, carry.halted, carry.steps, cfg.train.loss, valid=batch["valid"]
         )
         sums += metrics
+        runtime.step_boundary()  # one bounded graph per eval batch on XLA
     model.train(was_training)
     return normalize_metrics(runtime.all_reduce_sum(sums).tolist(), "eval")
 
@@ -225,10 +227,13 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     total = cfg.train.steps
     bar = tqdm(total=total, initial=start_step, disable=not (is_main and cfg.train.progress), desc="train", dynamic_ncols=True)
 
+    tracker = make_tracker(cfg, is_main, params)
+
     def log(record: dict[str, Any]) -> None:
         if metrics_file is not None:
             metrics_file.write(json.dumps(record) + "\n")
             metrics_file.flush()
+        tracker.log(record["step"], {k: v for k, v in record.items() if k != "step"})
 
     def save_checkpoint(improved: bool) -> None:
         """Collective (every rank sends its carry and RNG); rank 0 writes latest.pt and maybe best.pt."""
@@ -321,6 +326,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             metrics_file.close()
             (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
             print(json.dumps({"event": "end", **summary}), flush=True)
+        tracker.finish(summary)
         if is_main and reporter is not None:
             reporter.finish(outcome, summary)
     return summary

@@ -10,6 +10,7 @@ so every piece is `shlex.quote`d once: overrides with spaces, quotes, brackets o
 from __future__ import annotations
 
 import glob
+import re
 import shlex
 import shutil
 import subprocess
@@ -119,7 +120,9 @@ class TpuPodLauncher:
         return f"mkdir -p {self.remote_dir} && cd {self.remote_dir} && {exports} exec {train}".replace("  ", " ")
 
     def cancel_command(self, spec: JobSpec) -> str:
-        return f"pkill -TERM -f -- {shlex.quote(f'sweep.job={spec.name}')} || true"
+        # "[s]weep.job=..." matches the workers' command lines but not this shell's own (which contains "[s]").
+        pattern = "[s]" + re.escape(f"weep.job={spec.name}") + "( |$)"
+        return f"pkill -TERM -f -- {shlex.quote(pattern)} || true"
 
     def launch(self, spec: JobSpec) -> JobHandle:
         command = self.remote_command(spec)

@@ -1,5 +1,6 @@
 """A whole `python -m trm.train` run on the xla backend (SPMD over 4 virtual CPU devices) against the same run
-on the CPU (`single`): same train/eval metrics at every log and eval point, checkpoints written and loadable."""
+on the CPU (`single`): same train/eval metrics at every log and eval point, checkpoints written and loadable,
+and a run stopped at step 6 and resumed in a new process continues with the same numbers."""
 from __future__ import annotations
 
 import json
@@ -40,23 +41,25 @@ def read_metrics(out_dir: Path) -> list[dict]:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("xla_train_run")
     data = root / "data"
-    # Build the dataset once, on the CPU run's side, before both runs read it.
-    backends = {"single": None, "xla": 4}
+    devices = {"single": None, "xla": 4}
 
-    def one(backend: str) -> Path:
-        out = root / backend
+    def one(backend: str, name: str, *extra: str) -> Path:
+        out = root / name
         args = ["-m", "trm.train", *FAST, f"data.root={data}", f"out_dir={out}", f"hydra.run.dir={out}/hydra",
-                f"runtime.backend={backend}"]
+                f"runtime.backend={backend}", *extra]
         if backend == "xla":
             args.append("runtime.expected_devices=4")
-        proc = run_python(args, xla_env(backends[backend]))
-        assert proc.returncode == 0, f"{backend} run failed:\n{proc.stderr[-4000:]}"
+        proc = run_python(args, xla_env(devices[backend]))
+        assert proc.returncode == 0, f"{name} run failed:\n{proc.stderr[-4000:]}"
         return out
 
-    first = one("single")  # also generates the dataset
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        second = pool.submit(one, "xla").result()
-    return {"single": first, "xla": second}
+    runs = {"single": one("single", "single")}  # generates the dataset; the other runs read the same files
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two cores
+        straight = pool.submit(one, "xla", "xla")
+        one("xla", "resumed", "train.stop_after=6")  # stops with a checkpoint at step 6 ...
+        runs["resumed"] = one("xla", "resumed")  # ... and a new process resumes it to step 12
+        runs["xla"] = straight.result()
+    return runs
 
 
 def test_xla_run_matches_cpu_run(runs: dict[str, Path]) -> None:
@@ -84,3 +87,11 @@ def test_xla_run_summary_and_checkpoint(runs: dict[str, Path]) -> None:
     env.pop("PJRT_DEVICE")
     proc = run_python(["-c", check], env)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_xla_run_resumes_from_its_checkpoint(runs: dict[str, Path]) -> None:
+    straight, resumed = read_metrics(runs["xla"]), read_metrics(runs["resumed"])
+    assert [r["step"] for r in resumed] == [r["step"] for r in straight]  # 3, 6 (+eval), then 9, 12 (+eval)
+    for a, b in zip(resumed, straight):
+        for key, value in b.items():
+            assert a[key] == pytest.approx(value, rel=1e-5, abs=1e-6), (a["step"], key)

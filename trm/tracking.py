@@ -1,0 +1,402 @@
+"""Experiment tracking on rank 0 (W&B): one run per training job. Other ranks never create a run.
+
+A sweep trial's run is named `<study>-<trial number>` in group `<study>` (job type `trial`); a plain training
+run is `manual-<out_dir name>` in group `manual` (job type `train`). The run's config is the resolved training
+config (storage URL redacted, values read from environment variables replaced by `<env:NAME>`), the trial's
+sampled parameters as `trial_params`, and the model size; tags name the study, sampler, pruner and launcher
+(read from the study record) plus `wandb.tags`. Metrics are logged against the training step at the loop's
+log/eval points only; the summary holds the outcome, objective, best value and step, parameter count and
+compute.
+
+W&B never touches the network unless asked to: `wandb.mode=auto` is `online` only when `WANDB_API_KEY` is set
+(and `WANDB_MODE` does not say offline/disabled), else `offline` (upload later with `wandb sync <run dir>`).
+The run directory is `<out_dir>/wandb/` unless `wandb.dir` says otherwise. Tracking is never worth a training
+run: if wandb cannot be imported or a call fails, one warning is printed and the job continues untracked.
+
+`read_offline_run(path)` reads an offline run back (its `.wandb` log) without W&B's servers.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import struct
+import sys
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+MODES = ("auto", "offline", "online", "disabled")
+DEFAULT_PROJECT = "trm-sweeps"
+MANUAL_GROUP = "manual"
+# Keys of the training summary (trm.train) that go into the W&B run summary.
+SUMMARY_KEYS = (
+    "outcome",
+    "objective",
+    "best_value",
+    "best_step",
+    "steps",
+    "params",
+    "puzzle_emb_params",
+    "flops_per_sample_step",
+    "compute_flops",
+    "seconds",
+)
+_ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:\s*([^,}\s]+)")
+_warned = False
+
+
+def warn(message: str) -> None:
+    """One warning per process: tracking problems must not drown the training log."""
+    global _warned
+    if not _warned:
+        _warned = True
+        print(f"warning: W&B tracking is off for this run: {message}", file=sys.stderr, flush=True)
+
+
+class Tracker:
+    """No-op tracker: the interface the training loop calls (non-zero ranks, tracking disabled or broken)."""
+
+    run: Any = None
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        pass
+
+
+class WandbTracker(Tracker):
+    """Rank 0's W&B run. Every call is guarded: a tracking error turns the tracker into a no-op."""
+
+    def __init__(self, run: Any):
+        self.run = run
+        self.finished = False
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        if self.run is None:
+            return
+        try:
+            self.run.log({k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}, step=int(step))
+        except Exception as err:  # noqa: BLE001 - tracking never stops training
+            self._give_up(err)
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        if self.run is None or self.finished:
+            return
+        self.finished = True
+        try:
+            self.run.summary.update(run_summary(summary))
+            self.run.finish(exit_code=1 if summary.get("outcome") == "FAIL" else 0)
+        except Exception as err:  # noqa: BLE001
+            self._give_up(err)
+        self.run = None
+
+    def _give_up(self, err: BaseException) -> None:
+        warn(f"{type(err).__name__}: {err}")
+        run, self.run = self.run, None
+        try:
+            run.finish(exit_code=1)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+# ------------------------------------------------------------------------------------------- settings
+
+
+def resolve_mode(mode: str | None, environ: dict[str, str] | os._Environ = os.environ) -> str:
+    """`auto`: online only with an API key in the environment (and no WANDB_MODE=offline/disabled), else offline."""
+    mode = (mode or "auto").lower()
+    if mode not in MODES:
+        raise ValueError(f"wandb.mode={mode!r}: expected one of {list(MODES)}")
+    if mode != "auto":
+        return mode
+    env_mode = (environ.get("WANDB_MODE") or "").lower()
+    if env_mode in ("offline", "dryrun"):
+        return "offline"
+    if env_mode == "disabled":
+        return "disabled"
+    return "online" if environ.get("WANDB_API_KEY") else "offline"
+
+
+def run_identity(cfg: DictConfig) -> dict[str, str]:
+    """W&B group, name and job type of this job's run."""
+    sweep = cfg.get("sweep") or {}
+    study = sweep.get("study")
+    if study is None:
+        out_name = Path(str(cfg.get("out_dir") or "run")).name or "run"
+        return {"group": MANUAL_GROUP, "name": f"{MANUAL_GROUP}-{out_name}", "job_type": "train"}
+    name = f"{study}-{sweep.get('trial_number')}"
+    seed_index = int(sweep.get("seed_index") or 0)
+    if seed_index:
+        name += f"-seed{seed_index}"
+    return {"group": str(study), "name": name, "job_type": "trial"}
+
+
+def _mask_env(node: Any) -> Any:
+    """Replace every `${oc.env:NAME...}` value by `<env:NAME>` (before resolving), so no env value is logged."""
+    if isinstance(node, dict):
+        return {k: _mask_env(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_mask_env(v) for v in node]
+    if isinstance(node, str):
+        match = _ENV_INTERPOLATION.search(node)
+        if match:
+            return f"<env:{match.group(1)}>"
+    return node
+
+
+def safe_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved training config without secrets: env values masked, storage URL redacted."""
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    masked = OmegaConf.create(_mask_env(raw))
+    try:
+        resolved = OmegaConf.to_container(masked, resolve=True)
+    except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra app: resolve key by key
+        resolved = {key: _resolve_key(masked, key) for key in masked}
+    resolved.pop("wandb", None)  # the tracker's own settings are not a property of the trial
+    sweep = resolved.get("sweep")
+    if isinstance(sweep, dict) and sweep.get("storage"):
+        from storage import redact
+
+        sweep["storage"] = redact(str(sweep["storage"]))
+    return resolved
+
+
+def _resolve_key(cfg: DictConfig, key: str) -> Any:
+    """One top-level key resolved; what does not resolve is kept as written (an interpolation string)."""
+    try:
+        node = cfg[key]
+        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    except Exception:  # noqa: BLE001
+        node = cfg._get_node(key)
+        return OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else str(node._value())
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """`["arch.hidden_size=64", "optim=lion"]` -> `{"arch.hidden_size": 64, "optim": "lion"}` (YAML values)."""
+    params: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, value = str(item).partition("=")
+        if not sep:
+            continue
+        try:
+            params[key.lstrip("+~")] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            params[key.lstrip("+~")] = value
+    return params
+
+
+def trial_record(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the trial's sampled parameters, the study's user attributes), read from the study storage.
+
+    The driver stores the trial's training overrides as the trial user attribute `overrides`, and the
+    sampler, pruner and launcher as study attributes; a job needs only its sweep.* keys to find them."""
+    from storage import close_storage, open_storage
+
+    sweep = cfg.sweep
+    storage = open_storage(str(sweep.storage), password_env=sweep.get("password_env"))
+    try:
+        study_id = storage.get_study_id_from_name(str(sweep.study))
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, int(sweep.trial_number))
+        trial = storage.get_trial(trial_id)
+        overrides = trial.user_attrs.get("overrides")
+        if overrides:
+            params = parse_overrides(overrides)
+        else:  # a trial not started by our driver: Optuna's names (`key@choice` for conditionals)
+            params = {name.split("@", 1)[0]: value for name, value in trial.params.items()}
+        return params, dict(storage.get_study_user_attrs(study_id))
+    finally:
+        close_storage(storage)
+
+
+def _short(spec: Any) -> str | None:
+    """`{"_target_": "optuna.pruners.HyperbandPruner", ...}` or "TPESampler" -> the class name."""
+    if isinstance(spec, dict):
+        spec = spec.get("_target_")
+    return str(spec).rsplit(".", 1)[-1] if spec else None
+
+
+def run_tags(cfg: DictConfig, study_attrs: dict[str, Any]) -> list[str]:
+    tags: list[str] = []
+    study = (cfg.get("sweep") or {}).get("study")
+    if study is not None:
+        tags.append(f"study:{study}")
+    for key in ("sampler", "pruner", "launcher"):
+        name = _short(study_attrs.get(key))
+        if name:
+            tags.append(f"{key}:{name}")
+    tags += [str(t) for t in ((cfg.get("wandb") or {}).get("tags") or [])]
+    return list(dict.fromkeys(t[:64] for t in tags))  # W&B limits tags to 64 characters
+
+
+def run_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    out = {k: summary.get(k) for k in SUMMARY_KEYS if k in summary}
+    if summary.get("error"):
+        out["error"] = str(summary["error"])[-1000:]
+    for key, value in (summary.get("final") or {}).items():
+        out[f"final/{key}"] = value
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
+
+
+# --------------------------------------------------------------------------------------------- factory
+
+
+def make_tracker(cfg: DictConfig, is_main: bool, extra: dict[str, Any] | None = None) -> Tracker:
+    """The tracker for this process: a W&B run on rank 0 when enabled in config, else a no-op."""
+    if not is_main:
+        return Tracker()  # other ranks never import wandb, let alone create a run
+    wcfg = cfg.get("wandb")
+    if wcfg is None or not wcfg.get("enabled", True):
+        return Tracker()
+    try:
+        mode = resolve_mode(wcfg.get("mode"))
+    except ValueError as err:
+        warn(str(err))
+        return Tracker()
+    if mode == "disabled":
+        return Tracker()
+    sweep = cfg.get("sweep") or {}
+    params: dict[str, Any] = {}
+    study_attrs: dict[str, Any] = {}
+    if sweep.get("study") is not None and sweep.get("storage"):
+        try:
+            params, study_attrs = trial_record(cfg)
+        except Exception as err:  # noqa: BLE001 - the run is still worth having without them
+            print(f"warning: W&B run without trial parameters (cannot read the trial: {type(err).__name__}: {err})", file=sys.stderr, flush=True)
+    try:
+        import wandb
+
+        run_dir = Path(str(wcfg.get("dir") or cfg.out_dir)).resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config = safe_config(cfg)
+        config["trial_params"] = params
+        config["model"] = dict(extra or {})
+        settings = wandb.Settings(
+            silent=True,
+            console=str(wcfg.get("console") or "off"),
+            x_disable_stats=not wcfg.get("system_metrics", False),
+            init_timeout=float(wcfg.get("init_timeout_s") or 60),
+        )
+        run = wandb.init(
+            project=str(wcfg.get("project") or DEFAULT_PROJECT),
+            entity=wcfg.get("entity"),
+            dir=str(run_dir),
+            mode=mode,
+            config=config,
+            tags=run_tags(cfg, study_attrs),
+            settings=settings,
+            reinit="create_new",
+            **run_identity(cfg),
+        )
+    except Exception as err:  # noqa: BLE001 - ImportError, bad settings, a stuck service: train untracked
+        warn(f"{type(err).__name__}: {err}")
+        return Tracker()
+    return WandbTracker(run)
+
+
+# ------------------------------------------------------------------------------- reading offline runs
+
+# The .wandb file: a 7-byte header (":W&B", magic 0xBEE1, version) then LevelDB-log records in 32 KiB blocks:
+# each record is crc32 (seeded with the record type), length, type (1 full, 2 first, 3 middle, 4 last), and a
+# serialized wandb.proto Record.
+_BLOCK, _HEADER = 32768, 7
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+_TYPE_CRC = {t: zlib.crc32(bytes([t])) for t in (_FULL, _FIRST, _MIDDLE, _LAST)}
+
+
+def iter_records(path: str | os.PathLike[str]) -> Iterator[Any]:
+    """Every protobuf Record in a `.wandb` file, checksums verified."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = Path(path).read_bytes()
+    ident, magic, _version = struct.unpack_from("<4sHB", data, 0)
+    if ident != b":W&B" or magic != 0xBEE1:
+        raise ValueError(f"{path}: not a W&B run log (header {ident!r}, magic {magic:#x})")
+    pos, pending = _HEADER, b""
+    while pos + _HEADER <= len(data):
+        left = _BLOCK - pos % _BLOCK
+        if left < _HEADER:  # block trailer padding
+            pos += left
+            continue
+        crc, length, kind = struct.unpack_from("<IHB", data, pos)
+        if kind == 0 and length == 0:  # zero padding up to the end of the block
+            pos += left
+            continue
+        payload = data[pos + _HEADER : pos + _HEADER + length]
+        if kind not in _TYPE_CRC or zlib.crc32(payload, _TYPE_CRC[kind]) & 0xFFFFFFFF != crc:
+            raise ValueError(f"{path}: corrupt record at byte {pos}")
+        pos += _HEADER + length
+        if kind == _FULL:
+            yield pb.Record.FromString(payload)
+        elif kind == _FIRST:
+            pending = payload
+        elif kind == _MIDDLE:
+            pending += payload
+        else:
+            yield pb.Record.FromString(pending + payload)
+            pending = b""
+
+
+@dataclass
+class OfflineRun:
+    path: Path
+    run_id: str = ""
+    project: str = ""
+    group: str = ""
+    name: str = ""
+    job_type: str = ""
+    tags: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)  # one row per step: {"_step": s, key: value}
+    summary: dict[str, Any] = field(default_factory=dict)
+    exit_code: int | None = None
+
+    def series(self, key: str) -> dict[int, float]:
+        """{step: value} of one logged metric."""
+        return {int(row["_step"]): row[key] for row in self.history if key in row}
+
+
+def _key(item: Any) -> str:
+    return "/".join(item.nested_key) if item.nested_key else item.key
+
+
+def read_offline_run(path: str | os.PathLike[str]) -> OfflineRun:
+    """An offline run read back from its directory (or `.wandb` file): identity, config, history, summary."""
+    path = Path(path)
+    log_file = path if path.suffix == ".wandb" else next(iter(sorted(path.glob("*.wandb"))), None)
+    if log_file is None:
+        raise FileNotFoundError(f"no .wandb file in {path}")
+    run = OfflineRun(path=path)
+    for record in iter_records(log_file):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            r = record.run
+            run.run_id, run.project, run.group, run.name, run.job_type = r.run_id, r.project, r.run_group, r.display_name, r.job_type
+            run.tags = list(r.tags)
+            run.config.update({_key(u): json.loads(u.value_json) for u in r.config.update})
+        elif kind == "config":
+            run.config.update({_key(u): json.loads(u.value_json) for u in record.config.update})
+            for item in record.config.remove:
+                run.config.pop(_key(item), None)
+        elif kind == "history":
+            run.history.append({_key(i): json.loads(i.value_json) for i in record.history.item})
+        elif kind == "summary":
+            run.summary.update({_key(u): json.loads(u.value_json) for u in record.summary.update})
+            for item in record.summary.remove:
+                run.summary.pop(_key(item), None)
+        elif kind == "exit":
+            run.exit_code = record.exit.exit_code
+    run.config.pop("_wandb", None)
+    return run
+
+
+def find_runs(root: str | os.PathLike[str]) -> list[Path]:
+    """Run directories (offline or synced) under `root`, oldest first."""
+    return sorted({p.parent for p in Path(root).rglob("*.wandb")}, key=lambda p: (p.stat().st_mtime, str(p)))
+
