@@ -261,6 +261,10 @@ class Driver:
             return self.finish(running, TrialState.COMPLETE)
         if outcome == "PRUNED":
             return self.finish(running, TrialState.PRUNED)
+        if outcome == "PREEMPTED":
+            state = self.finish(running, TrialState.FAIL, f"preempted at step {attrs.get(prefix + 'steps')} (checkpoint saved; queued again, resumes from it)")
+            self.requeue(trial)
+            return state
         if outcome == "FAIL":
             reason = attrs.get(prefix + "error") or "the job reported FAIL without a reason"
             if running.handle.failure:
@@ -350,9 +354,12 @@ class Driver:
             running.handle.cancel()
             running.heartbeat.stop()
             self.tell_fail(running.trial, "driver interrupted (the trial is queued again and resumes from its checkpoint)")
-            frozen = self.storage.get_trial(trial_id_of(running.trial))
-            retry_callback(int(self.cfg.heartbeat.max_retry))(self.study, frozen)
+            self.requeue(running.trial)
         self.running.clear()
+
+    def requeue(self, trial: optuna.Trial) -> None:
+        """Queue a copy of a failed trial (same params), as Optuna's stale-trial retry does."""
+        retry_callback(int(self.cfg.heartbeat.max_retry))(self.study, self.storage.get_trial(trial_id_of(trial)))
 
     def log_progress(self) -> None:
         states = [t.state for t in self.study.get_trials(deepcopy=False)]

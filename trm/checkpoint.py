@@ -39,9 +39,9 @@ def save(url: str, name: str, state: dict[str, Any]) -> str:
         fs.mv(tmp, target)
     except OSError as err:
         try:
-            if fs.exists(tmp):
+            if fs.isfile(tmp):
                 fs.rm(tmp)
-        except OSError:
+        except Exception:  # best-effort cleanup; the error that matters is the write's
             pass
         raise CheckpointError(f"could not write checkpoint {_join(url, name)}: {err}") from err
     return _join(url, name)

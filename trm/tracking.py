@@ -362,8 +362,25 @@ class OfflineRun:
         return {int(row["_step"]): row[key] for row in self.history if key in row}
 
 
-def _key(item: Any) -> str:
-    return "/".join(item.nested_key) if item.nested_key else item.key
+def _set(target: dict[str, Any], item: Any, value: Any) -> None:
+    """Store under the item's key; a nested key (["trials", "path"]) becomes nested dicts."""
+    keys = list(item.nested_key) or [item.key]
+    for key in keys[:-1]:
+        target = target.setdefault(key, {})
+    target[keys[-1]] = value
+
+
+def _pop(target: dict[str, Any], item: Any) -> None:
+    keys = list(item.nested_key) or [item.key]
+    for key in keys[:-1]:
+        target = target.get(key) or {}
+    target.pop(keys[-1], None)
+
+
+def _update(target: dict[str, Any], items: Any) -> dict[str, Any]:
+    for item in items:
+        _set(target, item, json.loads(item.value_json))
+    return target
 
 
 def read_offline_run(path: str | os.PathLike[str]) -> OfflineRun:
@@ -379,17 +396,17 @@ def read_offline_run(path: str | os.PathLike[str]) -> OfflineRun:
             r = record.run
             run.run_id, run.project, run.group, run.name, run.job_type = r.run_id, r.project, r.run_group, r.display_name, r.job_type
             run.tags = list(r.tags)
-            run.config.update({_key(u): json.loads(u.value_json) for u in r.config.update})
+            _update(run.config, r.config.update)
         elif kind == "config":
-            run.config.update({_key(u): json.loads(u.value_json) for u in record.config.update})
+            _update(run.config, record.config.update)
             for item in record.config.remove:
-                run.config.pop(_key(item), None)
+                _pop(run.config, item)
         elif kind == "history":
-            run.history.append({_key(i): json.loads(i.value_json) for i in record.history.item})
+            run.history.append(_update({}, record.history.item))
         elif kind == "summary":
-            run.summary.update({_key(u): json.loads(u.value_json) for u in record.summary.update})
+            _update(run.summary, record.summary.update)
             for item in record.summary.remove:
-                run.summary.pop(_key(item), None)
+                _pop(run.summary, item)
         elif kind == "exit":
             run.exit_code = record.exit.exit_code
     run.config.pop("_wandb", None)

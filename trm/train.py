@@ -11,6 +11,8 @@ import contextlib
 import json
 import math
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
@@ -52,6 +54,24 @@ class Reporter(Protocol):
 
 
 # --------------------------------------------------------------------------------------------- setup
+
+
+class PreemptionFlag:
+    """SIGTERM (a preemption notice, a scheduler) sets a flag the loop checks every few steps, so every
+    rank stops at the same step with a checkpoint instead of dying mid-write."""
+
+    def __init__(self) -> None:
+        self.raised = False
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.raised = True
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
 
 
 def load_data(cfg: DictConfig) -> tuple[dict, dict, Any, Any]:
@@ -238,24 +258,37 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     def save_checkpoint(improved: bool) -> None:
         """Collective (every rank sends its carry and RNG); rank 0 writes latest.pt and maybe best.pt."""
         ranks = gather_rank_state(runtime, carry)
+        failure = None
         if is_main:
-            state = {
-                "step": done,
-                "model": model.state_dict(),
-                "ema": ema.state_dict() if ema is not None else None,
-                "optimizers": [opt.state_dict() for opt in optimizers],
-                "loader": loader.state_dict(),
-                "ranks": ranks,
-                "train_sums": train_sums.cpu(),
-                "best": best,
-            }
-            checkpoint.save(cfg.checkpoint.url, checkpoint.LATEST, state)
-            if improved and cfg.checkpoint.keep_best:
-                checkpoint.save(cfg.checkpoint.url, checkpoint.BEST, state)
-        runtime.barrier()
+            try:
+                write_checkpoint(ranks, improved)
+            except (checkpoint.CheckpointError, NonFiniteLossError) as err:
+                failure = f"{type(err).__name__}: {err}"
+        failure = runtime.broadcast_object(failure)  # every rank stops together if rank 0 could not save
+        if failure is not None:
+            raise checkpoint.CheckpointError(failure)
+
+    def write_checkpoint(ranks: list[dict], improved: bool) -> None:
+        """Rank 0: refuse to save non-finite weights (the last good checkpoint stays), then write atomically."""
+        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            raise NonFiniteLossError(f"non-finite weights at step {done}: no checkpoint written (the last good one is kept)")
+        state = {
+            "step": done,
+            "model": model.state_dict(),
+            "ema": ema.state_dict() if ema is not None else None,
+            "optimizers": [opt.state_dict() for opt in optimizers],
+            "loader": loader.state_dict(),
+            "ranks": ranks,
+            "train_sums": train_sums.cpu(),
+            "best": best,
+        }
+        checkpoint.save(cfg.checkpoint.url, checkpoint.LATEST, state)
+        if improved and cfg.checkpoint.keep_best:
+            checkpoint.save(cfg.checkpoint.url, checkpoint.BEST, state)
 
     outcome, last_eval, error, rank_steps = "COMPLETE", {}, None, None
     done = start_step
+    preemption = PreemptionFlag()
     try:
         for step in range(start_step, total):
             progress = step / total
@@ -303,11 +336,16 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
                 save_checkpoint(False)
             if done == cfg.train.stop_after:
                 break
+            if done % cfg.train.preemption_check_interval == 0 and any(runtime.all_gather_object(preemption.raised)):
+                save_checkpoint(False)  # a VM got SIGTERM (preemption notice): save while we still can
+                outcome = "PREEMPTED"
+                break
         rank_steps = runtime.all_gather_object(done)  # proof that every rank stopped at the same step
     except Exception as err:  # record why, then let it propagate
         outcome, error = "FAIL", f"{type(err).__name__}: {err}"
         raise
     finally:
+        preemption.restore()
         bar.close()
         summary = {
             "outcome": outcome,
