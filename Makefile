@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q -c requirements.lock -e '.[cpu,test]'
 	touch $(STAMP)
 
+# A real small study on this machine: SQLite, one local process per trial, the tiny CPU preset.
 demo: setup
-	$(PY) -m trm.train arch=tiny
+	$(PY) -m sweeps.run study=model_scaling
 
 test: setup
 	$(PY) -m pytest -q
@@ -42,4 +43,4 @@ bench: setup
 	$(PY) bench/trainer.py
 
 clean:
-	rm -rf $(VENV) outputs .pytest_cache
+	rm -rf $(VENV) $(XLA_VENV) outputs .pytest_cache

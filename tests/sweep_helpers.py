@@ -6,6 +6,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from tests.presets import TINY_BATCHES, TINY_DATA
+
 from trm.config import compose_sweep_config
 
 # A trial that trains for real in seconds: 16-wide model, 20 steps, eval every 10.
@@ -17,16 +19,11 @@ FAST_TRIAL = [
     "arch.H_cycles=1",
     "arch.L_cycles=1",
     "arch.halt_max_steps=2",
-    "data.num_train=200",
-    "data.num_test=32",
-    "data.blanks=10",
-    "train.global_batch_size=16",
-    "train.eval_examples=32",
-    "train.eval_batch_size=16",
+    *TINY_DATA,
+    *TINY_BATCHES,
     "train.log_interval=10",
     "train.eval_interval=10",
     "train.steps=20",
-    "train.progress=false",
     "optim.warmup_steps=1",
 ]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.presets import TINY_RUN
 from sweeps.launchers.base import JobHandle, JobSpec, start_worker, worker_env
 from sweeps.launchers.torchrun import TorchrunLauncher, free_port
 
@@ -19,22 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Exploration off: its random draws differ between a 1-process and an N-process run by design.
 JOB = [
-    "arch.hidden_size=16",
-    "arch.num_heads=2",
-    "arch.L_layers=1",
-    "arch.H_cycles=2",
-    "arch.L_cycles=1",
-    "arch.halt_max_steps=3",
-    "data.num_train=200",
-    "data.num_test=32",
-    "data.blanks=10",
-    "train.global_batch_size=16",
-    "train.eval_batch_size=16",
-    "train.eval_examples=32",
+    *TINY_RUN,
     "train.log_interval=5",
     "train.eval_interval=10",
     "train.steps=20",
-    "train.progress=false",
     "halting.exploration_prob=0.0",
     "optim.warmup_steps=5",
 ]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.presets import TINY_RUN
 from trm import checkpoint
 from trm.data.format import DatasetError
 from trm.info import compose_train_config
@@ -16,21 +17,9 @@ from trm.train import check_batch, run
 
 # Small enough for CI: a 16-wide model on 200 generated puzzles.
 FAST = [
-    "arch.hidden_size=16",
-    "arch.num_heads=2",
-    "arch.L_layers=1",
-    "arch.H_cycles=2",
-    "arch.L_cycles=1",
-    "arch.halt_max_steps=3",
-    "data.num_train=200",
-    "data.num_test=32",
-    "data.blanks=10",
-    "train.global_batch_size=16",
-    "train.eval_examples=32",
-    "train.eval_batch_size=16",
+    *TINY_RUN,
     "train.log_interval=5",
     "train.eval_interval=10",
-    "train.progress=false",
     "halting.exploration_prob=0.5",  # exercise the RNG path, which resume must restore
 ]
 

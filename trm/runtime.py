@@ -151,11 +151,8 @@ def resolve_control_plane(cfg: Any, env: dict[str, str] | None = None) -> Contro
     return ControlPlane(rank=rank, world_size=world, master_addr=addr, port=port, source=source)
 
 
-def _init_xla(cfg: Any) -> Runtime:
-    from trm import xla  # imports torch_xla: only on this path
-
-    plane = resolve_control_plane(cfg)
-    runtime = xla.start(plane.rank, plane.world_size, _opt(cfg, "expected_devices"))
+def start_control_plane(plane: ControlPlane, cfg: Any) -> None:
+    """The gloo group over the job's processes, with a timeout so no rank waits forever on a dead peer."""
     if plane.world_size > 1 and not dist.is_initialized():
         dist.init_process_group(
             "gloo",
@@ -164,6 +161,14 @@ def _init_xla(cfg: Any) -> Runtime:
             world_size=plane.world_size,
             timeout=datetime.timedelta(seconds=float(cfg.timeout_s)),
         )
+
+
+def _init_xla(cfg: Any) -> Runtime:
+    from trm import xla  # imports torch_xla: only on this path
+
+    plane = resolve_control_plane(cfg)
+    runtime = xla.start(plane.rank, plane.world_size, _opt(cfg, "expected_devices"))
+    start_control_plane(plane, cfg)
     return runtime
 
 
@@ -184,14 +189,7 @@ def init_runtime(cfg: Any) -> Runtime:
         if plane.world_size > 1:
             raise ValueError(f"runtime.backend=single but the job has {plane.world_size} processes ({plane.source}): use runtime.backend=torch or auto")
         return Runtime()
-    if plane.world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(
-            "gloo",
-            init_method=plane.init_method,
-            rank=plane.rank,
-            world_size=plane.world_size,
-            timeout=datetime.timedelta(seconds=float(cfg.timeout_s)),
-        )
+    start_control_plane(plane, cfg)
     return Runtime(backend="torch", rank=plane.rank, world_size=plane.world_size)
 
 

@@ -10,25 +10,14 @@ from pathlib import Path
 import pytest
 
 from _lane import run_python, xla_env
+from tests.presets import TINY_RUN
 
 # tests/test_train.py's small run, made deterministic (no exploration: XLA's RNG is not the CPU's).
 FAST = [
-    "arch.hidden_size=16",
-    "arch.num_heads=2",
-    "arch.L_layers=1",
-    "arch.H_cycles=2",
-    "arch.L_cycles=1",
-    "arch.halt_max_steps=3",
-    "data.num_train=200",
-    "data.num_test=32",
-    "data.blanks=10",
-    "train.global_batch_size=16",
-    "train.eval_examples=32",
-    "train.eval_batch_size=16",
+    *TINY_RUN,
     "train.log_interval=3",
     "train.eval_interval=6",
     "train.steps=12",
-    "train.progress=false",
     "halting.exploration_prob=0.0",
 ]
 
