@@ -275,3 +275,16 @@ def test_a_password_in_the_url_is_refused_without_echoing_it(tmp_path: Path) -> 
     assert proc.returncode == 2
     assert "storage.url" in proc.stderr and ("pgpass" in proc.stderr or "password_env" in proc.stderr)
     assert SECRET not in proc.stderr + proc.stdout
+
+
+def test_pareto_study_tells_accuracy_and_compute(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/db.sqlite"
+    cfg = sweep_config(db, tmp_path, "study=model_scaling_pareto", "sampler=nsga2", "n_trials=2", "pruner=none", "study.enqueue_baseline=false")
+    Driver(with_space(cfg, {"arch.H_cycles": "choice(1, 2)"})).run()
+    study = optuna.load_study(study_name="model_scaling_pareto", storage=db)
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+    for trial in study.trials:
+        assert trial.state == TrialState.COMPLETE
+        assert trial.values[1] == trial.user_attrs["compute_flops"] > 0
+        assert trial.user_attrs["flops_per_sample_step"] * 16 * 20 == trial.user_attrs["compute_flops"]
+    assert study.best_trials  # the Pareto front
