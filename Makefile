@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-xla bench clean
+.PHONY: setup demo test test-xla dashboard report bench clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,13 @@ $(XLA_STAMP): pyproject.toml requirements.lock
 
 test-xla: $(XLA_STAMP)
 	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -q tests/xla
+
+STUDY ?= model_scaling
+dashboard: setup          ## optuna-dashboard on the study storage (127.0.0.1:8080)
+	$(PY) -m dashboards.serve
+
+report: setup             ## one self-contained HTML report: make report STUDY=optimizer
+	$(PY) -m dashboards.report study=$(STUDY)
 
 bench: setup
 	$(PY) bench/trainer.py

@@ -27,6 +27,7 @@ from storage import HeartbeatThread, exclusive, fail_stale_trials, open_storage,
 from sweeps.launchers.base import JobHandle, JobSpec
 from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
 from sweeps.validate import validate_sweep
+from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
 from trm.trial_link import OBJECTIVE_ATTR, PRUNER_ATTR
 
 log = logging.getLogger("sweeps")
@@ -192,6 +193,7 @@ class Driver:
             *self.base_overrides,
             *to_overrides(values),
             f"train.objective={self.study_cfg.objective}",
+            *trial_wandb_overrides(self.cfg),
             f"out_dir={self.run_root}/trial-{trial.number}/run",
             f"checkpoint.url={self.checkpoint_root}/trial-{origin}/checkpoints",
             f"sweep.study={self.study_cfg.name}",
@@ -346,6 +348,7 @@ class Driver:
             self.abandon_running()
             raise
         self.log_summary()
+        log_study_summary(study, self.cfg)
         return study
 
     def abandon_running(self) -> None:

@@ -92,7 +92,9 @@ class WandbTracker(Tracker):
         self.finished = True
         try:
             self.run.summary.update(run_summary(summary))
-            self.run.finish(exit_code=1 if summary.get("outcome") == "FAIL" else 0)
+            if summary.get("outcome") == "PREEMPTED":  # stopped by SIGTERM with a checkpoint; a retry resumes
+                self.run.mark_preempting()
+            finish_run(self.run, exit_code=1 if summary.get("outcome") == "FAIL" else 0)
         except Exception as err:  # noqa: BLE001
             self._give_up(err)
         self.run = None
@@ -104,6 +106,19 @@ class WandbTracker(Tracker):
             run.finish(exit_code=1)
         except Exception:  # noqa: BLE001
             pass
+
+
+def finish_run(run: Any, exit_code: int = 0) -> None:
+    """Finish `run` and, when no other W&B run is active in this process, stop the W&B service.
+
+    In offline mode `run.finish()` can return before the service has written the end of the run log; the
+    atexit hook flushes it when the process ends, but a run read back (or synced) right away needs the
+    teardown."""
+    import wandb
+
+    run.finish(exit_code=exit_code)
+    if wandb.run is None:
+        wandb.teardown()
 
 
 # ------------------------------------------------------------------------------------------- settings

@@ -1,0 +1,170 @@
+"""The study on W&B: one `study-summary` run per driver session, and the W&B settings the trials get.
+
+    log_study_summary(study, cfg)   one run (group = study name, job type `study-summary`) holding a
+                                    wandb.Table of every trial: number, state, value, parameters, best step,
+                                    model size and compute; the summary has the best trial and the counts.
+    trial_wandb_overrides(cfg)      the sweep's `wandb:` block as training overrides (`wandb.project=...`),
+                                    so trials and the summary run land in the same project.
+
+Same rules as the trials' tracking (trm.tracking): offline unless WANDB_API_KEY is set, files under the
+study's output directory, and a tracking failure is one warning, never a failed sweep.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+from omegaconf import DictConfig
+from optuna.trial import FrozenTrial, TrialState
+
+from trm.tracking import DEFAULT_PROJECT, finish_run, resolve_mode
+
+JOB_TYPE = "study-summary"
+# Trial user attributes copied into the table (written by the job's trial link and the driver).
+ATTR_COLUMNS = ("outcome", "best_step", "steps", "params_count", "compute_flops", "seed_std", "fail_reason")
+BASE_COLUMNS = ["number", "state", "value", "values", "params", "duration_s", "seed_values", *ATTR_COLUMNS]
+
+
+def _wandb_cfg(cfg: DictConfig) -> dict[str, Any]:
+    node = cfg.get("wandb")
+    return dict(node) if node is not None else {}
+
+
+def trial_wandb_overrides(cfg: DictConfig) -> list[str]:
+    """Training overrides carrying the sweep's `wandb:` block to every trial (empty when there is none)."""
+    w = _wandb_cfg(cfg)
+    if not w:
+        return []
+    out = []
+    if not w.get("enabled", True):
+        out.append("wandb.enabled=false")
+    if w.get("mode") and w["mode"] != "auto":
+        out.append(f"wandb.mode={w['mode']}")
+    if w.get("project"):
+        out.append(f"wandb.project={w['project']}")
+    if w.get("entity"):
+        out.append(f"wandb.entity={w['entity']}")
+    tags = list(w.get("tags") or [])
+    if tags:
+        out.append("wandb.tags=[" + ",".join("'" + str(t).replace("'", "") + "'" for t in tags) + "]")
+    return out
+
+
+def _column(values: list[Any]) -> list[Any]:
+    """One parameter column with a single W&B type: floats when every value is a number, else strings."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return [None if v is None else float(v) for v in values]
+    return [None if v is None else (v if isinstance(v, str) else json.dumps(v)) for v in values]
+
+
+def _finite(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def trial_rows(trials: list[FrozenTrial]) -> tuple[list[str], list[list[Any]]]:
+    """Table columns and rows: fixed columns, then one `param/<name>` column per parameter seen in the study."""
+    names = sorted({name for t in trials for name in t.params})
+    rows = []
+    for t in trials:
+        duration = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else None
+        attrs = t.user_attrs
+        row = [
+            t.number,
+            t.state.name,
+            _finite(t.values[0]) if t.values else None,
+            json.dumps(t.values) if t.values and len(t.values) > 1 else None,
+            json.dumps(t.params, sort_keys=True, default=str),
+            round(duration, 2) if duration is not None else None,
+            json.dumps(attrs["seed_values"]) if attrs.get("seed_values") is not None else None,
+        ]
+        for key in ATTR_COLUMNS:
+            value = attrs.get(key)
+            row.append(str(value)[:500] if key == "fail_reason" and value is not None else _finite(value))
+        rows.append(row)
+    param_columns = [_column([t.params.get(n) for t in trials]) for n in names]
+    for i, row in enumerate(rows):
+        row.extend(col[i] for col in param_columns)
+    # Columns of one type each: numbers as floats (None where missing), the rest as given.
+    columns = [*BASE_COLUMNS, *(f"param/{n}" for n in names)]
+    for j in range(2, len(BASE_COLUMNS)):
+        col = [r[j] for r in rows]
+        if all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in col):
+            for r in rows:
+                r[j] = None if r[j] is None else float(r[j])
+        else:
+            for r in rows:
+                r[j] = None if r[j] is None else str(r[j])
+    return columns, rows
+
+
+def study_summary(study: optuna.Study) -> dict[str, Any]:
+    trials = study.get_trials(deepcopy=False)
+    out: dict[str, Any] = {f"count/{s.name.lower()}": sum(t.state == s for t in trials) for s in TrialState}
+    out["count/total"] = len(trials)
+    if len(study.directions) == 1:
+        try:
+            best = study.best_trial
+            out.update({"best/number": best.number, "best/value": best.value, "best/params": best.params, "best/step": best.user_attrs.get("best_step")})
+        except ValueError:
+            pass
+    else:
+        out["pareto/numbers"] = [t.number for t in study.best_trials]
+    return out
+
+
+def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
+    """Log one `study-summary` run for `study`; returns its run directory, or None when disabled or failed."""
+    w = _wandb_cfg(cfg)
+    if not w.get("enabled", True) or not w.get("summary", True):
+        return None
+    try:
+        mode = resolve_mode(w.get("mode"))
+        if mode == "disabled":
+            return None
+        import wandb
+
+        root = Path(str(w.get("dir") or Path(str(cfg.output_root)) / study.study_name)).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        trials = study.get_trials(deepcopy=False)
+        columns, rows = trial_rows(trials)
+        attrs = study.user_attrs
+        config = {
+            "study": study.study_name,
+            "directions": [d.name.lower() for d in study.directions],
+            **{k: attrs.get(k) for k in ("objective", "objectives", "sampler", "launcher", "pruner", "scale") if k in attrs},
+            "n_trials": cfg.get("n_trials"),
+        }
+        pruner = attrs.get("pruner")
+        tags = [f"study:{study.study_name}"]
+        for key, spec in (("sampler", attrs.get("sampler")), ("pruner", pruner.get("_target_") if isinstance(pruner, dict) else pruner), ("launcher", attrs.get("launcher"))):
+            if spec:
+                tags.append(f"{key}:{str(spec).rsplit('.', 1)[-1]}"[:64])
+        tags += [str(t)[:64] for t in (w.get("tags") or [])]
+        run = wandb.init(
+            project=str(w.get("project") or DEFAULT_PROJECT),
+            entity=w.get("entity"),
+            group=study.study_name,
+            name=f"{study.study_name}-summary",
+            job_type=JOB_TYPE,
+            dir=str(root),
+            mode=mode,
+            config=config,
+            tags=list(dict.fromkeys(tags)),
+            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=float(w.get("init_timeout_s") or 60)),
+            reinit="create_new",
+        )
+        try:
+            run.log({"trials": wandb.Table(columns=columns, data=rows)})
+            run.summary.update(study_summary(study))
+            run_dir = Path(run.dir).parent
+        finally:
+            finish_run(run)
+        return run_dir
+    except Exception as err:  # noqa: BLE001 - the study is done; its W&B summary is a bonus
+        print(f"warning: no W&B study summary for {study.study_name}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        return None

@@ -1,0 +1,173 @@
+"""W&B tracking on rank 0: real sweep trials and torchrun jobs, their offline runs read back from disk."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import trm.tracking as tracking
+from storage import redact
+from sweeps.driver import Driver
+from sweeps.launchers.torchrun import free_port
+from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
+from tests.sweep_helpers import FAST_TRIAL, sweep_config
+from trm.info import compose_train_config
+from trm.tracking import Tracker, WandbTracker, find_runs, make_tracker, read_offline_run, resolve_mode
+
+ROOT = Path(__file__).resolve().parents[1]
+PASSWORD_ENV = "TRM_TEST_WANDB_DB_PASSWORD"
+# Log every 5 steps and eval every 10, so train and eval points differ.
+TRIAL = [o if not o.startswith("train.log_interval=") else "train.log_interval=5" for o in FAST_TRIAL]
+# The halting study's baseline (its first, enqueued trial) on the fast trial settings.
+HALTING_BASELINE = {"arch.halt_max_steps": 4, "halting.exploration_prob": 0.1, "halting.adaptive": False}
+
+
+@pytest.fixture
+def offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No API key and no WANDB_MODE: what a machine without W&B credentials sees (mode auto -> offline)."""
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def metrics_jsonl(out_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(pg_url: str, tmp_path: Path, offline_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = f"pw-{secrets.token_hex(8)}"  # the server trusts us; the job still reads and uses this password
+    monkeypatch.setenv(PASSWORD_ENV, secret)
+    data_dir = tmp_path / "data"
+    monkeypatch.setenv("TRM_DATA_DIR", str(data_dir))
+    cfg = sweep_config(pg_url, tmp_path, "study=halting", "study.name=wandb_halting", "n_trials=1", f"storage.password_env={PASSWORD_ENV}", trial=TRIAL)
+    study = Driver(cfg).run()
+    trial = study.trials[0]
+    assert trial.state.name == "COMPLETE", trial.user_attrs
+
+    run_root = tmp_path / "wandb_halting" / "trial-0" / "run"
+    runs = find_runs(tmp_path)
+    assert runs == [p for p in runs if run_root / "wandb" in p.parents] and len(runs) == 1, runs
+    assert runs[0].name.startswith("offline-run-")  # no API key: nothing went to the network
+    run = read_offline_run(runs[0])
+
+    # Identity
+    assert (run.project, run.group, run.name, run.job_type) == ("trm-sweeps", "wandb_halting", "wandb_halting-0", "trial")
+    assert {"study:wandb_halting", "sampler:TPESampler", "pruner:HyperbandPruner", "launcher:LocalLauncher"} <= set(run.tags)
+
+    # Config: the sampled parameters, the resolved training config, no secret and no env value
+    assert run.config["trial_params"] == HALTING_BASELINE
+    assert run.config["arch"]["halt_max_steps"] == 4 and run.config["arch"]["hidden_size"] == 16
+    assert run.config["train"]["log_interval"] == 5
+    assert run.config["sweep"]["study"] == "wandb_halting" and run.config["sweep"]["trial_number"] == 0
+    assert run.config["sweep"]["storage"] == redact(pg_url)
+    assert run.config["sweep"]["password_env"] == PASSWORD_ENV
+    assert run.config["data"]["root"] == "<env:TRM_DATA_DIR>"
+    assert str(data_dir) not in json.dumps(run.config)
+    assert run.config["model"]["params"] == trial.user_attrs["params_count"]
+    for path in runs[0].rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"the database password leaked into {path}"
+
+    # Metrics at the training steps where the job logged them (same values as its metrics.jsonl)
+    records = metrics_jsonl(run_root)
+    expected_train = {r["step"]: r["train/lm_loss"] for r in records if "train/lm_loss" in r}
+    expected_eval = {r["step"]: r["eval/exact_accuracy"] for r in records if "eval/exact_accuracy" in r}
+    assert sorted(expected_train) == [5, 10, 15, 20] and sorted(expected_eval) == [10, 20]
+    assert run.series("train/lm_loss") == pytest.approx(expected_train)
+    assert run.series("eval/exact_accuracy") == pytest.approx(expected_eval)
+    assert sorted(run.series("eval/lm_loss")) == [10, 20]
+
+    # Summary: the outcome the trial got, and what the driver reads from the trial
+    attrs = trial.user_attrs
+    assert run.summary["outcome"] == "COMPLETE" == attrs["outcome"]
+    assert run.summary["best_step"] == attrs["best_step"] and run.summary["best_step"] in (10, 20)
+    assert run.summary["best_value"] == pytest.approx(attrs["best_value"])
+    assert run.summary["objective"] == "eval/exact_accuracy"
+    assert run.summary["params"] == attrs["params_count"] > 0
+    assert run.summary["compute_flops"] == attrs["compute_flops"] > 0
+    assert run.summary["steps"] == 20 and run.exit_code == 0
+
+    # The study-summary run: one row per trial
+    summary_dir = log_study_summary(study, cfg)
+    assert summary_dir is not None and (tmp_path / "wandb_halting" / "wandb") in summary_dir.parents
+    summary_run = read_offline_run(summary_dir)
+    assert (summary_run.group, summary_run.job_type, summary_run.name) == ("wandb_halting", "study-summary", "wandb_halting-summary")
+    assert summary_run.summary["best/number"] == 0 and summary_run.summary["count/complete"] == 1
+    table_ref = summary_run.summary["trials"]
+    assert table_ref["_type"] == "table-file"
+    table = json.loads((summary_dir / "files" / table_ref["path"]).read_text())
+    row = dict(zip(table["columns"], table["data"][0]))
+    assert row["number"] == 0 and row["state"] == "COMPLETE" and row["value"] == pytest.approx(trial.value)
+    assert row["best_step"] == attrs["best_step"] and row["param/arch.halt_max_steps"] == 4
+    assert json.loads(row["params"]) == trial.params
+
+
+def test_two_process_torchrun_job_creates_exactly_one_run(tmp_path: Path, offline_env: None) -> None:
+    out, cwd = tmp_path / "out", tmp_path / "cwd"
+    cwd.mkdir()
+    overrides = [*TRIAL, f"out_dir={out}", f"data.root={tmp_path / 'data'}"]
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}", "-m", "trm.train", *overrides]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["rank_steps"] == [20, 20]  # really two ranks
+
+    runs = find_runs(tmp_path)  # anywhere: the job's out_dir, the cwd, ...
+    assert len(runs) == 1 and (out / "wandb") in runs[0].parents, runs
+    run = read_offline_run(runs[0])
+    assert (run.group, run.name, run.job_type) == ("manual", "manual-out", "train")
+    assert run.config["trial_params"] == {} and "sweep" in run.config
+    assert sorted(run.series("train/lm_loss")) == [5, 10, 15, 20]
+    assert run.summary["outcome"] == "COMPLETE" and run.summary["steps"] == 20
+
+
+def test_mode_is_offline_unless_an_api_key_is_set() -> None:
+    assert resolve_mode("auto", {}) == "offline"
+    assert resolve_mode("auto", {"WANDB_API_KEY": "k"}) == "online"
+    assert resolve_mode("auto", {"WANDB_API_KEY": "k", "WANDB_MODE": "offline"}) == "offline"
+    assert resolve_mode("auto", {"WANDB_MODE": "disabled"}) == "disabled"
+    assert resolve_mode("offline", {"WANDB_API_KEY": "k"}) == "offline"
+    with pytest.raises(ValueError, match=r"wandb.mode='cloud'"):
+        resolve_mode("cloud", {})
+
+
+def test_tracking_failure_is_one_warning_and_a_no_op(tmp_path: Path, offline_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(tracking, "_warned", False)
+    # wandb itself rejects the console setting: init fails, training goes on untracked
+    cfg = compose_train_config([f"out_dir={tmp_path}", "wandb.console=bogus"])
+    tracker = make_tracker(cfg, is_main=True, extra={"params": 1})
+    assert type(tracker) is Tracker
+    tracker.log(5, {"train/lm_loss": 1.0})
+    tracker.finish({"outcome": "COMPLETE"})
+    err = capsys.readouterr().err
+    assert err.count("warning: W&B tracking is off") == 1 and "console" in err
+    assert not find_runs(tmp_path)
+    # Not rank 0, or disabled: no run either, and no warning
+    assert type(make_tracker(compose_train_config([f"out_dir={tmp_path}"]), is_main=False)) is Tracker
+    assert type(make_tracker(compose_train_config([f"out_dir={tmp_path}", "wandb.enabled=false"]), is_main=True)) is Tracker
+    assert capsys.readouterr().err == "" and not find_runs(tmp_path)
+
+
+def test_a_failing_run_is_recorded_as_fail(tmp_path: Path, offline_env: None) -> None:
+    cfg = compose_train_config([f"out_dir={tmp_path}", "wandb.project=p-fail", "wandb.tags=[extra]"])
+    tracker = make_tracker(cfg, is_main=True, extra={"params": 7})
+    assert isinstance(tracker, WandbTracker)
+    tracker.log(3, {"train/lm_loss": 2.5, "train/lr": 0.1})
+    tracker.finish({"outcome": "FAIL", "error": "NonFiniteLossError: non-finite loss at step 3", "steps": 3, "best_step": None, "final": {}})
+    run = read_offline_run(find_runs(tmp_path)[0])
+    assert run.project == "p-fail" and run.tags == ["extra"] and run.config["model"] == {"params": 7}
+    assert run.summary["outcome"] == "FAIL" and "non-finite" in run.summary["error"] and run.exit_code == 1
+    assert run.series("train/lm_loss") == {3: 2.5}
+
+
+def test_sweep_wandb_block_becomes_trial_overrides(tmp_path: Path) -> None:
+    cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.project=trm-x", "wandb.mode=offline", "wandb.tags=[a,b]")
+    overrides = trial_wandb_overrides(cfg)
+    assert overrides == ["wandb.mode=offline", "wandb.project=trm-x", "wandb.tags=['a','b']"]
+    train = compose_train_config(overrides)  # they are valid training overrides
+    assert train.wandb.project == "trm-x" and list(train.wandb.tags) == ["a", "b"] and train.wandb.mode == "offline"
