@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from optuna.storages import RetryHeartbeatStaleTrialCallback
@@ -38,6 +39,7 @@ warnings.filterwarnings("ignore", message=".*Heartbeat of storage is supposed to
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
 
 # What config may instantiate: `_target_` is code execution, so only these classes.
 TARGETS = ["optuna.samplers.*", "optuna.pruners.*", "sweeps.launchers.*"]
@@ -320,29 +322,20 @@ class Driver:
         self.recover()
         self.enqueue_baseline()
         started = time.time()
-        last_progress = last_recover = time.time()
+        self.last_progress = self.last_recover = time.time()
+        outage = 0.0
         try:
             while True:
-                out_of_time = self.cfg.timeout is not None and time.time() - started > self.cfg.timeout
-                while not out_of_time and len(self.running) < self.cfg.max_concurrent:
-                    trial = self.ask_within_budget()
-                    if trial is None:
+                try:
+                    if self.step_loop(started):
                         break
-                    running = self.start_trial(trial)
-                    self.running[running.trial.number] = running
-                for number, running in list(self.running.items()):
-                    code = running.handle.poll()
-                    if code is not None and self.on_job_end(running, code) is not None:
-                        del self.running[number]
-                if not self.running and (out_of_time or self.study_done()):
-                    break
-                if time.time() - last_recover > self.cfg.heartbeat.interval_s:
-                    self.recover()  # another driver may have died meanwhile: its trials come back to us
-                    last_recover = time.time()
-                if time.time() - last_progress > self.cfg.progress_interval_s:
-                    self.log_progress()
-                    last_progress = time.time()
-                time.sleep(self.cfg.poll_s)
+                    outage = 0.0
+                except STORAGE_ERRORS as err:
+                    # The database is restarting or unreachable: keep the jobs running (they retry their own
+                    # reports) and come back with backoff; pool_pre_ping reconnects once it answers.
+                    outage = min(max(2 * outage, 1.0), 30.0)
+                    log.warning("storage unavailable (%s); retrying in %.0f s", type(err).__name__, outage)
+                    time.sleep(outage)
         except KeyboardInterrupt:
             log.warning("interrupted: stopping %d running trial(s); they will be retried on the next start", len(self.running))
             self.abandon_running()
@@ -350,6 +343,31 @@ class Driver:
         self.log_summary()
         log_study_summary(study, self.cfg)
         return study
+
+    def step_loop(self, started: float) -> bool:
+        """One pass of the driver loop: start trials within budget, collect finished jobs, recover stale
+        trials, show progress. True when the study is done (or out of time) and nothing of ours runs."""
+        out_of_time = self.cfg.timeout is not None and time.time() - started > self.cfg.timeout
+        while not out_of_time and len(self.running) < self.cfg.max_concurrent:
+            trial = self.ask_within_budget()
+            if trial is None:
+                break
+            running = self.start_trial(trial)
+            self.running[running.trial.number] = running
+        for number, running in list(self.running.items()):
+            code = running.handle.poll()
+            if code is not None and self.on_job_end(running, code) is not None:
+                del self.running[number]
+        if not self.running and (out_of_time or self.study_done()):
+            return True
+        if time.time() - self.last_recover > self.cfg.heartbeat.interval_s:
+            self.recover()  # another driver may have died meanwhile: its trials come back to us
+            self.last_recover = time.time()
+        if time.time() - self.last_progress > self.cfg.progress_interval_s:
+            self.log_progress()
+            self.last_progress = time.time()
+        time.sleep(self.cfg.poll_s)
+        return False
 
     def abandon_running(self) -> None:
         """Stop our jobs and fail their trials with a retry queued (they resume from their checkpoints)."""

@@ -102,6 +102,7 @@ def test_sigkill_of_one_worker_ends_the_job_and_names_it(tmp_path: Path) -> None
     code = handle.wait(90)
     assert code not in (None, 0)
     assert time.monotonic() - killed_at < 60
+    print(f"[fault] SIGKILL of a torchrun worker: job ended {time.monotonic() - killed_at:.1f} s later")
     assert handle.failed_worker == "node-1"
     assert "node-1 exited with code" in handle.failure and "SIGKILL" in handle.failure
     assert all(w.process.poll() is not None for w in handle.workers)  # node 0 was stopped too

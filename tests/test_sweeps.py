@@ -174,6 +174,10 @@ def test_killed_driver_is_recovered_and_the_trial_resumes_from_its_checkpoint(pg
         first.send_signal(signal.SIGKILL)  # the driver dies; its job is orphaned
         first.wait()
     second = _start_driver([*args, f"hydra.run.dir={tmp_path}/h2"], tmp_path / "driver2.log")
+    restarted = time.monotonic()
+    retry_log = tmp_path / "recover" / "trial-1" / "worker-0.log"
+    _wait_for(retry_log.exists, 120, "the retry of trial 0 to start")
+    print(f"[fault] driver SIGKILL: retry started {time.monotonic() - restarted:.1f} s after the new driver")
     assert second.wait(timeout=300) == 0, (tmp_path / "driver2.log").read_text()[-3000:]
 
     trials = load(pg_url, "recover").trials

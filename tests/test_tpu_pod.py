@@ -89,6 +89,7 @@ def test_a_killed_worker_ends_the_job_named_and_cancel_reaches_every_vm(pod: Pat
     killed_at = time.monotonic()
     assert handle.wait(90) not in (None, 0)
     assert time.monotonic() - killed_at < 60
+    print(f"[fault] SIGKILL of a pod worker: job ended {time.monotonic() - killed_at:.1f} s later")
     assert handle.failed_worker == "worker-1"
     time.sleep(1)
     assert not training_processes()  # the remote pkill stopped worker 0's training too, not only the local ssh

@@ -31,7 +31,7 @@ class TrialLinkError(RuntimeError):
     pass
 
 
-def retry(action: Callable[[], T], what: str, attempts: int = 6, first_delay_s: float = 0.5) -> T:
+def retry(action: Callable[[], T], what: str, attempts: int = 10, first_delay_s: float = 0.5) -> T:
     """Run a storage call, retrying with exponential backoff: a database restart must not lose a report."""
     delay = first_delay_s
     for attempt in range(attempts):
