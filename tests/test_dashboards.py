@@ -221,7 +221,7 @@ def test_report_leaves_out_what_does_not_apply(pg_url: str, studies: dict[str, s
     assert {"fig-pareto-front", "fig-accuracy-vs-params", "fig-accuracy-vs-compute", "fig-optimization-history"} <= set(ids.classes)
 
     capsys.readouterr()
-    assert report.main([f"study=no_such_study", f"storage.url={pg_url}", f"out={tmp_path / 'x.html'}"]) == 2
+    assert report.main(["study=no_such_study", f"storage.url={pg_url}", f"out={tmp_path / 'x.html'}"]) == 2
     err = capsys.readouterr().err
     assert "study='no_such_study' not found" in err and "dash_full" in err
     assert report.main([f"storage.url={pg_url}"]) == 2 and "study=NAME is required" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.presets import TINY_RUN
-from sweeps.launchers.base import JobHandle, JobSpec, start_worker, worker_env
+from sweeps.launchers.base import JobHandle, JobSpec, start_worker
 from sweeps.launchers.torchrun import TorchrunLauncher, free_port
 
 ROOT = Path(__file__).resolve().parents[1]

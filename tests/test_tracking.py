@@ -14,10 +14,11 @@ import trm.tracking as tracking
 from storage import redact
 from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
-from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
+from sweeps.wandb_summary import trial_wandb_overrides
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from trm.info import compose_train_config
-from trm.tracking import Tracker, WandbTracker, find_runs, make_tracker, read_offline_run, resolve_mode
+from tests.wandb_offline import find_runs, read_offline_run
+from trm.tracking import Tracker, WandbTracker, make_tracker, resolve_mode
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD_ENV = "TRM_TEST_WANDB_DB_PASSWORD"
@@ -49,8 +50,9 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(pg_url
     assert trial.state.name == "COMPLETE", trial.user_attrs
 
     run_root = tmp_path / "wandb_halting" / "trial-0" / "run"
-    runs = find_runs(tmp_path)
-    assert runs == [p for p in runs if run_root / "wandb" in p.parents] and len(runs) == 1, runs
+    all_runs = find_runs(tmp_path)
+    runs = [p for p in all_runs if run_root / "wandb" in p.parents]
+    assert len(runs) == 1, all_runs  # one run for the trial (plus the driver's study summary, checked below)
     assert runs[0].name.startswith("offline-run-")  # no API key: nothing went to the network
     run = read_offline_run(runs[0])
 
@@ -91,9 +93,11 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(pg_url
     assert run.summary["compute_flops"] == attrs["compute_flops"] > 0
     assert run.summary["steps"] == 20 and run.exit_code == 0
 
-    # The study-summary run: one row per trial
-    summary_dir = log_study_summary(study, cfg)
-    assert summary_dir is not None and (tmp_path / "wandb_halting" / "wandb") in summary_dir.parents
+    # The study-summary run the driver logged at the end: one row per trial
+    summary_dirs = [p for p in all_runs if p not in runs]
+    assert len(summary_dirs) == 1, all_runs
+    summary_dir = summary_dirs[0]
+    assert (tmp_path / "wandb_halting" / "wandb") in summary_dir.parents
     summary_run = read_offline_run(summary_dir)
     assert (summary_run.group, summary_run.job_type, summary_run.name) == ("wandb_halting", "study-summary", "wandb_halting-summary")
     assert summary_run.summary["best/number"] == 0 and summary_run.summary["count/complete"] == 1

@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 from torch import Tensor, nn
 
 import torch_xla
