@@ -11,6 +11,7 @@ import optuna
 from omegaconf import DictConfig, MissingMandatoryValue
 
 from storage import StorageError, redact
+from sweeps import estimate
 from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, LauncherConfigError
 from sweeps.space import SearchSpaceError, to_overrides
@@ -23,6 +24,7 @@ def dry_run(driver: Driver) -> None:
     """Print the command of each of the first n_trials trials, sampled in memory: nothing is stored or run."""
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=driver.cfg.seed), directions=["maximize"])
     print(f"# study {driver.study_cfg.name} ({driver.cfg.scale} scale), storage {redact(driver.storage_url)}, launcher {driver.cfg.launcher._target_.rsplit('.', 1)[-1]}")
+    costs: dict[tuple[str, ...], str] = {}
     for _ in range(driver.cfg.n_trials):
         trial = study.ask()
         values = driver.space.sample(trial)
@@ -30,6 +32,11 @@ def dry_run(driver: Driver) -> None:
         spec = JobSpec(f"{driver.study_cfg.name}-{trial.number}", driver.trial_overrides(trial, values, workdir, trial.number), workdir)
         print(f"trial {trial.number}: {' '.join(to_overrides(values))}")
         print("  " + describe_command(driver, spec))
+        if driver.cfg.estimate.enabled:
+            key = tuple(spec.overrides[: len(driver.base_overrides) + len(values)])
+            if key not in costs:
+                costs[key] = estimate.describe(estimate.trial_cost(list(key)), driver.cfg)
+            print("  cost: " + costs[key])
         study.tell(trial, 0.0)
 
 

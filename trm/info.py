@@ -48,6 +48,8 @@ def describe(cfg: DictConfig) -> dict[str, Any]:
         **count_params(ACTModel(arch)),
         "flops_per_sample_step": flops_per_sample_step(arch),
         "seq_len": arch.total_len,
+        "global_batch_size": cfg.train.global_batch_size,
+        "train_steps": cfg.train.steps,
         "halt_max_steps": arch.halt_max_steps,
     }
 
