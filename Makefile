@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml requirements.lock
 demo: setup
 	$(PY) -m sweeps.run study=model_scaling
 
+# Tests run many training processes at once on few cores: OpenMP must not spin-wait (docs/benchmarks.md).
 test: setup
-	$(PY) -m pytest -q
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q
 
 # The XLA lane: its own venv (torch_xla pins its own torch), XLA on the CPU (PJRT_DEVICE=CPU).
 # torch and torch_xla are named in the same install as the project so pip can never pick another torch.

@@ -50,6 +50,8 @@ def machine_info() -> dict[str, Any]:
         "mkldnn": torch.backends.mkldnn.is_available(),
         "python": platform.python_version(),
         "loadavg": list(os.getloadavg()),
+        # libgomp spins (ACTIVE) by default; on a shared, oversubscribed CPU that costs multiples (see docs).
+        "env": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT")},
     }
 
 
@@ -89,6 +91,7 @@ class StepRunner:
     state_dtype: torch.dtype = torch.float32
     seed: int = 0
     times: list[float] = field(default_factory=list)
+    rounds: list[int] = field(default_factory=list)  # round index of each entry of times
     first_step_s: float | None = None
     first_lm_loss: float | None = None  # mean lm_loss of the first step: same seed/batch/carry in every variant
     error: str | None = None

@@ -4,12 +4,13 @@
     python bench/trainer.py --compile             # ... plus torch.compile variants (compile time reported apart)
     python bench/trainer.py --arch trm_att_sudoku --batch 32
     python bench/trainer.py --quick               # smoke run: batch 8, 2 repeats, -> results/trainer_quick.json
+    python bench/trainer.py --render bench/results/trainer.json   # recompute + print the table of a saved run
 
 Each variant owns a real ACTModel, the optimizers of trm.optim.build_optimizers (Adam-atan2 + SignSGD), the
 model's own carry (kept across steps) and a Sudoku-shaped batch; one step is `trm.train.train_step` (autocast
 from train.precision, stablemax loss, backward, optimizer step). After `--warmup` steps per variant, the
 variants and a dense matmul peak (fp32 and bf16 torch.matmul, n x n) are run round-robin `--repeats` times;
-every figure is a median. FLOPs per sample-step come from trm.info.flops_per_sample_step (FlopCounterMode on
+every figure is a median (utilization and speedups: medians of same-round ratios). FLOPs per sample-step come from trm.info.flops_per_sample_step (FlopCounterMode on
 the real step); achieved FLOP/s = flops * batch / s_per_step, utilization = achieved / matmul peak of the
 same dtype. A markdown table is printed; JSON goes to bench/results/trainer.json.
 """
@@ -17,6 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import tempfile
 import sys
 import time
 import traceback
@@ -44,6 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--compile-precisions", default=None, help="precisions to compile (default: all of --precisions)")
     p.add_argument("--matmul-size", type=int, default=2048, help="n of the n x n x n peak matmul")
     p.add_argument("--matmul-seconds", type=float, default=None, help="time per peak measurement (default 2; 0.5 with --quick)")
+    p.add_argument("--warm-cache", action="store_true",
+                   help="let torch.compile use its on-disk cache (default: a fresh cache dir, so compile time is a cold compile)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     p.add_argument("--quick", action="store_true", help="smoke run: batch 8, 2 repeats, short matmul timing")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/trainer.json, trainer_quick.json with --quick)")
@@ -73,6 +79,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     started = time.time()
     info = machine_info()
+    cache_dir = None
+    if args.compile and not args.warm_cache:  # inductor reads the variable when it first needs its cache
+        cache_dir = tempfile.mkdtemp(prefix="trainer-bench-inductor-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
     cfg0 = train_config(args.arch, args.batch, "fp32", args.overrides)
     arch = arch_of(cfg0)
     flops = flops_per_sample_step(arch)
@@ -85,6 +95,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for prec in args.compile_precisions:
         runners.append(StepRunner(f"{prec} compile", train_config(args.arch, args.batch, prec, args.overrides), args.batch, compile=True))
     peaks: dict[str, list[float]] = {p: [] for p in DTYPES}
+    peak_rounds: dict[str, list[int]] = {p: [] for p in DTYPES}
 
     # Warmup (and compilation) first, one variant after another: first-step time is reported, not measured.
     for runner in runners:
@@ -108,6 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if isinstance(item, str):
             rate = matmul_rate(DTYPES[item], args.matmul_size, args.matmul_seconds)
             peaks[item].append(rate)
+            peak_rounds[item].append(rnd)
             print(f"  round {rnd + 1} matmul {item}: {rate / 1e9:.1f} GFLOP/s", flush=True)
             return
         try:
@@ -117,41 +129,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"  {item.name}: FAILED: {item.error}", flush=True)
             return
         item.times.append(seconds)
+        item.rounds.append(rnd)
         print(f"  round {rnd + 1} {item.name}: {seconds:.2f} s", flush=True)
 
     round_robin([*live, *DTYPES], args.repeats, lambda item, rnd: None if (not isinstance(item, str) and item.error) else run(item, rnd))
 
-    peak = {p: median(v) for p, v in peaks.items()}
-    rows = []
-    for r in runners:
-        prec = r.cfg.train.precision
-        s = median(r.times)
-        achieved = flops * args.batch / s if s else None
-        row = {
-            "variant": r.name,
-            "precision": prec,
-            "compiled": r.compile,
-            "times_s": [round(t, 4) for t in r.times],
-            "median_s_per_step": s,
-            "min_s_per_step": min(r.times) if r.times else None,
-            "samples_per_s": args.batch / s if s else None,
-            "achieved_flops": achieved,
-            "utilization_vs_matmul_peak": achieved / peak[prec] if achieved and peak[prec] else None,
-            "first_step_s": r.first_step_s,
-            "error": r.error,
-        }
-        rows.append(row)
-    eager = {row["precision"]: row["median_s_per_step"] for row in rows if not row["compiled"]}
-    compiled_ = {row["precision"]: row["median_s_per_step"] for row in rows if row["compiled"]}
-    for row in rows:
-        if row["compiled"] and row["first_step_s"] and row["median_s_per_step"]:
-            row["compile_s"] = row["first_step_s"] - row["median_s_per_step"]  # first call minus a steady step
+    rows = [
+        {"variant": r.name, "precision": r.cfg.train.precision, "compiled": r.compile,
+         "times_s": [round(t, 4) for t in r.times], "rounds": r.rounds, "first_step_s": r.first_step_s, "error": r.error}
+        for r in runners
+    ]
     if args.compile:
         after = dict(dynamo_utils.counters["stats"])
         recompiles = {k: after.get(k, 0) - graphs_before.get(k, 0) for k in after if after.get(k, 0) != graphs_before.get(k, 0)}
     result = {
         "benchmark": "trainer",
-        "machine": {**info, "loadavg_end": list(__import__("os").getloadavg())},
+        "machine": {**info, "loadavg_end": list(os.getloadavg())},
+        "compile_cache": "warm (default on-disk cache)" if args.warm_cache else "cold (fresh TORCHINDUCTOR_CACHE_DIR)",
         "arch": args.arch,
         "arch_config": vars(arch),
         "batch": args.batch,
@@ -162,14 +156,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "flops_per_step": flops * args.batch,
         "params": runners[0].params,
         "matmul": {"n": args.matmul_size, "seconds_each": args.matmul_seconds,
-                   "flops_samples": {p: v for p, v in peaks.items()}, "median_flops": peak},
+                   "flops_samples": {p: v for p, v in peaks.items()}, "rounds": peak_rounds},
         "variants": rows,
-        "bf16_speedup_eager": eager["fp32"] / eager["bf16"] if eager.get("fp32") and eager.get("bf16") else None,
-        "compile_speedup": {p: eager[p] / compiled_[p] for p in compiled_ if compiled_[p] and eager.get(p)},
         "dynamo_stats_during_measurement": recompiles if args.compile else None,
         "wall_s": time.time() - started,
         "command": "python bench/trainer.py " + " ".join(sys.argv[1:] if argv is None else argv),
     }
+    summarize(result)
+    if cache_dir:
+        shutil.rmtree(cache_dir, ignore_errors=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str))
     print()
@@ -178,13 +173,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return result
 
 
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    """Derived figures from the raw per-round times (in place). The machine's load changes between rounds, so
+    utilization is the median over rounds of (step FLOP/s / matmul peak of the same dtype in the same round),
+    which cancels the weather better than a ratio of two medians; the latter is kept as well."""
+    flops_step = result["flops_per_step"]
+    mm = result["matmul"]
+    peak_by_round = {p: dict(zip(mm["rounds"][p], mm["flops_samples"][p])) for p in mm["flops_samples"]}
+    mm["median_flops"] = {p: median(v) for p, v in mm["flops_samples"].items()}
+    for row in result["variants"]:
+        times, prec = row["times_s"], row["precision"]
+        s = median(times)
+        paired = [flops_step / t / peak_by_round[prec][r] for t, r in zip(times, row["rounds"]) if r in peak_by_round[prec]]
+        row.update({
+            "median_s_per_step": s,
+            "min_s_per_step": min(times) if times else None,
+            "samples_per_s": result["batch"] / s if s else None,
+            "achieved_flops": flops_step / s if s else None,
+            "utilization_vs_matmul_peak": median(paired),
+            "utilization_ratio_of_medians": flops_step / s / mm["median_flops"][prec] if s and mm["median_flops"][prec] else None,
+        })
+        if row["compiled"] and row["first_step_s"] and s:
+            row["compile_s"] = row["first_step_s"] - s  # first call minus a steady step: an estimate
+    eager = {r["precision"]: r for r in result["variants"] if not r["compiled"] and r["times_s"]}
+    comp = {r["precision"]: r for r in result["variants"] if r["compiled"] and r["times_s"]}
+
+    def paired_ratio(a: dict, b: dict) -> float | None:  # median over shared rounds of a_time / b_time
+        ta, tb = dict(zip(a["rounds"], a["times_s"])), dict(zip(b["rounds"], b["times_s"]))
+        return median([ta[r] / tb[r] for r in ta if r in tb])
+
+    result["bf16_speedup_eager"] = paired_ratio(eager["fp32"], eager["bf16"]) if {"fp32", "bf16"} <= eager.keys() else None
+    result["compile_speedup"] = {p: paired_ratio(eager[p], comp[p]) for p in comp if p in eager}
+    return result
+
+
 def markdown(result: dict[str, Any]) -> str:
     peak = result["matmul"]["median_flops"]
     lines = [
         f"{result['arch']}, batch {result['batch']}, {result['flops_per_step'] / 1e12:.3f} TFLOP/step "
-        f"({result['flops_per_sample_step'] / 1e9:.2f} GFLOP/sample-step); medians of {result['repeats']} steps",
+        f"({result['flops_per_sample_step'] / 1e9:.2f} GFLOP/sample-step); medians of {result['repeats']} round-robin steps",
         "",
-        "| variant | s/step (median) | min | samples/s | achieved GFLOP/s | matmul peak GFLOP/s | utilization | first step s | compile s |",
+        "| variant | s/step (median) | min | samples/s | achieved GFLOP/s | matmul peak GFLOP/s | utilization (same-round) | first step s | compile s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["variants"]:
@@ -202,8 +231,22 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"Dense peak: torch.matmul {n}x{n}x{n}, fp32 {fmt(peak['fp32'] and peak['fp32'] / 1e9, '.1f')} GFLOP/s, "
                  f"bf16 {fmt(peak['bf16'] and peak['bf16'] / 1e9, '.1f')} GFLOP/s (medians, interleaved with the steps).")
+    speed = [f"bf16 vs fp32 eager {result['bf16_speedup_eager']:.2f}x"] if result.get("bf16_speedup_eager") else []
+    speed += [f"compile vs eager ({p}) {v:.2f}x" for p, v in (result.get("compile_speedup") or {}).items() if v]
+    if speed:
+        lines.append("Speedups (median of same-round ratios): " + ", ".join(speed) + ".")
     return "\n".join(lines)
 
 
+def render(path: Path) -> None:
+    """Recompute the derived figures of a saved JSON (e.g. after changing summarize) and print its table."""
+    result = summarize(json.loads(path.read_text()))
+    path.write_text(json.dumps(result, indent=2, default=str))
+    print(markdown(result))
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--render":
+        render(Path(sys.argv[2]))
+    else:
+        main()

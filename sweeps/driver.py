@@ -274,8 +274,14 @@ class Driver:
             if running.handle.failure:
                 reason = f"{reason}\n{running.handle.failure}"
             return self.finish(running, TrialState.FAIL, reason)
-        # No outcome stored: the job died before rank 0 could write it (or never started).
-        return self.finish(running, TrialState.FAIL, running.handle.failure or f"the job exited with code {exit_code} without recording an outcome")
+        # No outcome stored: the job died before rank 0 could write it (a killed or crashed worker, a lost VM).
+        # That is not the configuration's fault: fail it with the worker named and queue it again (up to
+        # heartbeat.max_retry times), resuming from its last checkpoint.
+        reason = running.handle.failure or f"the job exited with code {exit_code} without recording an outcome"
+        state = self.finish(running, TrialState.FAIL, reason)
+        if not running.handle.cancelled:
+            self.requeue(trial)
+        return state
 
     def finish(self, running: RunningTrial, state: TrialState, reason: str = "") -> TrialState:
         running.heartbeat.stop()

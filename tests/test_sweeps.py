@@ -296,3 +296,24 @@ def test_pareto_study_tells_accuracy_and_compute(tmp_path: Path) -> None:
         assert trial.values[1] == trial.user_attrs["compute_flops"] > 0
         assert trial.user_attrs["flops_per_sample_step"] * 16 * 20 == trial.user_attrs["compute_flops"]
     assert study.best_trials  # the Pareto front
+
+
+def test_a_killed_worker_fails_the_trial_named_and_its_retry_resumes(tmp_path: Path) -> None:
+    """SIGKILL of a worker mid-trial: FAIL with the worker named, then a retry that continues from the checkpoint."""
+    slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=60"]
+    db = f"sqlite:///{tmp_path}/db.sqlite"
+    args = sweep_overrides(db, tmp_path, "study=halting", "study.name=crash", "n_trials=1", "pruner=none", "launcher=torchrun", "launcher.nnodes=2", "launcher.nproc_per_node=1", trial=slow)
+    args = [a.replace("trial.train_steps=20", "trial.train_steps=60") for a in args]
+    driver = _start_driver([*args, f"hydra.run.dir={tmp_path}/h"], tmp_path / "driver.log")
+    checkpoint = tmp_path / "crash" / "trial-0" / "checkpoints" / "latest.pt"
+    _wait_for(checkpoint.exists, 240, "trial 0's first checkpoint")
+    agent = subprocess.run(["pgrep", "-f", "node_rank=1.*sweep.trial_number=0"], capture_output=True, text=True).stdout.split()
+    worker = subprocess.run(["pgrep", "-P", agent[0]], capture_output=True, text=True).stdout.split()
+    os.kill(int(worker[0]), signal.SIGKILL)
+    assert driver.wait(timeout=400) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    trials = optuna.load_study(study_name="crash", storage=db).trials
+    assert trials[0].state == TrialState.FAIL and "node-1 exited" in trials[0].user_attrs["fail_reason"]
+    assert trials[1].state == TrialState.COMPLETE and trials[1].system_attrs["failed_trial"] == 0
+    log_text = (tmp_path / "crash" / "trial-1" / "node-0.log").read_text()
+    resumed = [json.loads(line) for line in log_text.splitlines() if line.startswith('{"event": "start"')]
+    assert resumed and resumed[0]["resumed_from"] >= 10  # its metrics continue from the checkpoint's step

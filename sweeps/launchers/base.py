@@ -139,4 +139,8 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
 
 
 def worker_env(spec: JobSpec) -> dict[str, str]:
-    return {**os.environ, **spec.env}
+    env = {**os.environ, **spec.env}
+    # Workers sharing a machine's cores: OpenMP's default spin-waiting made a step ~4x slower in
+    # bench/omp_wait.py when another process was busy (docs/benchmarks.md).
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
