@@ -150,3 +150,11 @@ def test_info_cli_prints_one_json_line() -> None:
     info = json.loads(out[0])
     assert round(info["params"] / 1e6, 2) == 5.03
     assert info["flops_per_sample_step"] > 6 * info["params"] * 97  # recursion: far more than one pass
+
+
+def test_auto_position_encoding_follows_the_mixer() -> None:
+    assert TRMConfig(**SMALL, mixer="attention").pos_encodings == "rope"
+    assert TRMConfig(**SMALL, mixer="mlp_t").pos_encodings == "none"
+    assert TRMConfig(**SMALL, mixer="attention", pos_encodings="learned").pos_encodings == "learned"
+    with pytest.raises(ValueError, match=r"arch.pos_encodings='alibi'"):
+        TRMConfig(**SMALL, pos_encodings="alibi")

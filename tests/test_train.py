@@ -97,3 +97,14 @@ def test_unknown_override_is_one_clear_error(tmp_path: Path) -> None:
 def test_bad_arch_value_names_key(tmp_path: Path, data_root: Path) -> None:
     with pytest.raises(ValueError, match=r"arch.mixer='conv'"):
         run(config(tmp_path, data_root, "arch.mixer=conv"))
+
+
+def test_compiled_network_trains_like_eager(tmp_path: Path, data_root: Path) -> None:
+    eager, compiled = tmp_path / "eager", tmp_path / "compiled"
+    extra = ("train.steps=10", "halting.exploration_prob=0.0", "train.ema=false")
+    run(config(eager, data_root, *extra))
+    run(config(compiled, data_root, *extra, "train.compile=true"))
+    want, got = train_losses(read_metrics(eager)), train_losses(read_metrics(compiled))
+    assert sorted(got) == sorted(want) == [5, 10]
+    for step in want:
+        assert got[step] == pytest.approx(want[step], rel=1e-3), step

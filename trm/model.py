@@ -36,7 +36,7 @@ class TRMConfig:
     H_cycles: int
     L_cycles: int
     mixer: str = "attention"  # "attention" (with pos_encodings) or "mlp_t" (mixes across the sequence)
-    pos_encodings: str = "rope"  # "rope" | "learned" | "none"
+    pos_encodings: str = "auto"  # "rope" | "learned" | "none" | "auto" (rope for attention, none for mlp_t)
     puzzle_emb_len: int = 16  # prefix positions; the puzzle embedding fills the first ones, zeros after
     puzzle_emb_ndim: int | None = None  # defaults to hidden_size
     halt_max_steps: int = 16
@@ -50,8 +50,10 @@ class TRMConfig:
     def __post_init__(self) -> None:
         if self.mixer not in ("attention", "mlp_t"):
             raise ValueError(f"arch.mixer={self.mixer!r}: expected 'attention' or 'mlp_t'")
+        if self.pos_encodings == "auto":  # a searched mixer brings its own position encoding
+            self.pos_encodings = "rope" if self.mixer == "attention" else "none"
         if self.pos_encodings not in ("rope", "learned", "none"):
-            raise ValueError(f"arch.pos_encodings={self.pos_encodings!r}: expected 'rope', 'learned' or 'none'")
+            raise ValueError(f"arch.pos_encodings={self.pos_encodings!r}: expected 'rope', 'learned', 'none' or 'auto'")
         if self.mixer == "attention" and self.hidden_size % self.num_heads:
             raise ValueError(f"arch.hidden_size={self.hidden_size} is not divisible by arch.num_heads={self.num_heads}")
         for key in ("H_cycles", "L_cycles", "L_layers", "halt_max_steps"):
