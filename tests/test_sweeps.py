@@ -317,3 +317,27 @@ def test_a_killed_worker_fails_the_trial_named_and_its_retry_resumes(tmp_path: P
     log_text = (tmp_path / "crash" / "trial-1" / "node-0.log").read_text()
     resumed = [json.loads(line) for line in log_text.splitlines() if line.startswith('{"event": "start"')]
     assert resumed and resumed[0]["resumed_from"] >= 10  # its metrics continue from the checkpoint's step
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("study=no_such_study", "Could not find 'study/no_such_study'"),
+        ("no_such_key=1", "no_such_key"),
+        ("launcher=tpu_pod", "tpu_name"),
+    ],
+)
+def test_bad_command_lines_fail_with_the_key_named(override: str, expected: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "sweeps.run", override, f"output_root={tmp_path}/out", f"storage.url=sqlite:///{tmp_path}/db", f"hydra.run.dir={tmp_path}/h"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert expected in proc.stderr + proc.stdout
+    assert not (tmp_path / "out").exists()  # nothing launched
+
+
+def test_missing_dataset_path_fails_before_launch(tmp_path: Path) -> None:
+    trial = [*FAST_TRIAL, "data=sudoku_extreme", f"data.path={tmp_path}/no-such-data"]
+    with pytest.raises(SweepConfigError, match=r"data.path=.*no-such-data.*no dataset there"):
+        Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, trial=trial)).validate()
