@@ -86,8 +86,12 @@ class Runtime:
     def step_boundary(self) -> None:
         """End of one train step: XLA cuts and runs its graph here; eager backends do nothing."""
 
-    def close(self) -> None:
+    def close(self, clean: bool = True) -> None:
+        """Tear down the control plane. After a clean run every rank first meets at a barrier: a rank that
+        destroys its gloo group while a peer is still finishing made that peer abort (SIGABRT) at exit."""
         if dist.is_initialized():
+            if clean and self.distributed:
+                dist.barrier()
             dist.destroy_process_group()
 
 

@@ -173,17 +173,20 @@ def load_checkpoint(runtime: Runtime, url: str) -> dict | None:
 def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train to the end, to a pruning verdict, or to an error; return the summary (rank 0's is complete)."""
     runtime = init_runtime(cfg.runtime)
+    clean = False
     try:
         if reporter is None and runtime.is_main:
             reporter = link_from_config(cfg)
-        return _run(cfg, runtime, reporter)
+        summary = _run(cfg, runtime, reporter)
+        clean = True
+        return summary
     except BaseException as err:
         # Failures before the loop (bad data, workers that disagree) reach the trial too.
         if reporter is not None:
             reporter.finish("FAIL", {"error": f"{type(err).__name__}: {err}"})
         raise
     finally:
-        runtime.close()
+        runtime.close(clean)  # no barrier after a failure: a dead peer would make it wait for the timeout
 
 
 def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[str, Any]:
