@@ -273,7 +273,10 @@ class Driver:
             reason = attrs.get(prefix + "error") or "the job reported FAIL without a reason"
             if running.handle.failure:
                 reason = f"{reason}\n{running.handle.failure}"
-            return self.finish(running, TrialState.FAIL, reason)
+            state = self.finish(running, TrialState.FAIL, reason)
+            if attrs.get(prefix + "retryable") and not running.handle.cancelled:
+                self.requeue(trial)  # a lost peer or connection, not the configuration: run it again
+            return state
         # No outcome stored: the job died before rank 0 could write it (a killed or crashed worker, a lost VM).
         # That is not the configuration's fault: fail it with the worker named and queue it again (up to
         # heartbeat.max_retry times), resuming from its last checkpoint.

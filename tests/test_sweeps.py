@@ -300,16 +300,20 @@ def test_pareto_study_tells_accuracy_and_compute(tmp_path: Path) -> None:
 
 def test_a_killed_worker_fails_the_trial_named_and_its_retry_resumes(tmp_path: Path) -> None:
     """SIGKILL of a worker mid-trial: FAIL with the worker named, then a retry that continues from the checkpoint."""
-    slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=60"]
+    slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=300"]
     db = f"sqlite:///{tmp_path}/db.sqlite"
     args = sweep_overrides(db, tmp_path, "study=halting", "study.name=crash", "n_trials=1", "pruner=none", "launcher=torchrun", "launcher.nnodes=2", "launcher.nproc_per_node=1", trial=slow)
-    args = [a.replace("trial.train_steps=20", "trial.train_steps=60") for a in args]
+    args = [a.replace("trial.train_steps=20", "trial.train_steps=300") for a in args]
     driver = _start_driver([*args, f"hydra.run.dir={tmp_path}/h"], tmp_path / "driver.log")
     checkpoint = tmp_path / "crash" / "trial-0" / "checkpoints" / "latest.pt"
     _wait_for(checkpoint.exists, 240, "trial 0's first checkpoint")
-    agent = subprocess.run(["pgrep", "-f", "node_rank=1.*sweep.trial_number=0"], capture_output=True, text=True).stdout.split()
-    worker = subprocess.run(["pgrep", "-P", agent[0]], capture_output=True, text=True).stdout.split()
-    os.kill(int(worker[0]), signal.SIGKILL)
+
+    def node1_worker() -> list[str]:
+        agents = subprocess.run(["pgrep", "-f", "node_rank=1 .*sweep.trial_number=0"], capture_output=True, text=True).stdout.split()
+        return [p for a in agents for p in subprocess.run(["pgrep", "-P", a], capture_output=True, text=True).stdout.split()]
+
+    _wait_for(lambda: bool(node1_worker()), 60, "node 1's training process")
+    os.kill(int(node1_worker()[0]), signal.SIGKILL)
     assert driver.wait(timeout=400) == 0, (tmp_path / "driver.log").read_text()[-3000:]
     trials = optuna.load_study(study_name="crash", storage=db).trials
     assert trials[0].state == TrialState.FAIL and "node-1 exited" in trials[0].user_attrs["fail_reason"]
@@ -338,6 +342,6 @@ def test_bad_command_lines_fail_with_the_key_named(override: str, expected: str,
 
 
 def test_missing_dataset_path_fails_before_launch(tmp_path: Path) -> None:
-    trial = [*FAST_TRIAL, "data=sudoku_extreme", f"data.path={tmp_path}/no-such-data"]
+    trial = [o for o in FAST_TRIAL if not o.startswith("data.")] + ["data=sudoku_extreme", f"data.path={tmp_path}/no-such-data"]
     with pytest.raises(SweepConfigError, match=r"data.path=.*no-such-data.*no dataset there"):
         Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, trial=trial)).validate()

@@ -31,7 +31,7 @@ from trm.info import flops_per_sample_step
 from trm.losses import METRIC_KEYS, act_loss, normalize_metrics
 from trm.model import ACTModel, Carry, TRMConfig, count_params
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr
-from trm.runtime import Runtime, check_agreement, init_runtime
+from trm.runtime import Runtime, RuntimeMismatchError, check_agreement, init_runtime
 from trm.schedules import exploration_at, recursion_at, validate_curriculum
 from trm.tracking import make_tracker
 from trm.trial_link import link_from_config
@@ -39,6 +39,11 @@ from trm.trial_link import link_from_config
 
 class NonFiniteLossError(RuntimeError):
     pass
+
+
+# Failures that running again would repeat (bad config, bad data, divergence, workers that disagree); any
+# other failure (a lost peer, a dead connection, a full disk) is worth a retry from the last checkpoint.
+NOT_RETRYABLE = (ValueError, TypeError, KeyError, NonFiniteLossError, RuntimeMismatchError)
 
 
 class Reporter(Protocol):
@@ -272,7 +277,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
                 failure = f"{type(err).__name__}: {err}"
         failure = runtime.broadcast_object(failure)  # every rank stops together if rank 0 could not save
         if failure is not None:
-            raise checkpoint.CheckpointError(failure)
+            raise (NonFiniteLossError if failure.startswith("NonFiniteLossError") else checkpoint.CheckpointError)(failure)
 
     def write_checkpoint(ranks: list[dict], improved: bool) -> None:
         """Rank 0: refuse to save non-finite weights (the last good checkpoint stays), then write atomically."""
@@ -292,7 +297,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
         if improved and cfg.checkpoint.keep_best:
             checkpoint.save(cfg.checkpoint.url, checkpoint.BEST, state)
 
-    outcome, last_eval, error, rank_steps = "COMPLETE", {}, None, None
+    outcome, last_eval, error, rank_steps, retryable = "COMPLETE", {}, None, None, False
     done = start_step
     preemption = PreemptionFlag()
     try:
@@ -349,6 +354,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
         rank_steps = runtime.all_gather_object(done)  # proof that every rank stopped at the same step
     except Exception as err:  # record why, then let it propagate
         outcome, error = "FAIL", f"{type(err).__name__}: {err}"
+        retryable = not isinstance(err, NOT_RETRYABLE)
         raise
     finally:
         preemption.restore()
@@ -358,6 +364,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             "error": error,
             "steps": done,
             "rank_steps": rank_steps,
+            "retryable": retryable,
             "objective": cfg.train.objective,
             "best_value": best["value"] if best["step"] is not None else None,
             "best_step": best["step"],

@@ -103,6 +103,7 @@ class TrialLink:
         }
         if summary.get("error"):
             attrs["error"] = str(summary["error"])[-2000:]
+            attrs["retryable"] = bool(summary.get("retryable"))
         for key, value in attrs.items():
             retry(lambda: self.storage.set_trial_user_attr(self.trial_id, self.prefix + key, value), f"storing {key}")
 
