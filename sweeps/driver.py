@@ -399,8 +399,12 @@ class Driver:
         for number, running in self.running.items():
             frozen = self.storage.get_trial(trial_id_of(running.trial))
             last = max(frozen.intermediate_values.items(), default=None)
+            elapsed = time.time() - running.started
             seen = f"step {last[0]}: {self.study_cfg.objective} {last[1]:.4f}" if last else "no eval yet"
-            log.info("  trial %d: %s, %.0f s", number, seen, time.time() - running.started)
+            eta = ""
+            if last and last[0] > 0:  # rough: the pace so far, to the trial's last step
+                eta = f", ETA {max(0.0, elapsed * (int(self.cfg.trial.train_steps) - last[0]) / last[0]):.0f} s"
+            log.info("  trial %d: %s, %.0f s%s", number, seen, elapsed, eta)
 
     def best_line(self) -> str:
         if len(self.study.directions) > 1:
