@@ -1,6 +1,12 @@
 """`key=value` command-line arguments, as the other CLIs of this project take them (sweeps.status)."""
 from __future__ import annotations
 
+from optuna.storages import RDBStorage
+
+from storage import StorageError, open_storage, resolve_url
+
+DEFAULT_SQLITE = "outputs/optuna.db"  # the sweep's embedded default (conf/storage/sqlite.yaml)
+
 
 class ArgumentError(ValueError):
     pass
@@ -26,3 +32,12 @@ def parse_bool(key: str, value: str) -> bool:
     if lowered in ("false", "0", "no"):
         return False
     raise ArgumentError(f"{key}={value!r}: expected true or false")
+
+
+def storage_from_args(args: dict[str, str]) -> tuple[str, RDBStorage]:
+    """(URL, storage) from `storage.url=` / `storage.password_env=` (else $TRM_SWEEPS_STORAGE, else SQLite)."""
+    url = resolve_url(args.get("storage.url"), DEFAULT_SQLITE)
+    try:
+        return url, open_storage(url, password_env=args.get("storage.password_env"))
+    except StorageError as err:
+        raise ArgumentError(str(err)) from None

@@ -30,10 +30,9 @@ from optuna.trial import FrozenTrial, TrialState
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from dashboards._args import ArgumentError, parse_args
-from storage import StorageError, open_storage, redact, resolve_url
+from dashboards._args import ArgumentError, parse_args, storage_from_args
+from storage import StorageError, redact
 
-DEFAULT_SQLITE = "outputs/optuna.db"
 KNOWN = {"study": None, "storage.url": None, "storage.password_env": None, "out": None}
 OPTIMIZER_PARAM = "optim"
 CURRICULUM_PREFIXES = ("curriculum.",)
@@ -446,9 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name = args["study"]
     try:
-        url = resolve_url(args.get("storage.url"), DEFAULT_SQLITE)
-        storage = open_storage(url, password_env=args.get("storage.password_env"))
-    except StorageError as err:
+        url, storage = storage_from_args(args)
+    except (ArgumentError, StorageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:

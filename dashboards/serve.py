@@ -14,10 +14,9 @@ import socket
 import sys
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from dashboards._args import ArgumentError, parse_args, parse_bool
-from storage import StorageError, open_storage, redact, resolve_url
+from dashboards._args import ArgumentError, parse_args, parse_bool, storage_from_args
+from storage import StorageError, redact
 
-DEFAULT_SQLITE = "outputs/optuna.db"
 KNOWN = {"storage.url": None, "storage.password_env": None, "host": "127.0.0.1", "port": "8080", "allow_remote": "false"}
 REMOTE_WARNING = (
     "warning: optuna-dashboard is reachable from other machines at {where}: its API has no authentication and "
@@ -83,9 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {refusal}", file=sys.stderr)
         return 2
     try:
-        url = resolve_url(args.get("storage.url"), DEFAULT_SQLITE)
-        storage = open_storage(url, password_env=args.get("storage.password_env"))
-    except StorageError as err:
+        url, storage = storage_from_args(args)
+    except (ArgumentError, StorageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 
