@@ -20,6 +20,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.presets import TINY_MODEL  # noqa: E402
 from trm.info import compose_train_config  # noqa: E402
 from trm.model import ACTModel, TRMConfig  # noqa: E402
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr  # noqa: E402
@@ -28,12 +29,7 @@ from trm.train import autocast, train_step  # noqa: E402
 
 # A 16-wide model; 16 slots per batch (divisible by 1, 2 and 4 devices).
 TINY = [
-    "arch.hidden_size=16",
-    "arch.num_heads=2",
-    "arch.L_layers=1",
-    "arch.H_cycles=2",
-    "arch.L_cycles=1",
-    "arch.halt_max_steps=3",
+    *TINY_MODEL,
     "arch.puzzle_emb_len=2",
     "train.global_batch_size=16",
     # The lr changes every step, as in a real warmup. Odd values on purpose: XLA passes Python-float scalars
