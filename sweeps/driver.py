@@ -195,6 +195,7 @@ class Driver:
             *self.base_overrides,
             *to_overrides(values),
             f"train.objective={self.study_cfg.objective}",
+            f"train.objective_direction={str(self.study_cfg.direction).lower()}",
             *trial_wandb_overrides(self.cfg),
             f"out_dir={self.run_root}/trial-{trial.number}/run",
             f"checkpoint.url={self.checkpoint_root}/trial-{origin}/checkpoints",

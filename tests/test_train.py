@@ -108,3 +108,10 @@ def test_compiled_network_trains_like_eager(tmp_path: Path, data_root: Path) -> 
     assert sorted(got) == sorted(want) == [5, 10]
     for step in want:
         assert got[step] == pytest.approx(want[step], rel=1e-3), step
+
+
+def test_best_tracking_follows_the_objective_direction(tmp_path: Path, data_root: Path) -> None:
+    summary = run(config(tmp_path, data_root, "train.steps=30", "train.objective=eval/lm_loss", "train.objective_direction=minimize"))
+    losses = {r["step"]: r["eval/lm_loss"] for r in read_metrics(tmp_path) if "eval/lm_loss" in r}
+    assert summary["best_value"] == pytest.approx(min(losses.values()))
+    assert summary["best_step"] == min(losses, key=losses.get)

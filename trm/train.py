@@ -232,7 +232,10 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     )
     step_model = runtime.wrap_model(model)
 
-    start_step, best, carry = 0, {"value": -math.inf, "step": None, "metrics": {}}, None
+    maximize = cfg.train.objective_direction == "maximize"
+    if cfg.train.objective_direction not in ("maximize", "minimize"):
+        raise ValueError(f"train.objective_direction={cfg.train.objective_direction!r}: expected 'maximize' or 'minimize'")
+    start_step, best, carry = 0, {"value": -math.inf if maximize else math.inf, "step": None, "metrics": {}}, None
     train_sums = torch.zeros(len(METRIC_KEYS), device=runtime.device)
     state = load_checkpoint(runtime, cfg.checkpoint.url) if cfg.checkpoint.resume else None
     if state is not None:
@@ -331,7 +334,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
                 last_eval = evaluate(eval_model, eval_batches(**eval_set), cfg, runtime, cycles)
                 log({"step": done, **last_eval})
                 value = last_eval[cfg.train.objective]
-                improved = value > best["value"]
+                improved = value > best["value"] if maximize else value < best["value"]
                 if improved:
                     best = {"value": value, "step": done, "metrics": last_eval}
                 verdict = reporter.report(done, last_eval) if (is_main and reporter is not None) else "continue"
