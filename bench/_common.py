@@ -4,8 +4,6 @@ round-robin and reports medians."""
 from __future__ import annotations
 
 import os
-import platform
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,42 +12,33 @@ from typing import Any, Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from _results import RESULTS, ROOT, cpu_facts, median  # noqa: F401  (re-exported for the trainer scripts)
 from trm.data.format import NUM_PUZZLE_IDENTIFIERS, SEQ_LEN, VOCAB_SIZE
 from trm.info import compose_train_config
 from trm.model import ACTModel, Carry, TRMConfig, count_params
 from trm.optim import build_optimizers, lr_multiplier, set_lr
 from trm.train import train_step
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
-
-
-def median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
 
 
 def machine_info() -> dict[str, Any]:
-    model, flags = "unknown", set()
+    """cpu_facts() plus what the trainer numbers depend on: vector/matrix extensions, torch and its threads."""
+    flags: set[str] = set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and model == "unknown":
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
+            if line.startswith("flags"):
                 flags = set(line.split(":", 1)[1].split())
+                break
     except OSError:
         pass
     wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
     return {
-        "cpu_model": model,
+        **cpu_facts(),
         "cpu_flags": [f for f in wanted if f in flags],
-        "logical_cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
         "mkldnn": torch.backends.mkldnn.is_available(),
-        "python": platform.python_version(),
-        "loadavg": list(os.getloadavg()),
         # libgomp spins (ACTIVE) by default; on a shared, oversubscribed CPU that costs multiples (see docs).
         "env": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT")},
     }

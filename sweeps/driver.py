@@ -64,6 +64,10 @@ class RunningTrial:
     seed_index: int = 0
     seed_values: list[list[float]] = field(default_factory=list)
     started: float = field(default_factory=time.time)
+    # Epoch seconds at which each seed's job was launched and seen to exit (bench/sweep_overhead.py): with
+    # the job's own stamps (`timing` attribute) they split a trial's wall time into set-up, training, teardown.
+    launched_at: list[float] = field(default_factory=list)
+    exited_at: list[float] = field(default_factory=list)
 
 
 def seed_prefix(index: int) -> str:
@@ -237,6 +241,7 @@ class Driver:
             overrides += [f"seed={index}", f"sweep.seed_index={index}"]
             workdir = running.workdir / f"seed-{index}"
         running.seed_index = index
+        running.launched_at.append(time.time())
         try:
             running.handle = self.launcher.launch(JobSpec(name=f"{self.study_cfg.name}-{trial.number}", overrides=overrides, workdir=workdir))
         except Exception as err:
@@ -290,6 +295,7 @@ class Driver:
     def finish(self, running: RunningTrial, state: TrialState, reason: str = "") -> TrialState:
         running.heartbeat.stop()
         trial = running.trial
+        trial.set_user_attr("driver_timing", {"launched_at": running.launched_at, "exited_at": running.exited_at})
         if state == TrialState.FAIL:
             self.tell_fail(trial, reason)
         elif state == TrialState.PRUNED:
@@ -366,6 +372,8 @@ class Driver:
             self.running[running.trial.number] = running
         for number, running in list(self.running.items()):
             code = running.handle.poll()
+            if code is not None:
+                running.exited_at.append(time.time())
             if code is not None and self.on_job_end(running, code) is not None:
                 del self.running[number]
         if not self.running and (out_of_time or self.study_done()):

@@ -198,6 +198,10 @@ def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
 
 def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[str, Any]:
     started = time.time()
+    # Wall-clock stamps (epoch seconds) of this run's phases: the sweep's overhead (interpreter and imports
+    # before `run_start`, set-up before the first step, teardown after the last) is measured from them.
+    # On XLA a step is dispatched asynchronously, so the step stamps mark dispatch, not completion.
+    timing: dict[str, float] = {"run_start": started}
     out_dir = Path(cfg.out_dir)
     is_main = runtime.is_main
     check_batch(cfg, runtime)
@@ -312,6 +316,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             exploration = torch.tensor(exploration_at(progress, cfg.halting), device=runtime.device)
             set_lr(optimizers, lr_multiplier(step, cfg.optim.warmup_steps, total, cfg.optim.lr_min_ratio))
             batch = runtime.to_device(next(loader))
+            timing.setdefault("first_step_start", time.time())
             if carry is None:
                 carry = model.initial_carry(batch)
             carry, metrics = train_step(step_model, carry, batch, exploration, cycles, optimizers, cfg, loss_divisor)
@@ -320,6 +325,8 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             runtime.step_boundary()
             train_sums += metrics  # stays on the device: read only at log points
             done = step + 1
+            timing.setdefault("first_step_end", time.time())
+            timing["last_step_end"] = time.time()
             bar.update(1)
 
             if done % cfg.train.log_interval == 0 or done == total:
@@ -375,6 +382,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             "best_step": best["step"],
             "final": last_eval,
             "seconds": round(time.time() - started, 2),
+            "timing": timing,
             "compute_flops": params.get("flops_per_sample_step", 0) * cfg.train.global_batch_size * done,
             **params,
         }
@@ -383,6 +391,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
             print(json.dumps({"event": "end", **summary}), flush=True)
         tracker.finish(summary)
+        timing["end"] = time.time()  # after the W&B run is closed: what is left is the outcome write and exit
         if is_main and reporter is not None:
             reporter.finish(outcome, summary)
     return summary

@@ -100,6 +100,7 @@ class TrialLink:
             "flops_per_sample_step": summary.get("flops_per_sample_step"),
             "compute_flops": summary.get("compute_flops"),
             "train_seconds": summary.get("seconds"),
+            "timing": summary.get("timing"),
         }
         if summary.get("error"):
             attrs["error"] = str(summary["error"])[-2000:]
