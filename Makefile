@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-xla dashboard report bench clean
+.PHONY: setup demo test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning clean
 
 setup: $(STAMP)
 
@@ -47,8 +47,26 @@ dashboard: setup          ## optuna-dashboard on the study storage (127.0.0.1:80
 report: setup             ## one self-contained HTML report: make report STUDY=optimizer
 	$(PY) -m dashboards.report study=$(STUDY)
 
-bench: setup
-	$(PY) bench/trainer.py
+# Benchmarks (docs/benchmarks.md): each prints a table and writes bench/results/<name>.json and .md.
+# Run them on a quiet machine, one at a time: they measure time on shared cores.
+BENCH_ENV := OMP_WAIT_POLICY=PASSIVE
+bench: bench-data bench-storage bench-sweep bench-pruning bench-trainer   ## all of them: about 90 min here
+
+bench-trainer: setup      ## paper MLP-t / attention steps: fp32/bf16, eager/compile, vs matmul peak
+	$(BENCH_ENV) $(PY) bench/trainer.py --compile
+	$(BENCH_ENV) $(PY) bench/trainer.py --compile --arch trm_att_sudoku --out bench/results/trainer_att.json
+
+bench-data: setup         ## 1,000 x 1,000 build from a CSV; loader headroom over the trainer
+	$(BENCH_ENV) $(PY) bench/data_pipeline.py
+
+bench-storage: setup      ## report+should_prune and ask+tell latency, 1/8/32 clients, PostgreSQL (TRM_SWEEPS_TEST_PG)
+	$(BENCH_ENV) $(PY) bench/storage_latency.py
+
+bench-sweep: setup        ## per-trial overhead of the local and torchrun launchers
+	$(BENCH_ENV) $(PY) bench/sweep_overhead.py
+
+bench-pruning: setup      ## the CPU proxy study with and without the Hyperband pruner
+	$(BENCH_ENV) $(PY) bench/pruning.py
 
 clean:
 	rm -rf $(VENV) $(XLA_VENV) outputs .pytest_cache

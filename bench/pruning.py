@@ -4,6 +4,7 @@ best value found, wall time; against the unpruned arm: the compute ratio and the
 
     python bench/pruning.py                              # arms none,hyperband; 10 trials each (~35 min here)
     python bench/pruning.py --arms none,hyperband,median --n-trials 12
+    python bench/pruning.py --arms none,hyperband,hyperband+study.prune_metric=eval/blank_accuracy
     python bench/pruning.py --quick --out-dir /tmp/p     # smoke run: 3 trials of 20 steps per arm
     python bench/pruning.py --render bench/results/pruning.json
 
@@ -35,13 +36,16 @@ GOAL_GAP, GOAL_COMPUTE = 0.01, 0.40
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--arms", default="none,hyperband", help="pruner config names (conf/pruner/), the first is the reference")
+    p.add_argument("--arms", default="none,hyperband,hyperband+study.prune_metric=eval/blank_accuracy",
+                   help="comma list of arms, each a pruner config name (conf/pruner/) with optional +key=value overrides; the first is the reference")
     p.add_argument("--study", default="model_scaling")
     p.add_argument("--n-trials", type=int, default=10)
     p.add_argument("--seed", type=int, default=1, help="sampler seed, the same for every arm")
     p.add_argument("--out-dir", type=Path, default=RESULTS / "pruning")
     p.add_argument("--quick", action="store_true", help="3 trials of 20 steps per arm (a smoke run)")
     p.add_argument("--render", type=Path, help="reprint the table of a saved pruning.json")
+    p.add_argument("--reuse", type=Path, help="a previous pruning.json: arms it holds with the same spec, study, trials and seed are "
+                                              "taken from it instead of run again (training is deterministic; marked 'reused')")
     p.add_argument("overrides", nargs="*", help="extra sweeps.run overrides for every arm")
     args = p.parse_args(argv)
     if args.quick:
@@ -50,19 +54,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
-    db = args.out_dir / f"{arm}.db"
+def run_arm(index: int, arm: str, args: argparse.Namespace) -> dict[str, Any]:
+    pruner, *arm_overrides = arm.split("+")
+    key = f"{index}_{pruner}"  # file and study names
+    db = args.out_dir / f"{key}.db"
     db.unlink(missing_ok=True)
     url = f"sqlite:///{db}"
-    name = f"pruning_{arm}"
+    name = f"pruning_{key}"
     overrides = [
-        f"study={args.study}", f"study.name={name}", f"pruner={arm}", f"n_trials={args.n_trials}", f"seed={args.seed}",
-        f"storage.url={url}", f"output_root={args.out_dir / 'runs' / arm}", "wandb.enabled=false",
-        f"hydra.run.dir={args.out_dir / 'hydra' / arm}", *(o for o in args.overrides if not o.startswith("pruner=")),
+        f"study={args.study}", f"study.name={name}", f"pruner={pruner}", f"n_trials={args.n_trials}", f"seed={args.seed}",
+        f"storage.url={url}", f"output_root={args.out_dir / 'runs' / key}", "wandb.enabled=false",
+        f"hydra.run.dir={args.out_dir / 'hydra' / key}", *(o for o in args.overrides if not o.startswith("pruner=")), *arm_overrides,
     ]  # fmt: skip
-    if arm == "none":  # NopPruner takes no arguments: drop pruner.* overrides meant for the others
+    if pruner == "none":  # NopPruner takes no arguments: drop pruner.* overrides meant for the others
         overrides = [o for o in overrides if not o.startswith("pruner.")]
-    run = run_study(overrides, args.out_dir / f"{arm}.log")
+    run = run_study(overrides, args.out_dir / f"{key}.log")
     trials = load_trials(url, name)
     records = [trial_record(t) for t in trials]
     for rec in records:  # the full eval curves (every metric), for looking at early predictors of the objective
@@ -72,6 +78,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     best = max(complete, key=lambda r: r["value"], default=None)
     return {
         "arm": arm,
+        "reused": None,
         **run,
         "trials": records,
         "states": {s: sum(r["state"] == s for r in records) for s in ("COMPLETE", "PRUNED", "FAIL")},
@@ -155,7 +162,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         shutil.rmtree(args.out_dir / "runs", ignore_errors=True)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     machine = cpu_facts()
-    results = [run_arm(arm, args) for arm in arms]
+    previous = {}
+    if args.reuse:
+        old = json.loads(args.reuse.read_text())
+        if (old["study"], old["n_trials"], old["seed"]) == (args.study, args.n_trials, args.seed):
+            previous = {a["arm"]: {**a, "reused": f"{args.reuse} ({old['machine']['date']})"} for a in old["arms"]}
+        else:
+            print(f"--reuse {args.reuse}: another study, trial count or seed; running every arm", flush=True)
+    results = [previous.get(arm) or run_arm(i, arm, args) for i, arm in enumerate(arms)]
     result = {
         "benchmark": "pruning",
         "command": " ".join(["python", "bench/pruning.py", *(sys.argv[1:] if argv is None else argv)]),

@@ -105,6 +105,7 @@ class StudyView:
         objectives = attrs.get("objectives") or [attrs.get("objective") or "objective"]
         self.objective = str(objectives[0])
         self.objectives = [str(o) for o in objectives]
+        self.reported = str(attrs.get("prune_metric") or self.objective)  # what the intermediate values are
         self.maximize = study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
         self.complete = [t for t in self.trials if t.state == TrialState.COMPLETE and t.values]
         self.pruned = [t for t in self.trials if t.state == TrialState.PRUNED]
@@ -204,7 +205,7 @@ def intermediate_values(view: StudyView) -> Section:
         s.note = "No trial reported intermediate values."
         return s
     s.figure = _optuna_plot(optuna.visualization.plot_intermediate_values, view)
-    s.figure.update_layout(xaxis_title="training step", yaxis_title=view.objective)
+    s.figure.update_layout(xaxis_title="training step", yaxis_title=view.reported)
     return s
 
 
@@ -247,7 +248,7 @@ def objective_vs_cost(view: StudyView, fig_id: str, attr: str, label: str, log_x
         hovertext=[hover(p[2], view) for p in points], hoverinfo="text",
     ))  # fmt: skip
     pruned = [(float(t.user_attrs[attr]), view.last_report(t), t) for t in view.pruned if t.user_attrs.get(attr) is not None and view.last_report(t) is not None]
-    if pruned:
+    if pruned and view.reported == view.objective:  # a pruned trial's last report is on the objective's axis
         fig.add_trace(go.Scatter(
             x=[p[0] for p in pruned], y=[p[1] for p in pruned], mode="markers", name="pruned (last report)",
             marker=dict(size=8, symbol="x", color="#bbb"), hovertext=[hover(p[2], view) for p in pruned], hoverinfo="text",

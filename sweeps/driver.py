@@ -29,7 +29,7 @@ from sweeps.launchers.base import JobHandle, JobSpec
 from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
 from sweeps.validate import validate_sweep
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
-from trm.trial_link import OBJECTIVE_ATTR, PRUNER_ATTR
+from trm.trial_link import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
 
 log = logging.getLogger("sweeps")
 
@@ -136,6 +136,13 @@ class Driver:
                 f"study.name={self.study_cfg.name!r} already exists with objective(s) {stored.get('objectives')} "
                 f"but this config asks for {objectives}: choose another study.name"
             )
+        reported = self.study_cfg.get("prune_metric") or self.study_cfg.objective
+        if stored.get(PRUNE_METRIC_ATTR) not in (None, reported) and study.get_trials(deepcopy=False):
+            raise StudyMismatchError(
+                f"study.name={self.study_cfg.name!r} already has trials that reported {stored[PRUNE_METRIC_ATTR]!r} to the "
+                f"pruner but this config reports {reported!r} (study.prune_metric): the pruner would compare the two; "
+                "choose another study.name or the same prune_metric"
+            )
         if [d.name.lower() for d in study.directions] != [d.lower() for d in directions]:
             raise StudyMismatchError(
                 f"study.name={self.study_cfg.name!r} already exists with direction(s) "
@@ -145,6 +152,7 @@ class Driver:
             OBJECTIVE_ATTR: self.study_cfg.objective,
             "objectives": objectives,
             PRUNER_ATTR: pruner_spec(self.cfg),
+            PRUNE_METRIC_ATTR: reported,
             "sampler": self.cfg.sampler._target_.rsplit(".", 1)[-1],
             "launcher": self.cfg.launcher._target_.rsplit(".", 1)[-1],
             "scale": self.scale,
@@ -409,7 +417,8 @@ class Driver:
             frozen = self.storage.get_trial(trial_id_of(running.trial))
             last = max(frozen.intermediate_values.items(), default=None)
             elapsed = time.time() - running.started
-            seen = f"step {last[0]}: {self.study_cfg.objective} {last[1]:.4f}" if last else "no eval yet"
+            reported = self.study_cfg.get("prune_metric") or self.study_cfg.objective
+            seen = f"step {last[0]}: {reported} {last[1]:.4f}" if last else "no eval yet"
             eta = ""
             if last and last[0] > 0:  # rough: the pace so far, to the trial's last step
                 eta = f", ETA {max(0.0, elapsed * (int(self.cfg.trial.train_steps) - last[0]) / last[0]):.0f} s"

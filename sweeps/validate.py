@@ -15,6 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sweeps.space import SearchSpace, to_overrides
 from trm.config import compose_train_config
+from trm.metric_names import MAXIMIZED, MINIMIZED
 
 
 class SweepConfigError(ValueError):
@@ -38,10 +39,24 @@ def _check_study(study: DictConfig, scale: str) -> None:
         raise SweepConfigError(f"study.value={study.value!r}: expected 'best' or 'last'")
     if not str(study.objective).startswith(("eval/", "train/")):
         raise SweepConfigError(f"study.objective={study.objective!r}: expected a metric name such as 'eval/exact_accuracy'")
+    _check_prune_metric(study)
     if scale not in study.space:
         raise SweepConfigError(f"scale={scale!r}: study {study.name!r} has ranges for {sorted(study.space)} only")
     if not isinstance(study.seeds, int) or study.seeds < 1:
         raise SweepConfigError(f"study.seeds={study.seeds!r}: expected an integer >= 1")
+
+
+def _check_prune_metric(study: DictConfig) -> None:
+    """The pruner compares reported values in the study's direction: a metric reported in its place must be an
+    eval metric that is better in that same direction (an accuracy for maximize, a loss for minimize)."""
+    metric = study.get("prune_metric")
+    if metric is None:
+        return
+    if study.get("objectives"):
+        raise SweepConfigError(f"study.prune_metric={metric!r}: this study has several objectives and Optuna prunes single-objective studies only; remove it")
+    accepted = [f"eval/{m}" for m in (MAXIMIZED if str(study.direction).lower() == "maximize" else MINIMIZED)]
+    if metric not in accepted:
+        raise SweepConfigError(f"study.prune_metric={metric!r}: for a study that is to {str(study.direction).lower()} expected null (the objective) or one of {accepted}")
 
 
 def compose_trial(base: list[str], values: dict[str, Any], where: str) -> DictConfig:

@@ -142,6 +142,28 @@ def test_flops_grow_with_recursion_depth() -> None:
     assert deeper - base == pytest.approx((flops_per_sample_step(arch, 4, 2) - deeper), rel=1e-6)
 
 
+@pytest.mark.parametrize("mixer", ["attention", "mlp_t"])
+def test_meta_device_flop_count_equals_a_real_step(mixer: str) -> None:
+    """trm.info counts on the meta device (no arithmetic): it sees the ops of a real CPU step, plus attention's
+    two products, which a real CPU step hides in the fused flash kernel FlopCounterMode does not count."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    arch = TRMConfig(**SMALL, mixer=mixer)
+    h_cycles, l_cycles = 3, 2
+    model = ACTModel(arch)
+    b = batch(1)
+    carry = model.initial_carry(b)
+    with FlopCounterMode(display=False) as counter:
+        carry, logits, q_halt = model(carry, b, 0.0, h_cycles, l_cycles)
+        loss, _ = act_loss(logits, q_halt, carry.labels, carry.inputs, carry.halted, carry.steps)
+        loss.backward()
+    attention = 0
+    if mixer == "attention":  # QK^T and AV: 4 S^2 d per layer forward, twice that backward (last H cycle only)
+        seq, calls_per_cycle = arch.total_len, (l_cycles + 1) * arch.L_layers
+        attention = 4 * seq**2 * arch.hidden_size * calls_per_cycle * (h_cycles + 2)
+    assert flops_per_sample_step(arch, h_cycles, l_cycles) == counter.get_total_flops() + attention > 0
+
+
 def test_info_cli_prints_one_json_line() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "trm.info", "arch=trm_mlp_t_sudoku"], capture_output=True, text=True, check=True

@@ -87,7 +87,14 @@ def test_bad_search_spaces_fail_before_launch(space: dict, conditional: dict | N
 
 @pytest.mark.parametrize(
     "override,expected",
-    [("n_trials=0", r"n_trials=0"), ("max_concurrent=0", r"max_concurrent=0"), ("study.direction=up", r"study.direction='up'")],
+    [
+        ("n_trials=0", r"n_trials=0"),
+        ("max_concurrent=0", r"max_concurrent=0"),
+        ("study.direction=up", r"study.direction='up'"),
+        # the pruner compares in the study's direction: a loss reported to a maximized study would prune the best
+        ("study.prune_metric=eval/lm_loss", r"study.prune_metric='eval/lm_loss': for a study that is to maximize expected null .* 'eval/blank_accuracy'"),
+        ("study.prune_metric=eval/blank_acc", r"study.prune_metric='eval/blank_acc'"),
+    ],
 )
 def test_bad_budget_and_study_fields(override: str, expected: str, tmp_path: Path) -> None:
     with pytest.raises(SweepConfigError, match=expected):
@@ -150,6 +157,12 @@ def test_torchrun_study_completes_and_prunes_with_rank0_values(pg_url: str, tmp_
     for n in (0, 1):  # each node built its own dataset in its own directory
         for node in (0, 1):
             assert (tmp_path / "prune_e2e" / f"trial-{n}" / f"node-{node}" / "outputs" / "data").is_dir()
+    # The phase stamps the overhead benchmark reads: driver and job clocks in the order things happened.
+    for trial in trials:
+        job, drv = trial.user_attrs["timing"], trial.user_attrs["driver_timing"]
+        stamps = [trial.datetime_start.timestamp(), drv["launched_at"][0], job["run_start"], job["first_step_start"],
+                  job["first_step_end"], job["last_step_end"], job["end"], drv["exited_at"][0], trial.datetime_complete.timestamp()]
+        assert stamps == sorted(stamps), stamps
 
 
 def _start_driver(args: list[str], log: Path) -> subprocess.Popen:
@@ -249,6 +262,21 @@ def test_repeated_seeds_tell_the_mean_and_keep_the_spread(tmp_path: Path) -> Non
     assert trial.user_attrs["seed_values"] == pytest.approx(per_seed)
     assert trial.value == pytest.approx(sum(per_seed) / 2)
     assert trial.user_attrs["seed_std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2)
+
+
+def test_trials_report_the_prune_metric_and_are_valued_by_the_objective(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    cfg = sweep_config(url, tmp_path, "study.name=smooth", "n_trials=1", "pruner=none", "study.prune_metric=eval/blank_accuracy")
+    Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
+    trial = optuna.load_study(study_name="smooth", storage=url).trials[0]
+    evals = [json.loads(line) for line in (tmp_path / "smooth" / "trial-0" / "run" / "metrics.jsonl").read_text().splitlines()]
+    blank = {r["step"]: r["eval/blank_accuracy"] for r in evals if "eval/blank_accuracy" in r}
+    assert trial.intermediate_values == pytest.approx(blank) and len(blank) == 2
+    assert trial.value == summary_of(tmp_path / "smooth" / "trial-0")["best_value"]  # the objective: exact accuracy
+    # Reopening the study with another prune metric would make the pruner compare two metrics: refused.
+    other = sweep_config(url, tmp_path, "study.name=smooth", "n_trials=2")
+    with pytest.raises(StudyMismatchError, match=r"reported 'eval/blank_accuracy' to the pruner but this config reports 'eval/exact_accuracy'"):
+        Driver(other).open_study()
 
 
 SECRET = "pw-s3cr3t-4242"

@@ -9,22 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from trm.metric_names import METRIC_KEYS  # torch-free, so the sweep driver can validate metric names
+
 IGNORE_LABEL_ID = -100
 BLANK_TOKEN = 1
 Q_HALT_LOSS_WEIGHT = 0.5
-
-# Order of the metric sums in the vector `act_loss` returns; names follow the TRM reference.
-METRIC_KEYS = (
-    "count",  # halted examples (metrics are over finished puzzles)
-    "accuracy",  # fraction of answer cells correct
-    "exact_accuracy",  # whole puzzle correct
-    "blank_accuracy",  # fraction of the blank cells correct (the cells that need solving)
-    "q_halt_accuracy",  # Q-halt sign agrees with "whole puzzle correct"
-    "steps",  # supervision steps used
-    "examples",  # all examples in the batch (divisor of the losses)
-    "lm_loss",
-    "q_halt_loss",
-)
 
 
 def log_stablemax(logits: Tensor, dim: int = -1) -> Tensor:

@@ -25,6 +25,7 @@ T = TypeVar("T")
 # Study attributes the driver writes and the job reads.
 PRUNER_ATTR = "pruner"
 OBJECTIVE_ATTR = "objective"
+PRUNE_METRIC_ATTR = "prune_metric"  # what the job reports at each eval (absent: the objective)
 
 
 class TrialLinkError(RuntimeError):
@@ -49,7 +50,15 @@ class TrialLink:
     """Implements trm.train.Reporter for rank 0 of a sweep trial."""
 
     def __init__(self, study_name: str, trial_number: int, storage_url: str, password_env: str | None = None, seed_index: int = 0):
-        self.storage = retry(lambda: open_storage(storage_url, password_env=password_env), "opening the study storage")
+        retry(lambda: self._attach(study_name, trial_number, storage_url, password_env), "attaching to the trial")
+        self.finished = False
+        # With repeated seeds, seed 0 alone reports to the pruner; seed i > 0 stores its outcome under "seed{i}/".
+        self.seed_index = seed_index
+        self.prefix = f"seed{seed_index}/" if seed_index else ""
+
+    def _attach(self, study_name: str, trial_number: int, storage_url: str, password_env: str | None) -> None:
+        # The driver created the schema and checked its version: the job skips both (~1 s per trial).
+        self.storage = open_storage(storage_url, password_env=password_env, create_schema=False)
         study_id = self.storage.get_study_id_from_name(study_name)
         attrs = self.storage.get_study_user_attrs(study_id)
         # The spec comes from the database: only Optuna's pruners may be instantiated from it.
@@ -60,24 +69,22 @@ class TrialLink:
         self.trial = optuna.trial.Trial(self.study, self.trial_id)
         self.multi_objective = len(self.study.directions) > 1
         self.objective = attrs.get(OBJECTIVE_ATTR)
-        self.finished = False
-        # With repeated seeds, seed 0 alone reports to the pruner; seed i > 0 stores its outcome under "seed{i}/".
-        self.seed_index = seed_index
-        self.prefix = f"seed{seed_index}/" if seed_index else ""
+        self.reported = attrs.get(PRUNE_METRIC_ATTR) or self.objective
 
     def _still_running(self) -> bool:
         return self.storage.get_trial(self.trial_id).state == TrialState.RUNNING
 
     def report(self, step: int, metrics: dict[str, float]) -> str:
-        """Report the objective at `step`; the verdict is "continue", "prune" or "abandon".
+        """Report the study's prune metric (the objective unless set) at `step`; the verdict is "continue",
+        "prune" or "abandon".
 
         "abandon": the trial is no longer RUNNING (its driver died and it was failed and re-queued), so this
         orphaned job stops without writing anything more; the retry resumes from the last checkpoint."""
         if not retry(self._still_running, "reading the trial state"):
             return "abandon"
-        if self.multi_objective or self.objective is None or self.seed_index:
+        if self.multi_objective or self.reported is None or self.seed_index:
             return "continue"  # Optuna prunes single-objective studies only; later seeds never prune
-        value = metrics[self.objective]
+        value = metrics[self.reported]
         if not math.isfinite(value):
             return "continue"
         retry(lambda: self.trial.report(value, step), f"reporting step {step}")
