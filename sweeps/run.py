@@ -24,20 +24,24 @@ def dry_run(driver: Driver) -> None:
     """Print the command of each of the first n_trials trials, sampled in memory: nothing is stored or run."""
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=driver.cfg.seed), directions=["maximize"])
     print(f"# study {driver.study_cfg.name} ({driver.cfg.scale} scale), storage {redact(driver.storage_url)}, launcher {driver.cfg.launcher._target_.rsplit('.', 1)[-1]}")
-    costs: dict[tuple[str, ...], str] = {}
+    trials = []
     for _ in range(driver.cfg.n_trials):
         trial = study.ask()
         values = driver.space.sample(trial)
         workdir = driver.output_root / f"trial-{trial.number}"
         spec = JobSpec(f"{driver.study_cfg.name}-{trial.number}", driver.trial_overrides(trial, values, workdir, trial.number), workdir)
-        print(f"trial {trial.number}: {' '.join(to_overrides(values))}")
-        print("  " + describe_command(driver, spec))
-        if driver.cfg.estimate.enabled:
-            key = tuple(spec.overrides[: len(driver.base_overrides) + len(values)])
-            if key not in costs:
-                costs[key] = estimate.describe(estimate.trial_cost(list(key)), driver.cfg)
-            print("  cost: " + costs[key])
+        trials.append((trial.number, values, spec))
         study.tell(trial, 0.0)
+    costs = []
+    if driver.cfg.estimate.enabled:  # every trial's model priced from its FLOPs (trm.info, one process)
+        costs = estimate.trial_costs([spec.overrides[: len(driver.base_overrides) + len(values)] for _, values, spec in trials])
+    for i, (number, values, spec) in enumerate(trials):
+        print(f"trial {number}: {' '.join(to_overrides(values))}")
+        print("  " + describe_command(driver, spec))
+        if costs:
+            print("  cost: " + estimate.describe(costs[i], driver.cfg))
+    if costs:
+        print("# study cost: " + estimate.describe_total(costs, driver.cfg))
 
 
 def describe_command(driver: Driver, spec: JobSpec) -> str:

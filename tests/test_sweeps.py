@@ -38,7 +38,7 @@ def load(pg_url: str, name: str) -> optuna.Study:
 @pytest.mark.parametrize("site", ["laptop", "pod"])
 @pytest.mark.parametrize("study", STUDIES)
 def test_every_study_validates_and_dry_runs(study: str, site: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    priced = site == "pod" and study == "model_scaling"  # the cost estimate runs trm.info per trial: once here
+    priced = site == "pod" and study == "model_scaling"  # the cost estimate starts trm.info: once here
     extra = [f"study={study}", "n_trials=3", f"estimate.enabled={str(priced).lower()}", *(POD if site == "pod" else [])]
     if site == "pod":  # the pod site brings its own trial overrides (paper scale)
         cfg = compose_sweep_config([f"output_root={tmp_path}", *extra])
@@ -55,6 +55,7 @@ def test_every_study_validates_and_dry_runs(study: str, site: str, tmp_path: Pat
     if priced:  # every trial priced from its measured FLOPs: v4-64 has 8x the chips of v4-8
         costs = [line for line in out.splitlines() if line.strip().startswith("cost:")]
         assert len(costs) == 3 and all("GFLOP/sample-step" in c and "v4-64" in c and "batch 768 x 65104 steps" in c for c in costs)
+        assert "ms/step" in costs[0] and "# study cost: 3 trials, none pruned: v4-8 " in out
     assert not (tmp_path / "db.sqlite").exists()  # a dry run stores nothing
 
 

@@ -1,4 +1,5 @@
 """`python -m trm.info arch=<preset> [key=value ...]`: one JSON line describing a model config.
+`python -m trm.info --batch`: the same for each JSON list of overrides read from stdin, one per line.
 
 FLOPs are counted by torch's own FlopCounterMode on one supervision step (on the meta device) (forward through every
 H/L cycle, the no-grad ones included, plus backward of the last cycle) for one sample, so they follow the
@@ -60,8 +61,13 @@ def describe(cfg: DictConfig) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    cfg = compose_train_config(list(sys.argv[1:] if argv is None else argv))
-    print(json.dumps(describe(cfg)))
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--batch"]:  # one JSON list of overrides per stdin line, one JSON line out for each
+        for line in sys.stdin:  # (the sweep's dry run prices every trial with one interpreter and one torch import)
+            if line.strip():
+                print(json.dumps(describe(compose_train_config(json.loads(line)))), flush=True)
+        return
+    print(json.dumps(describe(compose_train_config(args))))
 
 
 if __name__ == "__main__":
