@@ -1,0 +1,49 @@
+"""Rank 0's link to its trial (trm.trial_link) against the real PostgreSQL: verdicts and the stored outcome."""
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from storage import open_storage
+from trm.trial_link import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, TrialLink
+
+METRICS = {"eval/exact_accuracy": 0.5, "eval/blank_accuracy": 0.9}
+
+
+def make_study(url: str, name: str, pruner: dict, prune_metric: str | None = None) -> optuna.Study:
+    """A study as the driver leaves it: objective, pruner spec and prune metric stored as study attributes."""
+    study = optuna.create_study(study_name=name, storage=open_storage(url), direction="maximize")
+    study.set_user_attr(OBJECTIVE_ATTR, "eval/exact_accuracy")
+    study.set_user_attr(PRUNER_ATTR, pruner)
+    if prune_metric:
+        study.set_user_attr(PRUNE_METRIC_ATTR, prune_metric)
+    return study
+
+
+def test_reports_continue_then_abandon_once_the_trial_was_failed(pg_url: str) -> None:
+    study = make_study(pg_url, "link_abandon", {"_target_": "optuna.pruners.NopPruner"})
+    trial = study.ask()
+    link = TrialLink("link_abandon", trial.number, pg_url)
+    assert link.report(10, METRICS) == "continue"
+    study.tell(trial, state=TrialState.FAIL)  # what a new driver does to the trial of a dead one
+    assert link.report(20, METRICS) == "abandon"  # the orphaned job stops, writing nothing more
+    assert link.report(30, {**METRICS, "eval/exact_accuracy": math.nan}) == "abandon"  # also when nothing is reported
+    frozen = study.trials[0]
+    assert frozen.intermediate_values == {10: 0.5}
+    link.finish("COMPLETE", {"best_value": 0.5})
+    assert "outcome" not in study.trials[0].user_attrs  # nothing may be written to a finished trial
+
+
+def test_the_pruner_sees_the_prune_metric(pg_url: str) -> None:
+    # A median pruner that prunes any trial below the first one's report at step 10.
+    study = make_study(pg_url, "link_metric", {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 1, "n_warmup_steps": 0},
+                       prune_metric="eval/blank_accuracy")
+    first, second = study.ask(), study.ask()
+    assert TrialLink("link_metric", first.number, pg_url).report(10, METRICS) == "continue"
+    study.tell(first, 0.5)
+    # Same objective value, lower blank accuracy: pruned, because blank accuracy is what is compared.
+    assert TrialLink("link_metric", second.number, pg_url).report(10, {**METRICS, "eval/blank_accuracy": 0.1}) == "prune"
+    assert study.trials[1].intermediate_values == {10: pytest.approx(0.1)}
