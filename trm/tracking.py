@@ -209,7 +209,8 @@ def trial_record(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     from storage import close_storage, open_storage
 
     sweep = cfg.sweep
-    storage = open_storage(str(sweep.storage), password_env=sweep.get("password_env"))
+    # The driver created the schema: no table creation or version check here (~1 s of every trial's start).
+    storage = open_storage(str(sweep.storage), password_env=sweep.get("password_env"), create_schema=False)
     try:
         study_id = storage.get_study_id_from_name(str(sweep.study))
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, int(sweep.trial_number))
