@@ -8,6 +8,7 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -50,12 +51,20 @@ def cpu_facts() -> dict[str, Any]:
     }
 
 
+def run_header(name: str, argv: list[str] | None) -> dict[str, Any]:
+    """What every result starts with: which bench, the command that reproduces it, the machine it ran on."""
+    args = sys.argv[1:] if argv is None else argv
+    return {"benchmark": name, "command": " ".join(["python", f"bench/{name}.py", *args]), "machine": cpu_facts()}
+
+
 def write_results(name: str, result: dict[str, Any], table: str, out_dir: Path = RESULTS) -> Path:
-    """bench/results/<name>.json (everything) and <name>.md (the table docs/benchmarks.md quotes)."""
+    """bench/results/<name>.json (everything) and <name>.md (the table docs/benchmarks.md quotes); prints the table."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
     path.write_text(json.dumps(result, indent=2, default=str))
     (out_dir / f"{name}.md").write_text(table + "\n")
+    print(table)
+    print(f"\nJSON: {path}")
     return path
 
 

@@ -20,28 +20,10 @@ from optuna.trial import FrozenTrial, TrialState
 from _results import ROOT, median
 from storage import open_storage
 from sweeps.space import params_to_values
+from tests.sweep_helpers import FAST_TRIAL
 
-# A trial that trains for real in seconds (the smoke runs of the sweep benches): 16 wide, 1 layer, 20 steps.
-QUICK_TRIAL = [
-    "experiment=tiny_cpu",
-    "arch.hidden_size=16",
-    "arch.num_heads=2",
-    "arch.L_layers=1",
-    "arch.H_cycles=1",
-    "arch.L_cycles=1",
-    "arch.halt_max_steps=2",
-    "data.num_train=200",
-    "data.num_test=32",
-    "data.blanks=10",
-    "train.global_batch_size=16",
-    "train.eval_examples=32",
-    "train.eval_batch_size=16",
-    "train.progress=false",
-    "train.log_interval=10",
-    "train.eval_interval=10",
-    "train.steps=20",
-    "optim.warmup_steps=1",
-]
+# A trial that trains for real in seconds (the smoke runs of the sweep benches): the test suite's.
+QUICK_TRIAL = FAST_TRIAL
 
 
 def hydra_list(items: list[str]) -> str:

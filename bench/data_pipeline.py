@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from _results import RESULTS, cpu_facts, fmt, median, write_results  # noqa: E402
+from _results import RESULTS, run_header, fmt, median, write_results  # noqa: E402
 from trm.config import compose_sweep_config  # noqa: E402
 from trm.data.build import _arrays, build_from_csv  # noqa: E402
 from trm.data.format import load_split, write_split  # noqa: E402
@@ -184,7 +184,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     work = args.out_dir / "data_bench"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    machine = cpu_facts()
     train_csv, test_csv = make_csvs(work, args.csv_rows, test_rows=1000 if not args.quick else 50)
     build = bench_build(args, work, train_csv, test_csv)
     demand = trainer_demand(args)
@@ -198,9 +197,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         row["batches_per_s"] = loader[row["local_batch"]]["median_batches_per_s"]
         row["headroom"] = row["batches_per_s"] / row["steps_per_s"]
     result = {
-        "benchmark": "data_pipeline",
-        "command": " ".join(["python", "bench/data_pipeline.py", *(sys.argv[1:] if argv is None else argv)]),
-        "machine": machine,
+        **run_header("data_pipeline", argv),
         "build": build,
         "loader": loader,
         "demand": demand,
@@ -209,7 +206,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     table = markdown(result)
     write_results("data_pipeline", result, table, args.out_dir)
     shutil.rmtree(work, ignore_errors=True)  # 1M examples: ~200 MB per copy
-    print(table)
     return result
 
 

@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _results import RESULTS, cpu_facts, fmt, write_results  # noqa: E402
+from _results import RESULTS, run_header, fmt, write_results  # noqa: E402
 from _sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, run_study, trial_record  # noqa: E402
 
 # The goal the issue sets: pruned best within 1% (absolute accuracy) of the unpruned best for <= 40% compute.
@@ -41,13 +41,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--study", default="model_scaling")
     p.add_argument("--n-trials", type=int, default=10)
     p.add_argument("--seed", type=int, default=1, help="sampler seed, the same for every arm")
-    p.add_argument("--out-dir", type=Path, default=RESULTS / "pruning")
+    p.add_argument("--out-dir", type=Path, default=RESULTS, help="results go here; the studies' files under <out-dir>/pruning/")
     p.add_argument("--quick", action="store_true", help="3 trials of 20 steps per arm (a smoke run)")
     p.add_argument("--render", type=Path, help="reprint the table of a saved pruning.json")
     p.add_argument("--reuse", type=Path, help="a previous pruning.json: arms it holds with the same spec, study, trials and seed are "
                                               "taken from it instead of run again (training is deterministic; marked 'reused')")
     p.add_argument("overrides", nargs="*", help="extra sweeps.run overrides for every arm")
     args = p.parse_args(argv)
+    args.work = args.out_dir / "pruning"
     if args.quick:
         args.n_trials = min(args.n_trials, 3)
         args.overrides = [f"trial.overrides={hydra_list(QUICK_TRIAL)}", "trial.train_steps=20", "pruner.min_resource=10", "poll_s=0.2", *args.overrides]
@@ -57,18 +58,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run_arm(index: int, arm: str, args: argparse.Namespace) -> dict[str, Any]:
     pruner, *arm_overrides = arm.split("+")
     key = f"{index}_{pruner}"  # file and study names
-    db = args.out_dir / f"{key}.db"
+    db = args.work / f"{key}.db"
     db.unlink(missing_ok=True)
     url = f"sqlite:///{db}"
     name = f"pruning_{key}"
     overrides = [
         f"study={args.study}", f"study.name={name}", f"pruner={pruner}", f"n_trials={args.n_trials}", f"seed={args.seed}",
-        f"storage.url={url}", f"output_root={args.out_dir / 'runs' / key}", "wandb.enabled=false",
-        f"hydra.run.dir={args.out_dir / 'hydra' / key}", *(o for o in args.overrides if not o.startswith("pruner=")), *arm_overrides,
+        f"storage.url={url}", f"output_root={args.work / 'runs' / key}", "wandb.enabled=false",
+        f"hydra.run.dir={args.work / 'hydra' / key}", *(o for o in args.overrides if not o.startswith("pruner=")), *arm_overrides,
     ]  # fmt: skip
     if pruner == "none":  # NopPruner takes no arguments: drop pruner.* overrides meant for the others
         overrides = [o for o in overrides if not o.startswith("pruner.")]
-    run = run_study(overrides, args.out_dir / f"{key}.log")
+    run = run_study(overrides, args.work / f"{key}.log")
     trials = load_trials(url, name)
     records = [trial_record(t) for t in trials]
     for rec in records:  # the full eval curves (every metric), for looking at early predictors of the objective
@@ -158,10 +159,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if len(arms) < 2:
         raise SystemExit(f"--arms={args.arms!r}: name at least two pruners (the first is the reference), e.g. none,hyperband")
-    if args.out_dir.exists():
-        shutil.rmtree(args.out_dir / "runs", ignore_errors=True)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    machine = cpu_facts()
+    shutil.rmtree(args.work / "runs", ignore_errors=True)
+    args.work.mkdir(parents=True, exist_ok=True)
     previous = {}
     if args.reuse:
         old = json.loads(args.reuse.read_text())
@@ -171,9 +170,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"--reuse {args.reuse}: another study, trial count or seed; running every arm", flush=True)
     results = [previous.get(arm) or run_arm(i, arm, args) for i, arm in enumerate(arms)]
     result = {
-        "benchmark": "pruning",
-        "command": " ".join(["python", "bench/pruning.py", *(sys.argv[1:] if argv is None else argv)]),
-        "machine": machine,
+        **run_header("pruning", argv),
         "study": args.study,
         "n_trials": args.n_trials,
         "seed": args.seed,
@@ -182,8 +179,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "comparison": compare(results),
     }
     table = markdown(result)
-    write_results("pruning", result, table, args.out_dir.parent if args.out_dir.name == "pruning" else args.out_dir)
-    print(table)
+    write_results("pruning", result, table, args.out_dir)
     return result
 
 

@@ -355,7 +355,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }  # fmt: skip
     table = render(rows)
     write_results("storage_latency", result, table, args.out_dir)
-    print(table)
     return result
 
 

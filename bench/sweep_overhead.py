@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _results import RESULTS, cpu_facts, fmt, write_results  # noqa: E402
+from _results import RESULTS, run_header, fmt, write_results  # noqa: E402
 from _sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, projected_fraction, run_study, trial_record  # noqa: E402
 
 GOAL_FRACTION, PROJECTED_TRIAL_S = 0.02, 300.0
@@ -35,10 +35,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--study", default="model_scaling")
     p.add_argument("--n-trials", type=int, default=10)
     p.add_argument("--steps", type=int, default=100, help="training steps per trial (tiny preset)")
-    p.add_argument("--out-dir", type=Path, default=RESULTS / "sweep_overhead")
+    p.add_argument("--out-dir", type=Path, default=RESULTS, help="results go here; the studies' files under <out-dir>/sweep_overhead/")
     p.add_argument("--quick", action="store_true", help="2 trials of 20 steps, local launcher")
     p.add_argument("overrides", nargs="*", help="extra sweeps.run overrides for every launcher")
     args = p.parse_args(argv)
+    args.work = args.out_dir / "sweep_overhead"
     if args.quick:
         args.n_trials, args.steps, args.launchers = 2, 20, "local"
     return args
@@ -53,15 +54,15 @@ def trial_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def run_launcher(launcher: str, args: argparse.Namespace) -> dict[str, Any]:
-    db = args.out_dir / f"{launcher}.db"
+    db = args.work / f"{launcher}.db"
     db.unlink(missing_ok=True)
     url, name = f"sqlite:///{db}", f"overhead_{launcher}"
     overrides = [
         f"study={args.study}", f"study.name={name}", f"launcher={launcher}", "pruner=none", f"n_trials={args.n_trials}",
-        f"storage.url={url}", f"output_root={args.out_dir / 'runs' / launcher}", f"hydra.run.dir={args.out_dir / 'hydra' / launcher}",
+        f"storage.url={url}", f"output_root={args.work / 'runs' / launcher}", f"hydra.run.dir={args.work / 'hydra' / launcher}",
         f"trial.overrides={hydra_list(trial_overrides(args))}", f"trial.train_steps={args.steps}", *args.overrides,
     ]  # fmt: skip
-    run = run_study(overrides, args.out_dir / f"{launcher}.log")
+    run = run_study(overrides, args.work / f"{launcher}.log")
     trials = load_trials(url, name)
     summary = overhead_summary(trials, run)
     summary["projected_fraction_5min"] = projected_fraction(summary, PROJECTED_TRIAL_S, args.n_trials)
@@ -95,22 +96,18 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    shutil.rmtree(args.out_dir / "runs", ignore_errors=True)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    machine = cpu_facts()
+    shutil.rmtree(args.work / "runs", ignore_errors=True)
+    args.work.mkdir(parents=True, exist_ok=True)
     launchers = [run_launcher(name.strip(), args) for name in args.launchers.split(",") if name.strip()]
     result = {
-        "benchmark": "sweep_overhead",
-        "command": " ".join(["python", "bench/sweep_overhead.py", *(sys.argv[1:] if argv is None else argv)]),
-        "machine": machine,
+        **run_header("sweep_overhead", argv),
         "n_trials": args.n_trials,
         "steps": args.steps,
         "goal": {"max_outside_fraction": GOAL_FRACTION, "trial_training_s": PROJECTED_TRIAL_S},
         "launchers": launchers,
     }
     table = markdown(result)
-    write_results("sweep_overhead", result, table, args.out_dir.parent if args.out_dir.name == "sweep_overhead" else args.out_dir)
-    print(table)
+    write_results("sweep_overhead", result, table, args.out_dir)
     return result
 
 
