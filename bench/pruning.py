@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _results import RESULTS, run_header, fmt, write_results  # noqa: E402
+import optuna  # noqa: E402
+
 from _sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, run_study, trial_record  # noqa: E402
 
 # The goal the issue sets: pruned best within 1% (absolute accuracy) of the unpruned best for <= 40% compute.
@@ -92,8 +94,8 @@ def run_arm(index: int, arm: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def paired(reference: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
-    """Configurations both arms ran: their reported values must agree at every step both reached."""
+def paired(reference: dict[str, Any], arm: dict[str, Any], metric: str = "eval/exact_accuracy") -> dict[str, Any]:
+    """Configurations both arms ran: their eval curves must agree at every step both reached."""
     ref = {json.dumps(r["params"], sort_keys=True): r for r in reference["trials"]}
     shared, worst = 0, 0.0
     for rec in arm["trials"]:
@@ -101,19 +103,33 @@ def paired(reference: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
         if other is None:
             continue
         shared += 1
-        for step, value in rec["intermediate"].items():
-            if step in other["intermediate"]:
-                worst = max(worst, abs(value - other["intermediate"][step]))
-    return {"shared_configurations": shared, "max_abs_diff_of_reported_values": worst}
+        theirs = {r["step"]: r[metric] for r in other["eval"]}
+        for r in rec["eval"]:
+            if r["step"] in theirs:
+                worst = max(worst, abs(r[metric] - theirs[r["step"]]))
+    return {"shared_configurations": shared, "max_abs_diff_of_eval_curves": worst}
+
+
+def compute_to_target(arm: dict[str, Any], target: float) -> dict[str, Any]:
+    """Trial-steps and FLOPs the study had spent when its best first came within the goal of the target."""
+    steps = flops = 0
+    for rec in sorted(arm["trials"], key=lambda r: r["number"]):
+        steps, flops = steps + (rec["steps"] or 0), flops + (rec["compute_flops"] or 0)
+        if rec["state"] == "COMPLETE" and rec["value"] is not None and rec["value"] >= target:
+            return {"steps": steps, "flops": flops, "trial": rec["number"]}
+    return {"steps": None, "flops": None, "trial": None}
 
 
 def compare(arms: list[dict[str, Any]]) -> list[dict[str, Any]]:
     reference = arms[0]
+    target = reference["best_value"] - GOAL_GAP if reference["best_value"] is not None else None
+    ref_reach = compute_to_target(reference, target) if target is not None else None
     rows = []
     for arm in arms:
         steps_ratio = arm["trial_steps"] / reference["trial_steps"] if reference["trial_steps"] else None
         flops_ratio = arm["compute_flops"] / reference["compute_flops"] if reference["compute_flops"] else None
         gap = reference["best_value"] - arm["best_value"] if None not in (reference["best_value"], arm["best_value"]) else None
+        reach = compute_to_target(arm, target) if target is not None else {"steps": None, "flops": None, "trial": None}
         rows.append({
             "arm": arm["arm"],
             "steps_ratio": steps_ratio,
@@ -121,8 +137,51 @@ def compare(arms: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "wall_ratio": arm["wall_s"] / reference["wall_s"],
             "best_gap": gap,
             "meets_goal": None if arm is reference or gap is None else bool(gap <= GOAL_GAP and flops_ratio <= GOAL_COMPUTE),
+            "to_target": reach,  # when the study's best came within GOAL_GAP of the reference's best
+            "to_target_flops_ratio": reach["flops"] / reference["compute_flops"] if reach["flops"] and reference["compute_flops"] else None,
+            "reference_to_target": ref_reach,
             **paired(reference, arm),
         })  # fmt: skip
+    return rows
+
+
+REPLAY_PRUNERS = {  # what-if pruners replayed on the reference arm's recorded curves (conf/pruner/ values first)
+    "hyperband(100, rf 3)": lambda steps: optuna.pruners.HyperbandPruner(min_resource=100, max_resource=steps, reduction_factor=3),
+    "median(3 startup, 0 warmup)": lambda steps: optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0),
+    "successive_halving(300, rf 3)": lambda steps: optuna.pruners.SuccessiveHalvingPruner(min_resource=300, reduction_factor=3),
+    "median(1 startup, 100 warmup)": lambda steps: optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=100),
+}
+
+
+def replay(reference: dict[str, Any], metrics: tuple[str, ...] = ("eval/exact_accuracy", "eval/blank_accuracy")) -> list[dict[str, Any]]:
+    """Each pruner and reported metric replayed on the reference's full curves, trials in the same order: cheap,
+    but it assumes the sampler would have proposed the same trials (TPE learns from pruned ones too)."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    rows = []
+    for metric in metrics:
+        for name, make in REPLAY_PRUNERS.items():
+            longest = max((rec["steps"] or 1) for rec in reference["trials"])
+            study = optuna.create_study(direction="maximize", pruner=make(longest))
+            steps = flops = 0
+            best = None
+            for rec in sorted(reference["trials"], key=lambda r: r["number"]):
+                trial, per_step = study.ask(), (rec["compute_flops"] or 0) / max(1, rec["steps"] or 1)
+                done, pruned = 0, False
+                for r in rec["eval"]:
+                    trial.report(r[metric], r["step"])
+                    done = r["step"]
+                    if trial.should_prune():
+                        pruned = True
+                        break
+                steps, flops = steps + done, flops + done * per_step
+                if pruned:
+                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                else:
+                    value = max(r["eval/exact_accuracy"] for r in rec["eval"])
+                    best = value if best is None else max(best, value)
+                    study.tell(trial, value)
+            rows.append({"metric": metric, "pruner": name, "steps_ratio": steps / reference["trial_steps"],
+                         "flops_ratio": flops / reference["compute_flops"], "best_value": best})
     return rows
 
 
@@ -139,6 +198,14 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {arm['wall_s']:.0f} | {fmt(arm['best_value'], '.4f')} ({arm['best_trial']}) | {fmt(cmp['steps_ratio'], '.0%')} "
             f"| {fmt(cmp['flops_ratio'], '.0%')} | {fmt(cmp['best_gap'], '+.4f')} | {goal} |"
         )
+    lines += ["", "| arm | best within 1% of the reference best at trial | trial-steps then | FLOPs then, vs the reference's whole study |", "|---|---:|---:|---:|"]
+    for cmp in result["comparison"]:
+        t = cmp["to_target"]
+        lines.append(f"| {cmp['arm']} | {fmt(t['trial'], 'd')} | {fmt(t['steps'], 'd')} | {fmt(cmp['to_target_flops_ratio'], '.0%')} |")
+    lines += ["", "Replayed on the reference's curves (same trials in the same order; TPE would have adapted):", "",
+              "| reported metric | pruner | trial-steps vs ref | FLOPs vs ref | best kept |", "|---|---|---:|---:|---:|"]
+    for r in result.get("replay", []):
+        lines.append(f"| {r['metric']} | {r['pruner']} | {r['steps_ratio']:.0%} | {r['flops_ratio']:.0%} | {fmt(r['best_value'], '.4f')} |")
     lines.append("")
     lines.append("| pruner | trial | params | state | steps | reported values (step: value) |")
     lines.append("|---|---:|---|---|---:|---|")
@@ -177,6 +244,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "goal": {"max_best_gap": GOAL_GAP, "max_compute_ratio": GOAL_COMPUTE},
         "arms": results,
         "comparison": compare(results),
+        "replay": replay(results[0]),
     }
     table = markdown(result)
     write_results("pruning", result, table, args.out_dir)

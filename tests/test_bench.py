@@ -56,7 +56,7 @@ def test_pruning_bench_pairs_the_arms(tmp_path: Path) -> None:
     cmp = result["comparison"][1]
     # Same sampler seed: the first trials are the same configurations, and training is deterministic, so the
     # values both arms reported for them agree exactly.
-    assert cmp["shared_configurations"] >= 1 and cmp["max_abs_diff_of_reported_values"] == 0.0
+    assert cmp["shared_configurations"] >= 1 and cmp["max_abs_diff_of_eval_curves"] == 0.0
     assert cmp["steps_ratio"] == hyperband["trial_steps"] / none["trial_steps"]
 
 
