@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1, help="sampler seed, the same for every arm")
     p.add_argument("--out-dir", type=Path, default=RESULTS, help="results go here; the studies' files under <out-dir>/pruning/")
     p.add_argument("--quick", action="store_true", help="3 trials of 20 steps per arm (a smoke run)")
+    p.add_argument("--resume", action="store_true", help="keep each arm's study file and runs: a driver restarted on a study "
+                                                          "continues up to n_trials, so an interrupted bench goes on where it stopped")
     p.add_argument("--render", type=Path, help="reprint the table of a saved pruning.json")
     p.add_argument("--reuse", type=Path, help="a previous pruning.json: arms it holds with the same spec, study, trials and seed are "
                                               "taken from it instead of run again (training is deterministic; marked 'reused')")
@@ -61,7 +63,8 @@ def run_arm(index: int, arm: str, args: argparse.Namespace) -> dict[str, Any]:
     pruner, *arm_overrides = arm.split("+")
     key = f"{index}_{pruner}"  # file and study names
     db = args.work / f"{key}.db"
-    db.unlink(missing_ok=True)
+    if not args.resume:
+        db.unlink(missing_ok=True)
     url = f"sqlite:///{db}"
     name = f"pruning_{key}"
     overrides = [
@@ -73,6 +76,10 @@ def run_arm(index: int, arm: str, args: argparse.Namespace) -> dict[str, Any]:
         overrides = [o for o in overrides if not o.startswith("pruner.")]
     run = run_study(overrides, args.work / f"{key}.log")
     trials = load_trials(url, name)
+    if args.resume:  # the study may have run (partly) before this call: its wall time is its trials' span
+        run["started_at"] = min(t.datetime_start.timestamp() for t in trials)
+        run["ended_at"] = max(t.datetime_complete.timestamp() for t in trials if t.datetime_complete)
+        run["wall_s"] = round(run["ended_at"] - run["started_at"], 2)
     records = [trial_record(t) for t in trials]
     for rec in records:  # the full eval curves (every metric), for looking at early predictors of the objective
         metrics = Path(rec.pop("workdir") or "/nonexistent") / "run" / "metrics.jsonl"
@@ -226,7 +233,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if len(arms) < 2:
         raise SystemExit(f"--arms={args.arms!r}: name at least two pruners (the first is the reference), e.g. none,hyperband")
-    shutil.rmtree(args.work / "runs", ignore_errors=True)
+    if not args.resume:
+        shutil.rmtree(args.work / "runs", ignore_errors=True)
     args.work.mkdir(parents=True, exist_ok=True)
     previous = {}
     if args.reuse:
