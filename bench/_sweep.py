@@ -3,7 +3,7 @@ split each trial's wall time into set-up, training and teardown from the stamps 
 
 Stamps (epoch seconds): the driver's `driver_timing` (launched_at, exited_at: per seed) and the job's `timing`
 (run_start: entry of trm.train.run after imports and Hydra; first_step_start; first_step_end; last_step_end;
-end: after the W&B run closed) on the trial, and Optuna's own datetime_start (ask) and datetime_complete (tell).
+train_end: after the last eval and checkpoint; end: after the W&B run closed) on the trial, and Optuna's own datetime_start (ask) and datetime_complete (tell).
 """
 from __future__ import annotations
 
@@ -55,7 +55,10 @@ def load_trials(storage_url: str, study_name: str) -> list[FrozenTrial]:
 def trial_phases(trial: FrozenTrial) -> dict[str, float] | None:
     """Seconds of each phase of a one-seed trial, or None if the stamps are missing (a failed launch)."""
     job, drv = trial.user_attrs.get("timing") or {}, trial.user_attrs.get("driver_timing") or {}
-    needed = ("run_start", "first_step_start", "first_step_end", "last_step_end", "end")
+    # train_end (after the last step's eval and checkpoint) is newer than last_step_end (before them): with only
+    # the latter, the final eval counts as teardown, an overestimate of the overhead.
+    job = {**job, "train_end": job.get("train_end", job.get("last_step_end"))}
+    needed = ("run_start", "first_step_start", "first_step_end", "train_end", "end")
     if not all(k in job for k in needed) or not drv.get("launched_at") or not drv.get("exited_at"):
         return None
     asked, told = trial.datetime_start.timestamp(), trial.datetime_complete.timestamp()
@@ -65,12 +68,12 @@ def trial_phases(trial: FrozenTrial) -> dict[str, float] | None:
         "launch_to_run": job["run_start"] - launched,  # interpreter, imports, Hydra compose (+ torchrun agent)
         "run_to_first_step": job["first_step_start"] - job["run_start"],  # runtime, data, model, trial link, W&B
         "first_step": job["first_step_end"] - job["first_step_start"],  # warm-up (compile, allocator)
-        "training": job["last_step_end"] - job["first_step_start"],  # every step, eval and checkpoint
-        "last_step_to_end": job["end"] - job["last_step_end"],  # summary, W&B finish
+        "training": job["train_end"] - job["first_step_start"],  # every step, eval and checkpoint
+        "last_step_to_end": job["end"] - job["train_end"],  # summary, W&B finish
         "end_to_exit_seen": exited - job["end"],  # outcome write, process exit, driver poll
         "exit_seen_to_tell": told - exited,  # read outcome, tell
         "launch_to_first_step": job["first_step_start"] - launched,
-        "last_step_to_tell": told - job["last_step_end"],
+        "last_step_to_tell": told - job["train_end"],
         "trial_wall": told - asked,
     }
 

@@ -162,7 +162,7 @@ def test_torchrun_study_completes_and_prunes_with_rank0_values(pg_url: str, tmp_
     for trial in trials:
         job, drv = trial.user_attrs["timing"], trial.user_attrs["driver_timing"]
         stamps = [trial.datetime_start.timestamp(), drv["launched_at"][0], job["run_start"], job["first_step_start"],
-                  job["first_step_end"], job["last_step_end"], job["end"], drv["exited_at"][0], trial.datetime_complete.timestamp()]
+                  job["first_step_end"], job["last_step_end"], job["train_end"], job["end"], drv["exited_at"][0], trial.datetime_complete.timestamp()]
         assert stamps == sorted(stamps), stamps
 
 

@@ -364,6 +364,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
                 save_checkpoint(False)  # a VM got SIGTERM (preemption notice): save while we still can
                 outcome = "PREEMPTED"
                 break
+        timing["train_end"] = time.time()  # after the last step's eval and checkpoint: training work ends here
         rank_steps = runtime.all_gather_object(done)  # proof that every rank stopped at the same step
     except Exception as err:  # record why, then let it propagate
         outcome, error = "FAIL", f"{type(err).__name__}: {err}"
