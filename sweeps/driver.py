@@ -111,6 +111,11 @@ class Driver:
         self.storage = None
         self.study: optuna.Study | None = None
 
+    @property
+    def reported_metric(self) -> str:
+        """What the trials report to the pruner at each eval (study.prune_metric, else the objective)."""
+        return self.study_cfg.get("prune_metric") or self.study_cfg.objective
+
     # ----------------------------------------------------------------------------------- before running
 
     def validate(self) -> None:
@@ -136,7 +141,7 @@ class Driver:
                 f"study.name={self.study_cfg.name!r} already exists with objective(s) {stored.get('objectives')} "
                 f"but this config asks for {objectives}: choose another study.name"
             )
-        reported = self.study_cfg.get("prune_metric") or self.study_cfg.objective
+        reported = self.reported_metric
         if stored.get(PRUNE_METRIC_ATTR) not in (None, reported) and study.get_trials(deepcopy=False):
             raise StudyMismatchError(
                 f"study.name={self.study_cfg.name!r} already has trials that reported {stored[PRUNE_METRIC_ATTR]!r} to the "
@@ -417,8 +422,7 @@ class Driver:
             frozen = self.storage.get_trial(trial_id_of(running.trial))
             last = max(frozen.intermediate_values.items(), default=None)
             elapsed = time.time() - running.started
-            reported = self.study_cfg.get("prune_metric") or self.study_cfg.objective
-            seen = f"step {last[0]}: {reported} {last[1]:.4f}" if last else "no eval yet"
+            seen = f"step {last[0]}: {self.reported_metric} {last[1]:.4f}" if last else "no eval yet"
             eta = ""
             if last and last[0] > 0:  # rough: the pace so far, to the trial's last step
                 eta = f", ETA {max(0.0, elapsed * (int(self.cfg.trial.train_steps) - last[0]) / last[0]):.0f} s"

@@ -1,7 +1,7 @@
 """`python -m trm.info arch=<preset> [key=value ...]`: one JSON line describing a model config.
 `python -m trm.info --batch`: the same for each JSON list of overrides read from stdin, one per line.
 
-FLOPs are counted by torch's own FlopCounterMode on one supervision step (on the meta device) (forward through every
+FLOPs are counted by torch's own FlopCounterMode on one supervision step on the meta device (forward through every
 H/L cycle, the no-grad ones included, plus backward of the last cycle) for one sample, so they follow the
 code rather than a formula that could drift from it.
 """
@@ -29,9 +29,10 @@ def arch_config(cfg: DictConfig) -> TRMConfig:
 def flops_per_sample_step(arch: TRMConfig, h_cycles: int | None = None, l_cycles: int | None = None) -> int:
     """FLOPs of one supervision step (forward + backward) for one sample.
 
-    Counted on the meta device: the same ops and shapes as a real step (so the same count; tests compare the
-    two) without doing the arithmetic. A real step of the paper config took 15.7 s here, the meta one 0.7 s:
-    every trial's rank 0 counts once before training, so this is sweep overhead."""
+    Counted on the meta device: the ops and shapes of a real step without the arithmetic (a real step of the
+    paper config took 15.7 s here, the meta one 0.7 s; every trial's rank 0 counts once before training). It
+    also counts attention's two products, which a real CPU step runs in a fused flash kernel FlopCounterMode
+    does not count (tests/test_model.py checks both against a real step). It draws nothing from the CPU RNG."""
     with torch.device("meta"):
         model = ACTModel(arch)
         batch = {
