@@ -1,15 +1,16 @@
 """Schedules are pure functions of progress; optimizers are built as the reference runs them."""
 from __future__ import annotations
 
+import math
 import pytest
 import torch
-from adam_atan2_pytorch import AdamAtan2
 from lion_pytorch import Lion
 from omegaconf import OmegaConf
 
+from trm.adam_atan2 import AdamAtan2
 from trm.info import compose_train_config
 from trm.model import ACTModel, TRMConfig
-from trm.optim import SignSGD, build_ema, build_optimizers, lr_multiplier, set_lr
+from trm.optim import SignSGD, build_ema, build_optimizers, lr_multiplier, set_lr, update_ema
 from trm.schedules import curriculum_stage, exploration_at, recursion_at, validate_curriculum
 
 
@@ -58,12 +59,26 @@ def test_exploration_schedule() -> None:
 
 
 def test_lr_schedule_warmup_never_zero_then_cosine() -> None:
-    assert lr_multiplier(0, 100, 1000, 0.1) == pytest.approx(0.01)  # Adam-atan2 rejects lr = 0
+    # Update `step` (0-based) uses the reference's schedule at its 1-based update count n = step + 1.
+    assert lr_multiplier(0, 100, 1000, 0.1) == pytest.approx(0.01)  # never 0: the first update has lr / warmup
     assert lr_multiplier(49, 100, 1000, 0.1) == pytest.approx(0.5)
-    assert lr_multiplier(100, 100, 1000, 0.1) == pytest.approx(1.0)
-    assert lr_multiplier(550, 100, 1000, 0.1) == pytest.approx(0.55)  # halfway down the cosine
-    assert lr_multiplier(1000, 100, 1000, 0.1) == pytest.approx(0.1)
+    assert lr_multiplier(99, 100, 1000, 0.1) == pytest.approx(1.0)  # n = warmup: the cosine's top
+    assert lr_multiplier(549, 100, 1000, 0.1) == pytest.approx(0.55)  # n = 550: halfway down the cosine
+    assert lr_multiplier(999, 100, 1000, 0.1) == pytest.approx(0.1)
     assert lr_multiplier(700, 100, 1000, 1.0) == pytest.approx(1.0)  # min ratio 1: constant
+
+
+def test_lr_schedule_is_not_one_step_behind_the_reference() -> None:
+    """The reference's cosine at update n is min + (1 - min) * (1 + cos(pi * (n - W) / (T - W))) / 2; a schedule
+    evaluated at the 0-based index (the old code) lags it by one update."""
+    warmup, total, low = 10, 50, 0.2
+    for step in range(total):
+        n = step + 1
+        if n < warmup:
+            expected = n / warmup
+        else:
+            expected = low + (1 - low) * 0.5 * (1 + math.cos(math.pi * (n - warmup) / (total - warmup)))
+        assert lr_multiplier(step, warmup, total, low) == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
 @pytest.mark.parametrize("name,cls", [("adam_atan2", AdamAtan2), ("adamw", torch.optim.AdamW), ("lion", Lion)])
@@ -73,8 +88,6 @@ def test_each_optimizer_config_builds(name: str, cls: type) -> None:
     main, emb = build_optimizers(model, cfg.optim)
     assert isinstance(main, cls) and isinstance(emb, SignSGD)
     assert main.param_groups[0]["weight_decay"] == cfg.optim.weight_decay
-    if name == "adam_atan2":
-        assert (main.param_groups[0]["a"], main.param_groups[0]["b"]) == (1.0, 1.0)
     set_lr([main, emb], 0.5)
     assert main.param_groups[0]["lr"] == pytest.approx(cfg.optim.lr * 0.5)
     emb_params = {id(p) for p in emb.param_groups[0]["params"]}
@@ -91,12 +104,27 @@ def test_sign_sgd_decays_only_touched_rows() -> None:
     assert torch.allclose(table.data[1], torch.tensor([0.8, 1.0, 0.8, 1.0]))  # 1*(1-0.1) -+ 0.1
 
 
-def test_ema_tracks_weights() -> None:
+def test_ema_starts_from_the_initial_weights() -> None:
+    """As the reference's: after one step the average is decay * initial + (1 - decay) * new, not a copy of new."""
     model = torch.nn.Linear(2, 2)
+    initial = model.weight.detach().clone()
     ema = build_ema(model, 0.5)
-    ema.update_parameters(model)  # first update copies
     with torch.no_grad():
         model.weight.add_(2.0)
-    before = ema.module.weight.clone()
-    ema.update_parameters(model)
-    assert torch.allclose(ema.module.weight, before + 1.0)
+    update_ema(ema, model)
+    assert torch.allclose(ema.module.weight, initial + 1.0)
+    with torch.no_grad():
+        model.weight.add_(2.0)
+    update_ema(ema, model)
+    assert torch.allclose(ema.module.weight, initial + 2.5)
+
+
+def test_ema_does_not_average_the_puzzle_embedding() -> None:
+    model = ACTModel(TRMConfig(hidden_size=16, num_heads=2, expansion=2, L_layers=1, H_cycles=1, L_cycles=1, puzzle_emb_len=1))
+    ema = build_ema(model, 0.9)
+    with torch.no_grad():
+        model.inner.puzzle_emb.weight.fill_(3.0)
+        model.inner.lm_head.weight.fill_(3.0)
+    update_ema(ema, model)
+    assert torch.equal(ema.module.inner.puzzle_emb.weight, model.inner.puzzle_emb.weight)  # the live table
+    assert not torch.allclose(ema.module.inner.lm_head.weight, model.inner.lm_head.weight)  # averaged

@@ -77,10 +77,19 @@ class TRMConfig:
         return self.puzzle_emb_ndim or self.hidden_size
 
 
+# Std of a standard normal truncated to [-2, 2]: 0.8796. torch's trunc_normal_(std=s) draws from N(0, s^2) cut at
+# +-2s, so its samples have std 0.88 s; the TRM reference (JAX-style) means the samples' real std.
+_TRUNCATED_STD = math.sqrt(1 - 4 * math.exp(-2) / math.sqrt(2 * math.pi) / math.erf(2 / math.sqrt(2)))
+
+
 def trunc_normal_init_(tensor: Tensor, std: float) -> Tensor:
-    """Truncated normal at +-2 std (the TRM reference's LeCun-style init)."""
+    """Truncated normal whose samples have standard deviation `std` (JAX-style, as the TRM reference inits).
+
+    Drawn by torch's sampler from N(0, c^2) cut at +-2c with c = std / 0.8796, so the real std is `std`
+    (tests/test_fidelity.py checks both against the reference's recorded init)."""
+    corrected = std / _TRUNCATED_STD
     with torch.no_grad():
-        return nn.init.trunc_normal_(tensor, std=std, a=-2 * std, b=2 * std)
+        return nn.init.trunc_normal_(tensor, std=corrected, a=-2 * corrected, b=2 * corrected)
 
 
 def rms_norm(x: Tensor, eps: float) -> Tensor:
@@ -159,10 +168,13 @@ class Block(nn.Module):
 
     def forward(self, h: Tensor) -> Tensor:
         if self.mlp_t:
-            mixed = self.mix(h.transpose(1, 2)).transpose(1, 2)
+            # Mix and normalize while transposed ([B, hidden, seq]): the residual's RMSNorm runs over the
+            # *sequence* axis for each channel, as in the reference; normalizing over hidden after transposing
+            # back is another network (gradients 10^6x larger, docs/fidelity.md).
+            channels_first = h.transpose(1, 2)
+            h = rms_norm(channels_first + self.mix(channels_first), self.eps).transpose(1, 2)
         else:
-            mixed = self.mix(h)
-        h = rms_norm(h + mixed, self.eps)
+            h = rms_norm(h + self.mix(h), self.eps)
         return rms_norm(h + self.mlp(h), self.eps)
 
 

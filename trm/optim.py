@@ -1,7 +1,8 @@
 """Optimizers and the learning-rate schedule.
 
-The dense weights use Adam-atan2, AdamW or Lion (one `conf/optim/*.yaml` each); the puzzle embedding
-uses SignSGD, as in the TRM reference. EMA comes from torch.optim.swa_utils.
+The dense weights use Adam-atan2 (the reference's kernel, trm/adam_atan2.py), AdamW or Lion (one
+`conf/optim/*.yaml` each); the puzzle embedding uses SignSGD, as in the TRM reference. EMA comes from
+torch.optim.swa_utils, started and restricted as the reference's is (build_ema, update_ema).
 """
 from __future__ import annotations
 
@@ -9,20 +10,29 @@ import math
 from typing import Any
 
 import torch
-from adam_atan2_pytorch import AdamAtan2
 from lion_pytorch import Lion
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+from trm.adam_atan2 import AdamAtan2
+
 OPTIMIZERS = ("adam_atan2", "adamw", "lion")
+PUZZLE_EMB = "puzzle_emb"  # parameters with this in their name: SignSGD, and no EMA
+
+
+def is_puzzle_emb(name: str) -> bool:
+    return PUZZLE_EMB in name
 
 
 class SignSGD(Optimizer):
     """p <- p * (1 - lr * wd) - lr * sign(grad), decaying only the rows that received a gradient.
 
     Hand-written because no library offers it: the puzzle embedding is a table of which a batch touches a
-    few rows, and decaying the untouched rows (as a dense optimizer would) is not what TRM trains."""
+    few rows, and decaying the untouched rows (as a dense optimizer would) is not what TRM trains.
+    Differs from the reference in one corner (docs/fidelity.md): a row present in the batch whose gradient is
+    exactly zero is not decayed here (the reference decays it); with Sudoku's single puzzle id this never
+    happens."""
 
     def __init__(self, params: Any, lr: float, weight_decay: float = 0.0):
         if lr <= 0:
@@ -44,14 +54,13 @@ class SignSGD(Optimizer):
 def build_optimizers(model: nn.Module, optim_cfg: Any) -> list[Optimizer]:
     """The dense optimizer (first) and SignSGD over the puzzle embedding."""
     name = optim_cfg.name
-    dense = [p for n, p in model.named_parameters() if "puzzle_emb" not in n]
-    emb = [p for n, p in model.named_parameters() if "puzzle_emb" in n]
+    dense = [p for n, p in model.named_parameters() if not is_puzzle_emb(n)]
+    emb = [p for n, p in model.named_parameters() if is_puzzle_emb(n)]
     lr, wd, betas = float(optim_cfg.lr), float(optim_cfg.weight_decay), tuple(optim_cfg.betas)
     if lr <= 0:
         raise ValueError(f"optim.lr={lr}: must be > 0")
     if name == "adam_atan2":
-        # a = b = 1 as the reference runs it (the library's default a = 1.27 scales every update).
-        main: Optimizer = AdamAtan2(dense, lr=lr, betas=betas, weight_decay=wd, a=float(optim_cfg.a), b=float(optim_cfg.b))
+        main: Optimizer = AdamAtan2(dense, lr=lr, betas=(float(betas[0]), float(betas[1])), weight_decay=wd)
     elif name == "adamw":
         main = torch.optim.AdamW(dense, lr=lr, betas=betas, weight_decay=wd, eps=float(optim_cfg.eps))
     elif name == "lion":
@@ -68,10 +77,15 @@ def build_optimizers(model: nn.Module, optim_cfg: Any) -> list[Optimizer]:
 
 
 def lr_multiplier(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
-    """Linear warmup from 1/warmup (never 0: Adam-atan2 rejects lr = 0), then cosine down to min_ratio."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    """Multiplier for the update of 0-based `step`: linear warmup, then cosine down to min_ratio.
+
+    The reference counts updates from 1 and evaluates its schedule at that count, so update `step` uses
+    n = step + 1: n / warmup during warmup (never 0: the first update has lr / warmup), then the cosine at
+    progress (n - warmup) / (total - warmup)."""
+    n = step + 1
+    if n < warmup_steps:
+        return n / warmup_steps
+    progress = min(1.0, (n - warmup_steps) / max(1, total_steps - warmup_steps))
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
@@ -82,4 +96,21 @@ def set_lr(optimizers: list[Optimizer], multiplier: float) -> None:
 
 
 def build_ema(model: nn.Module, decay: float) -> AveragedModel:
-    return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True)
+    """An EMA of the weights that starts from the initial weights, as the reference's does.
+
+    AveragedModel copies the weights at its first update; that update happens here, before training, so
+    the average after n steps is decay^n * initial + ... (not decay^(n-1) * the step-1 weights)."""
+    ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True)
+    ema.update_parameters(model)
+    return ema
+
+
+@torch.no_grad()
+def update_ema(ema: AveragedModel, model: nn.Module) -> None:
+    """Average the weights after a step; the puzzle embedding is not averaged (eval reads the live table,
+    as in the reference: a sparse table trained by SignSGD has no meaningful average)."""
+    ema.update_parameters(model)
+    averaged = dict(ema.module.named_parameters())
+    for name, param in model.named_parameters():
+        if is_puzzle_emb(name):
+            averaged[name].copy_(param)

@@ -33,7 +33,7 @@ from trm.fingerprint import code_fingerprint, config_fingerprint
 from trm.info import flops_per_sample_step
 from trm.losses import METRIC_KEYS, act_loss, normalize_metrics
 from trm.model import ACTModel, Carry, TRMConfig, count_params
-from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr
+from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema
 from trm.runtime import Runtime, RuntimeMismatchError, check_agreement, init_runtime
 from trm.schedules import exploration_at, recursion_at, validate_curriculum
 from trm.tracking import make_tracker
@@ -322,7 +322,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
                 carry = model.initial_carry(batch)
             carry, metrics = train_step(step_model, carry, batch, exploration, cycles, optimizers, cfg, loss_divisor)
             if ema is not None:
-                ema.update_parameters(model)
+                update_ema(ema, model)
             runtime.step_boundary()
             train_sums += metrics  # stays on the device: read only at log points
             done = step + 1

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 from tests.presets import TINY_MODEL  # noqa: E402
 from trm.info import compose_train_config  # noqa: E402
 from trm.model import ACTModel, TRMConfig  # noqa: E402
-from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr  # noqa: E402
+from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema  # noqa: E402
 from trm.runtime import init_runtime  # noqa: E402
 from trm.train import autocast, train_step  # noqa: E402
 
@@ -115,7 +115,7 @@ def main() -> None:
         before = counters()
         carry, metrics = train_step(step_model, carry, batch, exploration, cycles, optimizers, cfg, loss_divisor)
         if ema is not None:
-            ema.update_parameters(model)
+            update_ema(ema, model)
         in_step = counters()  # nothing may have run yet: the step is one lazy graph
         runtime.step_boundary()
         after = counters()

@@ -1,0 +1,65 @@
+"""Adam-atan2 exactly as the TRM reference trains with it: the `adam-atan2` CUDA kernel (0.0.3).
+
+Hand-written because no library computes this update on every device: the kernel itself builds for CUDA only,
+and `adam-atan2-pytorch` puts the first bias correction inside the atan2, which makes the first ~50 updates
+smaller (the first is 0.79 lr instead of 1.0 lr). Per step t, for each parameter p with gradient g:
+
+    p *= 1 - lr * weight_decay
+    m  = lerp(m, g, 1 - b1);   v = lerp(v, g^2, 1 - b2)
+    p -= (lr / (1 - b1^t)) * atan2(m, sqrt(v) / sqrt(1 - b2^t))
+
+atan2 needs no epsilon: the update is bounded by pi/2 * lr even when v is 0. Tested against the kernel's
+recorded updates (tests/test_fidelity.py). Scalars stay Python floats: on XLA they are uploaded as data, not
+baked into the graph, so a changing step count does not recompile (tests/xla).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.optim import Optimizer
+
+
+class AdamAtan2(Optimizer):
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.95),
+        weight_decay: float = 0.0,
+    ):
+        if lr <= 0:
+            raise ValueError(f"optim.lr={lr}: must be > 0")
+        if not all(0.0 <= beta < 1.0 for beta in betas):
+            raise ValueError(f"optim.betas={list(betas)}: each must be in [0, 1)")
+        if weight_decay < 0:
+            raise ValueError(f"optim.weight_decay={weight_decay}: must be >= 0")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, wd = group["lr"], group["weight_decay"]
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                t = state["step"]
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                p.mul_(1 - lr * wd)
+                exp_avg.lerp_(p.grad, 1 - beta1)
+                exp_avg_sq.lerp_(p.grad * p.grad, 1 - beta2)
+                denominator = exp_avg_sq.sqrt() / math.sqrt(1 - beta2**t)
+                p.add_(torch.atan2(exp_avg, denominator), alpha=-lr / (1 - beta1**t))
+        return loss
