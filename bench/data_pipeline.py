@@ -127,7 +127,7 @@ def bench_loader(args: argparse.Namespace, dataset: Path, local_batches: list[in
     for local in local_batches:
         world = GLOBAL_BATCH // local
         loader = TrainLoader(arrays, GLOBAL_BATCH, 0, world, seed=0)  # rank 0's share of the global batch
-        for _ in range(min(args.batches, loader.batches_per_epoch)):  # warm: page cache, permutation
+        for _ in range(args.batches):  # warm: page cache, epoch orders
             next(loader)
         rates = []
         for _ in range(args.repeats):

@@ -275,21 +275,35 @@ def test_train_loader_rejects_bad_batch_sizes():
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_rank_shards_concatenate_to_single_rank_batch(world):
-    arrays = _synthetic(50)  # 50 // 8 = 6 batches per epoch: 14 steps cross two epoch boundaries
+    arrays = _synthetic(50)  # epochs of 50 examples, batches of 8: 14 steps cross two epoch boundaries
     single = TrainLoader(arrays, 8, rank=0, world_size=1, seed=11)
     ranks = [TrainLoader(arrays, 8, rank=r, world_size=world, seed=11) for r in range(world)]
-    seen_epoch0: list[int] = []
-    seen_epoch1: list[int] = []
-    for step in range(14):
+    stream: list[int] = []
+    for _ in range(14):
         want = next(single)
         parts = [next(loader) for loader in ranks]
         assert all(p["inputs"].shape == (8 // world, 81) and p["inputs"].dtype == torch.long for p in parts)
         for key in ("inputs", "labels", "puzzle_identifiers"):
             assert torch.equal(torch.cat([p[key] for p in parts]), want[key])
-        (seen_epoch0 if step < 6 else seen_epoch1 if step < 12 else []).extend(want["inputs"][:, 0].tolist())
-    assert len(set(seen_epoch0)) == len(set(seen_epoch1)) == 48  # no repeats inside an epoch
-    assert seen_epoch0 != seen_epoch1  # reshuffled every epoch
+        stream.extend(want["inputs"][:, 0].tolist())
+    epoch0, epoch1 = stream[:50], stream[50:100]
+    assert sorted(epoch0) == sorted(epoch1) == list(range(50))  # every example once per epoch, none dropped
+    assert epoch0 != epoch1  # reshuffled every epoch
     assert (want["labels"][:, 3] == IGNORE_LABEL_ID).all() and (want["labels"][:, 4] == 5).all()
+
+
+def test_an_epoch_draws_one_member_of_each_group():
+    """The reference's epoch: one random augmentation of each original puzzle (groups of 4 here)."""
+    arrays = _synthetic(40)
+    arrays["group_indices"] = np.arange(0, 41, 4, dtype=np.int32)  # 10 puzzles x 4 augmentations
+    loader = TrainLoader(arrays, 5, rank=0, world_size=1, seed=2)
+    members_seen: set[int] = set()
+    for epoch in range(8):
+        drawn = [int(i) for b in (next(loader), next(loader)) for i in b["inputs"][:, 0]]
+        assert sorted(i // 4 for i in drawn) == list(range(10)), f"epoch {epoch}: one member per group"
+        members_seen.update(drawn)
+    assert loader.epoch == 8.0
+    assert len(members_seen) > 20  # different augmentations are drawn from epoch to epoch
 
 
 def test_train_loader_resume_matches_uninterrupted():
@@ -300,7 +314,7 @@ def test_train_loader_resume_matches_uninterrupted():
     for _ in range(8):
         next(first)
     state = first.state_dict()
-    assert state == {"epoch": 1, "position": 2}
+    assert state == {"batches": 8}
     resumed = TrainLoader(arrays, 8, rank=1, world_size=2, seed=3)
     resumed.load_state_dict(state)
     for want in ref_batches[8:]:
@@ -308,6 +322,8 @@ def test_train_loader_resume_matches_uninterrupted():
         assert all(torch.equal(got[k], want[k]) for k in want)
     other_seed = TrainLoader(arrays, 8, rank=1, world_size=2, seed=4)
     assert not torch.equal(next(other_seed)["inputs"], ref_batches[0]["inputs"])
+    with pytest.raises(DatasetError, match="batches"):
+        resumed.load_state_dict({"epoch": 1, "position": 2})  # the old loader's state names the problem
 
 
 @pytest.mark.parametrize("world, bs, max_examples", [(1, 4, None), (2, 3, None), (3, 4, 17), (4, 5, 6), (4, 2, 0)])

@@ -161,3 +161,25 @@ def test_a_state_of_the_other_variant_is_refused(golden: dict[str, Any]) -> None
     attention_model = reference_model(golden["att"])
     with pytest.raises(ReferenceWeightsError, match="lacks"):
         load_reference_state(attention_model, golden["mlp_t"]["state"])
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_bf16_reference_mode_keeps_the_stream_in_bf16_and_stays_close(golden: dict[str, Any], name: str) -> None:
+    """train.precision=bf16_reference runs as the reference's forward_dtype=bfloat16 (carry and activations in
+    bf16); train.precision=bf16 keeps the carry in fp32. Both stay near the fp32 reference at step 1."""
+    from trm.train import autocast, carry_dtype
+
+    variant = golden[name]
+    model = reference_model(variant).eval()
+    batch = reference_batch(variant)
+    reference_logits = variant["eval"]["logits"][0]
+    for precision, stream_dtype in (("bf16_reference", torch.bfloat16), ("bf16", torch.float32)):
+        carry = model.initial_carry(batch, carry_dtype(precision))
+        with torch.no_grad(), autocast(precision, torch.device("cpu")):
+            carry, logits, q_halt = model(carry, batch)
+        assert carry.y.dtype == carry.z.dtype == stream_dtype, precision
+        assert q_halt.dtype == torch.float32
+        assert relative_error(logits.float(), reference_logits) < 0.1, precision  # bf16 keeps ~3 digits
+        assert (logits.float().argmax(-1) == reference_logits.argmax(-1)).float().mean() > 0.9, precision
+    with pytest.raises(ValueError, match="train.precision='fp16'"):
+        carry_dtype("fp16")

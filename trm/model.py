@@ -132,9 +132,10 @@ class Rotary(nn.Module):
         self.register_buffer("sin", angles.sin(), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:  # x: [B, heads, L, head_dim]
-        first, second = x.chunk(2, dim=-1)
+        x32 = x.float()  # rotated in fp32 whatever the activations' dtype, as the reference does
+        first, second = x32.chunk(2, dim=-1)
         rotated = torch.cat([-second, first], dim=-1)
-        return x * self.cos.to(x.dtype) + rotated * self.sin.to(x.dtype)
+        return (x32 * self.cos + rotated * self.sin).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -241,7 +242,7 @@ class TinyRecursiveModel(nn.Module):
     def forward(
         self, y: Tensor, z: Tensor, inputs: Tensor, puzzle_identifiers: Tensor, h_cycles: int, l_cycles: int
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        x = self.embed(inputs, puzzle_identifiers)
+        x = self.embed(inputs, puzzle_identifiers).to(y.dtype)  # a bf16 carry means a bf16 residual stream
         with torch.no_grad():
             for _ in range(h_cycles - 1):
                 y, z = self.latent_recursion(x, y, z, l_cycles)

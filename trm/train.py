@@ -105,12 +105,30 @@ def check_batch(cfg: DictConfig, runtime: Runtime) -> int:
     return cfg.train.global_batch_size // runtime.world_size
 
 
+# train.precision -> (autocast dtype or None, dtype of the carry and so of the residual stream).
+# "bf16": matmuls in bf16, the carry and residual sums in fp32 (autocast's own choice; our default for bf16).
+# "bf16_reference": the TRM reference's forward_dtype=bfloat16: the carry and every activation in bf16, RMSNorm
+# and RoPE computed in fp32 inside; the loss in fp32 either way (the reference uses float64, docs/fidelity.md).
+PRECISIONS: dict[str, tuple[torch.dtype | None, torch.dtype]] = {
+    "fp32": (None, torch.float32),
+    "bf16": (torch.bfloat16, torch.float32),
+    "bf16_reference": (torch.bfloat16, torch.bfloat16),
+}
+
+
+def _precision(precision: str) -> tuple[torch.dtype | None, torch.dtype]:
+    if precision not in PRECISIONS:
+        raise ValueError(f"train.precision={precision!r}: expected one of {list(PRECISIONS)}")
+    return PRECISIONS[precision]
+
+
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    raise ValueError(f"train.precision={precision!r}: expected 'fp32' or 'bf16'")
+    compute_dtype, _ = _precision(precision)
+    return contextlib.nullcontext() if compute_dtype is None else torch.autocast(device.type, dtype=compute_dtype)
+
+
+def carry_dtype(precision: str) -> torch.dtype:
+    return _precision(precision)[1]
 
 
 # ------------------------------------------------------------------------------------------ the step
@@ -147,7 +165,7 @@ def evaluate(model: ACTModel, batches: Iterable[dict[str, Tensor]], cfg: DictCon
     sums = torch.zeros(len(METRIC_KEYS), device=runtime.device)
     for batch in batches:
         batch = runtime.to_device(batch)
-        carry = model.initial_carry(batch)
+        carry = model.initial_carry(batch, carry_dtype(cfg.train.precision))
         for _ in range(model.cfg.halt_max_steps):
             with autocast(cfg.train.precision, carry.y.device):
                 carry, logits, q_halt = model(carry, batch, 0.0, *cycles)
@@ -319,7 +337,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             batch = runtime.to_device(next(loader))
             timing.setdefault("first_step_start", time.time())
             if carry is None:
-                carry = model.initial_carry(batch)
+                carry = model.initial_carry(batch, carry_dtype(cfg.train.precision))
             carry, metrics = train_step(step_model, carry, batch, exploration, cycles, optimizers, cfg, loss_divisor)
             if ema is not None:
                 update_ema(ema, model)
@@ -399,7 +417,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     return summary
 
 
-@hydra.main(config_path="../conf", config_name="train")
+@hydra.main(config_path="../conf", config_name="train", execution_whitelist=["storage.hydra_secrets.RefuseSecrets"])
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

@@ -25,7 +25,7 @@ from trm.info import compose_train_config  # noqa: E402
 from trm.model import ACTModel, TRMConfig  # noqa: E402
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema  # noqa: E402
 from trm.runtime import init_runtime  # noqa: E402
-from trm.train import autocast, train_step  # noqa: E402
+from trm.train import autocast, carry_dtype, train_step  # noqa: E402
 
 # A 16-wide model; 16 slots per batch (divisible by 1, 2 and 4 devices).
 TINY = [
@@ -111,7 +111,7 @@ def main() -> None:
         exploration = torch.tensor(args.exploration, device=runtime.device)
         batch = runtime.to_device(cpu_batch)
         if carry is None:
-            carry = model.initial_carry(batch)
+            carry = model.initial_carry(batch, carry_dtype(cfg.train.precision))
         before = counters()
         carry, metrics = train_step(step_model, carry, batch, exploration, cycles, optimizers, cfg, loss_divisor)
         if ema is not None:
@@ -135,6 +135,7 @@ def main() -> None:
         "loss_divisor": loss_divisor,
         "device": str(runtime.device),
         "autocast_dtype": autocast_dtype,
+        "carry_dtype": str(carry.y.dtype),
         "records": records,
     }
     if runtime.backend == "xla":

@@ -35,6 +35,7 @@ SCENARIOS = {  # the longest first: they run two at a time
     "xla1": {"devices": 1, "args": [*EXACT, "runtime.backend=xla"]},
     "xla4": {"devices": 4, "args": [*EXACT, "runtime.backend=xla", "runtime.expected_devices=4"]},
     "bf16": {"devices": 1, "args": [*EXACT, "runtime.backend=xla", "train.precision=bf16"]},
+    "bf16_reference": {"devices": 1, "args": [*EXACT, "runtime.backend=xla", "train.precision=bf16_reference"]},
 }
 
 
@@ -119,3 +120,16 @@ def test_bf16_autocast_runs_on_the_xla_device(runs: dict) -> None:
     torch.testing.assert_close(got[0], ref[0], rtol=1e-2, atol=1e-3)
     assert not torch.equal(got[0], ref[0])  # ... and is not the fp32 computation
     assert_params_close(bf16["params"], fp32["params"], atol=1e-2)  # finite, and trained as far (4 steps of lr 1.1e-3)
+
+
+def test_bf16_reference_mode_keeps_the_carry_in_bf16_on_xla(runs: dict) -> None:
+    """train.precision=bf16_reference (the TRM reference's forward_dtype): the carry itself is bf16 on the device,
+    the step trains as far as fp32 does (4 steps), and it is another computation than autocast's fp32 carry."""
+    reference, autocast_run, fp32 = result(runs, "bf16_reference"), result(runs, "bf16"), result(runs, "xla1")
+    assert reference["info"]["carry_dtype"] == "torch.bfloat16"
+    assert autocast_run["info"]["carry_dtype"] == fp32["info"]["carry_dtype"] == "torch.float32"
+    got, ref = losses(reference), losses(fp32)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got[0], ref[0], rtol=2e-2, atol=1e-3)
+    assert not torch.equal(got, losses(autocast_run))
+    assert_params_close(reference["params"], fp32["params"], atol=1e-2)

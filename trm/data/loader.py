@@ -35,9 +35,14 @@ def _to_batch(arrays: Mapping[str, np.ndarray], idx: np.ndarray, ignore_label_id
 class TrainLoader:
     """Infinite iterator of fixed-size local batches (global_batch_size // world_size examples).
 
-    Epoch e is a permutation seeded by SeedSequence([seed, e]) (identical on all ranks); global
-    batch b is its slice [b*G, (b+1)*G) and rank r takes the r-th contiguous piece of that slice,
-    so concatenating ranks 0..W-1 gives the single-process batch. The epoch tail (< G) is dropped.
+    An epoch means what it means in the TRM reference: every group (an original puzzle with its
+    augmentations) gives one randomly chosen member, in a random order, both drawn from
+    SeedSequence([seed, e]) (identical on all ranks). With 1,000 puzzles x 1,000 augmentations an epoch is
+    1,000 examples, so the paper's 50,000 epochs at batch 768 are 65,104 steps. Epochs are concatenated
+    into one stream and nothing is dropped (dropping each epoch's tail would lose 23% of it at batch 768):
+    global batch b is stream[b*G, (b+1)*G) and rank r takes the r-th contiguous piece of it, so
+    concatenating ranks 0..W-1 gives the single-process batch. A dataset without augmentations (one puzzle
+    per group) gives a fresh permutation of every example each epoch.
     """
 
     def __init__(self, arrays: Mapping[str, np.ndarray], global_batch_size: int, rank: int, world_size: int,
@@ -46,9 +51,15 @@ class TrainLoader:
         if global_batch_size < 1 or global_batch_size % world_size:
             raise DatasetError(f"global_batch_size={global_batch_size} must be a positive multiple of "
                                f"world_size={world_size}")
-        n = int(arrays["inputs"].shape[0])
-        if n < global_batch_size:
-            raise DatasetError(f"global_batch_size={global_batch_size} is larger than the split ({n} examples)")
+        puzzle_starts = np.asarray(arrays["puzzle_indices"], dtype=np.int64)
+        if not np.all(np.diff(puzzle_starts) == 1):
+            raise DatasetError("the train loader draws one example per puzzle, as the reference does for Sudoku: "
+                               "every puzzle must have exactly one example (puzzle_indices = 0, 1, 2, ...)")
+        self.group_starts = np.asarray(arrays["group_indices"], dtype=np.int64)
+        self.num_groups = len(self.group_starts) - 1
+        if self.num_groups < global_batch_size:
+            raise DatasetError(f"global_batch_size={global_batch_size} is larger than an epoch of the split "
+                               f"({self.num_groups} puzzle groups)")
         if seed < 0:
             raise DatasetError(f"seed must be >= 0, got {seed}")
         self.arrays = arrays
@@ -56,44 +67,57 @@ class TrainLoader:
         self.local_batch_size = global_batch_size // world_size
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.ignore_label_id = ignore_label_id
-        self.num_examples = n
-        self.batches_per_epoch = n // global_batch_size
-        self.epoch = 0
-        self.position = 0  # global batches already taken from `epoch`
-        self._perm_epoch = -1
-        self._perm = np.empty(0, dtype=np.int64)
+        self.batches = 0  # global batches already taken
+        self._orders: dict[int, np.ndarray] = {}
 
-    def _permutation(self, epoch: int) -> np.ndarray:
-        # SeedSequence([seed, epoch]) rather than seed + epoch: run seed=1 must not replay seed=0's epoch 1.
-        if epoch != self._perm_epoch:
-            self._perm = np.random.default_rng(np.random.SeedSequence([self.seed, epoch])).permutation(
-                self.num_examples)
-            self._perm_epoch = epoch
-        return self._perm
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The example indices of epoch `epoch`: one random member of each group, groups in random order."""
+        if epoch not in self._orders:
+            # SeedSequence([seed, epoch]) rather than seed + epoch: run seed=1 must not replay seed=0's epoch 1.
+            rng = np.random.default_rng(np.random.SeedSequence([self.seed, epoch]))
+            groups = rng.permutation(self.num_groups)
+            sizes = self.group_starts[groups + 1] - self.group_starts[groups]
+            puzzles = self.group_starts[groups] + rng.integers(0, sizes)
+            self._orders = {e: order for e, order in self._orders.items() if e >= epoch - 1}  # at most two kept
+            self._orders[epoch] = puzzles  # one example per puzzle: the puzzle index is the example index
+        return self._orders[epoch]
+
+    def _stream(self, start: int, stop: int) -> np.ndarray:
+        """Examples at positions [start, stop) of the concatenated epochs."""
+        pieces = []
+        while start < stop:
+            epoch, offset = divmod(start, self.num_groups)
+            take = min(stop - start, self.num_groups - offset)
+            pieces.append(self.epoch_order(epoch)[offset:offset + take])
+            start += take
+        return np.concatenate(pieces)
+
+    @property
+    def epoch(self) -> float:
+        """Epochs consumed so far (fractional): what the reference's `epochs` counts."""
+        return self.batches * self.global_batch_size / self.num_groups
 
     def __iter__(self) -> "TrainLoader":
         return self
 
     def __next__(self) -> Batch:
-        if self.position >= self.batches_per_epoch:
-            self.epoch += 1
-            self.position = 0
-        start = self.position * self.global_batch_size + self.rank * self.local_batch_size
-        idx = self._permutation(self.epoch)[start:start + self.local_batch_size]
-        self.position += 1
+        start = self.batches * self.global_batch_size + self.rank * self.local_batch_size
+        idx = self._stream(start, start + self.local_batch_size)
+        self.batches += 1
         return _to_batch(self.arrays, idx, self.ignore_label_id)
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position}
+        return {"batches": self.batches}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         try:
-            epoch, position = int(state["epoch"]), int(state["position"])
+            batches = int(state["batches"])
         except (KeyError, TypeError, ValueError) as e:
-            raise DatasetError(f"bad loader state {state!r}: need integer 'epoch' and 'position'") from e
-        if epoch < 0 or not 0 <= position <= self.batches_per_epoch:
-            raise DatasetError(f"bad loader state {state!r}: position must be in [0, {self.batches_per_epoch}]")
-        self.epoch, self.position = epoch, position
+            raise DatasetError(f"bad loader state {state!r}: need an integer 'batches' (a checkpoint written "
+                               "before the loader drew epochs as the reference does cannot be resumed)") from e
+        if batches < 0:
+            raise DatasetError(f"bad loader state {state!r}: 'batches' must be >= 0")
+        self.batches = batches
 
 
 class EvalBatches:
