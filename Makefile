@@ -19,9 +19,11 @@ $(STAMP): pyproject.toml requirements.lock
 demo: setup
 	$(PY) -m sweeps.run study=model_scaling
 
+# tests/prereqs.py first: it installs Chromium / starts a PostgreSQL server where missing (or says in one
+# line what to run), then runs pytest with TRM_SWEEPS_TEST_PG pointing at the server.
 # Tests run many training processes at once on few cores: OpenMP must not spin-wait (docs/benchmarks.md).
 test: setup
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m tests.prereqs $(PY) -m pytest -q
 
 # The XLA lane: its own venv (torch_xla pins its own torch), XLA on the CPU (PJRT_DEVICE=CPU).
 # torch and torch_xla are named in the same install as the project so pip can never pick another torch.

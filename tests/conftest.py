@@ -8,16 +8,17 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.prereqs import PG_DEFAULT, PG_ENV
+
 # --- PostgreSQL (storage) -------------------------------------------------------------------
 # The suite runs against a real server: the machine's, or the one named by TRM_SWEEPS_TEST_PG.
 # Each session works in its own fresh database and drops it at the end, so runs never see each
 # other's studies. No server is a failure, not a skip: a skipped storage suite proves nothing.
 
-PG_ENV = "TRM_SWEEPS_TEST_PG"
-PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
+# PG_ENV, PG_DEFAULT: tests/prereqs.py, which `make test` runs first (it starts a server where none answers).
 _PG_HOWTO = (
-    "Start one with `python -m storage.up` (it prints the URL; the tests need its `postgres` "
-    f"database), then `export {PG_ENV}=postgresql://postgres@127.0.0.1:5433/postgres`."
+    "`make test` starts one; by hand: `python -m storage.up` (it prints the URL; the tests need its "
+    f"`postgres` database), then `export {PG_ENV}=postgresql://postgres@127.0.0.1:5433/postgres`."
 )
 
 

@@ -22,6 +22,7 @@ from dashboards import report, serve
 from storage import close_storage, open_storage
 from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
+from tests import prereqs
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,7 +229,7 @@ def test_report_leaves_out_what_does_not_apply(pg_url: str, studies: dict[str, s
 
 
 def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
+    for name in prereqs.BROWSERS:  # the ones `make test` checks for (and installs) before the suite
         path = shutil.which(name)
         if path:
             return path
