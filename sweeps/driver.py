@@ -12,6 +12,7 @@ import logging
 import math
 import statistics
 import time
+import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from sweeps.launchers.base import JobHandle, JobSpec
 from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
 from sweeps.validate import validate_sweep
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
-from trm.trial_link import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
+from storage.record import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, STUDY_UID_ATTR
 
 log = logging.getLogger("sweeps")
 
@@ -100,16 +101,23 @@ class Driver:
         self.base_overrides = [*cfg.trial.overrides, *(self.study_cfg.get("fixed") or {}).get(self.scale, [])]
         self.launcher = build(cfg.launcher)
         self.storage_url = resolve_url(cfg.storage.url, Path("outputs/optuna.db").resolve())
-        self.output_root = Path(cfg.output_root).resolve() / self.study_cfg.name
-        # Where the *workers* write: this machine's output_root for local launchers; on a pod a path on
-        # each VM (relative to the launcher's remote_dir) and a checkpoint URL (gs://...) rank 0 can reach.
-        run_root = cfg.trial.get("run_root")
-        self.run_root = f"{run_root}/{self.study_cfg.name}" if run_root else str(self.output_root)
-        ckpt_root = cfg.trial.get("checkpoint_root")
-        self.checkpoint_root = f"{ckpt_root}/{self.study_cfg.name}" if ckpt_root else self.run_root
         self.running: dict[int, RunningTrial] = {}
         self.storage = None
         self.study: optuna.Study | None = None
+        self.set_study_uid("UID")  # a dry run's stand-in; open_study sets the study's own
+
+    def set_study_uid(self, uid: str) -> None:
+        """Trial directories: <root>/<study name>/<first 8 of the study's uid>/trial-<n>. The uid keeps a new
+        study under an old name (a new storage, a deleted study) out of the old study's directories."""
+        self.study_uid = uid
+        study_dir = f"{self.study_cfg.name}/{uid[:8]}"
+        self.output_root = Path(self.cfg.output_root).resolve() / study_dir
+        # Where the *workers* write: this machine's output_root for local launchers; on a pod a path on
+        # each VM (relative to the launcher's remote_dir) and a checkpoint URL (gs://...) rank 0 can reach.
+        run_root = self.cfg.trial.get("run_root")
+        self.run_root = f"{run_root}/{study_dir}" if run_root else str(self.output_root)
+        ckpt_root = self.cfg.trial.get("checkpoint_root")
+        self.checkpoint_root = f"{ckpt_root}/{study_dir}" if ckpt_root else self.run_root
 
     @property
     def reported_metric(self) -> str:
@@ -165,6 +173,12 @@ class Driver:
         for key, value in attrs.items():
             if stored.get(key) != value:
                 study.set_user_attr(key, value)
+        with exclusive(self.storage, f"uid:{self.study_cfg.name}"):  # two drivers opening a new study agree
+            uid = study.user_attrs.get(STUDY_UID_ATTR)
+            if uid is None:
+                uid = uuid.uuid4().hex
+                study.set_user_attr(STUDY_UID_ATTR, uid)
+        self.set_study_uid(uid)
         self.study = study
         return study
 
@@ -217,6 +231,7 @@ class Driver:
             f"out_dir={self.run_root}/trial-{trial.number}/run",
             f"checkpoint.url={self.checkpoint_root}/trial-{origin}/checkpoints",
             f"sweep.study={self.study_cfg.name}",
+            f"sweep.study_uid={self.study_uid}",
             f"sweep.trial_number={trial.number}",
             f"sweep.storage={self.storage_url}",
             *([f"sweep.password_env={self.cfg.storage.password_env}"] if self.cfg.storage.password_env else []),

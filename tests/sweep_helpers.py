@@ -53,3 +53,10 @@ def sweep_config(storage_url: str, out: Path, *extra: str, trial: list[str] | No
 
 def summary_of(workdir: Path) -> dict:
     return json.loads((workdir / "run" / "summary.json").read_text())
+
+
+def trial_dir(study_root: Path, number: int) -> Path:
+    """A trial's working directory, <output_root>/<study>/<uid[:8]>/trial-<n>: the study has one uid."""
+    matches = sorted(study_root.glob(f"*/trial-{number}"))
+    assert len(matches) == 1, f"expected one trial-{number} under {study_root}, found {matches}"
+    return matches[0]

@@ -101,7 +101,7 @@ def test_postgres_restart_mid_study_loses_nothing(private_pg, tmp_path: Path) ->
     from optuna.trial import TrialState
 
     from storage import open_storage
-    from tests.sweep_helpers import FAST_TRIAL, sweep_overrides
+    from tests.sweep_helpers import FAST_TRIAL, sweep_overrides, trial_dir
 
     url, up = private_pg
     slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=60"]
@@ -109,7 +109,7 @@ def test_postgres_restart_mid_study_loses_nothing(private_pg, tmp_path: Path) ->
     args = [a.replace("heartbeat.grace_s=4", "heartbeat.grace_s=60").replace("trial.train_steps=20", "trial.train_steps=60") for a in args]
     log = tmp_path / "driver.log"
     driver = subprocess.Popen([sys.executable, "-m", "sweeps.run", *args, f"hydra.run.dir={tmp_path}/h"], stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    metrics = tmp_path / "outage" / "trial-0" / "run" / "metrics.jsonl"
+    metrics = trial_dir(tmp_path / "outage", 0) / "run" / "metrics.jsonl"
     deadline = time.monotonic() + 180
     while not (metrics.exists() and "eval/" in metrics.read_text()):
         assert time.monotonic() < deadline and driver.poll() is None, log.read_text()[-2000:]
@@ -134,7 +134,7 @@ def test_two_drivers_fifty_trials_four_at_a_time(pg_url: str, tmp_path: Path) ->
     from optuna.trial import TrialState
 
     from storage import open_storage
-    from tests.sweep_helpers import FAST_TRIAL, sweep_overrides
+    from tests.sweep_helpers import FAST_TRIAL, sweep_overrides, trial_dir
 
     short = [o for o in FAST_TRIAL if not o.startswith(("train.steps", "train.eval_interval", "train.log_interval"))]
     short += ["train.steps=2", "train.eval_interval=2", "train.log_interval=2", "wandb.enabled=false"]

@@ -22,7 +22,7 @@ from sweeps.run import dry_run
 from sweeps.space import SearchSpaceError
 from sweeps.validate import SweepConfigError
 from trm.config import compose_sweep_config
-from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides
+from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir
 
 STUDIES = ["model_scaling", "model_scaling_pareto", "curriculum", "halting", "optimizer"]
 POD = ["site=pod", "launcher.tpu_name=test-pod", "launcher.zone=us-central2-b"]
@@ -150,14 +150,14 @@ def test_torchrun_study_completes_and_prunes_with_rank0_values(pg_url: str, tmp_
 
     trials = load(pg_url, "prune_e2e").trials
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED]
-    good, bad = (summary_of(tmp_path / "prune_e2e" / f"trial-{n}") for n in (0, 1))
+    good, bad = (summary_of(trial_dir(tmp_path / "prune_e2e", n)) for n in (0, 1))
     assert trials[0].value == pytest.approx(good["best_value"])  # the value rank 0 measured
     assert good["rank_steps"] == [20, 20]
     assert bad["outcome"] == "PRUNED" and bad["rank_steps"] == [10, 10]  # both ranks stopped at step 10
     assert trials[1].intermediate_values == {10: pytest.approx(bad["final"]["eval/accuracy"])}
     for n in (0, 1):  # each node built its own dataset in its own directory
         for node in (0, 1):
-            assert (tmp_path / "prune_e2e" / f"trial-{n}" / f"node-{node}" / "outputs" / "data").is_dir()
+            assert (trial_dir(tmp_path / "prune_e2e", n) / f"node-{node}" / "outputs" / "data").is_dir()
     # The phase stamps the overhead benchmark reads: driver and job clocks in the order things happened.
     for trial in trials:
         job, drv = trial.user_attrs["timing"], trial.user_attrs["driver_timing"]
@@ -185,7 +185,7 @@ def test_killed_driver_is_recovered_and_the_trial_resumes_from_its_checkpoint(pg
     args = sweep_overrides(pg_url, tmp_path, "study=halting", "study.name=recover", "n_trials=1", "pruner=none", trial=slow)
     args = [a if not a.startswith("trial.train_steps") else "trial.train_steps=60" for a in args]
     first = _start_driver([*args, f"hydra.run.dir={tmp_path}/h1"], tmp_path / "driver1.log")
-    checkpoint = tmp_path / "recover" / "trial-0" / "checkpoints" / "latest.pt"
+    checkpoint = trial_dir(tmp_path / "recover", 0) / "checkpoints" / "latest.pt"
     try:
         _wait_for(checkpoint.exists, 240, "the first checkpoint of trial 0")
     finally:
@@ -193,7 +193,7 @@ def test_killed_driver_is_recovered_and_the_trial_resumes_from_its_checkpoint(pg
         first.wait()
     second = _start_driver([*args, f"hydra.run.dir={tmp_path}/h2"], tmp_path / "driver2.log")
     restarted = time.monotonic()
-    retry_log = tmp_path / "recover" / "trial-1" / "worker-0.log"
+    retry_log = trial_dir(tmp_path / "recover", 1) / "worker-0.log"
     _wait_for(retry_log.exists, 120, "the retry of trial 0 to start")
     print(f"[fault] driver SIGKILL: retry started {time.monotonic() - restarted:.1f} s after the new driver")
     assert second.wait(timeout=300) == 0, (tmp_path / "driver2.log").read_text()[-3000:]
@@ -204,7 +204,7 @@ def test_killed_driver_is_recovered_and_the_trial_resumes_from_its_checkpoint(pg
     retry = trials[1]
     assert retry.state == TrialState.COMPLETE and retry.system_attrs["failed_trial"] == 0
     assert retry.params == trials[0].params
-    log_text = (tmp_path / "recover" / "trial-1" / "worker-0.log").read_text()
+    log_text = (trial_dir(tmp_path / "recover", 1) / "worker-0.log").read_text()
     resumed = [json.loads(line) for line in log_text.splitlines() if line.startswith('{"event": "start"')]
     assert resumed and resumed[0]["resumed_from"] >= 10, log_text[-2000:]
 
@@ -258,11 +258,31 @@ def test_repeated_seeds_tell_the_mean_and_keep_the_spread(tmp_path: Path) -> Non
     cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "study.name=seeds", "study.seeds=2", "n_trials=1", "pruner=none", "study.objective=eval/accuracy")
     Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
     trial = optuna.load_study(study_name="seeds", storage=f"sqlite:///{tmp_path}/db.sqlite").trials[0]
-    per_seed = [summary_of(tmp_path / "seeds" / "trial-0" / f"seed-{i}")["best_value"] for i in (0, 1)]
+    per_seed = [summary_of(trial_dir(tmp_path / "seeds", 0) / f"seed-{i}")["best_value"] for i in (0, 1)]
     assert trial.state == TrialState.COMPLETE
     assert trial.user_attrs["seed_values"] == pytest.approx(per_seed)
     assert trial.value == pytest.approx(sum(per_seed) / 2)
     assert trial.user_attrs["seed_std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2)
+
+
+def test_a_new_study_under_an_old_name_trains_instead_of_resuming_the_old_checkpoints(tmp_path: Path) -> None:
+    """Issue: a new storage (or a deleted study) under the same study name and output_root resumed the old
+    trial 0's latest.pt and was COMPLETE in seconds with no training. Trial directories carry the study's uid."""
+    runs = []
+    for db in ("first", "second"):
+        url = f"sqlite:///{tmp_path}/{db}.sqlite"
+        cfg = sweep_config(url, tmp_path, "study.name=renamed", "n_trials=1", "pruner=none")
+        Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
+        study = optuna.load_study(study_name="renamed", storage=url)
+        trial = study.trials[0]
+        assert trial.state == TrialState.COMPLETE, trial.user_attrs
+        runs.append((study.user_attrs["uid"], Path(trial.user_attrs["workdir"])))
+    (first_uid, first_dir), (second_uid, second_dir) = runs
+    assert first_uid != second_uid and first_dir != second_dir
+    assert second_dir == tmp_path / "renamed" / second_uid[:8] / "trial-0"
+    records = [json.loads(line) for line in (second_dir / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "train/lm_loss" in r] == [10, 20]  # trained from step 0, not resumed
+    assert summary_of(first_dir)["steps"] == summary_of(second_dir)["steps"] == 20
 
 
 def test_trials_report_the_prune_metric_and_are_valued_by_the_objective(tmp_path: Path) -> None:
@@ -270,10 +290,10 @@ def test_trials_report_the_prune_metric_and_are_valued_by_the_objective(tmp_path
     cfg = sweep_config(url, tmp_path, "study.name=smooth", "n_trials=1", "pruner=none", "study.prune_metric=eval/blank_accuracy")
     Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
     trial = optuna.load_study(study_name="smooth", storage=url).trials[0]
-    evals = [json.loads(line) for line in (tmp_path / "smooth" / "trial-0" / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [json.loads(line) for line in (trial_dir(tmp_path / "smooth", 0) / "run" / "metrics.jsonl").read_text().splitlines()]
     blank = {r["step"]: r["eval/blank_accuracy"] for r in evals if "eval/blank_accuracy" in r}
     assert trial.intermediate_values == pytest.approx(blank) and len(blank) == 2
-    assert trial.value == summary_of(tmp_path / "smooth" / "trial-0")["best_value"]  # the objective: exact accuracy
+    assert trial.value == summary_of(trial_dir(tmp_path / "smooth", 0))["best_value"]  # the objective: exact accuracy
     # Reopening the study with another prune metric would make the pruner compare two metrics: refused.
     other = sweep_config(url, tmp_path, "study.name=smooth", "n_trials=2")
     with pytest.raises(StudyMismatchError, match=r"reported 'eval/blank_accuracy' to the pruner but this config reports 'eval/exact_accuracy'"):
@@ -334,7 +354,7 @@ def test_a_killed_worker_fails_the_trial_named_and_its_retry_resumes(tmp_path: P
     args = sweep_overrides(db, tmp_path, "study=halting", "study.name=crash", "n_trials=1", "pruner=none", "launcher=torchrun", "launcher.nnodes=2", "launcher.nproc_per_node=1", trial=slow)
     args = [a.replace("trial.train_steps=20", "trial.train_steps=300") for a in args]
     driver = _start_driver([*args, f"hydra.run.dir={tmp_path}/h"], tmp_path / "driver.log")
-    checkpoint = tmp_path / "crash" / "trial-0" / "checkpoints" / "latest.pt"
+    checkpoint = trial_dir(tmp_path / "crash", 0) / "checkpoints" / "latest.pt"
     _wait_for(checkpoint.exists, 240, "trial 0's first checkpoint")
 
     def node1_worker() -> list[str]:
@@ -347,7 +367,7 @@ def test_a_killed_worker_fails_the_trial_named_and_its_retry_resumes(tmp_path: P
     trials = optuna.load_study(study_name="crash", storage=db).trials
     assert trials[0].state == TrialState.FAIL and "node-1 exited" in trials[0].user_attrs["fail_reason"]
     assert trials[1].state == TrialState.COMPLETE and trials[1].system_attrs["failed_trial"] == 0
-    log_text = (tmp_path / "crash" / "trial-1" / "node-0.log").read_text()
+    log_text = (trial_dir(tmp_path / "crash", 1) / "node-0.log").read_text()
     resumed = [json.loads(line) for line in log_text.splitlines() if line.startswith('{"event": "start"')]
     assert resumed and resumed[0]["resumed_from"] >= 10  # its metrics continue from the checkpoint's step
 

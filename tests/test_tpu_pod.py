@@ -19,7 +19,7 @@ from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec
 from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu_pod import TpuPodLauncher
-from tests.sweep_helpers import FAST_TRIAL, trial_list
+from tests.sweep_helpers import FAST_TRIAL, trial_dir, trial_list
 from trm.config import compose_sweep_config
 
 FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
@@ -120,5 +120,5 @@ def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path) -> None:
     Driver(cfg).run()
     trial = optuna.load_study(study_name="halting", storage=db).trials[0]
     assert trial.state == TrialState.COMPLETE, trial.user_attrs
-    ckpt = pod / "test-pod" / "worker-0" / "trm" / "runs" / "halting" / "trial-0" / "checkpoints" / "latest.pt"
+    ckpt = trial_dir(pod / "test-pod" / "worker-0" / "trm" / "runs" / "halting", 0) / "checkpoints" / "latest.pt"
     assert ckpt.exists()  # on worker 0's own disk, where its retry would find it

@@ -15,7 +15,7 @@ from storage import redact
 from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
 from sweeps.wandb_summary import trial_wandb_overrides
-from tests.sweep_helpers import FAST_TRIAL, sweep_config
+from tests.sweep_helpers import FAST_TRIAL, sweep_config, trial_dir
 from trm.info import compose_train_config
 from tests.wandb_offline import find_runs, read_offline_run
 from trm.tracking import Tracker, WandbTracker, make_tracker, resolve_mode
@@ -49,7 +49,7 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(pg_url
     trial = study.trials[0]
     assert trial.state.name == "COMPLETE", trial.user_attrs
 
-    run_root = tmp_path / "wandb_halting" / "trial-0" / "run"
+    run_root = trial_dir(tmp_path / "wandb_halting", 0) / "run"
     all_runs = find_runs(tmp_path)
     runs = [p for p in all_runs if run_root / "wandb" in p.parents]
     assert len(runs) == 1, all_runs  # one run for the trial (plus the driver's study summary, checked below)

@@ -72,6 +72,37 @@ def test_resume_continues_with_the_same_losses(tmp_path: Path, data_root: Path) 
     assert evals(read_metrics(resumed)) == pytest.approx(evals(read_metrics(straight)), rel=1e-5)
 
 
+def test_a_checkpoint_of_another_run_is_refused_not_resumed(tmp_path: Path, data_root: Path) -> None:
+    """Resuming what another config wrote would record a result for training that never happened (issue:
+    `optim.lr=0.5 seed=7` over a step-20 run trained nothing; `train.steps=10` over it was COMPLETE with no eval)."""
+    run(config(tmp_path, data_root, "train.steps=20"))
+    before = checkpoint.load(str(tmp_path / "checkpoints"))
+    with pytest.raises(checkpoint.CheckpointMismatchError, match=r"optim.lr: 0.001 there, 0.5 here; seed: 0 there, 7 here") as err:
+        run(config(tmp_path, data_root, "train.steps=20", "optim.lr=0.5", "seed=7"))
+    assert "checkpoint.resume=false" in str(err.value) and str(tmp_path / "checkpoints" / "latest.pt") in str(err.value)
+    with pytest.raises(checkpoint.CheckpointMismatchError, match=r"train.steps: 20 there, 10 here"):
+        run(config(tmp_path, data_root, "train.steps=10"))
+    with pytest.raises(checkpoint.CheckpointMismatchError, match=r"arch.hidden_size: 16 there, 32 here"):
+        run(config(tmp_path, data_root, "train.steps=20", "arch.hidden_size=32"))
+    after = checkpoint.load(str(tmp_path / "checkpoints"))
+    assert after["step"] == before["step"] == 20  # the refused runs wrote nothing over it
+    # What may differ between a run and its resumption does not count: where it is watched, when it pauses.
+    summary = run(config(tmp_path, data_root, "train.steps=20", "train.progress=true", "wandb.enabled=false"))
+    assert summary["outcome"] == "COMPLETE" and summary["steps"] == 20
+    # Starting over is explicit.
+    summary = run(config(tmp_path, data_root, "train.steps=10", "checkpoint.resume=false"))
+    assert summary["steps"] == 10 and checkpoint.load(str(tmp_path / "checkpoints"))["step"] == 10
+
+
+def test_a_checkpoint_without_identity_is_refused(tmp_path: Path, data_root: Path) -> None:
+    run(config(tmp_path, data_root, "train.steps=10"))
+    state = checkpoint.load(str(tmp_path / "checkpoints"))
+    del state[checkpoint.IDENTITY]
+    checkpoint.save(str(tmp_path / "checkpoints"), checkpoint.LATEST, state)
+    with pytest.raises(checkpoint.CheckpointMismatchError, match="carries no identity"):
+        run(config(tmp_path, data_root, "train.steps=20"))
+
+
 def test_batch_not_divisible_by_world_size_is_rejected(tmp_path: Path, data_root: Path) -> None:
     cfg = config(tmp_path, data_root, "train.global_batch_size=10")
     with pytest.raises(ValueError, match=r"train.global_batch_size=10 is not divisible by the world size 4"):

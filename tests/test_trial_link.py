@@ -8,7 +8,8 @@ import pytest
 from optuna.trial import TrialState
 
 from storage import open_storage
-from trm.trial_link import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, TrialLink
+from storage.record import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
+from trm.trial_link import TrialLink
 
 METRICS = {"eval/exact_accuracy": 0.5, "eval/blank_accuracy": 0.9}
 

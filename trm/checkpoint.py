@@ -21,6 +21,35 @@ class CheckpointError(RuntimeError):
     pass
 
 
+class CheckpointMismatchError(ValueError):
+    """A checkpoint written by another run (other config, study or data): resuming it would record a result
+    for training that never happened. A ValueError, so a sweep does not retry it."""
+
+
+IDENTITY = "identity"  # the checkpoint's key holding what wrote it: {"config": {...}, "data": fingerprint}
+
+
+def check_identity(state: dict[str, Any], identity: dict[str, Any], where: str) -> None:
+    """Refuse to resume `state` unless the run that wrote it trained exactly what this run trains."""
+    fix = (
+        "give this run its own out_dir / checkpoint.url, or set checkpoint.resume=false to start over "
+        "(the checkpoint is then overwritten)"
+    )
+    stored = state.get(IDENTITY)
+    if not isinstance(stored, dict):
+        raise CheckpointMismatchError(f"{where} carries no identity of the run that wrote it (an older version): {fix}")
+    differences = []
+    if stored.get("data") != identity["data"]:
+        differences.append("the dataset (fingerprint)")
+    theirs, ours = stored.get("config", {}), identity["config"]
+    for key in sorted(set(theirs) | set(ours)):
+        if theirs.get(key, "<absent>") != ours.get(key, "<absent>"):
+            differences.append(f"{key}: {theirs.get(key, '<absent>')!r} there, {ours.get(key, '<absent>')!r} here")
+    if differences:
+        shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
+        raise CheckpointMismatchError(f"{where} was written by another run ({shown}): refusing to resume it; {fix}")
+
+
 def _join(url: str, name: str) -> str:
     return url.rstrip("/") + "/" + name
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -19,6 +20,46 @@ def config_fingerprint(cfg: DictConfig) -> str:
     container.get("train", {}).pop("progress", None)
     blob = OmegaConf.to_yaml(OmegaConf.create(container), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+# Keys that do not change what a run trains: where it writes, how it is watched, when it pauses, which
+# attempt of a sweep trial it is (a retry resumes its first attempt's checkpoint), and where the data lies
+# on this disk (its content is identified by the dataset fingerprint instead).
+NOT_TRAINING_KEYS = (
+    *WORKER_LOCAL_KEYS,
+    "wandb",
+    "data.root",
+    "data.path",
+    "train.progress",
+    "train.stop_after",
+    "train.preemption_check_interval",
+    "sweep.trial_number",
+    "sweep.job",
+    "sweep.password_env",
+)
+
+
+def _flatten(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in node.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def training_identity(cfg: DictConfig) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed: every config key that changes the training, flattened
+    (`optim.lr`: 0.001, ...), including the sweep study, its uid and storage. Kept as values, not a hash, so a
+    refusal can name the keys that differ."""
+    flat = _flatten(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
+    return {
+        key: value
+        for key, value in flat.items()
+        if not any(key == skip or key.startswith(skip + ".") for skip in NOT_TRAINING_KEYS)
+    }
 
 
 @lru_cache(maxsize=1)

@@ -29,7 +29,7 @@ from trm import checkpoint
 from trm.data.build import ensure_generated
 from trm.data.format import DatasetError, load_split
 from trm.data.loader import TrainLoader, eval_batches
-from trm.fingerprint import code_fingerprint, config_fingerprint
+from trm.fingerprint import code_fingerprint, config_fingerprint, training_identity
 from trm.info import flops_per_sample_step
 from trm.losses import METRIC_KEYS, act_loss, normalize_metrics
 from trm.model import ACTModel, Carry, TRMConfig, count_params
@@ -262,8 +262,10 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
         raise ValueError(f"train.objective_direction={cfg.train.objective_direction!r}: expected 'maximize' or 'minimize'")
     start_step, best, carry = 0, {"value": -math.inf if maximize else math.inf, "step": None, "metrics": {}}, None
     train_sums = torch.zeros(len(METRIC_KEYS), device=runtime.device)
+    identity = {"config": training_identity(cfg), "data": train_meta.fingerprint}
     state = load_checkpoint(runtime, cfg.checkpoint.url) if cfg.checkpoint.resume else None
     if state is not None:
+        checkpoint.check_identity(state, identity, f"{cfg.checkpoint.url.rstrip('/')}/{checkpoint.LATEST}")
         model.load_state_dict(state["model"])
         for opt, opt_state in zip(optimizers, state["optimizers"]):
             opt.load_state_dict(opt_state)
@@ -320,6 +322,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             "ranks": ranks,
             "train_sums": train_sums.cpu(),
             "best": best,
+            checkpoint.IDENTITY: identity,
         }
         checkpoint.save(cfg.checkpoint.url, checkpoint.LATEST, state)
         if improved and cfg.checkpoint.keep_best:

@@ -19,13 +19,9 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from storage import StorageError, open_storage
+from storage.record import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
 
 T = TypeVar("T")
-
-# Study attributes the driver writes and the job reads.
-PRUNER_ATTR = "pruner"
-OBJECTIVE_ATTR = "objective"
-PRUNE_METRIC_ATTR = "prune_metric"  # what the job reports at each eval (absent: the objective)
 
 
 class TrialLinkError(RuntimeError):
