@@ -8,12 +8,12 @@ The URL travels on job command lines and in logs, so it must never carry a passw
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from sqlalchemy.engine import URL, make_url
 
 from storage.errors import StorageConfigError
+from storage.secrets import password_in_url_message, redact_credentials
 
 ENV_VAR = "TRM_SWEEPS_STORAGE"
 CONFIG_KEY = "storage.url"
@@ -21,18 +21,14 @@ ACCEPTED = (
     "sqlite:///PATH, postgresql://USER@HOST:PORT/DB, postgresql+psycopg2://USER@HOST:PORT/DB"
 )
 _SCHEMES = {"sqlite", "sqlite+pysqlite", "postgresql", "postgresql+psycopg2"}
-# Used only when the URL does not even parse: hide anything between "user:" and "@",
-# and any password=... query parameter.
-_USERINFO_PW = re.compile(r"(://[^/@:]*:).*@")
-_QUERY_PW = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
 
 
 def redact(url: str) -> str:
     """Return ``url`` safe to print: password (userinfo or ``?password=``) replaced by ``***``."""
     try:
         parsed = make_url(url)
-    except Exception:  # malformed: fall back to regexes, never echo the raw value
-        return _QUERY_PW.sub(r"\1***", _USERINFO_PW.sub(r"\1***@", url))
+    except Exception:  # malformed: fall back to storage.secrets' patterns, never echo the raw value
+        return redact_credentials(url, unparsed=True)
     if "password" in parsed.query:
         parsed = parsed.update_query_dict({"password": "***"})
     return parsed.render_as_string(hide_password=True).replace("password=%2A%2A%2A", "password=***")
@@ -55,12 +51,7 @@ def validate_url(url: str, key: str = CONFIG_KEY) -> URL:
         hint = " (write 'postgresql://', not 'postgres://')" if parsed.drivername == "postgres" else ""
         raise _error(key, url, f"scheme {parsed.drivername!r} is not supported{hint}")
     if parsed.password is not None or "password" in parsed.query:
-        raise StorageConfigError(
-            f"{key} = {redact(url)!r} contains a password. Passwords must not appear in the URL "
-            "(it ends up on command lines and in logs): put it in ~/.pgpass (or the file named "
-            "by PGPASSFILE), or put it in an environment variable and name that variable in "
-            "storage.password_env."
-        )
+        raise StorageConfigError(password_in_url_message(key, redact(url)))
     if not parsed.database:
         raise _error(key, url, "it names no database (or SQLite file)")
     return parsed

@@ -57,7 +57,7 @@ def _interrupt_on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-@hydra.main(config_path="../conf", config_name="sweep")
+@hydra.main(config_path="../conf", config_name="sweep", execution_whitelist=["storage.hydra_secrets.RefuseSecrets"])
 def main(cfg: DictConfig) -> None:
     logging.getLogger("sweeps").setLevel(logging.INFO)
     # SIGTERM (a scheduler, `timeout`, a preempted VM) stops our jobs and re-queues their trials, as Ctrl-C does.

@@ -11,7 +11,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from storage import open_storage, redact, resolve_url
+from storage import StorageError, open_storage, redact, resolve_url
 from sweeps.space import params_to_values
 
 FORMATS = ("table", "json")
@@ -72,8 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     if fmt not in FORMATS:
         print(f"error: format={fmt!r}: expected one of {list(FORMATS)}", file=sys.stderr)
         return 2
-    url = resolve_url(args.get("storage.url"), "outputs/optuna.db")
-    storage = open_storage(url, password_env=args.get("storage.password_env"))
+    try:  # a bad or password-bearing URL is one line naming the fix, not a traceback
+        url = resolve_url(args.get("storage.url"), "outputs/optuna.db")
+        storage = open_storage(url, password_env=args.get("storage.password_env"))
+    except StorageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     try:
         studies = collect(storage, args.get("study"))
     except KeyError:
