@@ -6,7 +6,7 @@ Public API (``python -m storage.up`` and ``python -m storage.check`` are the CLI
 from storage.engine import close_storage, open_storage, schema_version
 from storage.errors import StorageConfigError, StorageError, StorageUnavailableError
 from storage.locks import exclusive
-from storage.heartbeat import HeartbeatThread, fail_stale_trials, retry_callback, trial_id_of
+from storage.heartbeat import HeartbeatThread, fail_stale_trials, orphaned_trials, retry_callback, trial_id_of
 from storage.url import ENV_VAR, redact, resolve_url, validate_url
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "exclusive",
     "fail_stale_trials",
     "open_storage",
+    "orphaned_trials",
     "redact",
     "resolve_url",
     "retry_callback",

@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
+from datetime import datetime, timedelta
 from types import TracebackType
 
 import optuna
+import sqlalchemy
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import BaseTrial, FrozenTrial, TrialState
 
@@ -54,6 +56,45 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
         optuna.storages.fail_stale_trials(study)
     failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
     return sorted(t.number for t in failed if t.number in running)
+
+
+def orphaned_trials(study: optuna.Study, grace_s: float) -> list[tuple[FrozenTrial, str]]:
+    """This study's RUNNING trials whose driver is gone: a heartbeat older than ``grace_s``, or no heartbeat
+    at all and a start older than ``grace_s``; each with a few words on how its driver was found gone.
+
+    Why not ``optuna.storages.fail_stale_trials``: it skips trials without a heartbeat row, so a driver that
+    died between ``ask()`` and its first beat left a trial RUNNING forever, which every later driver counted
+    and waited on. And it fails every stale trial, while a trial whose job stored its outcome before the
+    driver died must be told that outcome (the driver decides: sweeps/outcome.py). Heartbeats are compared
+    on the database's clock, as Optuna does; a start without a heartbeat on this machine's (Optuna stamps
+    ``datetime_start`` with the client's local time).
+    """
+    storage = getattr(study._storage, "_backend", study._storage)  # Optuna wraps an RDBStorage in a cache
+    if not isinstance(storage, RDBStorage):
+        return []
+    from optuna.storages._rdb import models  # Optuna's own tables; its heartbeat query reads the same
+
+    running = {t._trial_id: t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}  # type: ignore[attr-defined]
+    if not running:
+        return []
+    with storage.engine.connect() as conn:
+        now = conn.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar()
+        rows = conn.execute(
+            sqlalchemy.select(models.TrialHeartbeatModel.trial_id, models.TrialHeartbeatModel.heartbeat).where(
+                models.TrialHeartbeatModel.trial_id.in_(list(running))
+            )
+        ).all()
+    beats = {trial_id: beat for trial_id, beat in rows}
+    grace = timedelta(seconds=grace_s)
+    orphans = []
+    for trial_id, trial in running.items():
+        beat = beats.get(trial_id)
+        if beat is not None:
+            if now.replace(tzinfo=None) - beat.replace(tzinfo=None) > grace:
+                orphans.append((trial, f"its driver died (no heartbeat for over {grace_s:g} s)"))
+        elif trial.datetime_start is not None and datetime.now() - trial.datetime_start > grace:
+            orphans.append((trial, "its driver died before its first heartbeat"))
+    return orphans
 
 
 class HeartbeatThread:

@@ -12,3 +12,30 @@ PRUNE_METRIC_ATTR = "prune_metric"  # what the job reports at each eval (absent:
 # A random id the study gets when first opened. Trial directories and checkpoints carry it, so a new study
 # under an old name (a new storage, a deleted study) never resumes the old study's checkpoints.
 STUDY_UID_ATTR = "uid"
+
+# Trial attributes that describe one attempt: what its job stored (trm/trial_link.py, under "seed<i>/" for
+# seed i > 0) and what the driver concluded. Optuna's retry copies every user attribute to the new trial;
+# the driver clears these on a retry so that it never shows its predecessor's outcome or failure.
+ATTEMPT_ATTRS = (
+    "outcome",
+    "best_value",
+    "best_step",
+    "steps",
+    "final_metrics",
+    "params_count",
+    "flops_per_sample_step",
+    "compute_flops",
+    "train_seconds",
+    "timing",
+    "error",
+    "retryable",
+    "fail_reason",
+    "driver_timing",
+    "seed_values",
+    "seed_std",
+)
+
+
+def attempt_attr(key: str) -> bool:
+    """Whether a trial attribute (possibly "seed<i>/"-prefixed) belongs to one attempt."""
+    return key.rsplit("/", 1)[-1] in ATTEMPT_ATTRS

@@ -25,12 +25,13 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from storage import HeartbeatThread, exclusive, fail_stale_trials, open_storage, redact, resolve_url, retry_callback, trial_id_of
+from storage import HeartbeatThread, exclusive, open_storage, orphaned_trials, redact, resolve_url, retry_callback, trial_id_of
 from sweeps.launchers.base import JobHandle, JobSpec
+from sweeps.outcome import orphan_verdict, seed_prefix
 from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
 from sweeps.validate import validate_sweep
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
-from storage.record import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, STUDY_UID_ATTR
+from storage.record import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, STUDY_UID_ATTR, attempt_attr
 
 log = logging.getLogger("sweeps")
 
@@ -69,11 +70,6 @@ class RunningTrial:
     # the job's own stamps (`timing` attribute) they split a trial's wall time into set-up, training, teardown.
     launched_at: list[float] = field(default_factory=list)
     exited_at: list[float] = field(default_factory=list)
-
-
-def seed_prefix(index: int) -> str:
-    """Where the job of seed `index` stores its outcome on the trial (seed 0: no prefix)."""
-    return f"seed{index}/" if index else ""
 
 
 def study_directions(study_cfg: DictConfig) -> list[str]:
@@ -246,7 +242,11 @@ class Driver:
 
     def start_trial(self, trial: optuna.Trial) -> RunningTrial:
         values = self.space.sample(trial)
-        origin = self.origin_number(self.storage.get_trial(trial_id_of(trial)))
+        frozen = self.storage.get_trial(trial_id_of(trial))
+        origin = self.origin_number(frozen)
+        for key, value in frozen.user_attrs.items():
+            if attempt_attr(key) and value is not None:  # a retry: its predecessor's outcome is not its own
+                trial.set_user_attr(key, None)
         workdir = self.output_root / f"trial-{trial.number}"
         trial.set_user_attr("overrides", to_overrides(values))
         trial.set_user_attr("workdir", str(workdir))
@@ -353,10 +353,27 @@ class Driver:
     # ---------------------------------------------------------------------------------------- the loop
 
     def recover(self) -> None:
-        """Fail trials whose driver died (stale heartbeat); Optuna's retry callback re-queues them."""
-        stale = fail_stale_trials(self.study)
-        for number in stale:
-            log.warning("trial %d had a stale heartbeat (its driver died): failed and re-queued for retry", number)
+        """Settle trials whose driver died (stale heartbeat, or none at all): tell the outcome their job stored,
+        or fail them and queue them again (sweeps/outcome.py decides)."""
+        ours = {running.trial.number for running in self.running.values()}
+        for orphan, why in orphaned_trials(self.study, float(self.cfg.heartbeat.grace_s)):
+            if orphan.number in ours:
+                continue  # our own trial whose beat was late (a slow database): not an orphan
+            verdict = orphan_verdict(orphan.user_attrs, int(self.study_cfg.seeds), self.objective_values, why)
+            try:
+                if verdict.state == TrialState.FAIL:
+                    self.storage.set_trial_user_attr(trial_id_of(orphan), "fail_reason", verdict.reason[-2000:])
+                    self.study.tell(orphan.number, state=TrialState.FAIL)
+                elif verdict.state == TrialState.PRUNED:
+                    self.study.tell(orphan.number, state=TrialState.PRUNED)
+                else:
+                    self.study.tell(orphan.number, verdict.values if len(verdict.values) > 1 else verdict.values[0])
+            except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+                continue  # another driver settled it first
+            if verdict.requeue:
+                retry_callback(int(self.cfg.heartbeat.max_retry))(self.study, self.storage.get_trial(trial_id_of(orphan)))
+            log.warning("trial %d: %s; told %s%s", orphan.number, why, verdict.state.name,
+                        " and queued again" if verdict.requeue else " (the outcome its job stored)")
 
     def run(self) -> optuna.Study:
         self.validate()

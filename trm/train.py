@@ -261,6 +261,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     if cfg.train.objective_direction not in ("maximize", "minimize"):
         raise ValueError(f"train.objective_direction={cfg.train.objective_direction!r}: expected 'maximize' or 'minimize'")
     start_step, best, carry = 0, {"value": -math.inf if maximize else math.inf, "step": None, "metrics": {}}, None
+    last_eval: dict[str, float] = {}
     train_sums = torch.zeros(len(METRIC_KEYS), device=runtime.device)
     identity = {"config": training_identity(cfg), "data": train_meta.fingerprint}
     state = load_checkpoint(runtime, cfg.checkpoint.url) if cfg.checkpoint.resume else None
@@ -277,6 +278,9 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
         torch.set_rng_state(mine["rng"])
         start_step, best = state["step"], state["best"]
         train_sums = state["train_sums"].to(runtime.device)
+        # A run resumed at its last step (its job finished, then its outcome was lost) trains nothing more:
+        # its final eval is the one in the checkpoint, so the value a sweep reads is still that training's.
+        last_eval = state.get("last_eval") or {}
 
     params = count_params(model)
     if is_main:  # measured once, for the trial's compute estimate (accuracy vs compute studies)
@@ -322,13 +326,14 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             "ranks": ranks,
             "train_sums": train_sums.cpu(),
             "best": best,
+            "last_eval": last_eval,
             checkpoint.IDENTITY: identity,
         }
         checkpoint.save(cfg.checkpoint.url, checkpoint.LATEST, state)
         if improved and cfg.checkpoint.keep_best:
             checkpoint.save(cfg.checkpoint.url, checkpoint.BEST, state)
 
-    outcome, last_eval, error, rank_steps, retryable = "COMPLETE", {}, None, None, False
+    outcome, error, rank_steps, retryable = "COMPLETE", None, None, False
     done = start_step
     preemption = PreemptionFlag()
     try:

@@ -1,0 +1,137 @@
+"""The study record stays true when a driver dies: no trial stuck RUNNING, no finished work thrown away.
+
+Orphaned trials are settled by a pure function of their record (sweeps/outcome.py), tested branch by branch,
+and by a real driver on a real PostgreSQL study (the states a dead driver leaves, made by hand).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from storage import open_storage, orphaned_trials, trial_id_of
+from storage.record import attempt_attr
+from sweeps.driver import Driver
+from sweeps.outcome import orphan_verdict
+from tests.sweep_helpers import sweep_config
+
+WHY = "its driver died"
+
+
+def values_of(attrs: Mapping[str, Any]) -> list[float] | None:
+    value = attrs.get("best_value")
+    return None if value is None else [float(value)]
+
+
+@pytest.mark.parametrize(
+    "attrs, seeds, state, values, requeue",
+    [
+        ({}, 1, TrialState.FAIL, [], True),  # the job stored nothing: run it again
+        ({"outcome": "COMPLETE", "best_value": 0.75}, 1, TrialState.COMPLETE, [0.75], False),  # finished work kept
+        ({"outcome": "COMPLETE", "best_value": None}, 1, TrialState.FAIL, [], True),  # no value: not a result
+        ({"outcome": "PRUNED"}, 1, TrialState.PRUNED, [], False),
+        ({"outcome": "PREEMPTED", "steps": 40}, 1, TrialState.FAIL, [], True),
+        ({"outcome": "FAIL", "error": "ValueError: bad", "retryable": False}, 1, TrialState.FAIL, [], False),
+        ({"outcome": "FAIL", "error": "OSError: gone", "retryable": True}, 1, TrialState.FAIL, [], True),
+        ({"outcome": "COMPLETE", "best_value": 0.5, "seed1/outcome": "COMPLETE", "seed1/best_value": 0.7}, 2, TrialState.COMPLETE, [0.6], False),
+        ({"outcome": "COMPLETE", "best_value": 0.5}, 2, TrialState.FAIL, [], True),  # seed 1 never finished
+    ],
+    ids=["nothing", "complete", "complete-no-value", "pruned", "preempted", "config-fail", "retryable-fail", "two-seeds", "one-of-two-seeds"],
+)
+def test_orphan_verdict_from_the_record(attrs: dict, seeds: int, state: TrialState, values: list, requeue: bool) -> None:
+    verdict = orphan_verdict(attrs, seeds, values_of, WHY)
+    assert (verdict.state, verdict.requeue) == (state, requeue)
+    assert verdict.values == pytest.approx(values)
+    if state == TrialState.FAIL:
+        assert verdict.reason and ("ValueError: bad" in verdict.reason if attrs.get("error") == "ValueError: bad" else WHY in verdict.reason)
+
+
+def test_attempt_attributes_are_recognised_under_seed_prefixes() -> None:
+    assert attempt_attr("outcome") and attempt_attr("seed1/outcome") and attempt_attr("fail_reason")
+    assert not attempt_attr("overrides") and not attempt_attr("workdir") and not attempt_attr("baseline")
+
+
+def _storage(url: str):
+    return open_storage(url, heartbeat_interval=1, grace_period=2)
+
+
+def test_a_trial_without_any_heartbeat_is_found_orphaned(pg_url: str) -> None:
+    """Optuna's own stale check skips a RUNNING trial with no heartbeat row: it stayed RUNNING forever."""
+    storage = _storage(pg_url)
+    study = optuna.create_study(study_name="orphans-found", storage=storage)
+    silent = study.ask()  # a driver that died before its first beat
+    beating = study.ask()
+    storage.record_heartbeat(trial_id_of(beating))
+    assert orphaned_trials(study, grace_s=1.0) == []  # too young to judge
+    time.sleep(1.5)
+    storage.record_heartbeat(trial_id_of(beating))
+    found = orphaned_trials(study, grace_s=1.0)
+    assert [(t.number, why) for t, why in found] == [(silent.number, "its driver died before its first heartbeat")]
+    time.sleep(1.5)  # now the beating one's driver has gone quiet too
+    assert {t.number for t, _ in orphaned_trials(study, grace_s=1.0)} == {silent.number, beating.number}
+
+
+def _dead_driver_trial(url: str, study_name: str, attrs: dict[str, Any], beat: bool) -> int:
+    """What a driver that died mid-trial leaves: a RUNNING trial with the study's params, maybe a heartbeat,
+    and whatever its job stored."""
+    storage = _storage(url)
+    study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize")
+    trial = study.ask({"optim.lr": optuna.distributions.CategoricalDistribution([0.01])})
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    if beat:
+        storage.record_heartbeat(trial_id_of(trial))
+    time.sleep(2.5)  # past the grace period the driver below uses (heartbeat.grace_s=2)
+    return trial.number
+
+
+def _run_driver(url: str, tmp_path: Path, study_name: str, *extra: str) -> optuna.Study:
+    cfg = sweep_config(url, tmp_path, f"study.name={study_name}", "n_trials=1", "pruner=none", "heartbeat.grace_s=2", *extra)
+    from tests.test_sweeps import with_space
+
+    Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
+    return optuna.load_study(study_name=study_name, storage=open_storage(url))
+
+
+@pytest.mark.timeout(180)
+def test_a_trial_whose_driver_died_before_its_first_heartbeat_does_not_block_the_next_driver(pg_url: str, tmp_path: Path) -> None:
+    """Issue: the next, correct driver counted the silent RUNNING trial and looped forever."""
+    number = _dead_driver_trial(pg_url, "silent-orphan", {}, beat=False)
+    study = _run_driver(pg_url, tmp_path, "silent-orphan")
+    trials = study.get_trials(deepcopy=False)
+    assert trials[number].state == TrialState.FAIL
+    assert "before its first heartbeat" in trials[number].user_attrs["fail_reason"]
+    retry = trials[number + 1]
+    assert retry.state == TrialState.COMPLETE and retry.params == trials[number].params
+    assert not any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("value_mode", ["best", "last"])
+def test_an_outcome_stored_before_the_driver_died_is_told_not_retrained(value_mode: str, pg_url: str, tmp_path: Path) -> None:
+    """Issue: with study.value=last the new driver failed the finished trial as stale, the retry resumed at its
+    last step with no eval and was told FAIL, and the study ended with no completed trial."""
+    stored = {"outcome": "COMPLETE", "best_value": 0.625, "final_metrics": {"eval/exact_accuracy": 0.5}, "steps": 20}
+    number = _dead_driver_trial(pg_url, f"finished-orphan-{value_mode}", stored, beat=True)
+    study = _run_driver(pg_url, tmp_path, f"finished-orphan-{value_mode}", f"study.value={value_mode}")
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 1  # nothing re-queued, nothing trained again
+    assert trials[number].state == TrialState.COMPLETE
+    assert trials[number].value == (0.625 if value_mode == "best" else 0.5)
+
+
+@pytest.mark.timeout(180)
+def test_a_retry_does_not_inherit_its_predecessors_outcome(pg_url: str, tmp_path: Path) -> None:
+    """Issue: a retry showed the first attempt's `outcome` and `fail_reason`; a COMPLETE retry kept a stale
+    fail_reason."""
+    stored = {"outcome": "PREEMPTED", "steps": 10, "error": "preempted at step 10"}
+    number = _dead_driver_trial(pg_url, "inherited", stored, beat=True)
+    study = _run_driver(pg_url, tmp_path, "inherited")
+    retry = study.get_trials(deepcopy=False)[number + 1]
+    assert retry.state == TrialState.COMPLETE
+    assert retry.user_attrs["outcome"] == "COMPLETE"
+    assert retry.user_attrs.get("fail_reason") is None and retry.user_attrs.get("error") is None
