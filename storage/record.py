@@ -13,11 +13,16 @@ PRUNE_METRIC_ATTR = "prune_metric"  # what the job reports at each eval (absent:
 # under an old name (a new storage, a deleted study) never resumes the old study's checkpoints.
 STUDY_UID_ATTR = "uid"
 
+# Trial attribute the job's rank 0 rewrites at every log point ({"step": n, "at": epoch seconds}): the driver
+# stops a job whose step stops moving (a hung or SIGSTOPped worker) after `stall_timeout_s`, on its own clock.
+PROGRESS_ATTR = "progress"
+
 # Trial attributes that describe one attempt: what its job stored (trm/trial_link.py, under "seed<i>/" for
 # seed i > 0) and what the driver concluded. Optuna's retry copies every user attribute to the new trial;
 # the driver clears these on a retry so that it never shows its predecessor's outcome or failure.
 ATTEMPT_ATTRS = (
     "outcome",
+    "progress",
     "best_value",
     "best_step",
     "steps",

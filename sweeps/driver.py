@@ -31,7 +31,7 @@ from sweeps.outcome import orphan_verdict, seed_prefix
 from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
 from sweeps.validate import validate_sweep
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
-from storage.record import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, STUDY_UID_ATTR, attempt_attr
+from storage.record import OBJECTIVE_ATTR, PROGRESS_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, STUDY_UID_ATTR, attempt_attr
 
 log = logging.getLogger("sweeps")
 
@@ -70,6 +70,9 @@ class RunningTrial:
     # the job's own stamps (`timing` attribute) they split a trial's wall time into set-up, training, teardown.
     launched_at: list[float] = field(default_factory=list)
     exited_at: list[float] = field(default_factory=list)
+    # The job's last reported progress and when this driver saw it change (its own clock: a pod VM's may differ).
+    progress: Any = None
+    progress_seen: float = field(default_factory=time.time)
 
 
 def study_directions(study_cfg: DictConfig) -> list[str]:
@@ -270,6 +273,7 @@ class Driver:
             workdir = running.workdir / f"seed-{index}"
         running.seed_index = index
         running.launched_at.append(time.time())
+        running.progress, running.progress_seen = None, time.time()
         try:
             running.handle = self.launcher.launch(JobSpec(name=f"{self.study_cfg.name}-{trial.number}", overrides=overrides, workdir=workdir))
         except Exception as err:
@@ -375,6 +379,26 @@ class Driver:
             log.warning("trial %d: %s; told %s%s", orphan.number, why, verdict.state.name,
                         " and queued again" if verdict.requeue else " (the outcome its job stored)")
 
+    def stop_stalled(self) -> None:
+        """Stop, fail and re-queue our trials whose job showed no progress for `stall_timeout_s` (a hung or
+        stopped worker: the driver's heartbeat alone would keep such a trial RUNNING forever)."""
+        limit = float(self.cfg.stall_timeout_s)
+        for number, running in list(self.running.items()):
+            attrs = self.storage.get_trial(trial_id_of(running.trial)).user_attrs
+            progress = attrs.get(seed_prefix(running.seed_index) + PROGRESS_ATTR)
+            if progress != running.progress:
+                running.progress, running.progress_seen = progress, time.time()
+                continue
+            silent = time.time() - running.progress_seen
+            if silent <= limit:
+                continue
+            where = f"step {progress['step']}" if isinstance(progress, dict) else "start-up"
+            running.handle.cancel()  # every worker of the job, remote ones included
+            running.exited_at.append(time.time())
+            self.finish(running, TrialState.FAIL, f"no progress for {silent:.0f} s (stall_timeout_s={limit:g}; last at {where}): the job was stopped; queued again, resumes from its checkpoint")
+            self.requeue(running.trial)
+            del self.running[number]
+
     def run(self) -> optuna.Study:
         self.validate()
         self.launcher.prepare()
@@ -425,6 +449,7 @@ class Driver:
             return True
         if time.time() - self.last_recover > self.cfg.heartbeat.interval_s:
             self.recover()  # another driver may have died meanwhile: its trials come back to us
+            self.stop_stalled()
             self.last_recover = time.time()
         if time.time() - self.last_progress > self.cfg.progress_interval_s:
             self.log_progress()

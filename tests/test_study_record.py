@@ -5,6 +5,10 @@ and by a real driver on a real PostgreSQL study (the states a dead driver leaves
 """
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -135,3 +139,34 @@ def test_a_retry_does_not_inherit_its_predecessors_outcome(pg_url: str, tmp_path
     assert retry.state == TrialState.COMPLETE
     assert retry.user_attrs["outcome"] == "COMPLETE"
     assert retry.user_attrs.get("fail_reason") is None and retry.user_attrs.get("error") is None
+
+
+@pytest.mark.timeout(240)
+def test_a_hung_job_is_stopped_failed_and_requeued(pg_url: str, tmp_path: Path) -> None:
+    """Issue: a SIGSTOPped training process kept its trial RUNNING forever (the driver, not the job, beats).
+    The job shows progress at start and at every log point; a job silent for stall_timeout_s is stopped (every
+    worker), its trial failed with the reason, and a retry runs."""
+    stopped: list[int] = []
+
+    def stop_the_first_job() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not stopped:
+            found = subprocess.run(["pgrep", "-f", "trm.train.*sweep.study=hung"], capture_output=True, text=True).stdout.split()
+            if found:
+                os.kill(int(found[0]), signal.SIGSTOP)
+                stopped.append(int(found[0]))
+            time.sleep(0.1)
+
+    stopper = threading.Thread(target=stop_the_first_job, daemon=True)
+    stopper.start()
+    started = time.time()
+    study = _run_driver(pg_url, tmp_path, "hung", "stall_timeout_s=20", "heartbeat.interval_s=1")
+    stopper.join()
+    assert stopped, "the job was never seen"
+    first, retry = study.get_trials(deepcopy=False)[:2]
+    assert first.state == TrialState.FAIL and "no progress for" in first.user_attrs["fail_reason"]
+    assert "stall_timeout_s=20" in first.user_attrs["fail_reason"]
+    assert retry.state == TrialState.COMPLETE and retry.params == first.params
+    assert time.time() - started < 200
+    with pytest.raises(ProcessLookupError):
+        os.kill(stopped[0], 0)  # the stopped worker was killed, not left behind

@@ -53,9 +53,11 @@ class Reporter(Protocol):
     """Rank 0's link to whoever watches the run (a sweep trial).
 
     `report` returns the verdict: "continue", "prune" (stop, with a checkpoint) or "abandon" (stop at once:
-    the trial was given to someone else)."""
+    the trial was given to someone else). `progress` shows the run is alive (at start and every log point)."""
 
     def report(self, step: int, metrics: dict[str, float]) -> str: ...
+
+    def progress(self, step: int) -> None: ...
 
     def finish(self, outcome: str, summary: dict[str, Any]) -> None: ...
 
@@ -336,6 +338,8 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     outcome, error, rank_steps, retryable = "COMPLETE", None, None, False
     done = start_step
     preemption = PreemptionFlag()
+    if is_main and reporter is not None:
+        reporter.progress(done)  # set up (data, model, resume): the first steps may compile for a while
     try:
         for step in range(start_step, total):
             progress = step / total
@@ -363,6 +367,8 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
                     raise NonFiniteLossError(f"non-finite loss at step {done}: lm_loss={reduced['train/lm_loss']}, q_halt_loss={reduced['train/q_halt_loss']}")
                 reduced.update({"train/lr": optimizers[0].param_groups[0]["lr"], "train/H_cycles": cycles[0], "train/L_cycles": cycles[1]})
                 log({"step": done, **reduced})
+                if is_main and reporter is not None:
+                    reporter.progress(done)
                 bar.set_postfix(loss=f"{reduced['train/lm_loss']:.3f}", acc=f"{reduced['train/accuracy']:.3f}")
 
             if done % cfg.train.eval_interval == 0 or done == total:

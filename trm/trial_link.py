@@ -9,6 +9,7 @@ the job asks the same pruner the driver configured.
 """
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any, Callable, TypeVar
@@ -19,9 +20,10 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from storage import StorageError, open_storage
-from storage.record import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
+from storage.record import OBJECTIVE_ATTR, PROGRESS_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class TrialLinkError(RuntimeError):
@@ -89,6 +91,14 @@ class TrialLink:
         except optuna.exceptions.UpdateFinishedTrialError:
             return "abandon"
         return "prune" if retry(self.trial.should_prune, "asking the pruner") else "continue"
+
+    def progress(self, step: int) -> None:
+        """Show the driver this job is alive and moving: one write, never retried (a database outage must
+        not hold training up; the next log point writes again)."""
+        try:
+            self.storage.set_trial_user_attr(self.trial_id, self.prefix + PROGRESS_ATTR, {"step": step, "at": time.time()})
+        except Exception as err:  # the trial finished elsewhere, or the database is briefly away
+            log.warning("could not record progress at step %d: %s", step, err)
 
     def finish(self, outcome: str, summary: dict[str, Any]) -> None:
         """Store the outcome on the trial (the driver reads it and tells Optuna); only the first call counts."""
