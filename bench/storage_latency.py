@@ -84,11 +84,14 @@ class DriverAsk:
 
     finished_count = Driver.finished_count
     ask_within_budget = Driver.ask_within_budget
+    same_configuration = Driver.same_configuration
 
     def __init__(self, storage_obj: Any, study: optuna.Study, name: str):
         self.storage, self.study = storage_obj, study
         self.study_cfg = SimpleNamespace(name=name)
         self.cfg = SimpleNamespace(n_trials=10**9)  # a budget never reached: every ask goes through
+        # One continuous parameter, as a real space has: the driver's duplicate check compares it.
+        self.space = SimpleNamespace(sample=lambda trial: {"x": trial.suggest_float("x", 0.0, 1.0)})
 
 
 def build_op(spec: dict[str, Any]) -> tuple[Callable[[int], None], optuna.Study]:
@@ -121,6 +124,8 @@ def build_op(spec: dict[str, Any]) -> tuple[Callable[[int], None], optuna.Study]
     else:
         study = optuna.load_study(study_name=name, storage=plain, sampler=sampler)
         ask = study.ask
+    if spec["setup"] == "ours":
+        return (lambda step: study.tell(ask()[0], rng.random())), study
     return (lambda step: study.tell(ask(), rng.random())), study
 
 

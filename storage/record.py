@@ -12,6 +12,10 @@ PRUNE_METRIC_ATTR = "prune_metric"  # what the job reports at each eval (absent:
 # A random id the study gets when first opened. Trial directories and checkpoints carry it, so a new study
 # under an old name (a new storage, a deleted study) never resumes the old study's checkpoints.
 STUDY_UID_ATTR = "uid"
+DRIVERS_ATTR = "drivers"  # how many drivers have opened the study: each gets its own sampler seed
+
+# Trial attribute of a draw refused because another trial has exactly its parameters: the other's number.
+DUPLICATE_OF_ATTR = "duplicate_of"
 
 # Trial attribute the job's rank 0 rewrites at every log point ({"step": n, "at": epoch seconds}): the driver
 # stops a job whose step stops moving (a hung or SIGSTOPped worker) after `stall_timeout_s`, on its own clock.

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import sqlalchemy
 from hydra.utils import instantiate
@@ -31,7 +32,7 @@ from sweeps.outcome import orphan_verdict, seed_prefix
 from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
 from sweeps.validate import validate_sweep
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
-from storage.record import OBJECTIVE_ATTR, PROGRESS_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, STUDY_UID_ATTR, attempt_attr
+from storage.record import DRIVERS_ATTR, DUPLICATE_OF_ATTR, OBJECTIVE_ATTR, PROGRESS_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, STUDY_UID_ATTR, attempt_attr
 
 log = logging.getLogger("sweeps")
 
@@ -41,6 +42,7 @@ warnings.filterwarnings("ignore", message=".*Heartbeat of storage is supposed to
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+MAX_DUPLICATE_DRAWS = 20  # draws in a row that repeat a configuration before the space counts as exhausted
 STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
 
 # What config may instantiate: `_target_` is code execution, so only these classes.
@@ -101,6 +103,7 @@ class Driver:
         self.launcher = build(cfg.launcher)
         self.storage_url = resolve_url(cfg.storage.url, Path("outputs/optuna.db").resolve())
         self.running: dict[int, RunningTrial] = {}
+        self.exhausted = False  # the sampler keeps drawing configurations the study already has
         self.storage = None
         self.study: optuna.Study | None = None
         self.set_study_uid("UID")  # a dry run's stand-in; open_study sets the study's own
@@ -177,7 +180,15 @@ class Driver:
             if uid is None:
                 uid = uuid.uuid4().hex
                 study.set_user_attr(STUDY_UID_ATTR, uid)
+            driver_index = int(study.user_attrs.get(DRIVERS_ATTR, 0))
+            study.set_user_attr(DRIVERS_ATTR, driver_index + 1)
         self.set_study_uid(uid)
+        if driver_index:
+            # A restarted or second driver with the study's seed would draw the first driver's parameters again:
+            # each driver of a study gets its own seed, derived from the configured one and its start order.
+            seed = int(np.random.SeedSequence([int(self.cfg.seed), driver_index]).generate_state(1)[0])
+            study.sampler = build(OmegaConf.merge(self.cfg.sampler, {"seed": seed}))
+            log.info("driver %d of this study: sampler seed %d (from seed=%s)", driver_index, seed, self.cfg.seed)
         self.study = study
         return study
 
@@ -187,8 +198,9 @@ class Driver:
         """Trials that used the budget: finished ones, less failures that were re-queued as a retry."""
         trials = self.study.get_trials(deepcopy=False)
         retried = {n for t in trials for n in RetryHeartbeatStaleTrialCallback.retry_history(t)}
-        return sum(1 for t in trials if t.state in FINISHED and t.number not in retried) + sum(
-            1 for t in trials if t.state == TrialState.RUNNING
+        used = [t for t in trials if DUPLICATE_OF_ATTR not in t.user_attrs]  # a refused duplicate trained nothing
+        return sum(1 for t in used if t.state in FINISHED and t.number not in retried) + sum(
+            1 for t in used if t.state == TrialState.RUNNING
         )
 
     def study_done(self) -> bool:
@@ -236,15 +248,38 @@ class Driver:
             *([f"sweep.password_env={self.cfg.storage.password_env}"] if self.cfg.storage.password_env else []),
         ]
 
-    def ask_within_budget(self) -> optuna.Trial | None:
-        """Ask for a trial unless the study's budget is spent; atomic across drivers sharing the study."""
+    def ask_within_budget(self) -> tuple[optuna.Trial, dict[str, Any]] | None:
+        """Ask for a trial and its sampled values unless the study's budget is spent, refusing configurations
+        the study already has; atomic across drivers sharing the study (the check sees their running trials)."""
         with exclusive(self.storage, f"budget:{self.study_cfg.name}"):
-            if self.finished_count() >= self.cfg.n_trials:
-                return None
-            return self.study.ask()
+            for _ in range(MAX_DUPLICATE_DRAWS):
+                if self.finished_count() >= self.cfg.n_trials:
+                    return None
+                trial = self.study.ask()
+                values = self.space.sample(trial)
+                twin = self.same_configuration(trial)
+                if twin is None:
+                    return trial, values
+                # Training it would spend a pod-hour on a result the study has (or will have): record why, not a value.
+                trial.set_user_attr(DUPLICATE_OF_ATTR, twin)
+                trial.set_user_attr("fail_reason", f"same parameters as trial {twin}: not trained (repeats are what study.seeds is for)")
+                self.study.tell(trial, state=TrialState.FAIL)
+                log.info("trial %d drew trial %d's parameters again: not trained, drawing again", trial.number, twin)
+        self.exhausted = True
+        log.warning("%d draws in a row repeated configurations the study has: the search space looks exhausted", MAX_DUPLICATE_DRAWS)
+        return None
 
-    def start_trial(self, trial: optuna.Trial) -> RunningTrial:
-        values = self.space.sample(trial)
+    def same_configuration(self, trial: optuna.Trial) -> int | None:
+        """The number of another trial with exactly these parameters that trained, trains or will train."""
+        params = self.storage.get_trial(trial_id_of(trial)).params
+        if not params:
+            return None  # nothing searched: every trial is the same configuration by design
+        for other in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)):
+            if other.number != trial.number and other.params == params and DUPLICATE_OF_ATTR not in other.user_attrs:
+                return other.number
+        return None
+
+    def start_trial(self, trial: optuna.Trial, values: dict[str, Any]) -> RunningTrial:
         frozen = self.storage.get_trial(trial_id_of(trial))
         origin = self.origin_number(frozen)
         for key, value in frozen.user_attrs.items():
@@ -434,10 +469,10 @@ class Driver:
         trials, show progress. True when the study is done (or out of time) and nothing of ours runs."""
         out_of_time = self.cfg.timeout is not None and time.time() - started > self.cfg.timeout
         while not out_of_time and len(self.running) < self.cfg.max_concurrent:
-            trial = self.ask_within_budget()
-            if trial is None:
+            asked = self.ask_within_budget()
+            if asked is None:
                 break
-            running = self.start_trial(trial)
+            running = self.start_trial(*asked)
             self.running[running.trial.number] = running
         for number, running in list(self.running.items()):
             code = running.handle.poll()
@@ -445,7 +480,7 @@ class Driver:
                 running.exited_at.append(time.time())
             if code is not None and self.on_job_end(running, code) is not None:
                 del self.running[number]
-        if not self.running and (out_of_time or self.study_done()):
+        if not self.running and (out_of_time or self.exhausted or self.study_done()):
             return True
         if time.time() - self.last_recover > self.cfg.heartbeat.interval_s:
             self.recover()  # another driver may have died meanwhile: its trials come back to us

@@ -93,11 +93,11 @@ def _dead_driver_trial(url: str, study_name: str, attrs: dict[str, Any], beat: b
     return trial.number
 
 
-def _run_driver(url: str, tmp_path: Path, study_name: str, *extra: str) -> optuna.Study:
+def _run_driver(url: str, tmp_path: Path, study_name: str, *extra: str, space: dict | None = None) -> optuna.Study:
     cfg = sweep_config(url, tmp_path, f"study.name={study_name}", "n_trials=1", "pruner=none", "heartbeat.grace_s=2", *extra)
     from tests.test_sweeps import with_space
 
-    Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
+    Driver(with_space(cfg, space or {"optim.lr": "choice(0.01)"})).run()
     return optuna.load_study(study_name=study_name, storage=open_storage(url))
 
 
@@ -170,3 +170,32 @@ def test_a_hung_job_is_stopped_failed_and_requeued(pg_url: str, tmp_path: Path) 
     assert time.time() - started < 200
     with pytest.raises(ProcessLookupError):
         os.kill(stopped[0], 0)  # the stopped worker was killed, not left behind
+
+
+@pytest.mark.timeout(300)
+def test_a_restarted_driver_draws_new_configurations(pg_url: str, tmp_path: Path) -> None:
+    """Issue: with the fixed default seed a restarted driver drew the same parameters again (random sampler:
+    trials 3-4 repeated trials 1-2). Each driver of a study gets its own seed."""
+    space = {"optim.lr": "tag(log, interval(1e-4, 1e-2))"}
+    _run_driver(pg_url, tmp_path, "restarted", "n_trials=2", "sampler=random", space=space)
+    study = _run_driver(pg_url, tmp_path, "restarted", "n_trials=4", "sampler=random", space=space)
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    assert len({t.params["optim.lr"] for t in trials}) == 4
+    assert study.user_attrs["drivers"] == 2
+
+
+@pytest.mark.timeout(300)
+def test_a_configuration_the_study_has_is_not_trained_again(pg_url: str, tmp_path: Path) -> None:
+    """A draw that repeats a finished, running or queued trial's parameters is recorded as such and not
+    trained; it does not use the budget; a space with nothing new left ends the study instead of looping."""
+    space = {"optim.lr": "choice(0.01, 0.02)"}
+    study = _run_driver(pg_url, tmp_path, "twins", "n_trials=3", "sampler=random", space=space)
+    trials = study.get_trials(deepcopy=False)
+    trained = [t for t in trials if "duplicate_of" not in t.user_attrs]
+    assert sorted(t.params["optim.lr"] for t in trained) == [0.01, 0.02]  # each configuration once
+    assert all(t.state == TrialState.COMPLETE for t in trained)
+    twins = [t for t in trials if "duplicate_of" in t.user_attrs]
+    assert twins and all(t.state == TrialState.FAIL and "not trained" in t.user_attrs["fail_reason"] for t in twins)
+    assert all(trials[t.user_attrs["duplicate_of"]].params == t.params for t in twins)
+    assert not any((Path(str(t.user_attrs.get("workdir", "/nonexistent")))).exists() for t in twins)  # no job ran
