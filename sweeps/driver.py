@@ -49,6 +49,14 @@ STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, sqlalchemy.exc.Operati
 TARGETS = ["optuna.samplers.*", "optuna.pruners.*", "sweeps.launchers.*"]
 
 
+def clip_reason(reason: str, limit: int = 2000) -> str:
+    """A failure reason short enough for a trial attribute: its first line (the error) and its end (the log tail)."""
+    if len(reason) <= limit:
+        return reason
+    head = reason.splitlines()[0][: limit // 4]
+    return f"{head}\n...\n{reason[-(limit - len(head) - 5):]}"
+
+
 def build(node: DictConfig) -> Any:
     return instantiate(node, _convert_="all", _execution_whitelist_=TARGETS)
 
@@ -317,7 +325,7 @@ class Driver:
             raise
 
     def tell_fail(self, trial: optuna.Trial, reason: str) -> None:
-        trial.set_user_attr("fail_reason", reason[-2000:])
+        trial.set_user_attr("fail_reason", clip_reason(reason))
         self.study.tell(trial, state=TrialState.FAIL)
         log.warning("trial %d FAIL: %s", trial.number, reason.splitlines()[0] if reason else "")
 
@@ -401,7 +409,7 @@ class Driver:
             verdict = orphan_verdict(orphan.user_attrs, int(self.study_cfg.seeds), self.objective_values, why)
             try:
                 if verdict.state == TrialState.FAIL:
-                    self.storage.set_trial_user_attr(trial_id_of(orphan), "fail_reason", verdict.reason[-2000:])
+                    self.storage.set_trial_user_attr(trial_id_of(orphan), "fail_reason", clip_reason(verdict.reason))
                     self.study.tell(orphan.number, state=TrialState.FAIL)
                 elif verdict.state == TrialState.PRUNED:
                     self.study.tell(orphan.number, state=TrialState.PRUNED)

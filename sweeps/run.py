@@ -5,12 +5,15 @@ import logging
 import shlex
 import signal
 import sys
+from collections import Counter
 
 import hydra
 import optuna
 from omegaconf import DictConfig, MissingMandatoryValue
+from optuna.trial import TrialState
 
 from storage import StorageError, redact
+from storage.record import DUPLICATE_OF_ATTR
 from sweeps import estimate
 from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, LauncherConfigError
@@ -68,10 +71,27 @@ def main(cfg: DictConfig) -> None:
             driver.validate()
             dry_run(driver)
             return
-        driver.run()
+        study = driver.run()
     except CONFIG_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    failure = all_failed(study)
+    if failure:
+        print(f"error: {failure}", file=sys.stderr)
+        sys.exit(1)
+
+
+def all_failed(study: optuna.Study) -> str | None:
+    """Why the study has nothing to show: every trial that ran failed (None when any completed or was pruned).
+    A driver that exits 0 after that would tell a script or a scheduler that the sweep worked."""
+    ran = [t for t in study.get_trials(deepcopy=False) if DUPLICATE_OF_ATTR not in t.user_attrs]
+    if not ran or any(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in ran):
+        return None
+    reasons = Counter(next(iter(str(t.user_attrs.get("fail_reason") or "no reason recorded").splitlines()), "")[:200] for t in ran if t.state == TrialState.FAIL)
+    if not reasons:
+        return None
+    most, count = reasons.most_common(1)[0]
+    return f"study {study.study_name!r}: all {sum(reasons.values())} trials failed; most often ({count}x): {most}"
 
 
 if __name__ == "__main__":

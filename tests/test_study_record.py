@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from storage import open_storage, orphaned_trials, trial_id_of
 from storage.record import attempt_attr
 from sweeps.driver import Driver
 from sweeps.outcome import orphan_verdict
-from tests.sweep_helpers import sweep_config
+from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides, trial_list
 
 WHY = "its driver died"
 
@@ -199,3 +200,15 @@ def test_a_configuration_the_study_has_is_not_trained_again(pg_url: str, tmp_pat
     assert twins and all(t.state == TrialState.FAIL and "not trained" in t.user_attrs["fail_reason"] for t in twins)
     assert all(trials[t.user_attrs["duplicate_of"]].params == t.params for t in twins)
     assert not any((Path(str(t.user_attrs.get("workdir", "/nonexistent")))).exists() for t in twins)  # no job ran
+
+
+@pytest.mark.timeout(300)
+def test_a_study_whose_trials_all_failed_exits_non_zero_saying_why(tmp_path: Path) -> None:
+    """Issue: accepted input that failed every trial, and the driver exited 0."""
+    diverging = [*FAST_TRIAL, "+arch.rms_norm_eps=-1.0"]  # passes every check, then NaN at the first step
+    argv = sweep_overrides(f"sqlite:///{tmp_path}/db.sqlite", tmp_path / "out", "study=halting", "study.name=doomed", "n_trials=1",
+                           "pruner=none", f"hydra.run.dir={tmp_path}/h", trial=diverging)
+    proc = subprocess.run([sys.executable, "-m", "sweeps.run", *argv], capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: study 'doomed': all 1 trials failed; most often (1x): NonFiniteLossError"), last
