@@ -28,7 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from storage import HeartbeatThread, exclusive, open_storage, orphaned_trials, redact, resolve_url, retry_callback, trial_id_of
 from sweeps.launchers.base import JobHandle, JobSpec
-from sweeps.outcome import orphan_verdict, seed_prefix
+from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs, seed_prefix
 from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
 from sweeps.validate import validate_sweep
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
@@ -330,40 +330,25 @@ class Driver:
         log.warning("trial %d FAIL: %s", trial.number, reason.splitlines()[0] if reason else "")
 
     def on_job_end(self, running: RunningTrial, exit_code: int) -> TrialState | None:
-        """Tell Optuna what the job recorded (exit codes are only the fallback); None if more seeds follow."""
+        """Tell Optuna what the job recorded (sweeps/outcome.py decides); None if more seeds follow."""
         trial = running.trial
-        attrs = self.storage.get_trial(trial_id_of(trial)).user_attrs
-        prefix = seed_prefix(running.seed_index)
-        outcome = attrs.get(prefix + "outcome")
-        if outcome == "COMPLETE":
-            values = self.objective_values({k[len(prefix):]: v for k, v in attrs.items() if k.startswith(prefix)} if prefix else attrs)
-            if values is None:
-                return self.finish(running, TrialState.FAIL, f"job finished without a finite {self.study_cfg.objective}")
-            running.seed_values.append(values)
+        attrs = seed_attrs(self.storage.get_trial(trial_id_of(trial)).user_attrs, running.seed_index)
+        values = self.objective_values(attrs) if attrs.get("outcome") == "COMPLETE" else None
+        verdict = job_verdict(
+            attrs,
+            values,
+            self.study_cfg.objective,
+            exit_code=exit_code,
+            launcher_failure=running.handle.failure,
+            cancelled=running.handle.cancelled,
+        )
+        if verdict.state == TrialState.COMPLETE:
+            running.seed_values.append(verdict.values)
             if running.seed_index + 1 < int(self.study_cfg.seeds):
                 self.launch_seed(running, running.seed_index + 1)
                 return None
-            return self.finish(running, TrialState.COMPLETE)
-        if outcome == "PRUNED":
-            return self.finish(running, TrialState.PRUNED)
-        if outcome == "PREEMPTED":
-            state = self.finish(running, TrialState.FAIL, f"preempted at step {attrs.get(prefix + 'steps')} (checkpoint saved; queued again, resumes from it)")
-            self.requeue(trial)
-            return state
-        if outcome == "FAIL":
-            reason = attrs.get(prefix + "error") or "the job reported FAIL without a reason"
-            if running.handle.failure:
-                reason = f"{reason}\n{running.handle.failure}"
-            state = self.finish(running, TrialState.FAIL, reason)
-            if attrs.get(prefix + "retryable") and not running.handle.cancelled:
-                self.requeue(trial)  # a lost peer or connection, not the configuration: run it again
-            return state
-        # No outcome stored: the job died before rank 0 could write it (a killed or crashed worker, a lost VM).
-        # That is not the configuration's fault: fail it with the worker named and queue it again (up to
-        # heartbeat.max_retry times), resuming from its last checkpoint.
-        reason = running.handle.failure or f"the job exited with code {exit_code} without recording an outcome"
-        state = self.finish(running, TrialState.FAIL, reason)
-        if not running.handle.cancelled:
+        state = self.finish(running, verdict.state, verdict.reason)
+        if verdict.requeue:
             self.requeue(trial)
         return state
 

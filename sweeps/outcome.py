@@ -1,6 +1,9 @@
-"""What the driver tells Optuna about a trial whose driver died: a pure function of the trial's record.
+"""What the driver tells Optuna about a trial: pure functions of the trial's record.
 
-A trial is orphaned when the driver that ran it is gone (its heartbeat went stale, or it never beat). Its job
+`job_verdict`: a job of ours ended. The outcome its rank 0 stored is the truth (exit codes are only the
+fallback: with ssh fan-out to many VMs they are not reliable).
+
+`orphan_verdict`: a trial is orphaned when the driver that ran it is gone (its heartbeat went stale, or it never beat). Its job
 may have finished and stored its outcome before or after the driver died: that outcome is the truth, and
 throwing it away (fail, retry, resume at the last step) would spend a pod-hour and could record a failure for
 finished work. Only a trial whose job recorded no usable outcome is failed and queued again.
@@ -17,6 +20,12 @@ from optuna.trial import TrialState
 def seed_prefix(index: int) -> str:
     """Where the job of seed `index` stores its outcome on the trial (seed 0: no prefix)."""
     return f"seed{index}/" if index else ""
+
+
+def seed_attrs(attrs: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """The attributes the job of seed `index` stored, without their prefix."""
+    prefix = seed_prefix(index)
+    return {k[len(prefix):]: v for k, v in attrs.items() if k.startswith(prefix)} if prefix else dict(attrs)
 
 
 @dataclass(frozen=True)
@@ -37,7 +46,7 @@ def orphan_verdict(
 
     `values_of` reads one seed's objective value(s) from its (unprefixed) attributes, None when missing or not
     finite; `why` says how the driver was found gone (for the reason of a re-queued trial)."""
-    per_seed = [{k[len(seed_prefix(i)):]: v for k, v in attrs.items() if k.startswith(seed_prefix(i))} if i else dict(attrs) for i in range(seeds)]
+    per_seed = [seed_attrs(attrs, i) for i in range(seeds)]
     if per_seed[0].get("outcome") == "PRUNED":
         return Verdict(TrialState.PRUNED)
     failed = next((seed for seed in per_seed if seed.get("outcome") == "FAIL" and not seed.get("retryable")), None)
@@ -49,3 +58,39 @@ def orphan_verdict(
             columns = list(zip(*values))  # type: ignore[arg-type]
             return Verdict(TrialState.COMPLETE, values=[statistics.fmean(c) for c in columns])
     return Verdict(TrialState.FAIL, reason=f"{why}; its job recorded no outcome to keep: queued again, resumes from its checkpoint", requeue=True)
+
+
+def job_verdict(
+    attrs: Mapping[str, Any],
+    values: list[float] | None,
+    objective: str,
+    *,
+    exit_code: int,
+    launcher_failure: str | None,
+    cancelled: bool,
+) -> Verdict:
+    """The verdict for one seed's job that ended, from what it stored (`attrs`, unprefixed).
+
+    `values`: its objective value(s) when it stored COMPLETE (None if missing or not finite); `launcher_failure`:
+    the launcher's account of a failing worker (its name, exit code, last log lines); `cancelled`: we stopped it
+    (a stall, an interrupt), so a missing outcome is not the job's fault but is already being handled."""
+    outcome = attrs.get("outcome")
+    if outcome == "COMPLETE":
+        if values is None:
+            return Verdict(TrialState.FAIL, reason=f"job finished without a finite {objective}")
+        return Verdict(TrialState.COMPLETE, values=values)
+    if outcome == "PRUNED":
+        return Verdict(TrialState.PRUNED)
+    if outcome == "PREEMPTED":
+        steps = attrs.get("steps")
+        return Verdict(TrialState.FAIL, reason=f"preempted at step {steps} (checkpoint saved; queued again, resumes from it)", requeue=True)
+    if outcome == "FAIL":
+        reason = str(attrs.get("error") or "the job reported FAIL without a reason")
+        if launcher_failure:
+            reason = f"{reason}\n{launcher_failure}"
+        # A lost peer or connection is worth a retry; the configuration's own failure is not.
+        return Verdict(TrialState.FAIL, reason=reason, requeue=bool(attrs.get("retryable")) and not cancelled)
+    # No outcome: the job died before rank 0 could store one (a killed or crashed worker, a lost VM). That is not
+    # the configuration's fault: fail it with the worker named and queue it again, resuming from its checkpoint.
+    reason = launcher_failure or f"the job exited with code {exit_code} without recording an outcome"
+    return Verdict(TrialState.FAIL, reason=reason, requeue=not cancelled)

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from storage import open_storage, orphaned_trials, trial_id_of
 from storage.record import attempt_attr
 from sweeps.driver import Driver
-from sweeps.outcome import orphan_verdict
+from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides, trial_list
 
 WHY = "its driver died"
@@ -53,6 +53,37 @@ def test_orphan_verdict_from_the_record(attrs: dict, seeds: int, state: TrialSta
     assert verdict.values == pytest.approx(values)
     if state == TrialState.FAIL:
         assert verdict.reason and ("ValueError: bad" in verdict.reason if attrs.get("error") == "ValueError: bad" else WHY in verdict.reason)
+
+
+@pytest.mark.parametrize(
+    "attrs, values, failure, cancelled, state, requeue, reason",
+    [
+        ({"outcome": "COMPLETE"}, [0.5], None, False, TrialState.COMPLETE, False, ""),
+        ({"outcome": "COMPLETE"}, None, None, False, TrialState.FAIL, False, "without a finite eval/exact_accuracy"),
+        ({"outcome": "PRUNED"}, None, None, False, TrialState.PRUNED, False, ""),
+        ({"outcome": "PREEMPTED", "steps": 40}, None, None, False, TrialState.FAIL, True, "preempted at step 40"),
+        ({"outcome": "FAIL", "error": "OSError: peer gone", "retryable": True}, None, "worker-1 exited", False, TrialState.FAIL, True, "OSError: peer gone\nworker-1 exited"),
+        ({"outcome": "FAIL", "error": "OSError: peer gone", "retryable": True}, None, None, True, TrialState.FAIL, False, "OSError"),  # we stopped it
+        ({"outcome": "FAIL", "error": "ValueError: arch.mixer='conv'", "retryable": False}, None, None, False, TrialState.FAIL, False, "arch.mixer"),
+        ({}, None, "node-1 exited with code -9", False, TrialState.FAIL, True, "node-1 exited with code -9"),
+        ({}, None, None, False, TrialState.FAIL, True, "exited with code 3 without recording an outcome"),
+        ({}, None, None, True, TrialState.FAIL, False, "exited with code 3"),  # cancelled: already handled
+    ],
+    ids=["complete", "complete-no-value", "pruned", "preempted", "retryable-fail", "retryable-fail-cancelled",
+         "config-fail", "killed-worker", "no-outcome", "no-outcome-cancelled"],
+)
+def test_job_verdict_from_the_record(attrs: dict, values: list | None, failure: str | None, cancelled: bool,
+                                     state: TrialState, requeue: bool, reason: str) -> None:
+    verdict = job_verdict(attrs, values, "eval/exact_accuracy", exit_code=3, launcher_failure=failure, cancelled=cancelled)
+    assert (verdict.state, verdict.requeue) == (state, requeue)
+    assert reason in verdict.reason
+    assert verdict.values == (values if state == TrialState.COMPLETE else [])
+
+
+def test_seed_attrs_strip_their_prefix() -> None:
+    attrs = {"outcome": "COMPLETE", "best_value": 0.5, "seed1/outcome": "FAIL", "seed1/error": "x"}
+    assert seed_attrs(attrs, 1) == {"outcome": "FAIL", "error": "x"}
+    assert seed_attrs(attrs, 0)["outcome"] == "COMPLETE"
 
 
 def test_attempt_attributes_are_recognised_under_seed_prefixes() -> None:
