@@ -60,3 +60,8 @@ def trial_dir(study_root: Path, number: int) -> Path:
     matches = sorted(study_root.glob(f"*/trial-{number}"))
     assert len(matches) == 1, f"expected one trial-{number} under {study_root}, found {matches}"
     return matches[0]
+
+
+def trial_file_exists(study_root: Path, number: int, relative: str) -> bool:
+    """Whether <study>/<uid[:8]>/trial-<n>/<relative> exists yet (before the trial starts, its directory does not)."""
+    return any(study_root.glob(f"*/trial-{number}/{relative}"))

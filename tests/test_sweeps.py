@@ -22,7 +22,7 @@ from sweeps.run import dry_run
 from sweeps.space import SearchSpaceError
 from sweeps.validate import SweepConfigError
 from trm.config import compose_sweep_config
-from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir
+from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir, trial_file_exists
 
 STUDIES = ["model_scaling", "model_scaling_pareto", "curriculum", "halting", "optimizer"]
 POD = ["site=pod", "launcher.tpu_name=test-pod", "launcher.zone=us-central2-b"]
@@ -185,16 +185,14 @@ def test_killed_driver_is_recovered_and_the_trial_resumes_from_its_checkpoint(pg
     args = sweep_overrides(pg_url, tmp_path, "study=halting", "study.name=recover", "n_trials=1", "pruner=none", trial=slow)
     args = [a if not a.startswith("trial.train_steps") else "trial.train_steps=60" for a in args]
     first = _start_driver([*args, f"hydra.run.dir={tmp_path}/h1"], tmp_path / "driver1.log")
-    checkpoint = trial_dir(tmp_path / "recover", 0) / "checkpoints" / "latest.pt"
     try:
-        _wait_for(checkpoint.exists, 240, "the first checkpoint of trial 0")
+        _wait_for(lambda: trial_file_exists(tmp_path / "recover", 0, "checkpoints/latest.pt"), 240, "the first checkpoint of trial 0")
     finally:
         first.send_signal(signal.SIGKILL)  # the driver dies; its job is orphaned
         first.wait()
     second = _start_driver([*args, f"hydra.run.dir={tmp_path}/h2"], tmp_path / "driver2.log")
     restarted = time.monotonic()
-    retry_log = trial_dir(tmp_path / "recover", 1) / "worker-0.log"
-    _wait_for(retry_log.exists, 120, "the retry of trial 0 to start")
+    _wait_for(lambda: trial_file_exists(tmp_path / "recover", 1, "worker-0.log"), 120, "the retry of trial 0 to start")
     print(f"[fault] driver SIGKILL: retry started {time.monotonic() - restarted:.1f} s after the new driver")
     assert second.wait(timeout=300) == 0, (tmp_path / "driver2.log").read_text()[-3000:]
 
@@ -354,8 +352,7 @@ def test_a_killed_worker_fails_the_trial_named_and_its_retry_resumes(tmp_path: P
     args = sweep_overrides(db, tmp_path, "study=halting", "study.name=crash", "n_trials=1", "pruner=none", "launcher=torchrun", "launcher.nnodes=2", "launcher.nproc_per_node=1", trial=slow)
     args = [a.replace("trial.train_steps=20", "trial.train_steps=300") for a in args]
     driver = _start_driver([*args, f"hydra.run.dir={tmp_path}/h"], tmp_path / "driver.log")
-    checkpoint = trial_dir(tmp_path / "crash", 0) / "checkpoints" / "latest.pt"
-    _wait_for(checkpoint.exists, 240, "trial 0's first checkpoint")
+    _wait_for(lambda: trial_file_exists(tmp_path / "crash", 0, "checkpoints/latest.pt"), 240, "trial 0's first checkpoint")
 
     def node1_worker() -> list[str]:
         agents = subprocess.run(["pgrep", "-f", "node_rank=1 .*sweep.trial_number=0"], capture_output=True, text=True).stdout.split()
