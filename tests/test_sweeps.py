@@ -188,8 +188,12 @@ def test_killed_driver_is_recovered_and_the_trial_resumes_from_its_checkpoint(pg
     try:
         _wait_for(lambda: trial_file_exists(tmp_path / "recover", 0, "checkpoints/latest.pt"), 240, "the first checkpoint of trial 0")
     finally:
-        first.send_signal(signal.SIGKILL)  # the driver dies; its job is orphaned
+        first.send_signal(signal.SIGKILL)  # the driver dies ...
         first.wait()
+    # ... and its machine with it: the job stops too, before storing an outcome. (A job that outlives its driver
+    # and stores its outcome is told that outcome: tests/test_study_record.py.)
+    for pid in subprocess.run(["pgrep", "-f", "trm.train.*sweep.study=recover"], capture_output=True, text=True).stdout.split():
+        os.kill(int(pid), signal.SIGKILL)
     second = _start_driver([*args, f"hydra.run.dir={tmp_path}/h2"], tmp_path / "driver2.log")
     restarted = time.monotonic()
     _wait_for(lambda: trial_file_exists(tmp_path / "recover", 1, "worker-0.log"), 120, "the retry of trial 0 to start")
