@@ -18,3 +18,9 @@ METRIC_KEYS = (
 # Which way is better, for the metrics a pruner may be given (it compares them in the study's direction).
 MAXIMIZED = ("accuracy", "exact_accuracy", "blank_accuracy", "q_halt_accuracy")
 MINIMIZED = ("lm_loss", "q_halt_loss")
+# What the trainer logs at each eval (trm.losses.normalize_metrics names every key but the divisor `examples`):
+# a study's objective is read from these, at the best or the last eval.
+EVAL_METRICS = tuple(f"eval/{key}" for key in METRIC_KEYS if key != "examples")
+# Numbers a trial's job stores on the trial besides its metrics (trm/trial_link.py, `finish`): the extra
+# objectives of a multi-objective study may name them (model_scaling_pareto minimizes compute_flops).
+TRIAL_NUMBERS = ("best_value", "best_step", "steps", "params_count", "flops_per_sample_step", "compute_flops", "train_seconds")

@@ -7,7 +7,9 @@ at once instead of waiting on a collective timeout, so a dead worker stops the w
 """
 from __future__ import annotations
 
+import functools
 import os
+import re
 import signal
 import subprocess
 import time
@@ -16,7 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+
 TERMINATE_GRACE_S = 10.0
+
+# Overrides whose values the driver builds from names and paths (study.name, output_root, the storage URL): plain
+# strings that must reach trm.train as they are, whatever characters they hold. Every other override is a Hydra
+# expression the user wrote (trial.overrides, a sampled `optim.betas=[0.9,0.95]`) and passes untouched.
+LITERAL_KEYS = ("out_dir", "checkpoint.url", "sweep.study", "sweep.study_uid", "sweep.storage", "sweep.password_env", "sweep.job")
 
 
 class LauncherConfigError(ValueError):
@@ -26,6 +36,40 @@ class LauncherConfigError(ValueError):
 def require(value: object, key: str, hint: str) -> None:
     if value in (None, "", "???"):
         raise LauncherConfigError(f"{key}={value!r}: required ({hint})")
+
+
+def hydra_quote(value: str) -> str:
+    """`value` as a quoted Hydra override value that the job reads back unchanged: quotes (and the backslashes
+    before them) escaped, and `${` escaped so that OmegaConf does not resolve it as an interpolation."""
+    value = re.sub(r"(\\+)(?='|\$\{|$)", lambda m: m.group(1) * 2, value)
+    return "'" + value.replace("'", "\\'").replace("${", "\\${") + "'"
+
+
+@functools.cache
+def _override_parser() -> OverridesParser:
+    return OverridesParser.create()
+
+
+def _reads_back(key: str, value: str) -> bool:
+    """Whether Hydra parses `key=value` as the plain string `value` (not a sweep, a number or an error)."""
+    if "${" in value:
+        return False
+    try:
+        parsed = _override_parser().parse_override(f"{key}={value}")
+    except HydraException:  # the grammar refuses a quote, a non-ASCII letter, `=`, `#` ...
+        return False
+    return not parsed.is_sweep_override() and isinstance(parsed.value(), str) and parsed.value() == value
+
+
+def quote_literals(overrides: Sequence[str]) -> list[str]:
+    """The job's overrides with each literal value (LITERAL_KEYS) quoted where Hydra would not read it back as
+    itself: a comma would make a sweep, a quote or `é` a grammar error, `123` a number. Other values are unchanged,
+    so the usual command line stays as it was."""
+    out = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        out.append(f"{key}={hydra_quote(value)}" if key in LITERAL_KEYS and not _reads_back(key, value) else override)
+    return out
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sweeps.launchers.base import JobHandle, JobSpec, start_worker, worker_env
+from sweeps.launchers.base import JobHandle, JobSpec, quote_literals, start_worker, worker_env
 
 
 class LocalLauncher:
@@ -15,7 +15,7 @@ class LocalLauncher:
         """Nothing to deploy or reach: the driver's own interpreter runs the job."""
 
     def command(self, spec: JobSpec) -> list[str]:
-        return [self.python, "-m", "trm.train", *spec.overrides]
+        return [self.python, "-m", "trm.train", *quote_literals(spec.overrides)]
 
     def launch(self, spec: JobSpec) -> JobHandle:
         env = worker_env(spec)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 import sys
 
-from sweeps.launchers.base import JobHandle, JobSpec, LauncherConfigError, start_worker, worker_env
+from sweeps.launchers.base import JobHandle, JobSpec, LauncherConfigError, quote_literals, start_worker, worker_env
 
 
 def free_port() -> int:
@@ -37,7 +37,7 @@ class TorchrunLauncher:
             self.python, "-m", "torch.distributed.run",
             f"--nnodes={self.nnodes}", f"--node_rank={node_rank}", f"--nproc_per_node={self.nproc_per_node}",
             "--master_addr=127.0.0.1", f"--master_port={port}",
-            "-m", "trm.train", *spec.overrides,
+            "-m", "trm.train", *quote_literals(spec.overrides),
         ]  # fmt: skip
 
     def launch(self, spec: JobSpec) -> JobHandle:

@@ -5,7 +5,8 @@ and exit code: when one fails the handle names it and stops the others. Cancel a
 VM (`--worker=all`), because killing the local ssh client does not stop the remote python.
 
 Quoting: the remote command is one argv element for gcloud (no local shell); the remote shell parses it,
-so every piece is `shlex.quote`d once: overrides with spaces, quotes, brackets or `$` arrive intact.
+so every piece is `shlex.quote`d once: overrides with spaces, quotes, brackets or `$` arrive intact. (The
+values the driver builds from names and paths are quoted for Hydra first: sweeps.launchers.base.quote_literals.)
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from sweeps.launchers.base import JobHandle, JobSpec, LauncherConfigError, require, start_worker, worker_env
+from sweeps.launchers.base import JobHandle, JobSpec, LauncherConfigError, quote_literals, require, start_worker, worker_env
 
 # Environment a worker needs that the VM does not give (TPU runtime, control-plane port).
 DEFAULT_ENV = {"PJRT_DEVICE": "TPU"}
@@ -116,12 +117,13 @@ class TpuPodLauncher:
     def remote_command(self, spec: JobSpec) -> str:
         env = {**self.env, **spec.env}
         exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
-        train = shlex.join([self.python, "-m", "trm.train", *spec.overrides, f"sweep.job={spec.name}"])
+        train = shlex.join([self.python, "-m", "trm.train", *quote_literals([*spec.overrides, f"sweep.job={spec.name}"])])
         return f"mkdir -p {self.remote_dir} && cd {self.remote_dir} && {exports} exec {train}".replace("  ", " ")
 
     def cancel_command(self, spec: JobSpec) -> str:
         # "[s]weep.job=..." matches the workers' command lines but not this shell's own (which contains "[s]").
-        pattern = "[s]" + re.escape(f"weep.job={spec.name}") + "( |$)"
+        job = quote_literals([f"sweep.job={spec.name}"])[0]  # as it stands on their command lines
+        pattern = "[s]" + re.escape(job[1:]) + "( |$)"
         return f"pkill -TERM -f -- {shlex.quote(pattern)} || true"
 
     def launch(self, spec: JobSpec) -> JobHandle:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from sweeps.launchers.base import JobHandle, JobSpec, require, start_worker, worker_env
+from sweeps.launchers.base import JobHandle, JobSpec, quote_literals, require, start_worker, worker_env
 
 
 class XlaDistLauncher:
@@ -24,7 +24,7 @@ class XlaDistLauncher:
         argv = [self.python, "-m", "torch_xla.distributed.xla_dist", f"--tpu={self.tpu_name}"]
         if self.restart_server:
             argv.append("--restart-tpuvm-pod-server")
-        return [*argv, "--", self.python, "-m", "trm.train", *spec.overrides, f"sweep.job={spec.name}"]
+        return [*argv, "--", self.python, "-m", "trm.train", *quote_literals([*spec.overrides, f"sweep.job={spec.name}"])]
 
     def launch(self, spec: JobSpec) -> JobHandle:
         worker = start_worker("xla_dist", self.command(spec), spec.workdir, worker_env(spec), spec.workdir / "xla_dist.log")

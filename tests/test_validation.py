@@ -1,0 +1,264 @@
+"""Issue 14: input that validation accepted but that failed every trial (or the driver, after the study was opened)
+while the driver exited 0. Each is now refused before anything runs, with one error naming the key, the value and
+what is accepted; names and paths with commas, quotes or non-ASCII letters reach the trials intact."""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from omegaconf import DictConfig, open_dict
+from optuna.trial import TrialState
+
+from storage.record import ATTEMPT_ATTRS
+from sweeps.driver import Driver
+from sweeps.launchers.base import JobSpec, quote_literals
+from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.validate import SweepConfigError
+from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir
+from trm.config import compose_train_config
+from trm.metric_names import EVAL_METRICS, METRIC_KEYS, TRIAL_NUMBERS
+
+
+def config(tmp_path: Path, *extra: str, trial: list[str] | None = None) -> DictConfig:
+    return sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path / "out", *extra, trial=trial)
+
+
+def refused(cfg: DictConfig, expected: str) -> None:
+    """Validation refuses `cfg` with `expected` (a regex) in its one error, and nothing was stored or made."""
+    with pytest.raises(SweepConfigError, match=expected):
+        Driver(cfg).validate()
+    root = Path(cfg.output_root)
+    assert not root.exists() and not (root.parent / "db.sqlite").exists()
+
+
+def with_space(cfg: DictConfig, space: dict, conditional: dict | None = None) -> DictConfig:
+    """Replace the tiny-scale search space (its keys contain dots, so not via the command line)."""
+    with open_dict(cfg):
+        cfg.study.space.tiny = space
+        cfg.study.conditional.tiny = conditional or {}
+    return cfg
+
+
+def trial_with(*overrides: str) -> list[str]:
+    """FAST_TRIAL with some training keys replaced (the last value of a key wins)."""
+    return [*FAST_TRIAL, *overrides]
+
+
+# ------------------------------------------------------------------------- 1. metric names
+
+
+def test_metric_names_are_what_the_trainer_logs_and_stores() -> None:
+    from trm.losses import normalize_metrics  # torch: the test may, the driver may not
+
+    assert set(normalize_metrics([1.0] * len(METRIC_KEYS), "eval")) == set(EVAL_METRICS)
+    assert set(TRIAL_NUMBERS) <= set(ATTEMPT_ATTRS)  # numbers the job stores on its trial (trm/trial_link.py)
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        # today: a KeyError at each trial's first eval
+        ("study.objective=eval/exact_acc", r"study.objective='eval/exact_acc': not a metric the trainer produces .*'eval/exact_accuracy'"),
+        # train metrics are logged, but the objective is read from the evals
+        ("study.objective=train/lm_loss", r"study.objective='train/lm_loss': not a metric the trainer produces at its evals"),
+    ],
+)
+def test_an_objective_the_trainer_does_not_produce_is_refused(override: str, expected: str, tmp_path: Path) -> None:
+    refused(config(tmp_path, override), expected)
+
+
+def test_extra_objectives_name_a_stored_number_or_an_eval_metric(tmp_path: Path) -> None:
+    cfg = config(tmp_path, "study=model_scaling_pareto", "sampler=nsga2", "pruner=none")
+    Driver(cfg).validate()  # compute_flops: a number the job stores on its trial
+    with open_dict(cfg):
+        cfg.study.objectives = [{"name": "eval/lm_loss", "direction": "minimize"}]
+    Driver(cfg).validate()  # an eval metric is read from the trial's final metrics
+    with open_dict(cfg):
+        cfg.study.objectives = [{"name": "compute_flop", "direction": "minimize"}]
+    refused(cfg, r"study.objectives\[0\].name='compute_flop': not a value a trial records; expected one of \[.*'compute_flops'")
+
+
+# ------------------------------------------------------------------------- 2. range types
+
+
+@pytest.mark.parametrize(
+    "space,conditional,expected",
+    [
+        ({"arch.L_layers": "interval(2, 7)"}, None,
+         r"study.space.tiny\['arch.L_layers'\]='interval\(2, 7\)': arch.L_layers is an integer in the training config \(now 1\) but interval\(...\) draws floats; use range\(2, 8\)"),
+        ({"arch.L_layers": "choice(a, b)"}, None, r"\['arch.L_layers'\]='choice\(a, b\)': arch.L_layers is an integer .* the choice 'a' is a string"),
+        ({"arch.L_layers": "choice(1, 2.5)"}, None, r"\['arch.L_layers'\].* the choice 2.5 is a number"),
+        ({"optim.lr": "choice(fast, slow)"}, None, r"\['optim.lr'\]='choice\(fast, slow\)': optim.lr is a number .* the choice 'fast' is a string"),
+        ({"train.ema": "range(0, 2)"}, None, r"\['train.ema'\]='range\(0, 2\)': train.ema is a boolean \(true/false\) .* range\(...\) draws integers"),
+        # every option of a config group, not only the first (the one a trial would compose today)
+        ({"optim": "choice(adamw, lionx)"}, None, r"study.space.tiny\['optim'\]='lionx' does not fit the training config"),
+        # a conditional branch is checked against the config of its own choice
+        ({"optim": "choice(adamw, lion)"}, {"optim": {"lion": {"optim.warmup_steps": "interval(10, 100)"}}},
+         r"study.conditional\['optim'\]\['lion'\]\['optim.warmup_steps'\]='interval\(10, 100\)': optim.warmup_steps is an integer"),
+    ],
+)
+def test_a_range_that_does_not_fit_the_keys_type_is_refused(space: dict, conditional: dict | None, expected: str, tmp_path: Path) -> None:
+    refused(with_space(config(tmp_path), space, conditional), expected)
+
+
+# ------------------------------------------------------------------------- 3. sampler and pruner
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        # Hyperband takes these at construction and divides by zero / takes log(0) in every trial's report
+        (["pruner.reduction_factor=1"], r"pruner.reduction_factor=1: expected an integer >= 2"),
+        (["pruner.min_resource=0"], r"pruner.min_resource=0: expected an integer >= 1"),
+        (["pruner.min_resource=abc"], r"pruner.min_resource='abc': HyperbandPruner takes an integer here"),
+        # TPE takes it and fails at the first ask past its start-up trials
+        (["sampler.n_startup_trials=abc"], r"sampler.n_startup_trials='abc': TPESampler takes an integer here"),
+        (["seed=abc"], r"sampler.seed='abc': TPESampler takes an integer or null here"),
+        (["+sampler.n_startup=4"], r"sampler.n_startup=4: not an argument of TPESampler; accepted: \[.*'n_startup_trials'"),
+        (["pruner=median", "pruner.interval_steps=0"], r"pruner.interval_steps=0: expected an integer >= 1"),
+        (["sampler=nsga2", "sampler.population_size=1"], r"sampler.population_size=1: expected an integer >= 2"),
+        (["sampler._target_=os.system"], r"sampler._target_='os.system': .*whitelist"),
+    ],
+)
+def test_sampler_and_pruner_are_built_before_launch(override: list[str], expected: str, tmp_path: Path) -> None:
+    refused(config(tmp_path, *override), expected)
+
+
+# ------------------------------------------------------------------------- 4. counts
+
+
+@pytest.mark.parametrize(
+    "override,trial,expected",
+    [
+        ("n_trials=true", None, r"n_trials=True: expected an integer > 0"),
+        ("max_concurrent=true", None, r"max_concurrent=True: expected an integer >= 1"),
+        ("timeout=true", None, r"timeout=True: expected seconds > 0"),
+        ("study.seeds=true", None, r"study.seeds=True: expected an integer >= 1"),
+        ("trial.train_steps=0", None, r"trial.train_steps=0: expected an integer >= 1"),
+        (None, ["train.steps=0"], r"train.steps=0 in the trials' training config: expected an integer >= 1"),
+        (None, ["train.steps=-5"], r"train.steps=-5 in the trials' training config"),
+        (None, ["train.eval_interval=0"], r"train.eval_interval=0 in the trials' training config: expected an integer >= 1"),
+        (None, ["train.log_interval=0"], r"train.log_interval=0 in the trials' training config"),
+        (None, ["train.eval_examples=0"], r"train.eval_examples=0 in the trials' training config: expected an integer >= 1, or null for the whole test split"),
+        (None, ["train.global_batch_size=0"], r"train.global_batch_size=0 in the trials' training config"),
+    ],
+)
+def test_counts_that_are_not_positive_integers_are_refused(override: str | None, trial: list[str] | None, expected: str, tmp_path: Path) -> None:
+    refused(config(tmp_path, *([override] if override else []), trial=trial_with(*trial) if trial else None), expected)
+
+
+def test_eval_examples_null_is_the_whole_split(tmp_path: Path) -> None:
+    Driver(config(tmp_path, trial=trial_with("train.eval_examples=null"))).validate()
+    refused(config(tmp_path, trial=trial_with("train.eval_examples=true")), r"train.eval_examples=True")
+
+
+# ------------------------------------------------------------------------- 5. the machine
+
+
+def test_the_local_launchers_interpreter_must_exist_and_have_the_project(tmp_path: Path) -> None:
+    Driver(config(tmp_path, f"launcher.python={sys.executable}")).validate()
+    refused(config(tmp_path, "launcher.python=/no/such/python"), r"launcher.python='/no/such/python': no such executable .* or null for the driver's own")
+    refused(config(tmp_path, "launcher=torchrun", "launcher.nproc_per_node=1", "launcher.python=no-such-python3"), r"launcher.python='no-such-python3': no such executable")
+    bare = tmp_path / "bin" / "python"  # runs, but has no trm: every job would die at its import
+    bare.parent.mkdir()
+    bare.write_text("#!/bin/sh\nexit 1\n")
+    bare.chmod(0o755)
+    refused(config(tmp_path, f"launcher.python={bare}"), r"launcher.python='.*/bin/python': it cannot import trm")
+
+
+def test_an_output_root_that_cannot_be_written_is_refused_and_a_new_one_left_as_it_was(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cfg = config(tmp_path)
+    cfg.output_root = str(blocker / "out")
+    with pytest.raises(SweepConfigError, match=r"output_root='.*/a-file/out': cannot write there \(Not a directory\)"):
+        Driver(cfg).validate()
+    cfg.output_root = str(tmp_path / "new" / "deeper")
+    Driver(cfg).validate()  # writable: probed by making it, and removed again (a dry run makes nothing)
+    assert not (tmp_path / "new").exists()
+
+
+# ------------------------------------------------------------------------- 6. names and paths
+
+
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("''", r"study.name='': it names the study's directory under output_root"),
+        ("../x", r"study.name='../x': .*no '/'"),
+        ("a/b", r"study.name='a/b': .*no '/'"),
+        ("..", r"study.name='..': .*not '.' or '..'"),
+        ("123", r"study.name=123: expected a string; quote it to keep it one: study.name='123'"),
+    ],
+)
+def test_a_study_name_that_cannot_be_a_directory_is_refused(name: str, expected: str, tmp_path: Path) -> None:
+    refused(config(tmp_path, f"study.name={name}"), expected)
+
+
+ODD = ["a, b", "it's", "é/日本", "${x}", "back\\slash\\", "x=1#2", "123", "true"]
+
+
+@pytest.mark.parametrize("value", ODD)
+def test_literal_values_reach_the_job_as_they_are(value: str) -> None:
+    overrides = quote_literals([f"out_dir=/tmp/{value}", f"sweep.study={value}", f"sweep.storage=sqlite:////tmp/{value}/db", "optim.betas=[0.9,0.95]"])
+    job = compose_train_config(overrides)
+    assert (job.out_dir, job.sweep.study, job.sweep.storage) == (f"/tmp/{value}", value, f"sqlite:////tmp/{value}/db")
+    assert list(job.optim.betas) == [0.9, 0.95]  # the user's Hydra expressions are left as they are
+    assert quote_literals(["out_dir=/tmp/plain", "sweep.study=halting"]) == ["out_dir=/tmp/plain", "sweep.study=halting"]
+
+
+def test_a_pod_job_and_its_cancel_pattern_carry_an_odd_study_name(tmp_path: Path) -> None:
+    pod = TpuPodLauncher(tpu_name="t", zone="z", python="python3")
+    spec = JobSpec("a, b's-0", ["out_dir=runs/a, b's/trial-0/run"], tmp_path)
+    argv = shlex.split(pod.remote_command(spec).split(" exec ", 1)[1])  # what the VM's shell hands to python
+    job = compose_train_config(argv[3:])
+    assert (job.sweep.job, job.out_dir) == ("a, b's-0", "runs/a, b's/trial-0/run")
+    pattern = shlex.split(pod.cancel_command(spec))[4]  # pkill -TERM -f -- PATTERN || true
+    assert re.search(pattern, " ".join(argv))  # pkill -f matches the process's command line
+
+
+def test_a_study_with_a_comma_a_quote_and_non_ascii_in_its_name_and_output_root_runs(tmp_path: Path) -> None:
+    """The study name and output_root end up in every trial's overrides (out_dir, checkpoint.url, sweep.study,
+    sweep.storage): each must arrive as itself, or the trial fails at its first line."""
+    root = tmp_path / "out, o'é"
+    root.mkdir()
+    db = f"sqlite:///{root}/db.sqlite"  # sweep.storage carries the odd path too
+    name = "scaling, v2's é"
+    cfg = sweep_config(f"sqlite:///{tmp_path}/unused.sqlite", tmp_path, "n_trials=1", "pruner=none")
+    cfg.storage.url, cfg.output_root, cfg.study.name = db, str(root), name  # not valid unquoted overrides themselves
+    Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
+    trial = optuna.load_study(study_name=name, storage=db).trials[0]
+    assert trial.state == TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
+    workdir = trial_dir(root / name, 0)
+    assert Path(trial.user_attrs["workdir"]) == workdir
+    assert summary_of(workdir)["outcome"] == "COMPLETE"  # out_dir arrived intact
+    assert (workdir / "checkpoints" / "latest.pt").exists()  # checkpoint.url too
+
+
+# ------------------------------------------------------------------------- the command line
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("study.objective=eval/exact_acc", "error: study.objective='eval/exact_acc': not a metric the trainer produces"),
+        ("pruner.reduction_factor=1", "error: pruner.reduction_factor=1: expected an integer >= 2"),
+        ("n_trials=true", "error: n_trials=True: expected an integer > 0"),
+        ("study.name=../escape", "error: study.name='../escape'"),
+        ("output_root={tmp}/a-file/out", "error: output_root='{tmp}/a-file/out': cannot write there"),
+    ],
+)
+def test_the_driver_exits_2_with_one_line_naming_the_key(override: str, expected: str, tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    args = sweep_overrides(f"sqlite:///{tmp_path}/db.sqlite", tmp_path / "out", override.format(tmp=tmp_path), f"hydra.run.dir={tmp_path}/h")
+    proc = subprocess.run([sys.executable, "-m", "sweeps.run", *args], capture_output=True, text=True, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(errors) == 1 and errors[0].startswith(expected.format(tmp=tmp_path)), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "db.sqlite").exists() and not (tmp_path / "out").exists()  # no study opened, no trial used
