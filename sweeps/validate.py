@@ -89,6 +89,14 @@ def _check_budget(cfg: DictConfig) -> None:
         raise SweepConfigError(f"max_concurrent={cfg.max_concurrent!r}: expected an integer >= 1")
     if cfg.timeout is not None and (isinstance(cfg.timeout, bool) or not isinstance(cfg.timeout, (int, float)) or cfg.timeout <= 0):
         raise SweepConfigError(f"timeout={cfg.timeout!r}: expected seconds > 0, or null for no limit")
+    for key, value in (("stall_timeout_s", cfg.stall_timeout_s), ("heartbeat.interval_s", cfg.heartbeat.interval_s), ("heartbeat.grace_s", cfg.heartbeat.grace_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise SweepConfigError(f"{key}={value!r}: expected seconds > 0")
+    if cfg.heartbeat.grace_s <= cfg.heartbeat.interval_s:
+        raise SweepConfigError(
+            f"heartbeat.grace_s={cfg.heartbeat.grace_s} must exceed heartbeat.interval_s={cfg.heartbeat.interval_s}: "
+            "a live driver's trials would look dead between two beats"
+        )
     steps = cfg.trial.train_steps
     if not _is_int(steps) or steps < 1:
         raise SweepConfigError(f"trial.train_steps={steps!r}: expected an integer >= 1, the train.steps of each trial (the pruner's max resource)")

@@ -262,3 +262,16 @@ def test_the_driver_exits_2_with_one_line_naming_the_key(override: str, expected
     assert len(errors) == 1 and errors[0].startswith(expected.format(tmp=tmp_path)), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "db.sqlite").exists() and not (tmp_path / "out").exists()  # no study opened, no trial used
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("stall_timeout_s=0", r"stall_timeout_s=0: expected seconds > 0"),
+        ("heartbeat.interval_s=0", r"heartbeat.interval_s=0: expected seconds > 0"),
+        ("heartbeat.grace_s=1", r"heartbeat.grace_s=1 must exceed heartbeat.interval_s=1"),
+    ],
+)
+def test_heartbeat_and_stall_settings_are_refused_with_the_key(override: str, expected: str, tmp_path: Path) -> None:
+    """Issue: heartbeat.interval_s=0 was Optuna's message without the key."""
+    refused(config(tmp_path, override), expected)
