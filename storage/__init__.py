@@ -4,7 +4,7 @@ Public API (``python -m storage.up`` and ``python -m storage.check`` are the CLI
 """
 
 from storage.engine import close_storage, open_storage, schema_version
-from storage.errors import StorageConfigError, StorageError, StorageUnavailableError
+from storage.errors import StorageConfigError, StorageError, StorageGoneError, StorageUnavailableError, database_gone
 from storage.locks import exclusive
 from storage.heartbeat import HeartbeatThread, fail_stale_trials, orphaned_trials, retry_callback, trial_id_of
 from storage.url import ENV_VAR, redact, resolve_url, validate_url
@@ -14,8 +14,10 @@ __all__ = [
     "HeartbeatThread",
     "StorageConfigError",
     "StorageError",
+    "StorageGoneError",
     "StorageUnavailableError",
     "close_storage",
+    "database_gone",
     "exclusive",
     "fail_stale_trials",
     "open_storage",

@@ -46,6 +46,7 @@ def open_storage(
     grace_period: int | None = None,
     failed_trial_callback: FailedTrialCallback | None = None,
     create_schema: bool = True,
+    must_exist: bool = False,
 ) -> RDBStorage:
     """Open (and if needed create) the study storage at ``url``.
 
@@ -55,13 +56,22 @@ def open_storage(
     heartbeat settings (the callback is passed as Optuna 5's ``heartbeat_stale_trial_callback``).
     ``create_schema=False`` (a training job attaching to a study its driver opened) skips table creation and
     the schema version check: about 1 s of every trial's start-up (bench/sweep_overhead.py).
+    ``must_exist=True`` (a reader such as ``sweeps.status``) creates nothing: a SQLite file that is not there,
+    or a database without Optuna's tables, is a :class:`StorageConfigError` saying so (a mistyped path must
+    not leave an empty database behind).
 
-    Raises :class:`StorageConfigError` for a bad URL or missing password variable and
-    :class:`StorageUnavailableError` (redacted URL + driver reason) if the server cannot be used.
+    Raises :class:`StorageConfigError` for a bad URL, a missing password variable, a heartbeat setting Optuna
+    would refuse (named as the sweep's ``heartbeat.interval_s`` / ``heartbeat.grace_s``) or a SQLite location
+    that cannot be written, and :class:`StorageUnavailableError` (redacted URL + driver reason) if the server
+    cannot be used.
     """
     parsed = driver_url(url)
     shown = redact(url)
+    _check_heartbeat(heartbeat_interval, grace_period)
     secret = _read_password(password_env)
+    if must_exist:
+        create_schema = False
+        _check_sqlite_exists(parsed, shown)
     engine_kwargs: dict[str, Any]
     lock: contextlib.AbstractContextManager[None]
     if is_postgres(parsed):
@@ -82,6 +92,8 @@ def open_storage(
         engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
         lock = _sqlite_schema_lock(parsed, shown) if create_schema else contextlib.nullcontext()
     try:
+        if must_exist:  # before RDBStorage, which writes its version rows into a database that has none
+            _check_optuna_tables(parsed, engine_kwargs["connect_args"], shown)
         with lock, warnings.catch_warnings():
             # heartbeat_interval is "experimental" in Optuna; the warning is noise for us.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -110,6 +122,49 @@ def close_storage(storage: RDBStorage) -> None:
     """Return this thread's session and close pooled connections (before dropping a DB, at exit)."""
     storage.remove_session()
     storage.engine.dispose()
+
+
+def _check_heartbeat(interval: int | None, grace: int | None) -> None:
+    """Optuna refuses a heartbeat interval or grace period <= 0 without naming the setting: name it here."""
+    for key, arg, value in (("heartbeat.interval_s", "heartbeat_interval", interval),
+                            ("heartbeat.grace_s", "grace_period", grace)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise StorageConfigError(
+                f"{key} = {value!r} (the storage's {arg}): expected a whole number of seconds >= 1"
+            )
+
+
+def _sqlite_path(url: URL) -> Path | None:
+    """The file of a SQLite URL; None for PostgreSQL, an in-memory database or a ``file:`` URI."""
+    if is_postgres(url):
+        return None
+    database = url.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database).expanduser()
+
+
+def _check_sqlite_exists(url: URL, shown: str) -> None:
+    path = _sqlite_path(url)
+    if path is not None and not path.is_file():
+        raise StorageConfigError(
+            f"storage.url = {shown!r}: the database {str(path)!r} does not exist (nothing was created): "
+            "check the path; a sweep (python -m sweeps.run) creates it"
+        )
+
+
+def _check_optuna_tables(url: URL, connect_args: dict[str, Any], shown: str) -> None:
+    engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=connect_args)
+    try:
+        inspector = sqlalchemy.inspect(engine)
+        missing = [t for t in ("studies", "version_info") if not inspector.has_table(t)]
+    finally:
+        engine.dispose()
+    if missing:
+        raise StorageConfigError(
+            f"storage.url = {shown!r}: that database holds no Optuna studies (no table {missing[0]!r}): "
+            "check the URL; a sweep (python -m sweeps.run) creates them"
+        )
 
 
 def _read_password(password_env: str | None) -> str | None:
@@ -166,22 +221,33 @@ def _pg_schema_lock(url: URL, connect_args: dict[str, Any]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _sqlite_schema_lock(url: URL, shown: str) -> Iterator[None]:
-    """Same idea for SQLite: an exclusive flock on ``<db>.lock`` around schema creation."""
-    database = url.database or ""
-    if database in ("", ":memory:") or database.startswith("file:"):
+    """Same idea for SQLite: an exclusive flock on ``<db>.lock`` around schema creation.
+
+    A location that cannot be written (a read-only filesystem or directory, a parent that is a file) is one
+    :class:`StorageConfigError` naming the path, not the OSError's traceback."""
+    path = _sqlite_path(url)
+    if path is None:
         yield
         return
-    path = Path(database).expanduser()
     if not path.parent.is_dir():
+        what = "is not a directory" if path.parent.exists() else "does not exist"
         raise StorageConfigError(
-            f"storage.url = {shown!r}: directory {str(path.parent)!r} does not exist"
+            f"storage.url = {shown!r}: directory {str(path.parent)!r} {what}"
         )
     try:
         import fcntl
     except ImportError:  # Windows: no flock; the SQLite busy timeout is all we have
         yield
         return
-    with open(f"{path}.lock", "a") as handle:
+    try:
+        handle = open(f"{path}.lock", "a")
+    except OSError as err:
+        raise StorageConfigError(
+            f"storage.url = {shown!r}: cannot write next to the database {str(path)!r} "
+            f"({err.strerror or err}: {err.filename or path}): the SQLite file and its directory must be "
+            "writable (a read-only filesystem?); choose another path"
+        ) from None
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

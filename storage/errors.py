@@ -1,10 +1,13 @@
 """Errors raised by the storage package.
 
 Two kinds, because callers react differently: a config mistake is fixed by the user
-(exit with a clear message), an unavailable server may be retried or waited for.
+(exit with a clear message), an unavailable server may be retried or waited for. A database that is
+gone (dropped) is neither: :func:`database_gone` tells it from an outage, :class:`StorageGoneError` says so.
 """
 
 from __future__ import annotations
+
+import re
 
 
 class StorageError(Exception):
@@ -17,3 +20,49 @@ class StorageConfigError(StorageError, ValueError):
 
 class StorageUnavailableError(StorageError, ConnectionError):
     """The storage could not be reached or opened (server down, bad host, no database)."""
+
+
+class StorageGoneError(StorageUnavailableError):
+    """The study database itself is gone (dropped, its tables deleted): waiting for it will not bring it back."""
+
+
+# SQLSTATEs meaning the database or its tables do not exist: invalid_catalog_name, undefined_table.
+_GONE_SQLSTATES = {"3D000": "the database does not exist", "42P01": "the study tables do not exist"}
+# The same said in words: connecting to a dropped PostgreSQL database fails before a SQLSTATE is sent, and
+# SQLite has none ("no such table" once its file was deleted and a new connection made an empty one).
+_GONE_PHRASES = ("does not exist", "no such table")
+_GONE_SUBJECTS = ('database "', 'relation "', "no such table")
+
+
+def database_gone(error: BaseException) -> str | None:
+    """Why ``error`` means the study database is gone for good (dropped, or its tables deleted), in one line;
+    None when it is anything else: a server that is restarting or unreachable, a dropped connection, a conflict.
+
+    ``error`` is what a storage call raised, usually Optuna's ``StorageInternalError`` ("An exception is raised
+    during the commit. This typically happens due to invalid data in the commit ...") whatever the cause; the
+    cause is looked for along ``__cause__`` / ``__context__`` and SQLAlchemy's ``.orig``. A driver that retries
+    storage outages should stop on this one and say so (e.g. raise :class:`StorageGoneError`).
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        code = getattr(err, "pgcode", None)
+        text = " ".join(str(err).split())
+        if code in _GONE_SQLSTATES:
+            return f"{_GONE_SQLSTATES[code]} ({_first_clause(text)})"
+        lowered = text.lower()
+        if any(p in lowered for p in _GONE_PHRASES) and any(s in lowered for s in _GONE_SUBJECTS):
+            return _first_clause(text)
+        todo.extend((err.__context__, err.__cause__, getattr(err, "orig", None)))  # the driver's own error first
+    return None
+
+
+def _first_clause(text: str) -> str:
+    """The driver's own words without SQLAlchemy's '[SQL: ...]' / '(Background on this error ...)' tails."""
+    for tail in (" [SQL:", " (Background on this error", " LINE "):
+        text = text.split(tail, 1)[0]
+    return re.sub(r"^\([\w.]+\) ", "", text.strip())  # SQLAlchemy's "(psycopg2.OperationalError) " prefix

@@ -57,10 +57,11 @@ def validate_url(url: str, key: str = CONFIG_KEY) -> URL:
     return parsed
 
 
-def resolve_url(url: str | None, default_sqlite_path: str | os.PathLike[str]) -> str:
+def resolve_url(url: str | None, default_sqlite_path: str | os.PathLike[str], *, create_dir: bool = True) -> str:
     """Pick the storage URL: explicit config value, else ``$TRM_SWEEPS_STORAGE``, else SQLite.
 
-    The SQLite fallback keeps the laptop demo zero-setup; its parent directory is created.
+    The SQLite fallback keeps the laptop demo zero-setup; its parent directory is created (unless
+    ``create_dir=False``: a reader such as ``sweeps.status`` creates nothing).
     """
     if url:
         validate_url(url, CONFIG_KEY)
@@ -70,7 +71,8 @@ def resolve_url(url: str | None, default_sqlite_path: str | os.PathLike[str]) ->
         validate_url(env, f"{CONFIG_KEY} (from env {ENV_VAR})")
         return env
     path = Path(default_sqlite_path).expanduser().resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if create_dir:
+        path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
 
 

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from storage import HeartbeatThread, exclusive, open_storage, orphaned_trials, redact, resolve_url, retry_callback, trial_id_of
+from storage import HeartbeatThread, StorageGoneError, database_gone, exclusive, open_storage, orphaned_trials, redact, resolve_url, retry_callback, trial_id_of
 from sweeps.launchers.base import JobHandle, JobSpec
 from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs, seed_prefix
 from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
@@ -444,6 +444,13 @@ class Driver:
                         break
                     outage = 0.0
                 except STORAGE_ERRORS as err:
+                    why = database_gone(err)
+                    if why:  # dropped, or its tables deleted: waiting will not bring it back, and nothing can be told
+                        for running in self.running.values():
+                            running.handle.cancel()
+                            running.heartbeat.stop()
+                        self.running.clear()
+                        raise StorageGoneError(f"the study database {redact(self.storage_url)} is gone: {why}; its running jobs were stopped") from None
                     # The database is restarting or unreachable: keep the jobs running (they retry their own
                     # reports) and come back with backoff; pool_pre_ping reconnects once it answers.
                     outage = min(max(2 * outage, 1.0), 30.0)

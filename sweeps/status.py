@@ -73,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: format={fmt!r}: expected one of {list(FORMATS)}", file=sys.stderr)
         return 2
     try:  # a bad or password-bearing URL is one line naming the fix, not a traceback
-        url = resolve_url(args.get("storage.url"), "outputs/optuna.db")
-        storage = open_storage(url, password_env=args.get("storage.password_env"))
+        # A reader creates nothing: a mistyped path is an error, not a new empty database (nor its directory).
+        url = resolve_url(args.get("storage.url"), "outputs/optuna.db", create_dir=False)
+        storage = open_storage(url, password_env=args.get("storage.password_env"), must_exist=True)
     except StorageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

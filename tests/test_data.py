@@ -374,3 +374,136 @@ def test_cli_reports_bad_input(tmp_path):
     assert "bad.csv, line 2" in proc.stderr
     proc = _run_cli("--source", "generate", "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and "--num-train" in proc.stderr
+
+
+# ------------------------------------------------------------------------- issue 14: build faults
+
+
+def test_a_csv_with_a_utf8_byte_order_mark_is_read(tmp_path, small_set):
+    """A spreadsheet's "CSV UTF-8" export starts with a BOM; the header must still be recognised."""
+    puzzles, solutions = small_set[0][:4], small_set[1][:4]
+    plain = _write_csv(tmp_path / "plain.csv", _csv_rows(puzzles, solutions))
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    p, s = read_csv(bom)
+    assert np.array_equal(p, puzzles) and np.array_equal(s, solutions)
+    summary = build_from_csv(tmp_path / "ds", bom, bom.with_name("plain.csv"))
+    assert summary["train"]["examples"] == 4
+
+
+def test_an_empty_split_is_refused_at_build_time_naming_the_file_or_flag(tmp_path, small_set):
+    rows = _csv_rows(small_set[0][:6], small_set[1][:6])
+    train = _write_csv(tmp_path / "train.csv", rows[:4])
+    test = _write_csv(tmp_path / "test.csv", rows[4:])
+    header_only = _write_csv(tmp_path / "header_only.csv", [])
+    for args, named in (
+        (("--train-csv", str(header_only), "--test-csv", str(test)), ["header_only.csv", "train split", "--train-csv"]),
+        (("--train-csv", str(train), "--test-csv", str(header_only)), ["header_only.csv", "test split", "--test-csv"]),
+        (("--train-csv", str(train), "--test-csv", str(test), "--subsample", "0"), ["--subsample 0", "empty"]),
+        (("--train-csv", str(train), "--test-csv", str(test), "--min-rating", "50"),
+         ["train.csv", "rating >= 50", "--min-rating"]),
+    ):
+        out = tmp_path / "ds"
+        proc = _run_cli("--source", "csv", *args, "--out", str(out))
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert all(n in proc.stderr for n in named), (named, proc.stderr)
+        assert not out.exists() and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    with pytest.raises(DatasetError, match=r"num_test=0 \(--num-test, data.num_test\).*empty test split"):
+        build_generated(tmp_path / "gen", 4, 0, 30, seed=0)
+    with pytest.raises(DatasetError, match=r"num_train=0 .*empty train split"):
+        ensure_generated(tmp_path / "gen", 0, 2, 30, seed=0)
+
+
+def test_a_subsample_larger_than_the_file_is_refused_naming_both_numbers(tmp_path, small_set):
+    rows = _csv_rows(small_set[0][:8], small_set[1][:8])
+    train = _write_csv(tmp_path / "train.csv", rows[:5])
+    test = _write_csv(tmp_path / "test.csv", rows[5:])
+    proc = _run_cli("--source", "csv", "--train-csv", str(train), "--test-csv", str(test), "--subsample", "7",
+                    "--out", str(tmp_path / "ds"))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "--subsample 7" in proc.stderr and "train.csv has (5)" in proc.stderr and "at most 5" in proc.stderr
+    assert not (tmp_path / "ds").exists()
+    with pytest.raises(DatasetError, match=r"--subsample 4 .* \(3 with rating >= 2 \(--min-rating\)\)"):
+        build_from_csv(tmp_path / "ds", train, test, subsample=4, min_rating=2)  # ratings 0..4: three are >= 2
+    assert build_from_csv(tmp_path / "ds", train, test, subsample=5)["train"]["examples"] == 5  # all of them is fine
+
+
+def test_the_same_csv_for_train_and_test_is_a_warning_on_stderr(tmp_path, small_set):
+    rows = _csv_rows(small_set[0][:6], small_set[1][:6])
+    both = _write_csv(tmp_path / "both.csv", rows)
+    other = _write_csv(tmp_path / "other.csv", rows[:3])
+    (tmp_path / "link.csv").symlink_to(both)  # the same file under another name is still the same file
+    proc = _run_cli("--source", "csv", "--train-csv", str(both), "--test-csv", str(tmp_path / "link.csv"),
+                    "--out", str(tmp_path / "ds"))
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "same file" in warnings[0] and str(both) in warnings[0], proc.stderr
+    assert json.loads(proc.stdout)["test"]["examples"] == 6  # still built: evaluating on train can be on purpose
+    proc = _run_cli("--source", "csv", "--train-csv", str(both), "--test-csv", str(other), "--out", str(tmp_path / "ds2"))
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+
+
+def _wait_for(predicate, what: str, proc: subprocess.Popen | None = None, timeout: float = 120.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not (found := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert proc is None or proc.poll() is None, f"{what}: the process ended ({proc.returncode})"
+        time.sleep(0.05)
+    return found
+
+
+def test_a_killed_build_leaves_temp_dirs_the_next_build_removes_but_never_a_running_builds(tmp_path):
+    """SIGKILL mid-build used to leave `.<out>.tmp-*` (100-200 MB on real data) forever. The next build removes
+    a killed build's leftovers (its flock is free) and keeps those of a build that is still running."""
+    import signal
+    import time
+
+    out = tmp_path / "ds"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+
+    def builder(num_train: int) -> subprocess.Popen:  # generation is ~200 puzzles/s: this takes seconds
+        return subprocess.Popen([sys.executable, "-m", "trm.data.build", "--source", "generate", "--num-train",
+                                 str(num_train), "--num-test", "2", "--blanks", "50", "--seed", "1", "--out", str(out)],
+                                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def temp_dirs() -> set[Path]:
+        return set(tmp_path.glob(".ds.tmp-*"))
+
+    killed = builder(100_000)
+    (stale,) = _wait_for(temp_dirs, "the first build's temp dir", killed)
+    (stale / "train").mkdir()  # as if it had written part of a split
+    killed.send_signal(signal.SIGKILL)
+    killed.communicate(timeout=30)
+    assert stale.is_dir()  # what the kill leaves behind (and its free lock file, .ds.build-<token>.lock)
+    stale_lock = tmp_path / f".ds.build-{stale.name.split('.tmp-')[1]}.lock"
+
+    running = builder(1500)
+    (live,) = _wait_for(lambda: temp_dirs() - {stale}, "the running build's temp dir", running)
+    # Leftovers of an older version's build (no lock file): removed only when the pid is gone and it is old.
+    probe = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(probe.stdout)  # a process that has exited
+    old_dead = tmp_path / f".ds.tmp-{dead_pid}-0badc0de"
+    young_dead = tmp_path / f".ds.old-{dead_pid}-00c0ffee"
+    old_alive = tmp_path / f".ds.tmp-{os.getpid()}-0000beef"
+    for d in (old_dead, young_dead, old_alive):
+        (d / "train").mkdir(parents=True)
+    two_hours_ago = time.time() - 7200
+    for d in (old_dead, old_alive):
+        os.utime(d, (two_hours_ago, two_hours_ago))
+    other = tmp_path / ".other.tmp-1-deadbeef"  # another dataset's: not this build's business
+    other.mkdir()
+
+    build_generated(out, 4, 2, 30, seed=0)  # the next build, while `running` is still building
+
+    assert running.poll() is None, "the test needs the second build still running here"
+    assert not stale.exists() and not stale_lock.exists() and not old_dead.exists()
+    assert live.is_dir() and young_dead.is_dir() and old_alive.is_dir() and other.is_dir()
+    _, err = running.communicate(timeout=300)
+    assert running.returncode == 0, err  # its temp dir was never touched: it completed and renamed into place
+    _, meta = load_split(out, "train")
+    assert meta.source["num_train"] == 1500
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".ds."))
+    assert left == sorted(p.name for p in (young_dead, old_alive)), left

@@ -71,7 +71,8 @@ def test_sigterm_checkpoints_then_stops_and_the_run_resumes_from_there(tmp_path:
     assert '"outcome": "PREEMPTED"' in summary
     saved = checkpoint.load(str(tmp_path / "checkpoints"))
     assert saved is not None and saved["step"] % 10 == 0 and saved["step"] > 0
-    run(config(tmp_path, data_root, f"train.steps={saved['step'] + 10}"))
+    # The same run resumed (its identity must match: train.steps too), told to stop 10 steps later.
+    run(config(tmp_path, data_root, "train.steps=100000", "train.eval_interval=100000", f"train.stop_after={saved['step'] + 10}"))
     steps = [r["step"] for r in read_metrics(tmp_path) if "train/lm_loss" in r]
     assert steps[-1] == saved["step"] + 10 and steps == sorted(steps)  # continued, not restarted
 
@@ -101,7 +102,7 @@ def test_postgres_restart_mid_study_loses_nothing(private_pg, tmp_path: Path) ->
     from optuna.trial import TrialState
 
     from storage import open_storage
-    from tests.sweep_helpers import FAST_TRIAL, sweep_overrides, trial_dir
+    from tests.sweep_helpers import FAST_TRIAL, sweep_overrides, trial_dir, trial_file_exists
 
     url, up = private_pg
     slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=60"]
@@ -109,9 +110,8 @@ def test_postgres_restart_mid_study_loses_nothing(private_pg, tmp_path: Path) ->
     args = [a.replace("heartbeat.grace_s=4", "heartbeat.grace_s=60").replace("trial.train_steps=20", "trial.train_steps=60") for a in args]
     log = tmp_path / "driver.log"
     driver = subprocess.Popen([sys.executable, "-m", "sweeps.run", *args, f"hydra.run.dir={tmp_path}/h"], stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    metrics = trial_dir(tmp_path / "outage", 0) / "run" / "metrics.jsonl"
     deadline = time.monotonic() + 180
-    while not (metrics.exists() and "eval/" in metrics.read_text()):
+    while not (trial_file_exists(tmp_path / "outage", 0, "run/metrics.jsonl") and "eval/" in (trial_dir(tmp_path / "outage", 0) / "run" / "metrics.jsonl").read_text()):
         assert time.monotonic() < deadline and driver.poll() is None, log.read_text()[-2000:]
         time.sleep(0.2)
     subprocess.run([*up[:-2], "--stop"], check=True, capture_output=True, timeout=120)  # the database goes away ...
@@ -164,3 +164,82 @@ def test_two_drivers_fifty_trials_four_at_a_time(pg_url: str, tmp_path: Path) ->
     # Per driver: a bounded pool (2 + 2 overflow) and the budget lock; per running job: one rank-0 pool.
     assert peak <= 2 * (4 + 1) + 2 * 4 * 4, peak
     print(f"[fault] 50 trials, 2 drivers x 4: peak {peak} connections to the study database")
+
+
+def _start_event(out: str) -> dict:
+    import json
+
+    return next(json.loads(line) for line in out.splitlines() if line.startswith('{"event": "start"'))
+
+
+def test_an_unreadable_latest_checkpoint_is_named_and_the_previous_one_resumed(
+    tmp_path: Path, data_root: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A truncated or garbage latest.pt was refused by torch without the file named, and the previous good
+    checkpoint was gone. The last two are kept; an unreadable latest.pt is named and previous.pt resumed
+    (with a warning naming both), still through the identity check."""
+    from tests.test_train import read_metrics
+
+    ckpt = tmp_path / "checkpoints"
+    latest, previous = ckpt / checkpoint.LATEST, ckpt / checkpoint.PREVIOUS
+    run(config(tmp_path, data_root, "train.steps=30", "train.stop_after=10"))
+    run(config(tmp_path, data_root, "train.steps=30", "train.stop_after=20"))
+    assert checkpoint.load(str(ckpt))["step"] == 20 and checkpoint.load(str(ckpt), checkpoint.PREVIOUS)["step"] == 10
+
+    latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])  # truncated: a full disk, a killed copy
+    with pytest.raises(checkpoint.CheckpointUnreadableError, match=str(latest)):
+        checkpoint.load(str(ckpt))
+    capsys.readouterr()
+    with caplog.at_level("WARNING", logger="trm.checkpoint"):
+        summary = run(config(tmp_path, data_root, "train.steps=30"))
+    assert _start_event(capsys.readouterr().out)["resumed_from"] == 10
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "trm.checkpoint"]
+    assert f"{latest} cannot be read" in warning and f"Resuming from {previous} (step 10)" in warning
+    assert summary["outcome"] == "COMPLETE" and summary["steps"] == 30
+    steps = [r["step"] for r in read_metrics(tmp_path) if "train/lm_loss" in r]
+    assert steps == [5, 10, 15, 20, 15, 20, 25, 30]  # steps 15 and 20 trained again from step 10, nothing skipped
+    assert (ckpt / "latest.pt.unreadable").is_file()  # kept aside, never rotated over a good previous.pt
+    assert checkpoint.load(str(ckpt))["step"] == 30 and checkpoint.load(str(ckpt), checkpoint.PREVIOUS)["step"] == 20
+
+    # The fallback is still checked: previous.pt of this run, resumed by another config, is refused by name.
+    latest.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(checkpoint.CheckpointMismatchError, match=rf"{previous} was written by another run.*optim.lr"):
+        run(config(tmp_path, data_root, "train.steps=30", "optim.lr=0.5"))
+
+    # Neither readable: one error naming both files (a retry would read the same bytes: not retryable).
+    latest.write_bytes(b"garbage")
+    previous.write_bytes(b"garbage too")
+    with pytest.raises(checkpoint.CheckpointUnreadableError) as err:
+        run(config(tmp_path, data_root, "train.steps=30"))
+    assert str(latest) in str(err.value) and str(previous) in str(err.value) and "checkpoint.resume=false" in str(err.value)
+    assert isinstance(err.value, ValueError)
+
+
+def test_a_failing_summary_write_does_not_hide_the_error_that_ended_the_run(
+    tmp_path: Path, data_root: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """An out_dir that fills up made `_run`'s `finally` raise an OSError writing summary.json, which replaced
+    the error that ended the run, and that OSError was what the trial recorded."""
+    (tmp_path / "summary.json").mkdir()  # summary.json cannot be written: an OSError in `finally`, as on a full disk
+    finished: list[tuple[str, dict]] = []
+
+    class Trial:  # what a sweep trial's link records (trm.trial_link.TrialLink: only the first finish counts)
+        def report(self, step: int, metrics: dict) -> str:
+            return "continue"
+
+        def progress(self, step: int) -> None:
+            pass
+
+        def finish(self, outcome: str, summary: dict) -> None:
+            finished.append((outcome, summary))
+
+    # The run itself fails for another reason: its first checkpoint cannot be written (as in the test above).
+    (tmp_path / "checkpoints" / f"latest.pt.tmp-{os.getpid()}").mkdir(parents=True)
+    with pytest.raises(checkpoint.CheckpointError, match=r"could not write checkpoint"):
+        run(config(tmp_path, data_root, "train.steps=20"), reporter=Trial())
+    outcome, summary = finished[0]
+    assert outcome == "FAIL" and summary["error"].startswith("CheckpointError") and "could not write checkpoint" in summary["error"]
+    assert "summary.json" not in summary["error"]
+    assert summary["steps"] == 10 and summary["retryable"] is True
+    err = capfd.readouterr().err
+    assert "warning: could not write" in err and "summary.json" in err and "CheckpointError" in err

@@ -299,3 +299,163 @@ def test_storage_up_starts_and_stops_a_private_cluster():
     finally:
         _py("-m", "storage.up", "--dir", str(data_dir), "--stop", timeout=120)
         shutil.rmtree(parent, ignore_errors=True)
+
+
+# --- issue 14: storage faults -------------------------------------------------------------------
+
+def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+def test_status_on_a_mistyped_path_says_it_does_not_exist_and_creates_nothing(tmp_path):
+    """`python -m sweeps.status` used to create an empty SQLite database (and its lock file, and outputs/) at
+    whatever path it was given. The driver starting a study still creates its database."""
+    typo = tmp_path / "optnua.db"
+    line = _one_error_line(_py("-m", "sweeps.status", f"storage.url=sqlite:///{typo}"))
+    assert str(typo) in line and "does not exist" in line
+    env = {k: v for k, v in _env().items() if k != "TRM_SWEEPS_STORAGE"}
+    proc = subprocess.run([sys.executable, "-m", "sweeps.status"], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=60)  # the default, outputs/optuna.db under the working directory
+    line = _one_error_line(proc)
+    assert str(tmp_path / "outputs" / "optuna.db") in line and "does not exist" in line
+    assert list(tmp_path.iterdir()) == []  # no database, no lock file, no outputs/ directory
+    # A file that exists but is no study database is said to be one, and not given Optuna's tables.
+    other = tmp_path / "other.db"
+    sqlite3 = __import__("sqlite3")
+    sqlite3.connect(other).close()
+    line = _one_error_line(_py("-m", "sweeps.status", f"storage.url=sqlite:///{other}"))
+    assert "holds no Optuna studies" in line
+    with sqlite3.connect(other) as conn:
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+    # What a sweep does when it starts a study: the database is created, and status then reads it.
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    storage = open_storage(url, heartbeat_interval=5, grace_period=30, failed_trial_callback=retry_callback(2))
+    try:
+        optuna.create_study(study_name="fresh", storage=storage)
+    finally:
+        close_storage(storage)
+    ok = _py("-m", "sweeps.status", f"storage.url={url}", "format=json")
+    assert ok.returncode == 0, ok.stderr
+    assert [s["study"] for s in __import__("json").loads(ok.stdout)] == ["fresh"]
+
+
+def test_status_on_a_postgres_database_that_does_not_exist_creates_nothing(pg_server_url, fresh_pg_url):
+    missing = fresh_pg_url + "_typo"
+    line = _one_error_line(_py("-m", "sweeps.status", f"storage.url={missing}"))
+    assert "does not exist" in line
+    line = _one_error_line(_py("-m", "sweeps.status", f"storage.url={fresh_pg_url}"))  # exists, empty
+    assert "holds no Optuna studies" in line
+    engine = sqlalchemy.create_engine(fresh_pg_url.replace("postgresql://", "postgresql+psycopg2://"))
+    try:
+        assert sqlalchemy.inspect(engine).get_table_names() == []  # status created no tables
+    finally:
+        engine.dispose()
+
+
+# A location the SQLite file cannot be written to, even by root (the tests run as root, for whom a read-only
+# directory is writable): sysfs accepts no new files (EACCES, or EROFS where /sys is mounted read-only).
+UNWRITABLE_SQLITE = "/sys/trm-sweeps-test.db"
+
+
+def test_an_unwritable_sqlite_location_is_one_error_line_naming_the_path(tmp_path):
+    """A SQLite file on a read-only filesystem was a 20-line traceback (the OSError of its lock file)."""
+    for url, named in ((f"sqlite:///{UNWRITABLE_SQLITE}", UNWRITABLE_SQLITE),
+                       (f"sqlite:///{ROOT / 'pyproject.toml'}/db.sqlite", str(ROOT / "pyproject.toml"))):
+        with pytest.raises(StorageConfigError) as info:
+            open_storage(url)
+        assert named in str(info.value) and "storage.url" in str(info.value)
+        proc = _py("-m", "sweeps.run", f"storage.url={url}", f"output_root={tmp_path}/out",
+                   f"hydra.run.dir={tmp_path}/h", "wandb.enabled=false")
+        line = _one_error_line(proc)
+        assert named in line
+    assert "not a directory" in line  # the parent is a file: said so, not "does not exist"
+    assert not Path(UNWRITABLE_SQLITE).exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("key, value", [("heartbeat.interval_s", "0"), ("heartbeat.grace_s", "0"),
+                                        ("heartbeat.interval_s", "-5")])
+def test_a_heartbeat_setting_optuna_refuses_is_named_by_its_key(tmp_path, key, value):
+    """`heartbeat.interval_s=0` gave Optuna's "The value of `heartbeat_interval` should be a positive integer"
+    in a traceback, without the key."""
+    db = tmp_path / "hb.db"
+    proc = _py("-m", "sweeps.run", f"storage.url=sqlite:///{db}", f"{key}={value}", f"output_root={tmp_path}/out",
+               f"hydra.run.dir={tmp_path}/h", "wandb.enabled=false")
+    line = _one_error_line(proc)
+    assert key in line and value in line
+    assert not db.exists()  # refused before anything was opened
+    arg = {"heartbeat.interval_s": "heartbeat_interval", "heartbeat.grace_s": "grace_period"}[key]
+    with pytest.raises(StorageConfigError, match=rf"{key} = {value} \(the storage's {arg}\)"):
+        open_storage(f"sqlite:///{db}", **{arg: int(value)})
+
+
+def _drop_tables(url: str) -> None:
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    conn = psycopg2.connect(**make_url(url).translate_connect_args(username="user", database="dbname"))
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("how", ["drop database", "drop tables"])
+def test_a_dropped_database_is_told_apart_from_an_outage(pg_server_url, fresh_pg_url, how):
+    """After DROP DATABASE every storage call raised Optuna's "invalid data in the commit", which the driver
+    took for an outage and retried forever. `database_gone` tells the driver the database is gone."""
+    from storage import StorageGoneError, StorageUnavailableError as Unavailable, database_gone
+    from tests.conftest import _pg_drop_db
+
+    # An outage is not "gone": a server that does not answer, at open and in use.
+    with pytest.raises(StorageUnavailableError) as down:
+        open_storage(UNREACHABLE, connect_timeout_s=2)
+    assert database_gone(down.value) is None
+    engine = sqlalchemy.create_engine(UNREACHABLE.replace("postgresql://", "postgresql+psycopg2://"))
+    try:
+        with pytest.raises(sqlalchemy.exc.OperationalError) as refused:
+            engine.connect()
+    finally:
+        engine.dispose()
+    assert database_gone(refused.value) is None
+
+    storage = open_storage(fresh_pg_url, heartbeat_interval=1, grace_period=4, failed_trial_callback=retry_callback(2))
+    try:
+        study = optuna.create_study(study_name="doomed", storage=storage)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trial = study.ask()
+        database = fresh_pg_url.rsplit("/", 1)[1]
+        if how == "drop database":
+            _pg_drop_db(pg_server_url, fresh_pg_url)
+        else:
+            _drop_tables(fresh_pg_url)
+        calls = {  # what the driver's loop and its heartbeats do
+            "ask": lambda: study.ask(),
+            "get_trials": lambda: study.get_trials(deepcopy=False),
+            "record_heartbeat": lambda: storage.record_heartbeat(trial_id_of(trial)),
+            "tell": lambda: study.tell(trial, 1.0),
+        }
+        for name, call in calls.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with pytest.raises(optuna.exceptions.StorageInternalError) as info:
+                    call()
+            assert "invalid data in the commit" in str(info.value)  # what the driver saw and retried on
+            reason = database_gone(info.value)
+            assert reason is not None, (name, info.value)
+            assert (f'database "{database}" does not exist' if how == "drop database"
+                    else 'relation "') in reason, reason
+            gone = StorageGoneError(f"the study database is gone: {reason}")
+            assert isinstance(gone, Unavailable)
+    finally:
+        close_storage(storage)
+    if how == "drop database":  # and a new open says the same
+        with pytest.raises(StorageUnavailableError) as info:
+            open_storage(fresh_pg_url)
+        assert database_gone(info.value) and "does not exist" in database_gone(info.value)

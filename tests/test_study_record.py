@@ -243,3 +243,27 @@ def test_a_study_whose_trials_all_failed_exits_non_zero_saying_why(tmp_path: Pat
     assert proc.returncode == 1, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: study 'doomed': all 1 trials failed; most often (1x): NonFiniteLossError"), last
+
+
+@pytest.mark.timeout(300)
+def test_a_dropped_database_stops_the_driver_saying_so(fresh_pg_url: str, pg_server_url: str, tmp_path: Path) -> None:
+    """Issue: a dropped database made the driver retry forever ("invalid data in the commit")."""
+    from tests.conftest import _pg_drop_db
+
+    slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=400"]
+    argv = sweep_overrides(fresh_pg_url, tmp_path / "out", "study=halting", "study.name=dropped", "n_trials=1", "pruner=none",
+                           f"hydra.run.dir={tmp_path}/h", trial=slow)
+    log = tmp_path / "driver.log"
+    driver = subprocess.Popen([sys.executable, "-m", "sweeps.run", *argv], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while "trial 0 started" not in log.read_text():
+        assert time.monotonic() < deadline and driver.poll() is None, log.read_text()[-2000:]
+        time.sleep(0.2)
+    _pg_drop_db(pg_server_url, fresh_pg_url)
+    dropped = time.monotonic()
+    assert driver.wait(timeout=120) == 2, log.read_text()[-2000:]
+    assert time.monotonic() - dropped < 90
+    text = log.read_text()
+    assert "error: " in text and "is gone: " in text and "does not exist" in text, text[-2000:]
+    left = subprocess.run(["pgrep", "-f", "trm.train.*sweep.study=dropped"], capture_output=True, text=True).stdout.split()
+    assert not left  # its job was stopped, not left training for a study that no longer exists

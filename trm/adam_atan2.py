@@ -61,5 +61,7 @@ class AdamAtan2(Optimizer):
                 exp_avg.lerp_(p.grad, 1 - beta1)
                 exp_avg_sq.lerp_(p.grad * p.grad, 1 - beta2)
                 denominator = exp_avg_sq.sqrt() / math.sqrt(1 - beta2**t)
-                p.add_(torch.atan2(exp_avg, denominator), alpha=-lr / (1 - beta1**t))
+                # mul_ rather than add_(alpha=...): a step size beyond the dtype's range (a diverging lr) gives
+                # inf/NaN weights that the trainer reports, not an error inside the optimizer.
+                p.sub_(torch.atan2(exp_avg, denominator).mul_(lr / (1 - beta1**t)))
         return loss

@@ -3,10 +3,16 @@
 A checkpoint is one torch.save'd dict: model, EMA, optimizers, step, data position, carry, RNG, best-so-far.
 It is written to `<name>.tmp-<pid>` and then moved over `<name>`, so a crash mid-write leaves the previous
 checkpoint intact (a rename on local disks; on object stores a single-object PUT is atomic anyway).
+
+The last two are kept: once the new `latest.pt` is fully written, the old one is moved to `previous.pt`
+before the new one takes its place. `load_latest` (what a run resumes from) falls back to `previous.pt`, with
+a warning naming both files, when `latest.pt` cannot be read (truncated, garbage, a failed read) or is missing
+(a crash between the two moves); the caller still checks the identity of whichever it got.
 """
 from __future__ import annotations
 
 import io
+import logging
 import os
 from typing import Any
 
@@ -15,10 +21,21 @@ import torch
 
 LATEST = "latest.pt"
 BEST = "best.pt"
+PREVIOUS = "previous.pt"  # the latest.pt before the last save: what a run resumes from if latest.pt is unreadable
+UNREADABLE_SUFFIX = ".unreadable"  # an unreadable latest.pt is kept aside under this name, never rotated
+LOADED_FROM = "loaded_from"  # key load_latest adds to the state it returns: the file it was read from (not saved)
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(RuntimeError):
     pass
+
+
+class CheckpointUnreadableError(CheckpointError, ValueError):
+    """A checkpoint's bytes are not a checkpoint (truncated, garbage) and there is none to fall back to: a retry
+    would read the same bytes, so a ValueError, which a sweep does not retry. (A failed *read* is a plain
+    CheckpointError: a retry may succeed.)"""
 
 
 class CheckpointMismatchError(ValueError):
@@ -35,6 +52,7 @@ def check_identity(state: dict[str, Any], identity: dict[str, Any], where: str) 
         "give this run its own out_dir / checkpoint.url, or set checkpoint.resume=false to start over "
         "(the checkpoint is then overwritten)"
     )
+    where = state.get(LOADED_FROM) or where  # previous.pt when load_latest fell back to it
     stored = state.get(IDENTITY)
     if not isinstance(stored, dict):
         raise CheckpointMismatchError(f"{where} carries no identity of the run that wrote it (an older version): {fix}")
@@ -55,7 +73,8 @@ def _join(url: str, name: str) -> str:
 
 
 def save(url: str, name: str, state: dict[str, Any]) -> str:
-    """Write `state` to `<url>/<name>` atomically; return the full path."""
+    """Write `state` to `<url>/<name>` atomically; return the full path. Saving `latest.pt` first moves the
+    one it replaces to `previous.pt` (only once the new one is completely written)."""
     fs, root = fsspec.core.url_to_fs(url)
     target = _join(root, name)
     tmp = f"{target}.tmp-{os.getpid()}"
@@ -65,6 +84,8 @@ def save(url: str, name: str, state: dict[str, Any]) -> str:
         fs.makedirs(root, exist_ok=True)
         with fs.open(tmp, "wb") as f:
             f.write(buffer.getbuffer())
+        if name == LATEST and fs.exists(target):
+            fs.mv(target, _join(root, PREVIOUS))  # replaces the older previous.pt (a rename on local disks)
         fs.mv(tmp, target)
     except OSError as err:
         try:
@@ -76,11 +97,83 @@ def save(url: str, name: str, state: dict[str, Any]) -> str:
     return _join(url, name)
 
 
-def load(url: str, name: str = LATEST) -> dict[str, Any] | None:
-    """The checkpoint at `<url>/<name>`, or None if there is none."""
-    fs, root = fsspec.core.url_to_fs(url)
-    path = _join(root, name)
+def _read(fs: Any, path: str) -> bytes | None:
+    """The file's bytes; None if it does not exist. OSError if it cannot be read."""
     if not fs.exists(path):
         return None
     with fs.open(path, "rb") as f:
-        return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=False)
+        return f.read()
+
+
+def _decode(data: bytes) -> dict[str, Any]:
+    """The checkpoint in `data`; ValueError naming what is wrong if it is not one (truncated, garbage)."""
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    except Exception as err:  # torch raises RuntimeError, UnpicklingError, EOFError, ... on bad bytes
+        raise ValueError(f"{len(data)} bytes that torch cannot load, {type(err).__name__}: {err}") from err
+    if not isinstance(state, dict) or "step" not in state:
+        raise ValueError(f"it holds a {type(state).__name__} without a 'step', not a checkpoint")
+    return state
+
+
+def load(url: str, name: str = LATEST) -> dict[str, Any] | None:
+    """The checkpoint at `<url>/<name>`, or None if there is none; CheckpointUnreadableError naming the file if
+    it cannot be read."""
+    fs, root = fsspec.core.url_to_fs(url)
+    try:
+        data = _read(fs, _join(root, name))
+        return None if data is None else _decode(data)
+    except (OSError, ValueError) as err:
+        raise CheckpointUnreadableError(f"checkpoint {_join(url, name)} cannot be read: {err}") from err
+
+
+def load_latest(url: str) -> dict[str, Any] | None:
+    """What a run resumes from: `latest.pt`, else `previous.pt` (logged as a warning naming both), else None.
+
+    `previous.pt` is used when `latest.pt` is missing or cannot be read; an unreadable `latest.pt` whose bytes
+    were read (truncated, garbage) is moved to `latest.pt.unreadable`, so that the next save does not rotate it
+    over the good `previous.pt`. The returned state carries `LOADED_FROM`, the file it came from (check_identity
+    names it). If neither can be read, an error naming both files and why: CheckpointUnreadableError when their
+    bytes are bad, CheckpointError (worth a retry) when a read failed."""
+    fs, root = fsspec.core.url_to_fs(url)
+    latest, previous = _join(root, LATEST), _join(root, PREVIOUS)
+    problem, corrupt = None, False
+    try:
+        data = _read(fs, latest)
+        if data is not None:
+            state = _decode(data)
+            state[LOADED_FROM] = _join(url, LATEST)
+            return state
+    except OSError as err:  # the read failed: the file may be fine, so it stays where it is
+        problem = f"{type(err).__name__}: {err}"
+    except ValueError as err:
+        problem, corrupt = str(err), True
+    fix = "delete {}, or set checkpoint.resume=false to start over"
+    try:
+        data = _read(fs, previous)
+        state = None if data is None else _decode(data)
+    except (OSError, ValueError) as err:
+        kind = CheckpointUnreadableError if isinstance(err, ValueError) and (corrupt or problem is None) else CheckpointError
+        if problem is None:  # no latest.pt (a crash between the two moves of a save) and a bad previous.pt
+            raise kind(f"checkpoint {_join(url, PREVIOUS)} cannot be read ({err}) and there is no "
+                       f"{_join(url, LATEST)}: {fix.format('it')}") from err
+        raise kind(f"checkpoint {_join(url, LATEST)} cannot be read ({problem}), nor can {_join(url, PREVIOUS)} "
+                   f"({err}): {fix.format('them')}") from err
+    if state is None:
+        if problem is None:
+            return None  # a fresh run
+        kind = CheckpointUnreadableError if corrupt else CheckpointError
+        raise kind(f"checkpoint {_join(url, LATEST)} cannot be read ({problem}) and there is no {_join(url, PREVIOUS)} "
+                   f"to fall back to: {fix.format('it')}")
+    aside = ""
+    if corrupt:
+        try:
+            fs.mv(latest, latest + UNREADABLE_SUFFIX)
+            aside = f"; it was moved to {_join(url, LATEST + UNREADABLE_SUFFIX)}"
+        except OSError as err:
+            aside = f"; it could not be moved aside ({err})"
+    why = f"cannot be read ({problem}){aside}" if problem is not None else "is missing (a save was interrupted)"
+    log.warning("checkpoint %s %s. Resuming from %s (step %s) instead: the steps since then are trained again",
+                _join(url, LATEST), why, _join(url, PREVIOUS), state.get("step"))
+    state[LOADED_FROM] = _join(url, PREVIOUS)
+    return state

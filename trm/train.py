@@ -190,9 +190,19 @@ def gather_rank_state(runtime: Runtime, carry: Carry) -> list[dict]:
 
 
 def load_checkpoint(runtime: Runtime, url: str) -> dict | None:
-    """Rank 0 reads the checkpoint (only it may see the path) and hands it to every rank."""
-    state = checkpoint.load(url) if runtime.is_main else None
-    return runtime.broadcast_object(state)
+    """Rank 0 reads the checkpoint (only it may see the path) and hands it to every rank: latest.pt, or
+    previous.pt (with a warning naming both) when latest.pt cannot be read. If neither can, every rank raises
+    rank 0's error, naming the files."""
+    state, failure = None, None
+    if runtime.is_main:
+        try:
+            state = checkpoint.load_latest(url)
+        except checkpoint.CheckpointError as err:
+            failure = err
+    state, failure = runtime.broadcast_object((state, failure))
+    if failure is not None:
+        raise failure
+    return state
 
 
 # -------------------------------------------------------------------------------------------- run
@@ -305,15 +315,16 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     def save_checkpoint(improved: bool) -> None:
         """Collective (every rank sends its carry and RNG); rank 0 writes latest.pt and maybe best.pt."""
         ranks = gather_rank_state(runtime, carry)
-        failure = None
+        failure: tuple[bool, str] | None = None  # (non-finite weights?, message)
         if is_main:
             try:
                 write_checkpoint(ranks, improved)
             except (checkpoint.CheckpointError, NonFiniteLossError) as err:
-                failure = f"{type(err).__name__}: {err}"
+                failure = (isinstance(err, NonFiniteLossError), str(err))
         failure = runtime.broadcast_object(failure)  # every rank stops together if rank 0 could not save
         if failure is not None:
-            raise (NonFiniteLossError if failure.startswith("NonFiniteLossError") else checkpoint.CheckpointError)(failure)
+            non_finite, message = failure
+            raise (NonFiniteLossError if non_finite else checkpoint.CheckpointError)(message)
 
     def write_checkpoint(ranks: list[dict], improved: bool) -> None:
         """Rank 0: refuse to save non-finite weights (the last good checkpoint stays), then write atomically."""
@@ -421,8 +432,14 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             **params,
         }
         if metrics_file is not None:
-            metrics_file.close()
-            (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            # Best-effort: a full or read-only out_dir must not replace the error that ended the run (nor keep the
+            # tracker and the trial from recording the real outcome); a failed write is a warning on stderr.
+            try:
+                metrics_file.close()
+                (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            except OSError as write_err:
+                print(f"warning: could not write metrics.jsonl / summary.json in {out_dir} ({type(write_err).__name__}: "
+                      f"{write_err}); the run ended {outcome}" + (f": {error}" if error else ""), file=sys.stderr, flush=True)
             print(json.dumps({"event": "end", **summary}), flush=True)
         tracker.finish(summary)
         timing["end"] = time.time()  # after the W&B run is closed: what is left is the outcome write and exit

@@ -2,17 +2,23 @@
 
 Every build writes into a unique temp dir next to ``out`` and renames it into place, so a reader
 never sees half a dataset and concurrent ``ensure_generated`` calls cannot corrupt each other.
+While it runs, a build holds an flock on ``.<out>.build-<token>.lock`` beside its temp dir: the next
+build of ``out`` removes the temp dirs of builds whose lock is free (killed: the kernel released it),
+never those of a build that is still running.
 Same arguments give byte-identical arrays (only seeded numpy Generators are used).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -50,24 +56,142 @@ def _is_replaceable(out: Path) -> bool:
     return not entries or (entries <= set(SPLITS) and all((out / s / "dataset.json").is_file() for s in entries))
 
 
+# A temp dir with no lock file beside it (left by a build of an older version) is removed only when its
+# process is gone from this machine *and* it was last touched this long ago (its pid may be another machine's).
+STALE_UNLOCKED_AGE_S = 3600.0
+_TOKEN = r"\d+-[0-9a-f]{8}"  # <pid>-<8 hex>: one build's temp dir, old dir and lock file share it
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; only the pid/age rule protects a running build
+    fcntl = None  # type: ignore[assignment]
+
+
+def _lock_path(out: Path, token: str) -> Path:
+    return out.parent / f".{out.name}.build-{token}.lock"
+
+
+def _hold_build_lock(out: Path, token: str) -> int | None:
+    """Create and flock this build's lock file: held until the descriptor is closed or the process dies."""
+    if fcntl is None:
+        return None
+    fd = os.open(_lock_path(out, token), os.O_CREAT | os.O_WRONLY, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _release_build_lock(out: Path, token: str, fd: int | None) -> None:
+    if fd is None:
+        return
+    try:
+        os.unlink(_lock_path(out, token))
+    except OSError:
+        pass  # removed by a cleaner that found it in the instant before our flock: nothing to undo
+    os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: another user's live process
+        return True
+    return True
+
+
+def _owner_is_gone(lock: Path) -> tuple[bool, int | None]:
+    """(True, a descriptor now holding the lock) if the build that owned ``lock`` is gone, (False, None) while
+    it runs. Raises OSError (FileNotFoundError: no such lock file) if the lock cannot be opened."""
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False, None
+    return True, fd
+
+
+def remove_stale_builds(out: str | os.PathLike) -> list[Path]:
+    """Remove the temp dirs (``.<out>.tmp-*``, ``.<out>.old-*``) and lock files that killed builds of ``out``
+    left beside it; return what was removed.
+
+    A build that is still running holds the flock on its lock file and is left alone (in this process, another
+    one, or another container on this machine). A temp dir without a lock file is removed only when its pid is
+    not alive here and it is older than ``STALE_UNLOCKED_AGE_S``.
+    """
+    out = Path(out).absolute()
+    prefix = re.escape(f".{out.name}.")
+    dir_re = re.compile(rf"{prefix}(?:tmp|old)-({_TOKEN})")
+    lock_re = re.compile(rf"{prefix}build-({_TOKEN})\.lock")
+    builds: dict[str, list[Path]] = {}
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if m := dir_re.fullmatch(entry.name):
+            builds.setdefault(m[1], []).append(entry)
+        elif m := lock_re.fullmatch(entry.name):
+            builds.setdefault(m[1], [])
+    removed: list[Path] = []
+    for token, dirs in builds.items():
+        lock = _lock_path(out, token)
+        if fcntl is not None:
+            try:
+                gone, fd = _owner_is_gone(lock)
+            except FileNotFoundError:
+                pass  # no lock: an older version's build, or one that has just finished
+            except OSError:
+                continue
+            else:
+                if not gone:
+                    continue  # that build is running
+                try:
+                    for d in dirs:
+                        shutil.rmtree(d, ignore_errors=True)
+                    removed.extend(dirs)
+                    with contextlib.suppress(OSError):
+                        os.unlink(lock)
+                        removed.append(lock)
+                finally:
+                    os.close(fd)
+                continue
+        if not dirs or _pid_alive(int(token.split("-")[0])):
+            continue
+        try:
+            newest = max(d.stat().st_mtime for d in dirs)
+        except OSError:
+            continue
+        if time.time() - newest > STALE_UNLOCKED_AGE_S:
+            for d in dirs:
+                shutil.rmtree(d, ignore_errors=True)
+            removed.extend(dirs)
+    return removed
+
+
 def _build_atomically(out: str | os.PathLike, write: Callable[[Path], dict[str, SplitMeta]],
                       replace: bool) -> tuple[dict[str, Any], bool]:
     """Run ``write(tmp_dir)`` then rename the temp dir to ``out``.
 
     Returns (summary, True) on success. If ``replace`` is False and ``out`` was filled by someone
     else meanwhile, discards our copy and returns ({}, False) so the caller can use theirs.
+    First removes what killed builds of ``out`` left behind (``remove_stale_builds``).
     """
     out = Path(out).absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    remove_stale_builds(out)
+    token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = out.parent / f".{out.name}.tmp-{token}"
     old: Path | None = None
+    lock = _hold_build_lock(out, token)  # before the temp dir exists, released after it is gone
     try:
         tmp.mkdir()
         metas = write(tmp)
         if out.exists() and replace:
             if not out.is_dir() or not _is_replaceable(out):
                 raise DatasetError(f"refusing to replace {out}: it exists and is not a dataset directory")
-            old = out.parent / f".{out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            old = out.parent / f".{out.name}.old-{token}"
             os.rename(out, old)
         try:
             os.rename(tmp, out)  # atomic; also replaces an empty directory
@@ -80,6 +204,7 @@ def _build_atomically(out: str | os.PathLike, write: Callable[[Path], dict[str, 
         for p in (tmp, old):
             if p is not None and p.exists():
                 shutil.rmtree(p, ignore_errors=True)
+        _release_build_lock(out, token, lock)
 
 
 def _generated_source(num_train: int, num_test: int, blanks: int, seed: int, num_aug: int) -> dict[str, Any]:
@@ -103,6 +228,14 @@ def _check_counts(**kw: int) -> None:
             raise DatasetError(f"{name} must be a non-negative integer, got {v!r}")
 
 
+def _check_generated_splits(num_train: int, num_test: int) -> None:
+    """An empty split builds fine and fails only when a run trains or evaluates on it: refuse it here."""
+    for name, v in (("num_train", num_train), ("num_test", num_test)):
+        if v == 0:
+            raise DatasetError(f"{name}=0 (--{name.replace('_', '-')}, data.{name}) would build an empty "
+                               f"{name[4:]} split, which no run can use: give at least 1")
+
+
 def build_generated(out: str | os.PathLike, num_train: int, num_test: int, blanks: int, seed: int,
                     num_aug: int = 0) -> dict[str, Any]:
     """Generate train/test (distinct seeds spawned from ``seed``; test disjoint from train) into ``out``.
@@ -110,6 +243,7 @@ def build_generated(out: str | os.PathLike, num_train: int, num_test: int, blank
     Replaces an existing dataset at ``out``. Returns the summary printed by the CLI.
     """
     _check_counts(num_train=num_train, num_test=num_test, blanks=blanks, seed=seed, num_aug=num_aug)
+    _check_generated_splits(num_train, num_test)
     source = _generated_source(num_train, num_test, blanks, seed, num_aug)
     return _build_atomically(out, lambda tmp: _write_generated(tmp, source), replace=True)[0]
 
@@ -122,6 +256,12 @@ def build_from_csv(out: str | os.PathLike, train_csv: str | os.PathLike, test_cs
     _check_counts(num_aug=num_aug, seed=seed)
     if subsample is not None:
         _check_counts(subsample=subsample)
+        if subsample == 0:
+            raise DatasetError("subsample=0 (--subsample 0) keeps no training puzzles, so the train split would be "
+                               "empty: give a positive number, or leave --subsample out to keep them all")
+    if os.path.isfile(train_csv) and os.path.isfile(test_csv) and os.path.samefile(train_csv, test_csv):
+        print(f"warning: the train and test CSVs are the same file ({train_csv}): the test split then measures "
+              f"memorisation, not generalisation; give --test-csv a held-out file", file=sys.stderr, flush=True)
     source = {"kind": "csv", "format_version": FORMAT_VERSION, "train_csv": str(train_csv),
               "test_csv": str(test_csv), "subsample": subsample, "num_aug": int(num_aug), "seed": int(seed),
               "min_rating": int(min_rating)}
@@ -131,6 +271,14 @@ def build_from_csv(out: str | os.PathLike, train_csv: str | os.PathLike, test_cs
         sub_seed = int(sub_ss.generate_state(1)[0])
         tr_p, tr_s = read_csv(train_csv, min_rating=min_rating, subsample=subsample, seed=sub_seed)
         te_p, te_s = read_csv(test_csv, min_rating=min_rating)
+        rated = f" with rating >= {min_rating} (--min-rating)" if min_rating else ""
+        for split, path, n in (("train", train_csv, tr_p.shape[0]), ("test", test_csv, te_p.shape[0])):
+            if n == 0:
+                raise DatasetError(f"{path} has no puzzles{rated}: the {split} split would be empty, which no run "
+                                   f"can use (--{split}-csv)")
+        if subsample is not None and tr_p.shape[0] < subsample:
+            raise DatasetError(f"--subsample {subsample} asks for more training puzzles than {train_csv} has "
+                               f"({tr_p.shape[0]}{rated}): give at most {tr_p.shape[0]}, or leave --subsample out")
         tr_p, tr_s, _ = augment(tr_p, tr_s, num_aug, np.random.default_rng(aug_ss))
         return {"train": write_split(tmp, "train", _arrays(tr_p, tr_s, num_aug + 1), source),
                 "test": write_split(tmp, "test", _arrays(te_p, te_s, 1), source)}
@@ -163,8 +311,10 @@ def ensure_generated(out: str | os.PathLike, num_train: int, num_test: int, blan
     wins and the others discard their copy and use the winner's.
     """
     _check_counts(num_train=num_train, num_test=num_test, blanks=blanks, seed=seed, num_aug=num_aug)
+    _check_generated_splits(num_train, num_test)
     out_p = Path(out)
     source = _generated_source(num_train, num_test, blanks, seed, num_aug)
+    remove_stale_builds(out_p)  # also when the dataset is there: a killed rebuild of it left its temp dirs
     found = _existing(out_p, source)
     if found is not None:
         return found

@@ -328,7 +328,8 @@ def read_csv(path: str | os.PathLike, min_rating: int = 0, subsample: int | None
     answers: list[str] = []
     ratings: list[int] = []
     lines: list[int] = []
-    with open(path, newline="", encoding="utf-8") as f:
+    # utf-8-sig: a spreadsheet's "CSV UTF-8" export starts with a byte order mark, which is not part of the header.
+    with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f)
         try:
             header = next(reader, None)
