@@ -57,9 +57,9 @@ class TrainLoader:
                                "every puzzle must have exactly one example (puzzle_indices = 0, 1, 2, ...)")
         self.group_starts = np.asarray(arrays["group_indices"], dtype=np.int64)
         self.num_groups = len(self.group_starts) - 1
-        if self.num_groups < global_batch_size:
-            raise DatasetError(f"global_batch_size={global_batch_size} is larger than an epoch of the split "
-                               f"({self.num_groups} puzzle groups)")
+        if self.num_groups < 1:
+            raise DatasetError("the training split is empty (no puzzle groups)")
+        # A batch larger than an epoch is allowed (it spans epochs, as the reference's stream does).
         if seed < 0:
             raise DatasetError(f"seed must be >= 0, got {seed}")
         self.arrays = arrays
