@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning clean
+.PHONY: setup demo test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning soak clean
 
 setup: $(STAMP)
 
@@ -69,6 +69,11 @@ bench-sweep: setup        ## per-trial overhead of the local and torchrun launch
 
 bench-pruning: setup      ## the CPU proxy study with and without the Hyperband pruner
 	$(BENCH_ENV) $(PY) bench/pruning.py
+
+# Fault-injection soak (docs/reliability.md, Soak): 20 trials, 2 drivers, a private PostgreSQL; kills jobs and a
+# driver, stops a job past the stall limit, restarts the database; checks the study record. Exits 1 if a check fails.
+soak: setup               ## SOAK_ARGS="--trials 40 --seed 7" for another run
+	$(BENCH_ENV) $(PY) bench/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(XLA_VENV) outputs .pytest_cache

@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from dashboards._args import ArgumentError, parse_args, storage_from_args
+from storage.cli import ArgumentError, HelpRequested, parse_args, storage_from_args
 from storage import StorageError, redact
 
 KNOWN = {"study": None, "storage.url": None, "storage.password_env": None, "out": None}
@@ -438,9 +438,12 @@ def write_report(study: optuna.Study, out: str | Path, source: str = "") -> Path
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = parse_args(sys.argv[1:] if argv is None else argv, KNOWN)
+        args = parse_args(sys.argv[1:] if argv is None else argv, KNOWN, (__doc__ or "").strip())
         if not args.get("study"):
             raise ArgumentError("study=NAME is required (python -m sweeps.status lists the studies)")
+    except HelpRequested as help_:
+        print(help_.usage)
+        return 0
     except ArgumentError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

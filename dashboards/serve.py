@@ -14,7 +14,7 @@ import socket
 import sys
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from dashboards._args import ArgumentError, parse_args, parse_bool, storage_from_args
+from storage.cli import ArgumentError, HelpRequested, parse_args, parse_bool, storage_from_args
 from storage import StorageError, redact
 
 KNOWN = {"storage.url": None, "storage.password_env": None, "host": "127.0.0.1", "port": "8080", "allow_remote": "false"}
@@ -65,7 +65,7 @@ class _Handler(WSGIRequestHandler):
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = parse_args(sys.argv[1:] if argv is None else argv, KNOWN)
+        args = parse_args(sys.argv[1:] if argv is None else argv, KNOWN, (__doc__ or "").strip())
         allow_remote = parse_bool("allow_remote", args["allow_remote"])
         try:
             port = int(args["port"])
@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ArgumentError(f"port={args['port']!r}: expected an integer 0-65535") from None
         if not 0 <= port <= 65535:
             raise ArgumentError(f"port={port}: expected an integer 0-65535")
+    except HelpRequested as help_:
+        print(help_.usage)
+        return 0
     except ArgumentError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

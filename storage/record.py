@@ -36,6 +36,7 @@ ATTEMPT_ATTRS = (
     "compute_flops",
     "train_seconds",
     "timing",
+    "code_version",
     "error",
     "retryable",
     "fail_reason",
@@ -48,3 +49,9 @@ ATTEMPT_ATTRS = (
 def attempt_attr(key: str) -> bool:
     """Whether a trial attribute (possibly "seed<i>/"-prefixed) belongs to one attempt."""
     return key.rsplit("/", 1)[-1] in ATTEMPT_ATTRS
+
+# Trial attributes for reusing a trial (sweeps/best.py): the driver stores the whole set of training overrides
+# the job ran with and its checkpoint URL when it launches; the job stores its code version when it finishes.
+TRAIN_OVERRIDES_ATTR = "train_overrides"
+CHECKPOINT_URL_ATTR = "checkpoint_url"
+CODE_VERSION_ATTR = "code_version"

@@ -32,7 +32,18 @@ from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs, seed_prefix
 from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
 from sweeps.validate import validate_sweep
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
-from storage.record import DRIVERS_ATTR, DUPLICATE_OF_ATTR, OBJECTIVE_ATTR, PROGRESS_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, STUDY_UID_ATTR, attempt_attr
+from storage.record import (
+    CHECKPOINT_URL_ATTR,
+    DRIVERS_ATTR,
+    DUPLICATE_OF_ATTR,
+    OBJECTIVE_ATTR,
+    PROGRESS_ATTR,
+    PRUNE_METRIC_ATTR,
+    PRUNER_ATTR,
+    STUDY_UID_ATTR,
+    TRAIN_OVERRIDES_ATTR,
+    attempt_attr,
+)
 
 log = logging.getLogger("sweeps")
 
@@ -83,6 +94,7 @@ class RunningTrial:
     # The job's last reported progress and when this driver saw it change (its own clock: a pod VM's may differ).
     progress: Any = None
     progress_seen: float = field(default_factory=time.time)
+    stall_reason: str | None = None  # set when the driver stopped the job for showing no progress
 
 
 def study_directions(study_cfg: DictConfig) -> list[str]:
@@ -112,6 +124,7 @@ class Driver:
         self.storage_url = resolve_url(cfg.storage.url, Path("outputs/optuna.db").resolve())
         self.running: dict[int, RunningTrial] = {}
         self.exhausted = False  # the sampler keeps drawing configurations the study already has
+        self.outage_ended = 0.0  # when the database last came back after an outage (epoch seconds)
         self.storage = None
         self.study: optuna.Study | None = None
         self.set_study_uid("UID")  # a dry run's stand-in; open_study sets the study's own
@@ -240,15 +253,25 @@ class Driver:
         history = RetryHeartbeatStaleTrialCallback.retry_history(trial)
         return history[0] if history else trial.number
 
-    def trial_overrides(self, trial: optuna.Trial, values: dict[str, Any], workdir: Path, origin: int) -> list[str]:
+    def training_overrides(self, values: dict[str, Any]) -> list[str]:
+        """What a trial trains: pasted after `python -m trm.train` they re-train it (sweeps/best.py)."""
         return [
             *self.base_overrides,
             *to_overrides(values),
             f"train.objective={self.study_cfg.objective}",
             f"train.objective_direction={str(self.study_cfg.direction).lower()}",
+        ]
+
+    def checkpoint_url(self, origin: int) -> str:
+        """A retry chain's checkpoints: under its first trial's directory."""
+        return f"{self.checkpoint_root}/trial-{origin}/checkpoints"
+
+    def trial_overrides(self, trial: optuna.Trial, values: dict[str, Any], workdir: Path, origin: int) -> list[str]:
+        return [
+            *self.training_overrides(values),
             *trial_wandb_overrides(self.cfg),
             f"out_dir={self.run_root}/trial-{trial.number}/run",
-            f"checkpoint.url={self.checkpoint_root}/trial-{origin}/checkpoints",
+            f"checkpoint.url={self.checkpoint_url(origin)}",
             f"sweep.study={self.study_cfg.name}",
             f"sweep.study_uid={self.study_uid}",
             f"sweep.trial_number={trial.number}",
@@ -296,6 +319,8 @@ class Driver:
         workdir = self.output_root / f"trial-{trial.number}"
         trial.set_user_attr("overrides", to_overrides(values))
         trial.set_user_attr("workdir", str(workdir))
+        trial.set_user_attr(TRAIN_OVERRIDES_ATTR, self.training_overrides(values))
+        trial.set_user_attr(CHECKPOINT_URL_ATTR, self.checkpoint_url(origin))
         heartbeat = HeartbeatThread(self.storage, trial_id_of(trial), float(self.cfg.heartbeat.interval_s))
         heartbeat.start()
         running = RunningTrial(trial, None, heartbeat, workdir, values=values, origin=origin)
@@ -343,7 +368,8 @@ class Driver:
             cancelled=running.handle.cancelled,
         )
         if verdict.state == TrialState.COMPLETE:
-            running.seed_values.append(verdict.values)
+            if len(running.seed_values) == running.seed_index:  # not twice when a database outage made us come back
+                running.seed_values.append(verdict.values)
             if running.seed_index + 1 < int(self.study_cfg.seeds):
                 self.launch_seed(running, running.seed_index + 1)
                 return None
@@ -353,7 +379,7 @@ class Driver:
         return state
 
     def finish(self, running: RunningTrial, state: TrialState, reason: str = "") -> TrialState:
-        running.heartbeat.stop()
+        """Tell Optuna; the heartbeat stops only once that is stored (a database outage leaves the trial ours)."""
         trial = running.trial
         trial.set_user_attr("driver_timing", {"launched_at": running.launched_at, "exited_at": running.exited_at})
         if state == TrialState.FAIL:
@@ -370,6 +396,7 @@ class Driver:
                 trial.set_user_attr("seed_std", statistics.pstdev(v[0] for v in per_seed))
             self.study.tell(trial, values if len(values) > 1 else values[0])
             log.info("trial %d COMPLETE: %s = %.4f", trial.number, self.study_cfg.objective, values[0])
+        running.heartbeat.stop()
         return state
 
     def objective_values(self, attrs: dict[str, Any]) -> list[float] | None:
@@ -387,6 +414,8 @@ class Driver:
     def recover(self) -> None:
         """Settle trials whose driver died (stale heartbeat, or none at all): tell the outcome their job stored,
         or fail them and queue them again (sweeps/outcome.py decides)."""
+        if time.time() - self.outage_ended < float(self.cfg.heartbeat.grace_s):
+            return  # right after a database outage every heartbeat looks stale: wait until live drivers beat again
         ours = {running.trial.number for running in self.running.values()}
         for orphan, why in orphaned_trials(self.study, float(self.cfg.heartbeat.grace_s)):
             if orphan.number in ours:
@@ -421,11 +450,11 @@ class Driver:
             if silent <= limit:
                 continue
             where = f"step {progress['step']}" if isinstance(progress, dict) else "start-up"
-            running.handle.cancel()  # every worker of the job, remote ones included
-            running.exited_at.append(time.time())
-            self.finish(running, TrialState.FAIL, f"no progress for {silent:.0f} s (stall_timeout_s={limit:g}; last at {where}): the job was stopped; queued again, resumes from its checkpoint")
-            self.requeue(running.trial)
-            del self.running[number]
+            running.stall_reason = f"no progress for {silent:.0f} s (stall_timeout_s={limit:g}; last at {where}): the job was stopped; queued again, resumes from its checkpoint"
+            log.warning("trial %d: %s", number, running.stall_reason)
+            # At once (no SIGTERM grace: a hung or stopped job cannot checkpoint), every worker, remote ones too.
+            # The next poll sees it gone and settles the trial (step_loop): a database outage now loses nothing.
+            running.handle.cancel(grace_s=0.0)
 
     def run(self) -> optuna.Study:
         self.validate()
@@ -442,6 +471,8 @@ class Driver:
                 try:
                     if self.step_loop(started):
                         break
+                    if outage:
+                        self.after_outage()
                     outage = 0.0
                 except STORAGE_ERRORS as err:
                     why = database_gone(err)
@@ -476,9 +507,25 @@ class Driver:
             self.running[running.trial.number] = running
         for number, running in list(self.running.items()):
             code = running.handle.poll()
-            if code is not None:
+            if code is None:
+                continue
+            if not running.exited_at or running.exited_at[-1] < running.launched_at[-1]:
                 running.exited_at.append(time.time())
-            if code is not None and self.on_job_end(running, code) is not None:
+            try:
+                if running.stall_reason is not None:
+                    self.finish(running, TrialState.FAIL, running.stall_reason)
+                    self.requeue(running.trial)
+                    settled = True
+                else:
+                    settled = self.on_job_end(running, code) is not None
+            except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as err:
+                if not self.settled_elsewhere(running):
+                    raise
+                log.warning("trial %d was settled by another driver (%s): it judged this driver gone; is "
+                            "heartbeat.grace_s shorter than a database outage?", number, err)
+                running.heartbeat.stop()
+                settled = True
+            if settled:
                 del self.running[number]
         if not self.running and (out_of_time or self.exhausted or self.study_done()):
             return True
@@ -491,6 +538,18 @@ class Driver:
             self.last_progress = time.time()
         time.sleep(self.cfg.poll_s)
         return False
+
+    def after_outage(self) -> None:
+        """The database answers again. During the outage no heartbeat and no job progress could be stored: give
+        every driver's trials a grace period to beat again before any is judged orphaned, and our jobs a fresh
+        stall window (their progress writes failed too)."""
+        self.outage_ended = time.time()
+        for running in self.running.values():
+            running.progress_seen = time.time()
+
+    def settled_elsewhere(self, running: RunningTrial) -> bool:
+        """Whether our running trial was finished by someone else (another driver that found it orphaned)."""
+        return self.storage.get_trial(trial_id_of(running.trial)).state.is_finished()
 
     def abandon_running(self) -> None:
         """Stop our jobs and fail their trials with a retry queued (they resume from their checkpoints)."""

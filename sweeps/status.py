@@ -12,6 +12,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from storage import StorageError, open_storage, redact, resolve_url
+from storage.cli import STORAGE_KEYS, ArgumentError, HelpRequested, parse_args
 from sweeps.space import params_to_values
 
 FORMATS = ("table", "json")
@@ -62,11 +63,13 @@ def render_table(studies: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = dict(a.split("=", 1) for a in (sys.argv[1:] if argv is None else argv))
-    known = {"study", "format", "storage.url", "storage.password_env"}
-    unknown = sorted(set(args) - known)
-    if unknown:
-        print(f"error: unknown argument(s) {unknown}; accepted: {sorted(known)}", file=sys.stderr)
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv, {"study": None, "format": "table", **STORAGE_KEYS}, (__doc__ or "").strip())
+    except HelpRequested as help_:
+        print(help_.usage)
+        return 0
+    except ArgumentError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     fmt = args.get("format", "table")
     if fmt not in FORMATS:

@@ -342,7 +342,9 @@ def test_pareto_study_tells_accuracy_and_compute(tmp_path: Path) -> None:
     Driver(with_space(cfg, {"arch.H_cycles": "choice(1, 2)"})).run()
     study = optuna.load_study(study_name="model_scaling_pareto", storage=db)
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
-    for trial in study.trials:
+    trained = [t for t in study.trials if "duplicate_of" not in t.user_attrs]  # a repeated draw is refused, not trained
+    assert len(trained) == 2 and trained[0].params != trained[1].params
+    for trial in trained:
         assert trial.state == TrialState.COMPLETE
         assert trial.values[1] == trial.user_attrs["compute_flops"] > 0
         assert trial.user_attrs["flops_per_sample_step"] * 16 * 20 == trial.user_attrs["compute_flops"]

@@ -449,8 +449,11 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
 
 
 @hydra.main(config_path="../conf", config_name="train", execution_whitelist=["storage.hydra_secrets.RefuseSecrets"])
-def main(cfg: DictConfig) -> None:
-    run(cfg)
+def main(cfg: DictConfig) -> float | None:
+    """Train; return the run's objective (`train.objective`, best over its evals) and nothing else, so that Hydra's
+    own sweepers (hydra-optuna-sweeper: `python -m trm.train -m hydra/sweeper=optuna ...`) can optimize it."""
+    value = run(cfg).get("best_value")
+    return None if value is None else float(value)
 
 
 if __name__ == "__main__":

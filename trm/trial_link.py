@@ -20,7 +20,8 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from storage import StorageError, open_storage
-from storage.record import OBJECTIVE_ATTR, PROGRESS_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
+from storage.record import CODE_VERSION_ATTR, OBJECTIVE_ATTR, PROGRESS_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
+from trm.fingerprint import code_fingerprint
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -118,6 +119,7 @@ class TrialLink:
             "compute_flops": summary.get("compute_flops"),
             "train_seconds": summary.get("seconds"),
             "timing": summary.get("timing"),
+            CODE_VERSION_ATTR: code_fingerprint(),  # which trm code trained it (sweeps/best.py shows it)
         }
         if summary.get("error"):
             attrs["error"] = str(summary["error"])[-2000:]

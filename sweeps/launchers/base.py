@@ -145,14 +145,15 @@ class JobHandle:
             time.sleep(poll_s)
         return code
 
-    def cancel(self) -> None:
-        """Stop every worker, remote ones included; idempotent."""
+    def cancel(self, grace_s: float = TERMINATE_GRACE_S) -> None:
+        """Stop every worker, remote ones included; idempotent. Workers get SIGTERM (a checkpoint) and `grace_s`
+        to exit before SIGKILL; a hung or stopped job cannot act on SIGTERM, so the driver gives it 0."""
         self.cancelled = True
-        self._stop_all()
+        self._stop_all(grace_s)
         if self._returncode is None:
             self._returncode = -signal.SIGTERM
 
-    def _stop_all(self) -> None:
+    def _stop_all(self, grace_s: float = TERMINATE_GRACE_S) -> None:
         if self.remote_cancel is not None:
             try:
                 self.remote_cancel()
@@ -160,7 +161,7 @@ class JobHandle:
                 pass
         for worker in self.workers:
             _signal_group(worker.process, signal.SIGTERM)
-        deadline = time.monotonic() + TERMINATE_GRACE_S
+        deadline = time.monotonic() + grace_s
         for worker in self.workers:
             try:
                 worker.process.wait(timeout=max(0.0, deadline - time.monotonic()))

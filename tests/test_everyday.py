@@ -1,0 +1,92 @@
+"""Everyday use: the Hydra way to sweep (hydra-optuna-sweeper over `trm.train`), and reusing what a study found
+(`python -m sweeps.best`)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from sweeps.best import main as best_main
+from tests.presets import TINY_RUN
+from tests.sweep_helpers import sweep_config
+from tests.test_sweeps import with_space
+from trm import checkpoint
+
+
+@pytest.mark.timeout(300)
+def test_hydra_optuna_sweeper_optimizes_trm_train(tmp_path: Path, data_root: Path) -> None:
+    """Issue: each trial trained, then "Return value must be float-castable. Got 'None'". The task function now
+    returns the objective."""
+    sweep_dir = tmp_path / "multirun"
+    argv = [
+        sys.executable, "-m", "trm.train", "-m", "hydra/sweeper=optuna",
+        "hydra.sweeper.n_trials=2", "hydra.sweeper.direction=maximize", "hydra.sweeper.sampler.seed=0",
+        "optim.lr=tag(log, interval(1e-4, 1e-2))",
+        *TINY_RUN, "train.steps=10", "train.eval_interval=10", "train.log_interval=5", "wandb.enabled=false",
+        f"data.root={data_root}", f"hydra.sweep.dir={sweep_dir}",
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    assert 1e-4 <= results["best_params"]["optim.lr"] <= 1e-2
+    values = [json.loads((sweep_dir / str(i) / "summary.json").read_text())["best_value"] for i in (0, 1)]
+    assert results["best_value"] == pytest.approx(max(values))  # the value each job returned: its objective
+
+
+@pytest.mark.timeout(300)
+def test_the_best_trial_can_be_reused(tmp_path: Path) -> None:
+    """Issue: `best_params` names like optim.lr@adamw could not be pasted into trm.train. sweeps.best prints plain
+    overrides, the command that re-trains the trial, its best checkpoint, its W&B run and its code version."""
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    cfg = sweep_config(url, tmp_path / "out", "study=optimizer", "study.name=reuse", "n_trials=1", "pruner=none",
+                       "study.enqueue_baseline=false", "wandb.enabled=false")
+    from sweeps.driver import Driver
+
+    Driver(with_space(cfg, {"optim": "choice(adamw)"}, {"optim": {"adamw": {"optim.lr": "choice(0.003)"}}})).run()
+    trial = optuna.load_study(study_name="reuse", storage=url).best_trial
+    assert "optim.lr@adamw" in trial.params  # the conditional name Optuna keeps
+
+    out = tmp_path / "best.json"
+    with open(out, "w") as f:
+        subprocess.run([sys.executable, "-m", "sweeps.best", "study=reuse", "format=json", f"storage.url={url}"],
+                       stdout=f, check=True, timeout=120)
+    info = json.loads(out.read_text())
+    assert info["trial"] == trial.number and info["value"] == pytest.approx(trial.value)
+    assert "optim.lr=0.003" in info["overrides"] and "optim=adamw" in info["overrides"]
+    assert not any("@" in o for o in info["overrides"])
+    assert info["best_checkpoint"].endswith("/best.pt") and checkpoint.load(info["best_checkpoint"].rsplit("/", 1)[0], "best.pt")
+    assert info["wandb"] == {"group": "reuse", "name": f"reuse-{trial.number}"}
+    assert len(info["code_version"]) == 64
+    # The re-train command runs as printed, with a shorter run and another seed appended (the last override wins).
+    retrain = [sys.executable if a == "python" else a for a in info["retrain"]]
+    proc = subprocess.run([*retrain, "train.steps=10", "seed=3", f"out_dir={tmp_path}/retrain", "wandb.enabled=false"],
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "retrain" / "summary.json").read_text())
+    assert summary["outcome"] == "COMPLETE" and summary["steps"] == 10
+
+
+def test_sweeps_best_help_and_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert best_main(["--help"]) == 0
+    assert "python -m sweeps.best study=NAME" in capsys.readouterr().out
+    assert best_main(["study=x", "colour=red"]) == 2
+    assert "unknown argument 'colour'" in capsys.readouterr().err
+    assert best_main(["study=x", f"storage.url=sqlite:///{tmp_path}/missing.db"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "does not exist" in err
+    assert not (tmp_path / "missing.db").exists()  # a reader creates nothing
+
+
+@pytest.mark.parametrize("module", ["sweeps.status", "sweeps.best", "dashboards.serve", "dashboards.report", "storage.check", "sweeps.run", "trm.train"])
+def test_every_cli_answers_help(module: str) -> None:
+    """Issue: `sweeps.status --help` was a traceback and dashboards.* rejected --help."""
+    proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() and "Traceback" not in proc.stderr
+    if module not in ("sweeps.run", "trm.train"):  # Hydra's apps print Hydra's help
+        assert f"python -m {module}" in proc.stdout
