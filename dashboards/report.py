@@ -30,8 +30,8 @@ from optuna.trial import FrozenTrial, TrialState
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from storage.cli import ArgumentError, HelpRequested, parse_args, storage_from_args
-from storage import StorageError, redact
+from storage import redact
+from storage.cli import ArgumentError, parse_args, run_cli, storage_from_args
 
 KNOWN = {"study": None, "storage.url": None, "storage.password_env": None, "out": None}
 OPTIMIZER_PARAM = "optim"
@@ -437,28 +437,20 @@ def write_report(study: optuna.Study, out: str | Path, source: str = "") -> Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = parse_args(sys.argv[1:] if argv is None else argv, KNOWN, (__doc__ or "").strip())
-        if not args.get("study"):
-            raise ArgumentError("study=NAME is required (python -m sweeps.status lists the studies)")
-    except HelpRequested as help_:
-        print(help_.usage)
-        return 0
-    except ArgumentError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return run_cli(report, argv)
+
+
+def report(argv: list[str]) -> int:
+    args = parse_args(argv, KNOWN, (__doc__ or "").strip())
+    if not args.get("study"):
+        raise ArgumentError("study=NAME is required (python -m sweeps.status lists the studies)")
     name = args["study"]
-    try:
-        url, storage = storage_from_args(args)
-    except (ArgumentError, StorageError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    url, storage = storage_from_args(args)
     try:
         study = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         known = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
-        print(f"error: study={name!r} not found in {redact(url)}; studies there: {known}", file=sys.stderr)
-        return 2
+        raise ArgumentError(f"study={name!r} not found in {redact(url)}; studies there: {known}") from None
     out = write_report(study, args.get("out") or f"outputs/reports/{name}.html", redact(url))
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
     return 0

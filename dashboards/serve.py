@@ -14,8 +14,8 @@ import socket
 import sys
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from storage.cli import ArgumentError, HelpRequested, parse_args, parse_bool, storage_from_args
-from storage import StorageError, redact
+from storage import redact
+from storage.cli import ArgumentError, parse_args, parse_bool, run_cli, storage_from_args
 
 KNOWN = {"storage.url": None, "storage.password_env": None, "host": "127.0.0.1", "port": "8080", "allow_remote": "false"}
 REMOTE_WARNING = (
@@ -64,39 +64,30 @@ class _Handler(WSGIRequestHandler):
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(serve, argv)
+
+
+def serve(argv: list[str]) -> int:
+    args = parse_args(argv, KNOWN, (__doc__ or "").strip())
+    allow_remote = parse_bool("allow_remote", args["allow_remote"])
     try:
-        args = parse_args(sys.argv[1:] if argv is None else argv, KNOWN, (__doc__ or "").strip())
-        allow_remote = parse_bool("allow_remote", args["allow_remote"])
-        try:
-            port = int(args["port"])
-        except ValueError:
-            raise ArgumentError(f"port={args['port']!r}: expected an integer 0-65535") from None
-        if not 0 <= port <= 65535:
-            raise ArgumentError(f"port={port}: expected an integer 0-65535")
-    except HelpRequested as help_:
-        print(help_.usage)
-        return 0
-    except ArgumentError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        port = int(args["port"])
+    except ValueError:
+        raise ArgumentError(f"port={args['port']!r}: expected an integer 0-65535") from None
+    if not 0 <= port <= 65535:
+        raise ArgumentError(f"port={port}: expected an integer 0-65535")
     host = args["host"]
     refusal = check_bind(host, allow_remote)
     if refusal:
-        print(f"error: {refusal}", file=sys.stderr)
-        return 2
-    try:
-        url, storage = storage_from_args(args)
-    except (ArgumentError, StorageError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        raise ArgumentError(refusal)
+    url, storage = storage_from_args(args)
 
     from optuna_dashboard import wsgi
 
     try:
         server = make_server(host, port, wsgi(storage), server_class=_Server, handler_class=_Handler)
     except OSError as err:
-        print(f"error: cannot listen on host={host!r} port={port}: {err}", file=sys.stderr)
-        return 2
+        raise ArgumentError(f"cannot listen on host={host!r} port={port}: {err}") from None
     shown_host = f"[{host}]" if ":" in host else host
     where = f"http://{shown_host}:{server.server_port}/"
     if not is_loopback(host):

@@ -11,8 +11,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from storage import StorageError, open_storage, redact, resolve_url
-from storage.cli import STORAGE_KEYS, ArgumentError, HelpRequested, parse_args
+from storage import redact
+from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, storage_from_args
 from sweeps.space import params_to_values
 
 FORMATS = ("table", "json")
@@ -63,30 +63,20 @@ def render_table(studies: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = parse_args(sys.argv[1:] if argv is None else argv, {"study": None, "format": "table", **STORAGE_KEYS}, (__doc__ or "").strip())
-    except HelpRequested as help_:
-        print(help_.usage)
-        return 0
-    except ArgumentError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    fmt = args.get("format", "table")
+    return run_cli(status, argv)
+
+
+def status(argv: list[str]) -> int:
+    args = parse_args(argv, {"study": None, "format": "table", **STORAGE_KEYS}, (__doc__ or "").strip())
+    fmt = args["format"]
     if fmt not in FORMATS:
-        print(f"error: format={fmt!r}: expected one of {list(FORMATS)}", file=sys.stderr)
-        return 2
-    try:  # a bad or password-bearing URL is one line naming the fix, not a traceback
-        # A reader creates nothing: a mistyped path is an error, not a new empty database (nor its directory).
-        url = resolve_url(args.get("storage.url"), "outputs/optuna.db", create_dir=False)
-        storage = open_storage(url, password_env=args.get("storage.password_env"), must_exist=True)
-    except StorageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        raise ArgumentError(f"format={fmt!r}: expected one of {list(FORMATS)}")
+    # A reader creates nothing: a mistyped path is an error, not a new empty database (nor its directory).
+    url, storage = storage_from_args(args)
     try:
         studies = collect(storage, args.get("study"))
     except KeyError:
-        print(f"error: study={args.get('study')!r} not found in {redact(url)}", file=sys.stderr)
-        return 2
+        raise ArgumentError(f"study={args.get('study')!r} not found in {redact(url)}") from None
     print(json.dumps(studies, default=str) if fmt == "json" else render_table(studies))
     return 0
 
