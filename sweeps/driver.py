@@ -196,6 +196,8 @@ class Driver:
         for key, value in attrs.items():
             if stored.get(key) != value:
                 study.set_user_attr(key, value)
+        if study.metric_names != objectives:
+            study.set_metric_names(objectives)  # optuna-dashboard and the CLI say eval/exact_accuracy, not "Objective 0"
         with exclusive(self.storage, f"uid:{self.study_cfg.name}"):  # two drivers opening a new study agree
             uid = study.user_attrs.get(STUDY_UID_ATTR)
             if uid is None:

@@ -90,3 +90,21 @@ def test_every_cli_answers_help(module: str) -> None:
     assert proc.stdout.strip() and "Traceback" not in proc.stderr
     if module not in ("sweeps.run", "trm.train"):  # Hydra's apps print Hydra's help
         assert f"python -m {module}" in proc.stdout
+
+
+@pytest.mark.timeout(300)
+def test_a_plain_postgresql_url_works_in_optuna_and_names_the_metric(pg_url: str, tmp_path: Path) -> None:
+    """Issue: the README's postgresql:// URL failed in optuna.load_study, the optuna CLI and optuna-dashboard
+    (psycopg v3 missing); the dashboard said "Objective 0"."""
+    from sweeps.driver import Driver
+
+    cfg = sweep_config(pg_url, tmp_path / "out", "study=halting", "study.name=plain-url", "n_trials=1", "pruner=none", "wandb.enabled=false")
+    Driver(with_space(cfg, {"halting.exploration_prob": "choice(0.1)"})).run()
+    assert pg_url.startswith("postgresql://")
+    study = optuna.load_study(study_name="plain-url", storage=pg_url)  # Optuna's own storage, the URL as written
+    assert study.metric_names == ["eval/exact_accuracy"]
+    assert [t.state.name for t in study.trials] == ["COMPLETE"]
+    proc = subprocess.run([str(Path(sys.executable).parent / "optuna"), "trials", "--study-name", "plain-url", "--storage", pg_url, "-f", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)[0]["state"] == "COMPLETE"
