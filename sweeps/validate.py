@@ -341,7 +341,28 @@ def _check_output_root(output_root: Any) -> None:
                 pass
 
 
+# What `sweeps.run` reads at the top level (conf/sweep.yaml and its groups). Anything else there was added with `+`
+# and nothing reads it: `+train.steps=60` or `+arch=...` would be silently ignored by every trial.
+SWEEP_KEYS = frozenset({
+    "study", "storage", "launcher", "sampler", "pruner", "scale", "n_trials", "timeout", "max_concurrent", "dry_run",
+    "seed", "output_root", "heartbeat", "estimate", "stall_timeout_s", "poll_s", "progress_interval_s", "wandb",
+    "trial", "hydra",
+})
+
+
+def _check_no_ignored_keys(cfg: DictConfig) -> None:
+    ignored = sorted(set(cfg.keys()) - SWEEP_KEYS)
+    if ignored:
+        raise SweepConfigError(
+            f"{ignored} are not sweep settings, so every trial would ignore them. Training keys for every trial go "
+            "in trial.overrides (e.g. 'trial.overrides=[experiment=tiny_cpu,train.steps=60]': the list replaces the "
+            "site's, so repeat what you keep), the trial length in trial.train_steps, searched keys in a study's "
+            "space (--config-dir with your own study/*.yaml)"
+        )
+
+
 def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str]) -> None:
+    _check_no_ignored_keys(cfg)
     _check_budget(cfg)
     _check_study(cfg.study, cfg.scale)
     launcher = cfg.launcher._target_.rsplit(".", 1)[-1]

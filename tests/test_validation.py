@@ -275,3 +275,9 @@ def test_the_driver_exits_2_with_one_line_naming_the_key(override: str, expected
 def test_heartbeat_and_stall_settings_are_refused_with_the_key(override: str, expected: str, tmp_path: Path) -> None:
     """Issue: heartbeat.interval_s=0 was Optuna's message without the key."""
     refused(config(tmp_path, override), expected)
+
+
+@pytest.mark.parametrize("override, key", [("+train.steps=60", "train"), ("+arch=tiny", "arch"), ("+optim.lr=0.1", "optim")])
+def test_an_override_every_trial_would_ignore_is_refused_naming_the_right_form(override: str, key: str, tmp_path: Path) -> None:
+    """Issue 15: `sweeps.run +train.steps=60` (the old error's own hint) was accepted and silently ignored."""
+    refused(config(tmp_path, override), rf"\['{key}'\] are not sweep settings, so every trial would ignore them.*trial\.overrides")
