@@ -191,7 +191,6 @@ def test_a_hung_job_is_stopped_failed_and_requeued(pg_url: str, tmp_path: Path) 
 
     stopper = threading.Thread(target=stop_the_first_job, daemon=True)
     stopper.start()
-    started = time.time()
     study = _run_driver(pg_url, tmp_path, "hung", "stall_timeout_s=20", "heartbeat.interval_s=1")
     stopper.join()
     assert stopped, "the job was never seen"
@@ -199,7 +198,6 @@ def test_a_hung_job_is_stopped_failed_and_requeued(pg_url: str, tmp_path: Path) 
     assert first.state == TrialState.FAIL and "no progress for" in first.user_attrs["fail_reason"]
     assert "stall_timeout_s=20" in first.user_attrs["fail_reason"]
     assert retry.state == TrialState.COMPLETE and retry.params == first.params
-    assert time.time() - started < 200
     with pytest.raises(ProcessLookupError):
         os.kill(stopped[0], 0)  # the stopped worker was killed, not left behind
 
@@ -260,9 +258,7 @@ def test_a_dropped_database_stops_the_driver_saying_so(fresh_pg_url: str, pg_ser
         assert time.monotonic() < deadline and driver.poll() is None, log.read_text()[-2000:]
         time.sleep(0.2)
     _pg_drop_db(pg_server_url, fresh_pg_url)
-    dropped = time.monotonic()
     assert driver.wait(timeout=120) == 2, log.read_text()[-2000:]
-    assert time.monotonic() - dropped < 90
     text = log.read_text()
     assert "error: " in text and "is gone: " in text and "does not exist" in text, text[-2000:]
     left = subprocess.run(["pgrep", "-f", "trm.train.*sweep.study=dropped"], capture_output=True, text=True).stdout.split()
