@@ -55,7 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.work = args.out_dir / "pruning"
     if args.quick:
         args.n_trials = min(args.n_trials, 3)
-        args.overrides = [f"trial.overrides={hydra_list(QUICK_TRIAL)}", "trial.train_steps=20", "pruner.min_resource=10", "poll_s=0.2", *args.overrides]
+        args.overrides = [f"trial.overrides={hydra_list(QUICK_TRIAL)}", "pruner.min_resource=10", "poll_s=0.2", *args.overrides]
     return args
 
 

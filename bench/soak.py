@@ -339,7 +339,7 @@ class Soak:
         if s.pruner in ("hyperband", "successive_halving"):
             extra.append(f"pruner.min_resource={s.eval_interval}")
         argv = sweep_overrides(self.url, s.output_root, *extra, trial=trial)
-        replaced = {"trial.train_steps": str(s.train_steps), "heartbeat.grace_s": str(s.grace_s),
+        replaced = {"heartbeat.grace_s": str(s.grace_s),
                     "heartbeat.interval_s": str(s.heartbeat_interval_s)}
         return [f"{a.split('=', 1)[0]}={replaced[a.split('=', 1)[0]]}" if a.split("=", 1)[0] in replaced else a for a in argv]
 

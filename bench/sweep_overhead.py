@@ -60,7 +60,7 @@ def run_launcher(launcher: str, args: argparse.Namespace) -> dict[str, Any]:
     overrides = [
         f"study={args.study}", f"study.name={name}", f"launcher={launcher}", "pruner=none", f"n_trials={args.n_trials}",
         f"storage.url={url}", f"output_root={args.work / 'runs' / launcher}", f"hydra.run.dir={args.work / 'hydra' / launcher}",
-        f"trial.overrides={hydra_list(trial_overrides(args))}", f"trial.train_steps={args.steps}", *args.overrides,
+        f"trial.overrides={hydra_list(trial_overrides(args))}", *args.overrides,
     ]  # fmt: skip
     run = run_study(overrides, args.work / f"{launcher}.log")
     trials = load_trials(url, name)

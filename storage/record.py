@@ -55,3 +55,17 @@ def attempt_attr(key: str) -> bool:
 TRAIN_OVERRIDES_ATTR = "train_overrides"
 CHECKPOINT_URL_ATTR = "checkpoint_url"
 CODE_VERSION_ATTR = "code_version"
+
+# A trial's wide, nested facts (timing epochs, every final metric, the full override list) that would overflow
+# the dashboard's and the CLI's attribute tables. Readers take them through `trial_detail`, so that where each
+# one is stored (its own attribute today, one `details` attribute for new trials) is this module's business.
+DETAILS_ATTR = "details"
+DETAIL_KEYS = ("final_metrics", "timing", "driver_timing", "flops_per_sample_step", TRAIN_OVERRIDES_ATTR)
+
+
+def trial_detail(attrs: dict, key: str, default: object = None) -> object:
+    """One nested fact of a trial from its user attributes, wherever this version of the record keeps it."""
+    if key in attrs:
+        return attrs[key]
+    details = attrs.get(DETAILS_ATTR)
+    return details.get(key, default) if isinstance(details, dict) else default

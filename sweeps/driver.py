@@ -8,6 +8,7 @@ The driver never imports the model: it talks to the job through its command line
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import statistics
@@ -30,7 +31,7 @@ from storage import HeartbeatThread, StorageGoneError, database_gone, exclusive,
 from sweeps.launchers.base import JobHandle, JobSpec
 from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs, seed_prefix
 from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
-from sweeps.validate import validate_sweep
+from sweeps.validate import trial_length, validate_sweep
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
 from storage.record import (
     CHECKPOINT_URL_ATTR,
@@ -101,11 +102,11 @@ def study_directions(study_cfg: DictConfig) -> list[str]:
     return [study_cfg.direction, *(o.direction for o in study_cfg.get("objectives") or [])]
 
 
-def pruner_spec(cfg: DictConfig) -> dict[str, Any]:
+def pruner_spec(cfg: DictConfig, train_steps: int) -> dict[str, Any]:
     """The pruner as a resolved `_target_` dict: stored on the study so every job builds the same one."""
     spec = OmegaConf.to_container(cfg.pruner, resolve=True)
     if spec.get("max_resource") == "auto":
-        spec["max_resource"] = int(cfg.trial.train_steps)
+        spec["max_resource"] = train_steps
     return spec
 
 
@@ -149,6 +150,11 @@ class Driver:
 
     # ----------------------------------------------------------------------------------- before running
 
+    @functools.cached_property
+    def train_steps(self) -> int:
+        """Every trial's train.steps (from trial.overrides): the pruner's max resource and progress's 100%."""
+        return trial_length(self.base_overrides)
+
     def validate(self) -> None:
         """Everything that can be wrong, before anything runs (see sweeps.validate)."""
         validate_sweep(self.cfg, self.space, self.base_overrides)
@@ -187,7 +193,7 @@ class Driver:
         attrs = {
             OBJECTIVE_ATTR: self.study_cfg.objective,
             "objectives": objectives,
-            PRUNER_ATTR: pruner_spec(self.cfg),
+            PRUNER_ATTR: pruner_spec(self.cfg, self.train_steps),
             PRUNE_METRIC_ATTR: reported,
             "sampler": self.cfg.sampler._target_.rsplit(".", 1)[-1],
             "launcher": self.cfg.launcher._target_.rsplit(".", 1)[-1],
@@ -578,7 +584,7 @@ class Driver:
             seen = f"step {last[0]}: {self.reported_metric} {last[1]:.4f}" if last else "no eval yet"
             eta = ""
             if last and last[0] > 0:  # rough: the pace so far, to the trial's last step
-                eta = f", ETA {max(0.0, elapsed * (int(self.cfg.trial.train_steps) - last[0]) / last[0]):.0f} s"
+                eta = f", ETA {max(0.0, elapsed * (self.train_steps - last[0]) / last[0]):.0f} s"
             log.info("  trial %d: %s, %.0f s%s", number, seen, elapsed, eta)
 
     def best_line(self) -> str:

@@ -19,6 +19,7 @@ from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, LauncherConfigError
 from sweeps.space import SearchSpaceError, to_overrides
 from sweeps.validate import SweepConfigError
+from trm.config import CONFIG_PATH
 
 CONFIG_ERRORS = (SweepConfigError, SearchSpaceError, LauncherConfigError, StorageError, MissingMandatoryValue)
 
@@ -60,7 +61,7 @@ def _interrupt_on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-@hydra.main(config_path="../conf", config_name="sweep", execution_whitelist=["storage.hydra_secrets.RefuseSecrets"])
+@hydra.main(config_path=CONFIG_PATH, config_name="sweep", execution_whitelist=["storage.hydra_secrets.RefuseSecrets"])
 def main(cfg: DictConfig) -> None:
     logging.getLogger("sweeps").setLevel(logging.INFO)
     # SIGTERM (a scheduler, `timeout`, a preempted VM) stops our jobs and re-queues their trials, as Ctrl-C does.

@@ -1,9 +1,13 @@
-"""`python -m sweeps.status [study=NAME] [format=table|json] [storage.url=...]`: studies and their trials.
+"""`python -m sweeps.status [study=NAME] [format=table|json|csv] [storage.url=...]`: studies and their trials.
 
-Needs nothing but the storage: works for a study written from another machine.
+Needs nothing but the storage: works for a study written from another machine. `format=csv` is one row per
+trial (a spreadsheet's or pandas' input, without pandas: `pip install trm-sweeps[pandas]` for Optuna's own
+`study.trials_dataframe()`).
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sys
 from typing import Any
@@ -15,7 +19,7 @@ from storage import redact
 from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, storage_from_args
 from sweeps.space import params_to_values
 
-FORMATS = ("table", "json")
+FORMATS = ("table", "json", "csv")
 
 
 def trial_row(trial: FrozenTrial) -> dict[str, Any]:
@@ -62,6 +66,23 @@ def render_table(studies: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def render_csv(studies: list[dict[str, Any]]) -> str:
+    """One row per trial; each parameter its own column under its plain override name (empty where a trial
+    did not sample it: a conditional parameter of another branch)."""
+    params = list(dict.fromkeys(key for s in studies for t in s["trials"] for key in t["params"]))
+    columns = ["study", "number", "state", "value", "duration_s", "best_step", "steps", "reason", *params]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for s in studies:
+        for t in s["trials"]:
+            value = t["value"]
+            row = {**{k: t[k] for k in columns[1:8]}, "study": s["study"], **t["params"]}
+            row["value"] = ";".join(map(str, value)) if isinstance(value, list) else value
+            writer.writerow(row)
+    return out.getvalue().rstrip("\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     return run_cli(status, argv)
 
@@ -77,7 +98,8 @@ def status(argv: list[str]) -> int:
         studies = collect(storage, args.get("study"))
     except KeyError:
         raise ArgumentError(f"study={args.get('study')!r} not found in {redact(url)}") from None
-    print(json.dumps(studies, default=str) if fmt == "json" else render_table(studies))
+    renders = {"json": lambda: json.dumps(studies, default=str), "csv": lambda: render_csv(studies), "table": lambda: render_table(studies)}
+    print(renders[fmt]())
     return 0
 
 

@@ -97,9 +97,6 @@ def _check_budget(cfg: DictConfig) -> None:
             f"heartbeat.grace_s={cfg.heartbeat.grace_s} must exceed heartbeat.interval_s={cfg.heartbeat.interval_s}: "
             "a live driver's trials would look dead between two beats"
         )
-    steps = cfg.trial.train_steps
-    if not _is_int(steps) or steps < 1:
-        raise SweepConfigError(f"trial.train_steps={steps!r}: expected an integer >= 1, the train.steps of each trial (the pruner's max resource)")
 
 
 def _check_study(study: DictConfig, scale: str) -> None:
@@ -279,12 +276,12 @@ def _check_arguments(key: str, cls: type, arguments: dict[str, Any]) -> None:
             raise SweepConfigError(f"{named}: expected an integer >= {minimum} ({cls.__name__} would fail on it, if not at once then in the trials)")
 
 
-def _check_optuna(cfg: DictConfig) -> None:
+def _check_optuna(cfg: DictConfig, train_steps: int) -> None:
     """Build the sampler and the pruner exactly as the driver does (the pruner with max_resource resolved), so a
     bad `_target_` or argument is refused here, named, and not at the second ask or in every trial's report."""
     from sweeps.driver import TARGETS, build, pruner_spec  # the driver imports this module: import at call time
 
-    for key, node in (("sampler", cfg.sampler), ("pruner", OmegaConf.create(pruner_spec(cfg)))):
+    for key, node in (("sampler", cfg.sampler), ("pruner", OmegaConf.create(pruner_spec(cfg, train_steps)))):
         target = node.get("_target_")
         try:
             build(node)
@@ -350,19 +347,51 @@ SWEEP_KEYS = frozenset({
 })
 
 
+# What `trial` holds. The trial length is no longer a key of its own: it is train.steps of the trial's training
+# config (trial.overrides or the experiment's), the one source for the job and for the pruner's max resource.
+TRIAL_KEYS = frozenset({"overrides", "run_root", "checkpoint_root"})
+
+
+def trial_length(base_overrides: list[str]) -> int:
+    """train.steps of every trial: the training config that trial.overrides (and the study's fixed overrides) make.
+    It is the pruner's max resource and the progress display's 100%."""
+    steps = compose_trial(base_overrides, {}, "trial.overrides").train.steps
+    if not _is_int(steps) or steps < 1:
+        raise SweepConfigError(f"train.steps={steps!r} (in trial.overrides): expected an integer >= 1")
+    return int(steps)
+
+
+def _check_trial_keys(cfg: DictConfig, space: SearchSpace) -> None:
+    unknown = sorted(set(cfg.trial.keys()) - TRIAL_KEYS)
+    if "train_steps" in unknown:
+        raise SweepConfigError(
+            "trial.train_steps is gone: the trial length is train.steps in trial.overrides, one source for the "
+            "trials and the pruner (e.g. 'trial.overrides=[experiment=tiny_cpu,train.steps=60]')"
+        )
+    if unknown:
+        raise SweepConfigError(f"trial.{unknown[0]}: not a trial setting, so nothing would read it; accepted: {sorted(TRIAL_KEYS)}")
+    searched = [*space.params, *(key for cond in space.conditionals for key in cond.params)]
+    if "train.steps" in searched:
+        raise SweepConfigError(
+            f"study.space.{cfg.scale}['train.steps']: the trial length is the pruner's max resource, the same for every "
+            "trial; set it in trial.overrides (or a study's `fixed`), or run one study per length"
+        )
+
+
 def _check_no_ignored_keys(cfg: DictConfig) -> None:
     ignored = sorted(set(cfg.keys()) - SWEEP_KEYS)
     if ignored:
         raise SweepConfigError(
             f"{ignored} are not sweep settings, so every trial would ignore them. Training keys for every trial go "
             "in trial.overrides (e.g. 'trial.overrides=[experiment=tiny_cpu,train.steps=60]': the list replaces the "
-            "site's, so repeat what you keep), the trial length in trial.train_steps, searched keys in a study's "
+            "site's, so repeat what you keep), searched keys in a study's "
             "space (--config-dir with your own study/*.yaml)"
         )
 
 
 def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str]) -> None:
     _check_no_ignored_keys(cfg)
+    _check_trial_keys(cfg, space)
     _check_budget(cfg)
     _check_study(cfg.study, cfg.scale)
     launcher = cfg.launcher._target_.rsplit(".", 1)[-1]
@@ -372,6 +401,6 @@ def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str
         train_cfg = compose_trial(base_overrides, values, f"study.space.{cfg.scale}")
         _check_trial_config(train_cfg, world_size, launcher, local_data)
     _check_range_types(cfg, space, base_overrides)
-    _check_optuna(cfg)
+    _check_optuna(cfg, trial_length(base_overrides))
     _check_launcher_python(cfg)
     _check_output_root(cfg.output_root)  # last: the only check that touches the disk

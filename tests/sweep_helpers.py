@@ -38,7 +38,6 @@ def sweep_overrides(storage_url: str, out: Path, *extra: str, trial: list[str] |
         f"storage.url={storage_url}",
         f"output_root={out}",
         f"trial.overrides={trial_list(trial or FAST_TRIAL)}",
-        "trial.train_steps=20",
         "heartbeat.interval_s=1",
         "heartbeat.grace_s=4",
         "poll_s=0.2",

@@ -10,6 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from optuna.trial import TrialState
 
 from sweeps.best import main as best_main
 from tests.presets import TINY_RUN
@@ -108,3 +109,33 @@ def test_a_plain_postgresql_url_works_in_optuna_and_names_the_metric(pg_url: str
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)[0]["state"] == "COMPLETE"
+
+
+def test_status_exports_csv_that_agrees_with_optunas_dataframe(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue: `trials_dataframe()` failed (no pandas) and there was no export. `sweeps.status format=csv` writes
+    one row per trial with plain parameter names; pandas (the `pandas` extra) reads the same study in Optuna."""
+    import csv
+    import io
+
+    from sweeps.status import main as status_main
+
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    study = optuna.create_study(study_name="export", storage=url, direction="maximize")
+    lr = optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)
+    optim = optuna.distributions.CategoricalDistribution(["adamw", "lion"])
+    for number, (state, value) in enumerate([(TrialState.COMPLETE, 0.5), (TrialState.PRUNED, 0.1), (TrialState.FAIL, None)]):
+        attrs = {"best_step": 10 * number, "steps": 20} if value is not None else {"fail_reason": "exit 1\nlast lines"}
+        study.add_trial(optuna.trial.create_trial(
+            state=state, value=value if state == TrialState.COMPLETE else None,
+            params={"optim": "adamw", "optim.lr@adamw": 1e-3 * (number + 1)}, distributions={"optim": optim, "optim.lr@adamw": lr},
+            user_attrs=attrs, intermediate_values={10: value} if value is not None else {},
+        ))
+    assert status_main(["study=export", "format=csv", f"storage.url={url}"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["number"], r["state"]) for r in rows] == [("0", "COMPLETE"), ("1", "PRUNED"), ("2", "FAIL")]
+    assert [r["optim.lr"] for r in rows] == ["0.001", "0.002", "0.003"] and all(r["optim"] == "adamw" for r in rows)
+    assert rows[0]["value"] == "0.5" and rows[2]["value"] == "" and rows[2]["reason"] == "exit 1"
+
+    frame = optuna.load_study(study_name="export", storage=url).trials_dataframe()  # needs pandas: the extra
+    assert list(frame["number"]) == [0, 1, 2] and list(frame["state"]) == ["COMPLETE", "PRUNED", "FAIL"]
+    assert float(frame["value"][0]) == pytest.approx(float(rows[0]["value"]))

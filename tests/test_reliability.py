@@ -107,7 +107,7 @@ def test_postgres_restart_mid_study_loses_nothing(private_pg, tmp_path: Path) ->
     url, up = private_pg
     slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=60"]
     args = sweep_overrides(url, tmp_path, "study=halting", "study.name=outage", "n_trials=2", "pruner=none", trial=slow)
-    args = [a.replace("heartbeat.grace_s=4", "heartbeat.grace_s=60").replace("trial.train_steps=20", "trial.train_steps=60") for a in args]
+    args = [a.replace("heartbeat.grace_s=4", "heartbeat.grace_s=60") for a in args]
     log = tmp_path / "driver.log"
     driver = subprocess.Popen([sys.executable, "-m", "sweeps.run", *args, f"hydra.run.dir={tmp_path}/h"], stdout=open(log, "w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180

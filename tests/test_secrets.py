@@ -15,7 +15,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from storage.hydra_secrets import RefuseSecrets
@@ -27,7 +27,7 @@ from storage.secrets import (
 )
 from storage.url import redact
 from tests.sweep_helpers import FAST_TRIAL, trial_list
-from trm.config import CONF_DIR
+from trm.config import CONFIG_MODULE
 
 SECRET = "Zq9-s3cr3t-w0rd-7781"
 PG_URL = f"postgresql+psycopg2://postgres:{SECRET}@127.0.0.1:5432/somedb"
@@ -237,7 +237,7 @@ def test_a_sweep_with_its_password_in_the_environment_runs_and_stores_it_nowhere
     out = tmp_path / "work" / "sweeps"
     proc = run_app(
         tmp_path, "sweeps.run", "study=halting", "study.name=env_pw", f"storage.url=sqlite:///{db}", "storage.password_env=TRM_TEST_SECRET_PW",
-        "n_trials=1", "pruner=none", f"output_root={out}", f"trial.overrides={trial_list(FAST_TRIAL)}", "trial.train_steps=20",
+        "n_trials=1", "pruner=none", f"output_root={out}", f"trial.overrides={trial_list(FAST_TRIAL)}",
         "heartbeat.interval_s=1", "poll_s=0.2", "wandb.summary=false",
         env={"TRM_TEST_SECRET_PW": SECRET}, timeout=300,
     )  # fmt: skip
@@ -334,7 +334,7 @@ def test_redact_of_an_unparsable_url_still_hides_the_password() -> None:
 )
 def test_the_shipped_configs_hold_no_secret(name: str, overrides: list[str]) -> None:
     """No false positive on the project's own configs: otherwise every run would be refused."""
-    with initialize_config_dir(config_dir=CONF_DIR):
+    with initialize_config_module(config_module=CONFIG_MODULE):
         cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
     assert find_secret(OmegaConf.to_container(cfg, resolve=False)) is None  # type: ignore[arg-type]
     # ... and the check is on: the callback is registered in both apps' configs.

@@ -183,7 +183,6 @@ def _wait_for(predicate, timeout_s: float, what: str) -> None:
 def test_killed_driver_is_recovered_and_the_trial_resumes_from_its_checkpoint(pg_url: str, tmp_path: Path) -> None:
     slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=60"]
     args = sweep_overrides(pg_url, tmp_path, "study=halting", "study.name=recover", "n_trials=1", "pruner=none", trial=slow)
-    args = [a if not a.startswith("trial.train_steps") else "trial.train_steps=60" for a in args]
     first = _start_driver([*args, f"hydra.run.dir={tmp_path}/h1"], tmp_path / "driver1.log")
     try:
         _wait_for(lambda: trial_file_exists(tmp_path / "recover", 0, "checkpoints/latest.pt"), 240, "the first checkpoint of trial 0")
@@ -356,7 +355,6 @@ def test_a_killed_worker_fails_the_trial_named_and_its_retry_resumes(tmp_path: P
     slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=300"]
     db = f"sqlite:///{tmp_path}/db.sqlite"
     args = sweep_overrides(db, tmp_path, "study=halting", "study.name=crash", "n_trials=1", "pruner=none", "launcher=torchrun", "launcher.nnodes=2", "launcher.nproc_per_node=1", trial=slow)
-    args = [a.replace("trial.train_steps=20", "trial.train_steps=300") for a in args]
     driver = _start_driver([*args, f"hydra.run.dir={tmp_path}/h"], tmp_path / "driver.log")
     _wait_for(lambda: trial_file_exists(tmp_path / "crash", 0, "checkpoints/latest.pt"), 240, "trial 0's first checkpoint")
 

@@ -115,10 +115,41 @@ def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path) -> None:
         f"launcher.python={sys.executable}", "launcher.num_workers=2", "launcher.remote_dir='~/trm'", "launcher.env={}",
         "storage=sqlite", f"storage.url={db}", f"output_root={tmp_path}/out", "study=halting", "n_trials=1", "pruner=none",
         f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.backend=torch', f'runtime.port={free_port()}'])}",
-        "trial.train_steps=20", "heartbeat.interval_s=1", "poll_s=0.2",
+        "heartbeat.interval_s=1", "poll_s=0.2",
     ])
     Driver(cfg).run()
     trial = optuna.load_study(study_name="halting", storage=db).trials[0]
     assert trial.state == TrialState.COMPLETE, trial.user_attrs
     ckpt = trial_dir(pod / "test-pod" / "worker-0" / "trm" / "runs" / "halting", 0) / "checkpoints" / "latest.pt"
     assert ckpt.exists()  # on worker 0's own disk, where its retry would find it
+
+
+def test_deploy_installs_one_wheel_on_every_worker(pod: Path, tmp_path: Path) -> None:
+    """launcher.deploy=true with launcher.wheel: the wheel a user installed is copied to and installed on every VM
+    (each its own venv here, `$HOME/venv`, as each VM has its own disk)."""
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(root)], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("trm_sweeps-*.whl")
+    vms = [pod / "test-pod" / f"worker-{w}" for w in (0, 1)]
+    for vm in vms:
+        subprocess.run([sys.executable, "-m", "venv", str(vm / "venv")], check=True)
+    launcher(deploy=True, wheel=str(wheel), python="$HOME/venv/bin/python").prepare()
+    for vm in vms:
+        assert (vm / "trm" / wheel.name).is_file()
+        shown = subprocess.run([str(vm / "venv" / "bin" / "python"), "-m", "pip", "show", "-f", "trm-sweeps"], capture_output=True, text=True)
+        assert shown.returncode == 0 and "trm_sweeps_conf/study/model_scaling.yaml" in shown.stdout
+
+
+def test_deploy_from_an_installed_copy_asks_for_the_wheel(pod: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An installed trm-sweeps has no checkout to build a wheel from: refused before any VM is contacted, naming
+    launcher.wheel; a launcher.wheel that is not a wheel file is refused too."""
+    from sweeps.launchers import tpu_pod
+    from sweeps.launchers.base import LauncherConfigError
+
+    monkeypatch.setattr(tpu_pod, "CHECKOUT", tmp_path / "site-packages")
+    with pytest.raises(LauncherConfigError, match=r"set launcher.wheel=/path/to/trm_sweeps-<version>.whl"):
+        launcher(deploy=True).validate()
+    with pytest.raises(LauncherConfigError, match=r"launcher.wheel='.*nothing.whl': not a wheel file"):
+        launcher(deploy=True, wheel=str(tmp_path / "nothing.whl")).validate()
+    launcher(deploy=False).validate()  # nothing to deploy: nothing to build
+    assert not (pod / "calls.log").exists()

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, open_dict
 from optuna.trial import TrialState
 
 from storage.record import ATTEMPT_ATTRS
-from sweeps.driver import Driver
+from sweeps.driver import Driver, pruner_spec
 from sweeps.launchers.base import JobSpec, quote_literals
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.validate import SweepConfigError
@@ -139,7 +139,8 @@ def test_sampler_and_pruner_are_built_before_launch(override: list[str], expecte
         ("max_concurrent=true", None, r"max_concurrent=True: expected an integer >= 1"),
         ("timeout=true", None, r"timeout=True: expected seconds > 0"),
         ("study.seeds=true", None, r"study.seeds=True: expected an integer >= 1"),
-        ("trial.train_steps=0", None, r"trial.train_steps=0: expected an integer >= 1"),
+        ("+trial.train_steps=60", None, r"trial.train_steps is gone: the trial length is train.steps in trial.overrides"),
+        ("+trial.steps=60", None, r"trial.steps: not a trial setting, so nothing would read it"),
         (None, ["train.steps=0"], r"train.steps=0 in the trials' training config: expected an integer >= 1"),
         (None, ["train.steps=-5"], r"train.steps=-5 in the trials' training config"),
         (None, ["train.eval_interval=0"], r"train.eval_interval=0 in the trials' training config: expected an integer >= 1"),
@@ -281,3 +282,20 @@ def test_heartbeat_and_stall_settings_are_refused_with_the_key(override: str, ex
 def test_an_override_every_trial_would_ignore_is_refused_naming_the_right_form(override: str, key: str, tmp_path: Path) -> None:
     """Issue 15: `sweeps.run +train.steps=60` (the old error's own hint) was accepted and silently ignored."""
     refused(config(tmp_path, override), rf"\['{key}'\] are not sweep settings, so every trial would ignore them.*trial\.overrides")
+
+
+# ------------------------------------------------------------------------- the trial length, said once
+
+
+def test_the_trial_length_is_train_steps_in_trial_overrides(tmp_path: Path) -> None:
+    """Issue: the site stated the length twice (train.steps in trial.overrides and trial.train_steps); a user
+    who changed one got trials and a pruner that disagreed. Now the pruner's max resource comes from the trial's
+    own training config."""
+    driver = Driver(config(tmp_path, trial=trial_with("train.steps=70")))
+    driver.validate()
+    assert driver.train_steps == 70
+    assert pruner_spec(driver.cfg, driver.train_steps)["max_resource"] == 70
+    searched = config(tmp_path)
+    with open_dict(searched):
+        searched.study.space.tiny["train.steps"] = "range(10, 50, 10)"
+    refused(searched, r"study.space.tiny\['train.steps'\]: the trial length is the pruner's max resource")

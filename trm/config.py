@@ -3,19 +3,20 @@
 Kept free of torch so the sweep driver can validate trial overrides without importing the model."""
 from __future__ import annotations
 
-from pathlib import Path
-
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+# The configs are a package (conf/ in the checkout, `trm_sweeps_conf` in the wheel: pyproject.toml), so an
+# installed wheel finds them wherever it is run from. Both apps' `hydra.main` use CONFIG_PATH.
+CONFIG_MODULE = "trm_sweeps_conf"
+CONFIG_PATH = f"pkg://{CONFIG_MODULE}"
 
 
 def _compose(config_name: str, overrides: list[str]) -> DictConfig:
     if GlobalHydra.instance().is_initialized():  # inside a Hydra app whose search path is conf/ too
         return compose(config_name=config_name, overrides=overrides)
-    with initialize_config_dir(config_dir=CONF_DIR):
+    with initialize_config_module(config_module=CONFIG_MODULE):
         return compose(config_name=config_name, overrides=overrides)
 
 

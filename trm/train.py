@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from trm import checkpoint
 from trm.data.build import ensure_generated
+from trm.config import CONFIG_PATH
 from trm.data.format import DatasetError, load_split
 from trm.data.loader import TrainLoader, eval_batches
 from trm.fingerprint import code_fingerprint, config_fingerprint, training_identity
@@ -448,7 +449,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     return summary
 
 
-@hydra.main(config_path="../conf", config_name="train", execution_whitelist=["storage.hydra_secrets.RefuseSecrets"])
+@hydra.main(config_path=CONFIG_PATH, config_name="train", execution_whitelist=["storage.hydra_secrets.RefuseSecrets"])
 def main(cfg: DictConfig) -> float | None:
     """Train; return the run's objective (`train.objective`, best over its evals) and nothing else, so that Hydra's
     own sweepers (hydra-optuna-sweeper: `python -m trm.train -m hydra/sweeper=optuna ...`) can optimize it."""

@@ -21,6 +21,9 @@ from typing import Mapping, Sequence
 
 from sweeps.launchers.base import JobHandle, JobSpec, LauncherConfigError, quote_literals, require, start_worker, worker_env
 
+# Where this code runs from: a checkout (pyproject.toml beside the packages) or an installed wheel.
+CHECKOUT = Path(__file__).resolve().parents[2]
+
 # Environment a worker needs that the VM does not give (TPU runtime, control-plane port).
 DEFAULT_ENV = {"PJRT_DEVICE": "TPU"}
 
@@ -38,13 +41,14 @@ class TpuPodLauncher:
         remote_dir: str = "~/trm-sweeps",
         env: Mapping[str, str] | None = None,
         deploy: bool = False,
+        wheel: str | None = None,
         ssh_timeout_s: int = 60,
     ):
         self.tpu_name, self.zone, self.project = tpu_name, zone, project
         self.num_workers, self.workers = num_workers, workers
         self.gcloud, self.python, self.remote_dir = gcloud, python, remote_dir
         self.env = dict(DEFAULT_ENV if env is None else env)
-        self.deploy, self.ssh_timeout_s = deploy, ssh_timeout_s
+        self.deploy, self.wheel, self.ssh_timeout_s = deploy, wheel, ssh_timeout_s
 
     # ------------------------------------------------------------------------------------------- setup
 
@@ -68,6 +72,22 @@ class TpuPodLauncher:
         self.worker_ids()
         if shutil.which(self.gcloud) is None:
             raise LauncherConfigError(f"launcher.gcloud={self.gcloud!r}: not found on PATH (install the Google Cloud CLI)")
+        if self.deploy:
+            self.wheel_source()
+
+    def wheel_source(self) -> Path:
+        """What deploy=true installs: launcher.wheel, else this checkout (built into a wheel at deploy time)."""
+        if self.wheel is not None:
+            if not Path(self.wheel).is_file() or not str(self.wheel).endswith(".whl"):
+                raise LauncherConfigError(f"launcher.wheel={self.wheel!r}: not a wheel file (expected a path to trm_sweeps-*.whl)")
+            return Path(self.wheel)
+        if not (CHECKOUT / "pyproject.toml").is_file():
+            raise LauncherConfigError(
+                f"launcher.deploy=true builds a wheel from a checkout, but this trm-sweeps is installed ({CHECKOUT} has no "
+                "pyproject.toml): set launcher.wheel=/path/to/trm_sweeps-<version>.whl (the wheel you installed), or "
+                "install the same version on every worker and keep launcher.deploy=false"
+            )
+        return CHECKOUT
 
     def prepare(self) -> None:
         """Validate, check every worker answers, and deploy this code version when asked."""
@@ -99,11 +119,14 @@ class TpuPodLauncher:
             raise LauncherConfigError(f"{what} failed (exit {proc.returncode}): {proc.stderr.strip()[-1000:]}")
 
     def _deploy(self) -> None:
-        """Build a wheel of this project and install it on every worker, so all run the same code."""
-        root = Path(__file__).resolve().parents[2]
-        dist = root / "dist"
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(root)], check=True)
-        wheel = max(glob.glob(str(dist / "trm_sweeps-*.whl")), key=lambda p: Path(p).stat().st_mtime)
+        """Install this code version on every worker (launcher.wheel, or a wheel built from this checkout)."""
+        source = self.wheel_source()
+        if source.suffix == ".whl":
+            wheel = str(source)
+        else:
+            dist = source / "dist"
+            subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)], check=True)
+            wheel = max(glob.glob(str(dist / "trm_sweeps-*.whl")), key=lambda p: Path(p).stat().st_mtime)
         scp = [*self.base_args("scp"), wheel, f"{self.tpu_name}:{self.remote_dir}/", *self._location_flags(), "--worker=all"]
         self._run_all(f"mkdir -p {self.remote_dir}", "creating the remote directory")
         proc = subprocess.run(scp, capture_output=True, text=True, timeout=600)
