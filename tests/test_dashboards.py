@@ -27,7 +27,8 @@ from tests.sweep_helpers import FAST_TRIAL, sweep_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM_HINT = "install it with `apt-get install -y chromium` (Debian's package; the tests never download a browser)"
-ALL_FIGURES = [f for f in report.FIGURES if f != "fig-pareto-front"]  # a single-objective study: no Pareto front
+# A single-objective study (no Pareto front) whose trials' metrics files are not on this machine (no fig-curves)
+ALL_FIGURES = [f for f in report.FIGURES if f not in ("fig-pareto-front", "fig-curves")]
 
 SPACE = {
     "optim": CategoricalDistribution(["adam_atan2", "adamw", "lion"]),
@@ -40,7 +41,7 @@ SPACE = {
 }
 
 
-def fill_study(study: optuna.Study, n: int = 12, seed: int = 0) -> None:
+def fill_study(study: optuna.Study, n: int = 16, seed: int = 0) -> None:
     """Trials as the driver and the jobs record them: pruning curves, model size, compute, seeds; some pruned."""
     rng = random.Random(seed)
     study.set_user_attr("objective", "eval/exact_accuracy")
@@ -278,8 +279,12 @@ def test_report_of_a_real_sweep(pg_url: str, tmp_path: Path) -> None:
     out = tmp_path / "real.html"
     assert report.main(["study=dash_real", f"storage.url={pg_url}", f"out={out}"]) == 0
     ids = parse(out.read_text())
-    drawn = {"fig-optimization-history", "fig-parallel-coordinate", "fig-intermediate-values", "fig-slice",
+    drawn = {"fig-optimization-history", "fig-parallel-coordinate", "fig-intermediate-values", "fig-curves", "fig-slice",
              "fig-accuracy-vs-params", "fig-accuracy-vs-compute", "fig-accuracy-by-optimizer"}  # fmt: skip
     assert drawn <= set(ids.classes)
     assert ids.notes >= {"fig-param-importances", "fig-curriculum", "fig-halting", "fig-seed-spread"}
-    assert not ids.notes & drawn - {"fig-accuracy-vs-params", "fig-accuracy-vs-compute"}  # those two carry a caption
+    assert not ids.notes & drawn  # captions are not notes
+    # the job's metrics file (its workdir's run/metrics.jsonl) gives the train and eval curves; its timing the time axes
+    curves = {s.fig_id: s for s in report.build_sections(report.StudyView(study))}["fig-curves"].figure
+    assert {"train/lm_loss", "eval/exact_accuracy"} <= {t.legendgroup.split("|")[0] for t in curves.data}
+    assert [b.label for b in curves.layout.updatemenus[0].buttons] == ["training step", "wall-clock"]
