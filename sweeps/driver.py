@@ -30,6 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from storage import HeartbeatThread, StorageGoneError, database_gone, exclusive, open_storage, orphaned_trials, redact, resolve_url, retry_callback, trial_id_of
 from sweeps.launchers.base import JobHandle, JobSpec
 from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs, seed_prefix
+from sweeps.progress import ProgressView, route_optuna_logging
 from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
 from sweeps.validate import trial_length, validate_sweep
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
@@ -274,10 +275,10 @@ class Driver:
         """A retry chain's checkpoints: under its first trial's directory."""
         return f"{self.checkpoint_root}/trial-{origin}/checkpoints"
 
-    def trial_overrides(self, trial: optuna.Trial, values: dict[str, Any], workdir: Path, origin: int) -> list[str]:
+    def trial_overrides(self, trial: optuna.Trial, values: dict[str, Any], workdir: Path, origin: int, seed_index: int = 0) -> list[str]:
         return [
             *self.training_overrides(values),
-            *trial_wandb_overrides(self.cfg),
+            *trial_wandb_overrides(self.cfg, self.study_uid, origin, seed_index),
             f"out_dir={self.run_root}/trial-{trial.number}/run",
             f"checkpoint.url={self.checkpoint_url(origin)}",
             f"sweep.study={self.study_cfg.name}",
@@ -334,13 +335,13 @@ class Driver:
         running = RunningTrial(trial, None, heartbeat, workdir, values=values, origin=origin)
         self.launch_seed(running, 0)
         resumed = f" (retry of trial {origin}, resuming from its checkpoint)" if origin != trial.number else ""
-        log.info("trial %d started%s: %s", trial.number, resumed, " ".join(to_overrides(values)))
+        log.info("trial %d started%s: %s%s", trial.number, resumed, " ".join(to_overrides(values)), self.best_line())
         return running
 
     def launch_seed(self, running: RunningTrial, index: int) -> None:
         """Start the job for one seed of the trial (a single job when study.seeds is 1)."""
         trial, seeds = running.trial, int(self.study_cfg.seeds)
-        overrides = self.trial_overrides(trial, running.values, running.workdir, running.origin)
+        overrides = self.trial_overrides(trial, running.values, running.workdir, running.origin, index)
         workdir = running.workdir
         if seeds > 1:
             # Own output and checkpoint per seed; only seed 0 reports to the pruner.
@@ -395,7 +396,7 @@ class Driver:
         elif state == TrialState.PRUNED:
             last_step = max(self.storage.get_trial(trial_id_of(trial)).intermediate_values, default=None)
             self.study.tell(trial, state=TrialState.PRUNED)
-            log.info("trial %d PRUNED at step %s", trial.number, last_step)
+            log.info("trial %d PRUNED at step %s%s", trial.number, last_step, self.best_line())
         else:
             per_seed = running.seed_values
             values = [statistics.fmean(v[i] for v in per_seed) for i in range(len(per_seed[0]))]
@@ -403,7 +404,7 @@ class Driver:
                 trial.set_user_attr("seed_values", [v[0] for v in per_seed])
                 trial.set_user_attr("seed_std", statistics.pstdev(v[0] for v in per_seed))
             self.study.tell(trial, values if len(values) > 1 else values[0])
-            log.info("trial %d COMPLETE: %s = %.4f", trial.number, self.study_cfg.objective, values[0])
+            log.info("trial %d COMPLETE: %s = %.4f%s", trial.number, self.study_cfg.objective, values[0], self.best_line())
         running.heartbeat.stop()
         return state
 
@@ -465,6 +466,7 @@ class Driver:
             running.handle.cancel(grace_s=0.0)
 
     def run(self) -> optuna.Study:
+        route_optuna_logging()  # Optuna's lines in the driver's format and log file (sweeps/progress.py)
         self.validate()
         self.launcher.prepare()
         study = self.open_study()
@@ -472,7 +474,7 @@ class Driver:
         self.recover()
         self.enqueue_baseline()
         started = time.time()
-        self.last_progress = self.last_recover = time.time()
+        self.last_recover = time.time()
         outage = 0.0
         try:
             while True:
@@ -541,9 +543,7 @@ class Driver:
             self.recover()  # another driver may have died meanwhile: its trials come back to us
             self.stop_stalled()
             self.last_recover = time.time()
-        if time.time() - self.last_progress > self.cfg.progress_interval_s:
-            self.log_progress()
-            self.last_progress = time.time()
+        self.log_progress()
         time.sleep(self.cfg.poll_s)
         return False
 
@@ -572,32 +572,22 @@ class Driver:
         """Queue a copy of a failed trial (same params), as Optuna's stale-trial retry does."""
         retry_callback(int(self.cfg.heartbeat.max_retry))(self.study, self.storage.get_trial(trial_id_of(trial)))
 
+    @functools.cached_property
+    def progress_view(self) -> ProgressView:
+        """The study's progress display (sweeps/progress.py), started at the first pass of the loop."""
+        return ProgressView(self.study_cfg.name, int(self.cfg.n_trials), int(self.cfg.max_concurrent), float(self.cfg.progress_interval_s))
+
     def log_progress(self) -> None:
-        states = [t.state for t in self.study.get_trials(deepcopy=False)]
-        line = ", ".join(f"{s.name.lower()} {states.count(s)}" for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
-        best = self.best_line()
-        log.info("study %s: %s, running %d%s", self.study_cfg.name, line, len(self.running), best)
-        for number, running in self.running.items():
-            frozen = self.storage.get_trial(trial_id_of(running.trial))
-            last = max(frozen.intermediate_values.items(), default=None)
-            elapsed = time.time() - running.started
-            seen = f"step {last[0]}: {self.reported_metric} {last[1]:.4f}" if last else "no eval yet"
-            eta = ""
-            if last and last[0] > 0:  # rough: the pace so far, to the trial's last step
-                eta = f", ETA {max(0.0, elapsed * (self.train_steps - last[0]) / last[0]):.0f} s"
-            log.info("  trial %d: %s, %.0f s%s", number, seen, elapsed, eta)
+        """Each pass of the loop: a terminal's progress line redrawn every few seconds, or (not a terminal) one
+        quiet log line every progress_interval_s."""
+        self.progress_view.tick(self.study)
 
     def best_line(self) -> str:
-        if len(self.study.directions) > 1:
-            return f", Pareto front {len(self.study.best_trials)} trials" if self.study.best_trials else ""
-        try:
-            best = self.study.best_trial
-        except ValueError:
-            return ""
-        return f", best trial {best.number}: {best.value:.4f}"
+        """` [3/8 done, running 1, best trial 2: 0.8125, ETA 4m10s]`: ends each trial's state-change line."""
+        return self.progress_view.note(self.study)
 
     def log_summary(self) -> None:
-        self.log_progress()
+        self.progress_view.close(self.study)
         if len(self.study.directions) == 1:
             try:
                 best = self.study.best_trial

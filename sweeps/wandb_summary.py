@@ -1,10 +1,14 @@
-"""The study on W&B: one `study-summary` run per driver session, and the W&B settings the trials get.
+"""The study on W&B: one `study-summary` run per study, and the W&B settings the trials get.
 
     log_study_summary(study, cfg)   one run (group = study name, job type `study-summary`) holding a
                                     wandb.Table of every trial: number, state, value, parameters, best step,
                                     model size and compute; the summary has the best trial and the counts.
-    trial_wandb_overrides(cfg)      the sweep's `wandb:` block as training overrides (`wandb.project=...`),
-                                    so trials and the summary run land in the same project.
+                                    Its id comes from the study's uid (`summary_run_id`) with resume="allow",
+                                    so each driver start of the study updates the same run.
+    trial_wandb_overrides(cfg, uid, origin, seed_index)
+                                    the sweep's `wandb:` block as training overrides (`wandb.project=...`),
+                                    so trials and the summary run land in the same project, and the trial's
+                                    run id (`wandb.run_id`, `trial_run_id`: a retry continues its chain's run).
 
 Same rules as the trials' tracking (trm.tracking): offline unless WANDB_API_KEY is set, files under the
 study's output directory, and a tracking failure is one warning, never a failed sweep.
@@ -21,7 +25,8 @@ import optuna
 from omegaconf import DictConfig
 from optuna.trial import FrozenTrial, TrialState
 
-from trm.tracking import DEFAULT_PROJECT, finish_run, resolve_mode
+from storage.record import STUDY_UID_ATTR
+from trm.tracking import DEFAULT_PROJECT, finish_run, resolve_mode, summary_run_id, trial_run_id
 
 JOB_TYPE = "study-summary"
 # Trial user attributes copied into the table (written by the job's trial link and the driver).
@@ -34,14 +39,17 @@ def _wandb_cfg(cfg: DictConfig) -> dict[str, Any]:
     return dict(node) if node is not None else {}
 
 
-def trial_wandb_overrides(cfg: DictConfig) -> list[str]:
-    """Training overrides carrying the sweep's `wandb:` block to every trial (empty when there is none)."""
+def trial_wandb_overrides(cfg: DictConfig, study_uid: str | None = None, origin: int | None = None, seed_index: int = 0) -> list[str]:
+    """Training overrides carrying the sweep's `wandb:` block to a trial (empty when there is none), and with the
+    study's uid and the trial's retry-chain origin, its run id (`wandb.run_id`)."""
     w = _wandb_cfg(cfg)
     if not w:
         return []
     out = []
     if not w.get("enabled", True):
         out.append("wandb.enabled=false")
+    elif study_uid is not None and origin is not None:
+        out.append(f"wandb.run_id={trial_run_id(study_uid, origin, seed_index)}")
     if w.get("mode") and w["mode"] != "auto":
         out.append(f"wandb.mode={w['mode']}")
     if w.get("project"):
@@ -139,6 +147,7 @@ def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
             **{k: attrs.get(k) for k in ("objective", "objectives", "sampler", "launcher", "pruner", "scale") if k in attrs},
             "n_trials": cfg.get("n_trials"),
         }
+        uid = attrs.get(STUDY_UID_ATTR)  # set by the driver when it opens the study
         pruner = attrs.get("pruner")
         tags = [f"study:{study.study_name}"]
         for key, spec in (("sampler", attrs.get("sampler")), ("pruner", pruner.get("_target_") if isinstance(pruner, dict) else pruner), ("launcher", attrs.get("launcher"))):
@@ -148,6 +157,8 @@ def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
         run = wandb.init(
             project=str(w.get("project") or DEFAULT_PROJECT),
             entity=w.get("entity"),
+            id=summary_run_id(uid) if uid else None,
+            resume="allow" if uid else None,  # a restarted driver updates this study's run
             group=study.study_name,
             name=f"{study.study_name}-summary",
             job_type=JOB_TYPE,

@@ -3,22 +3,27 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import optuna
 import pytest
+from optuna.trial import TrialState, create_trial
 
 import trm.tracking as tracking
 from storage import redact
+from storage.record import STUDY_UID_ATTR
 from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
-from sweeps.wandb_summary import trial_wandb_overrides
+from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, trial_dir
 from trm.info import compose_train_config
 from tests.wandb_offline import find_runs, read_offline_run
-from trm.tracking import Tracker, WandbTracker, make_tracker, resolve_mode
+from trm.tracking import Tracker, WandbTracker, make_tracker, resolve_mode, summary_run_id, trial_run_id
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD_ENV = "TRM_TEST_WANDB_DB_PASSWORD"
@@ -56,7 +61,9 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(pg_url
     assert runs[0].name.startswith("offline-run-")  # no API key: nothing went to the network
     run = read_offline_run(runs[0])
 
-    # Identity
+    # Identity: the run id is the trial's (study uid, retry chain 0, seed 0), so a retry would continue this run
+    uid = study.user_attrs[STUDY_UID_ATTR]
+    assert run.run_id == trial_run_id(uid, 0, 0) == f"{uid[:12]}-t0-s0"
     assert (run.project, run.group, run.name, run.job_type) == ("trm-sweeps", "wandb_halting", "wandb_halting-0", "trial")
     assert {"study:wandb_halting", "sampler:TPESampler", "pruner:HyperbandPruner", "launcher:LocalLauncher"} <= set(run.tags)
 
@@ -100,6 +107,7 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(pg_url
     assert (tmp_path / "wandb_halting" / "wandb") in summary_dir.parents
     summary_run = read_offline_run(summary_dir)
     assert (summary_run.group, summary_run.job_type, summary_run.name) == ("wandb_halting", "study-summary", "wandb_halting-summary")
+    assert summary_run.run_id == summary_run_id(uid)
     assert summary_run.summary["best/number"] == 0 and summary_run.summary["count/complete"] == 1
     table_ref = summary_run.summary["trials"]
     assert table_ref["_type"] == "table-file"
@@ -175,3 +183,68 @@ def test_sweep_wandb_block_becomes_trial_overrides(tmp_path: Path) -> None:
     assert overrides == ["wandb.mode=offline", "wandb.project=trm-x", "wandb.tags=['a','b']"]
     train = compose_train_config(overrides)  # they are valid training overrides
     assert train.wandb.project == "trm-x" and list(train.wandb.tags) == ["a", "b"] and train.wandb.mode == "offline"
+
+
+# ------------------------------------------------------------------------------------------ run ids
+
+
+def test_run_ids_are_deterministic_per_study_retry_chain_and_seed() -> None:
+    uid, other = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+    assert trial_run_id(uid, 3, 1) == trial_run_id(uid, 3, 1) == "0123456789ab-t3-s1"
+    ids = {trial_run_id(uid, 3, 0), trial_run_id(uid, 3, 1), trial_run_id(uid, 4, 0), trial_run_id(other, 3, 0), summary_run_id(uid), summary_run_id(other)}
+    assert len(ids) == 6  # another seed, retry chain or study: another run
+    assert summary_run_id(uid) == summary_run_id(uid) == "0123456789ab-summary"
+    for run_id in ids:  # what W&B accepts as an id
+        assert len(run_id) <= 64 and re.fullmatch(r"[0-9a-z-]+", run_id)
+
+
+def test_the_driver_gives_every_attempt_of_a_trial_its_chains_run_id(tmp_path: Path) -> None:
+    """A retry (a new trial number resuming its chain's checkpoint) gets the run id of the chain's first attempt."""
+    cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path)
+    driver = Driver(cfg)
+    driver.set_study_uid("abcdef0123456789abcdef0123456789")
+    first = driver.trial_overrides(SimpleNamespace(number=3), {}, tmp_path / "trial-3", origin=3)
+    retry = driver.trial_overrides(SimpleNamespace(number=7), {}, tmp_path / "trial-7", origin=3)
+    seed1 = driver.trial_overrides(SimpleNamespace(number=7), {}, tmp_path / "trial-7", origin=3, seed_index=1)
+    ids = [[o for o in overrides if o.startswith("wandb.run_id=")] for overrides in (first, retry, seed1)]
+    assert ids == [["wandb.run_id=abcdef012345-t3-s0"], ["wandb.run_id=abcdef012345-t3-s0"], ["wandb.run_id=abcdef012345-t3-s1"]]
+    assert compose_train_config([o for o in seed1 if o.startswith("wandb.")]).wandb.run_id == "abcdef012345-t3-s1"  # a valid override
+    off = Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.enabled=false"))
+    assert not [o for o in off.trial_overrides(SimpleNamespace(number=0), {}, tmp_path, origin=0) if o.startswith("wandb.run_id")]
+
+
+def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: None) -> None:
+    """Two starts of one job (preempted, then resumed from its checkpoint) with the run id the driver passes: one
+    W&B run. Offline, each start writes its own directory under that id; `wandb sync` uploads them into one run."""
+    run_id = trial_run_id("0123456789abcdef", 5, 0)
+    cfg = compose_train_config([f"out_dir={tmp_path / 'job'}", f"wandb.run_id={run_id}"])
+    for step, outcome in ((10, "PREEMPTED"), (20, "COMPLETE")):
+        tracker = make_tracker(cfg, is_main=True, extra={"params": 1})
+        assert isinstance(tracker, WandbTracker)
+        tracker.log(step, {"train/lm_loss": 1.0 / step})
+        tracker.finish({"outcome": outcome, "steps": step})
+    runs = [read_offline_run(p) for p in find_runs(tmp_path / "job")]
+    assert [r.run_id for r in runs] == [run_id, run_id]
+    assert [sorted(r.series("train/lm_loss")) for r in runs] == [[10], [20]] and runs[1].summary["outcome"] == "COMPLETE"
+    # Without an id W&B draws a new one each time: two runs.
+    plain = compose_train_config([f"out_dir={tmp_path / 'plain'}"])
+    for _ in range(2):
+        make_tracker(plain, is_main=True).finish({"outcome": "COMPLETE"})
+    plain_ids = [read_offline_run(p).run_id for p in find_runs(tmp_path / "plain")]
+    assert len(set(plain_ids)) == 2 and run_id not in plain_ids
+
+
+def test_a_restarted_driver_updates_the_one_study_summary_run(tmp_path: Path, offline_env: None) -> None:
+    storage = f"sqlite:///{tmp_path}/db.sqlite"
+    cfg = sweep_config(storage, tmp_path, "study.name=summary_twice")
+    study = optuna.create_study(study_name="summary_twice", storage=storage, direction="maximize")
+    uid = "feedfacefeedfacefeedfacefeedface"
+    study.set_user_attr(STUDY_UID_ATTR, uid)
+    study.add_trial(create_trial(state=TrialState.COMPLETE, value=0.25))
+    first = log_study_summary(study, cfg)
+    study.add_trial(create_trial(state=TrialState.COMPLETE, value=0.75))  # the next driver start ran another trial
+    second = log_study_summary(study, cfg)
+    assert first and second and first != second  # offline: one directory per driver start ...
+    runs = [read_offline_run(p) for p in find_runs(tmp_path)]
+    assert [r.run_id for r in runs] == [summary_run_id(uid)] * 2  # ... of one run, which the second updates
+    assert [(r.summary["count/complete"], r.summary["best/number"]) for r in runs] == [(1, 0), (2, 1)]

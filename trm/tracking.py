@@ -1,7 +1,10 @@
 """Experiment tracking on rank 0 (W&B): one run per training job. Other ranks never create a run.
 
 A sweep trial's run is named `<study>-<trial number>` in group `<study>` (job type `trial`); a plain training
-run is `manual-<out_dir name>` in group `manual` (job type `train`). The run's config is the resolved training
+run is `manual-<out_dir name>` in group `manual` (job type `train`). `wandb.run_id` (the driver passes
+`trial_run_id`: one per study, retry chain and seed) opens the run with that id and `resume="allow"`, so a job
+resumed from its checkpoint (a retry resumes its chain's first attempt's) continues the run it started instead of
+adding one; without it W&B draws a random id. The run's config is the resolved training
 config (storage URL redacted, values read from environment variables replaced by `<env:NAME>`), the trial's
 sampled parameters as `trial_params`, and the model size; tags name the study, sampler, pruner and launcher
 (read from the study record) plus `wandb.tags`. Metrics are logged against the training step at the loop's
@@ -131,6 +134,20 @@ def resolve_mode(mode: str | None, environ: dict[str, str] | os._Environ = os.en
     if env_mode == "disabled":
         return "disabled"
     return "online" if environ.get("WANDB_API_KEY") else "offline"
+
+
+def trial_run_id(study_uid: str, origin: int, seed_index: int = 0) -> str:
+    """The W&B run id of a sweep trial's job: `<study uid[:12]>-t<origin>-s<seed index>`.
+
+    One id per retry chain (`origin`: its first trial, whose checkpoints every retry resumes) and seed, so a
+    retry continues its chain's run; the study's random uid keeps a new study under an old name from resuming
+    an old study's runs (W&B ids are unique per project, and a deleted run's id cannot be used again)."""
+    return f"{str(study_uid)[:12]}-t{int(origin)}-s{int(seed_index)}"
+
+
+def summary_run_id(study_uid: str) -> str:
+    """The W&B run id of a study's `study-summary` run: every driver start of the study updates that one run."""
+    return f"{str(study_uid)[:12]}-summary"
 
 
 def run_identity(cfg: DictConfig) -> dict[str, str]:
@@ -293,9 +310,12 @@ def make_tracker(cfg: DictConfig, is_main: bool, extra: dict[str, Any] | None = 
             x_disable_stats=not wcfg.get("system_metrics", False),
             init_timeout=float(wcfg.get("init_timeout_s") or 60),
         )
+        run_id = wcfg.get("run_id")
         run = wandb.init(
             project=str(wcfg.get("project") or DEFAULT_PROJECT),
             entity=wcfg.get("entity"),
+            id=str(run_id) if run_id else None,
+            resume="allow" if run_id else None,  # the same id again: continue that run (online; offline see README)
             dir=str(run_dir),
             mode=mode,
             config=config,
