@@ -1,24 +1,25 @@
 """Shared pieces of the bench scripts: the real train step on synthetic Sudoku-shaped batches, a dense matmul
 peak, machine facts and medians. The machine is shared and noisy, so every script interleaves its variants
 round-robin and reports medians."""
+
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
+from _results import RESULTS, ROOT, cpu_facts, median  # noqa: F401  (re-exported for the trainer scripts)
 from omegaconf import DictConfig, OmegaConf
 
-from _results import RESULTS, ROOT, cpu_facts, median  # noqa: F401  (re-exported for the trainer scripts)
 from trm.data.format import NUM_PUZZLE_IDENTIFIERS, SEQ_LEN, VOCAB_SIZE
 from trm.info import compose_train_config
 from trm.model import ACTModel, Carry, TRMConfig, count_params
 from trm.optim import build_optimizers, lr_multiplier, set_lr
 from trm.train import train_step
-
 
 
 def machine_info() -> dict[str, Any]:
@@ -90,7 +91,10 @@ class StepRunner:
         self.arch = arch_of(self.cfg)
         self.model = ACTModel(self.arch).train()
         self.optimizers = build_optimizers(self.model, self.cfg.optim)
-        set_lr(self.optimizers, lr_multiplier(0, self.cfg.optim.warmup_steps, self.cfg.train.steps, self.cfg.optim.lr_min_ratio))
+        set_lr(
+            self.optimizers,
+            lr_multiplier(0, self.cfg.optim.warmup_steps, self.cfg.train.steps, self.cfg.optim.lr_min_ratio),
+        )
         self.step_model = torch.compile(self.model) if self.compile else self.model
         self.batch = sudoku_batch(self.batch_size, self.seed)
         self.carry: Carry = self.model.initial_carry(self.batch, self.state_dtype)
@@ -101,7 +105,14 @@ class StepRunner:
     def step(self) -> float:
         start = time.perf_counter()
         self.carry, metrics = train_step(
-            self.step_model, self.carry, self.batch, self.exploration, self.cycles, self.optimizers, self.cfg, self.batch_size
+            self.step_model,
+            self.carry,
+            self.batch,
+            self.exploration,
+            self.cycles,
+            self.optimizers,
+            self.cfg,
+            self.batch_size,
         )
         metrics.sum().item()  # CPU is synchronous; this only makes the end of the step explicit
         seconds = time.perf_counter() - start

@@ -1,6 +1,7 @@
 """Torch-free pieces every bench script shares: where results go, medians and percentiles, the machine's
 facts, and writing a run's JSON + markdown. (The storage bench's client processes import this; they must not
 pay for torch.)"""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,9 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

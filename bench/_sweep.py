@@ -5,6 +5,7 @@ Stamps (epoch seconds): the driver's `driver_timing` (launched_at, exited_at: pe
 (run_start: entry of trm.train.run after imports and Hydra; first_step_start; first_step_end; last_step_end;
 train_end: after the last eval and checkpoint; end: after the W&B run closed) on the trial, and Optuna's own datetime_start (ask) and datetime_complete (tell).
 """
+
 from __future__ import annotations
 
 import os
@@ -15,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from _results import ROOT, median
 from optuna.trial import FrozenTrial, TrialState
 
-from _results import ROOT, median
 from storage import open_storage
 from sweeps.space import params_to_values
 from tests.sweep_helpers import FAST_TRIAL
@@ -78,8 +79,19 @@ def trial_phases(trial: FrozenTrial) -> dict[str, float] | None:
     }
 
 
-PHASES = ("ask_to_launch", "launch_to_run", "run_to_first_step", "first_step", "training", "last_step_to_end",
-          "end_to_exit_seen", "exit_seen_to_tell", "launch_to_first_step", "last_step_to_tell", "trial_wall")
+PHASES = (
+    "ask_to_launch",
+    "launch_to_run",
+    "run_to_first_step",
+    "first_step",
+    "training",
+    "last_step_to_end",
+    "end_to_exit_seen",
+    "exit_seen_to_tell",
+    "launch_to_first_step",
+    "last_step_to_tell",
+    "trial_wall",
+)
 
 
 def overhead_summary(trials: list[FrozenTrial], study_run: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +100,9 @@ def overhead_summary(trials: list[FrozenTrial], study_run: dict[str, Any]) -> di
     training = sum(p["training"] for p in phases)
     wall = study_run["wall_s"]
     first_ask = min((t.datetime_start.timestamp() for t in trials if t.datetime_start), default=study_run["started_at"])
-    last_tell = max((t.datetime_complete.timestamp() for t in trials if t.datetime_complete), default=study_run["ended_at"])
+    last_tell = max(
+        (t.datetime_complete.timestamp() for t in trials if t.datetime_complete), default=study_run["ended_at"]
+    )
     per_trial_outside = [p["trial_wall"] - p["training"] for p in phases]
     return {
         "trials_timed": len(phases),

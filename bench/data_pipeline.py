@@ -17,6 +17,7 @@ here for the tiny CPU preset, and estimated for the paper MLP-t config on each p
 per sample-step and the sweep config's TPU peak and utilization (`estimate.*` in conf/sweep.yaml).
 Headroom = loader batches/s / trainer steps/s (the goal: >= 50x). Writes bench/results/data_pipeline.json/.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,15 +25,16 @@ import csv
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
+from _results import RESULTS, fmt, median, run_header, write_results  # noqa: E402
 
-from _results import RESULTS, run_header, fmt, median, write_results  # noqa: E402
 from trm.config import compose_sweep_config  # noqa: E402
 from trm.data.build import _arrays, build_from_csv  # noqa: E402
 from trm.data.format import load_split, write_split  # noqa: E402
@@ -83,7 +85,7 @@ def make_csvs(work: Path, rows: int, test_rows: int) -> tuple[Path, Path]:
     all_p, all_s, _ = augment(base_p, base_s, per - 1, np.random.default_rng(7))
     train, test = work / "train.csv", work / "test.csv"
     write_csv(train, all_p[:rows], all_s[:rows])
-    write_csv(test, all_p[rows:rows + test_rows], all_s[rows:rows + test_rows])
+    write_csv(test, all_p[rows : rows + test_rows], all_s[rows : rows + test_rows])
     return train, test
 
 
@@ -93,7 +95,9 @@ def bench_build(args: argparse.Namespace, work: Path, train_csv: Path, test_csv:
     for r in range(args.repeats):
         out = work / "dataset"
         shutil.rmtree(out, ignore_errors=True)
-        seconds, summary = timed(lambda: build_from_csv(out, train_csv, test_csv, subsample=args.puzzles, num_aug=args.aug, seed=0))
+        seconds, summary = timed(
+            lambda: build_from_csv(out, train_csv, test_csv, subsample=args.puzzles, num_aug=args.aug, seed=0)
+        )
         totals.append(seconds)
         t, (p, s) = timed(lambda: read_csv(train_csv, subsample=args.puzzles, seed=r))
         reads.append(t)
@@ -103,7 +107,10 @@ def bench_build(args: argparse.Namespace, work: Path, train_csv: Path, test_csv:
         shutil.rmtree(phase_dir, ignore_errors=True)
         t, _ = timed(lambda: write_split(phase_dir, "train", _arrays(ap, asol, args.aug + 1), {"kind": "bench"}))
         writes.append(t)
-        print(f"build {r + 1}/{args.repeats}: {seconds:.2f} s (read {reads[-1]:.2f}, augment {augments[-1]:.2f}, write {writes[-1]:.2f})", flush=True)
+        print(
+            f"build {r + 1}/{args.repeats}: {seconds:.2f} s (read {reads[-1]:.2f}, augment {augments[-1]:.2f}, write {writes[-1]:.2f})",
+            flush=True,
+        )
     split = work / "dataset" / "train"
     return {
         "examples": args.puzzles * (args.aug + 1),
@@ -141,6 +148,7 @@ def bench_loader(args: argparse.Namespace, dataset: Path, local_batches: list[in
 def trainer_demand(args: argparse.Namespace) -> dict[str, Any]:
     """Steps/s the trainer asks for: measured for the tiny CPU preset, estimated for the paper config on pods."""
     from _common import StepRunner, train_config  # torch: imported only here
+
     from trm.info import arch_config, compose_train_config, flops_per_sample_step
 
     runner = StepRunner("tiny", train_config("tiny", 64, "fp32"), 64)
@@ -153,7 +161,12 @@ def trainer_demand(args: argparse.Namespace) -> dict[str, Any]:
     pods = {}
     for name, chips in est.pods.items():
         step_s = flops * GLOBAL_BATCH / (chips * est.peak_tflops * 1e12 * est.utilization)
-        pods[name] = {"chips": chips, "hosts": max(1, chips // CHIPS_PER_HOST), "step_s": step_s, "steps_per_s": 1 / step_s}
+        pods[name] = {
+            "chips": chips,
+            "hosts": max(1, chips // CHIPS_PER_HOST),
+            "step_s": step_s,
+            "steps_per_s": 1 / step_s,
+        }
     return {
         "tiny_cpu": {"batch": 64, "step_s": tiny_s, "steps_per_s": 1 / tiny_s},
         "paper_flops_per_sample_step": flops,
@@ -175,7 +188,9 @@ def markdown(result: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for row in result["headroom"]:
-        lines.append(f"| {row['trainer']} | {row['local_batch']} | {row['steps_per_s']:.2f} | {row['batches_per_s']:,.0f} | {fmt(row['headroom'], ',.0f')}x |")
+        lines.append(
+            f"| {row['trainer']} | {row['local_batch']} | {row['steps_per_s']:.2f} | {row['batches_per_s']:,.0f} | {fmt(row['headroom'], ',.0f')}x |"
+        )
     return "\n".join(lines)
 
 
@@ -190,9 +205,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     hosts = {name: pod["hosts"] for name, pod in demand["pods"].items()}
     local_batches = sorted({GLOBAL_BATCH // h for h in hosts.values()} | {64}, reverse=True)
     loader = bench_loader(args, work / "dataset", local_batches)
-    headroom = [{"trainer": "tiny preset, this CPU", "local_batch": 64, "steps_per_s": demand["tiny_cpu"]["steps_per_s"]}]
+    headroom = [
+        {"trainer": "tiny preset, this CPU", "local_batch": 64, "steps_per_s": demand["tiny_cpu"]["steps_per_s"]}
+    ]
     for name, pod in demand["pods"].items():
-        headroom.append({"trainer": f"paper MLP-t, {name} (estimated)", "local_batch": GLOBAL_BATCH // pod["hosts"], "steps_per_s": pod["steps_per_s"]})
+        headroom.append(
+            {
+                "trainer": f"paper MLP-t, {name} (estimated)",
+                "local_batch": GLOBAL_BATCH // pod["hosts"],
+                "steps_per_s": pod["steps_per_s"],
+            }
+        )
     for row in headroom:
         row["batches_per_s"] = loader[row["local_batch"]]["median_batches_per_s"]
         row["headroom"] = row["batches_per_s"] / row["steps_per_s"]

@@ -11,6 +11,7 @@ metrics). metrics.jsonl carries no timestamps, so this script follows the file w
 stamps each record with the wall seconds since launch at which it appeared (eval rows: after the eval).
 Writes bench/results/learning_curve.json and bench/results/learning_curve.md (the markdown table).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,7 +49,10 @@ class Follower:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| step | eval/exact_accuracy | eval/blank_accuracy | eval/accuracy | wall s |", "|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| step | eval/exact_accuracy | eval/blank_accuracy | eval/accuracy | wall s |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         lines.append(f"| {r['step']} | " + " | ".join(f"{r[k]:.4f}" for k in EVAL_KEYS) + f" | {r['wall_s']:.1f} |")
     return "\n".join(lines)
@@ -69,8 +73,16 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{out} exists and is outside {RESULTS}: remove it yourself or pass --resume")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "trm.train", f"out_dir={out}", f"hydra.run.dir={out}", f"data.root={data_root}",
-           "train.progress=false", *args.overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trm.train",
+        f"out_dir={out}",
+        f"hydra.run.dir={out}",
+        f"data.root={data_root}",
+        "train.progress=false",
+        *args.overrides,
+    ]
     print("$ " + " ".join(cmd), flush=True)
 
     start = time.time()
@@ -83,8 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     follower.poll()
     wall = time.time() - start
 
-    evals = [{"step": r["step"], **{k: r[k] for k in EVAL_KEYS}, "wall_s": r["wall_s"]}
-             for r in follower.records if "eval/exact_accuracy" in r]
+    evals = [
+        {"step": r["step"], **{k: r[k] for k in EVAL_KEYS}, "wall_s": r["wall_s"]}
+        for r in follower.records
+        if "eval/exact_accuracy" in r
+    ]
     train = [r for r in follower.records if "train/lm_loss" in r]
     summary_path = out / "summary.json"
     result = {

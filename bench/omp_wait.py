@@ -8,6 +8,7 @@ takes one warmup step and then `--steps` measured steps with torch's default thr
 (alternating), and prints its times. Medians over rounds. Only meaningful while other processes load the
 machine; on an idle machine the policies should tie. JSON goes to bench/results/omp_wait.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--out", type=Path, default=HERE / "results" / "omp_wait.json")
     args = p.parse_args(argv)
-    code = CHILD.format(here=str(HERE), root=str(HERE.parent), arch=args.arch, batch=args.batch,
-                        precision=args.precision, steps=args.steps)
+    code = CHILD.format(
+        here=str(HERE),
+        root=str(HERE.parent),
+        arch=args.arch,
+        batch=args.batch,
+        precision=args.precision,
+        steps=args.steps,
+    )
     policies = {"default (ACTIVE spin)": None, "PASSIVE": "PASSIVE"}
     times: dict[str, dict[str, list[float]]] = {k: {"default_threads": [], "one_thread": []} for k in policies}
     loads = []
@@ -55,17 +62,29 @@ def main(argv: list[str] | None = None) -> None:
             if policies[name]:
                 env["OMP_WAIT_POLICY"] = policies[name]
             proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-            line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
+            line = next(out for out in proc.stdout.splitlines() if out.startswith("RESULT"))
             for key, values in json.loads(line[6:]).items():
                 times[name][key].extend(values)
             loads.append(os.getloadavg()[0])
-            print(f"  round {rnd + 1} {name}: " + ", ".join(f"{k} {[round(v, 2) for v in vs[-args.steps:]]}" for k, vs in times[name].items()), flush=True)
-    result = {"benchmark": "omp_wait", "arch": args.arch, "batch": args.batch, "precision": args.precision,
-              "times_s": times, "loadavg_1min_samples": loads,
-              "median_s": {n: {k: statistics.median(v) for k, v in d.items()} for n, d in times.items()}}
+            print(
+                f"  round {rnd + 1} {name}: "
+                + ", ".join(f"{k} {[round(v, 2) for v in vs[-args.steps :]]}" for k, vs in times[name].items()),
+                flush=True,
+            )
+    result = {
+        "benchmark": "omp_wait",
+        "arch": args.arch,
+        "batch": args.batch,
+        "precision": args.precision,
+        "times_s": times,
+        "loadavg_1min_samples": loads,
+        "median_s": {n: {k: statistics.median(v) for k, v in d.items()} for n, d in times.items()},
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
-    print(f"\n{args.arch} {args.precision} batch {args.batch}, s/step medians; 1-min load average {min(loads):.1f}-{max(loads):.1f}\n")
+    print(
+        f"\n{args.arch} {args.precision} batch {args.batch}, s/step medians; 1-min load average {min(loads):.1f}-{max(loads):.1f}\n"
+    )
     print("| OMP_WAIT_POLICY | torch default threads | 1 thread |\n|---|---:|---:|")
     for name, d in result["median_s"].items():
         print(f"| {name} | {d['default_threads']:.2f} | {d['one_thread']:.2f} |")

@@ -15,6 +15,7 @@ that (`paired`), which makes the comparison a fair one for the trials the arms s
 differ between arms (it learns from the pruned trials too): that is part of what is being compared.
 Writes bench/results/pruning.json and pruning.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _results import RESULTS, run_header, fmt, write_results  # noqa: E402
 import optuna  # noqa: E402
-
+from _results import RESULTS, fmt, run_header, write_results  # noqa: E402
 from _sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, run_study, trial_record  # noqa: E402
 
 # The goal the issue sets: pruned best within 1% (absolute accuracy) of the unpruned best for <= 40% compute.
@@ -38,24 +38,42 @@ GOAL_GAP, GOAL_COMPUTE = 0.01, 0.40
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--arms", default="none,hyperband,hyperband+study.prune_metric=eval/blank_accuracy",
-                   help="comma list of arms, each a pruner config name (conf/pruner/) with optional +key=value overrides; the first is the reference")
+    p.add_argument(
+        "--arms",
+        default="none,hyperband,hyperband+study.prune_metric=eval/blank_accuracy",
+        help="comma list of arms, each a pruner config name (conf/pruner/) with optional +key=value overrides; the first is the reference",
+    )
     p.add_argument("--study", default="model_scaling")
     p.add_argument("--n-trials", type=int, default=10)
     p.add_argument("--seed", type=int, default=1, help="sampler seed, the same for every arm")
-    p.add_argument("--out-dir", type=Path, default=RESULTS, help="results go here; the studies' files under <out-dir>/pruning/")
+    p.add_argument(
+        "--out-dir", type=Path, default=RESULTS, help="results go here; the studies' files under <out-dir>/pruning/"
+    )
     p.add_argument("--quick", action="store_true", help="3 trials of 20 steps per arm (a smoke run)")
-    p.add_argument("--resume", action="store_true", help="keep each arm's study file and runs: a driver restarted on a study "
-                                                          "continues up to n_trials, so an interrupted bench goes on where it stopped")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep each arm's study file and runs: a driver restarted on a study "
+        "continues up to n_trials, so an interrupted bench goes on where it stopped",
+    )
     p.add_argument("--render", type=Path, help="reprint the table of a saved pruning.json")
-    p.add_argument("--reuse", type=Path, help="a previous pruning.json: arms it holds with the same spec, study, trials and seed are "
-                                              "taken from it instead of run again (training is deterministic; marked 'reused')")
+    p.add_argument(
+        "--reuse",
+        type=Path,
+        help="a previous pruning.json: arms it holds with the same spec, study, trials and seed are "
+        "taken from it instead of run again (training is deterministic; marked 'reused')",
+    )
     p.add_argument("overrides", nargs="*", help="extra sweeps.run overrides for every arm")
     args = p.parse_args(argv)
     args.work = args.out_dir / "pruning"
     if args.quick:
         args.n_trials = min(args.n_trials, 3)
-        args.overrides = [f"trial.overrides={hydra_list(QUICK_TRIAL)}", "pruner.min_resource=10", "poll_s=0.2", *args.overrides]
+        args.overrides = [
+            f"trial.overrides={hydra_list(QUICK_TRIAL)}",
+            "pruner.min_resource=10",
+            "poll_s=0.2",
+            *args.overrides,
+        ]
     return args
 
 
@@ -83,7 +101,11 @@ def run_arm(index: int, arm: str, args: argparse.Namespace) -> dict[str, Any]:
     records = [trial_record(t) for t in trials]
     for rec in records:  # the full eval curves (every metric), for looking at early predictors of the objective
         metrics = Path(rec.pop("workdir") or "/nonexistent") / "run" / "metrics.jsonl"
-        rec["eval"] = [r for r in map(json.loads, metrics.read_text().splitlines()) if "eval/accuracy" in r] if metrics.exists() else []
+        rec["eval"] = (
+            [r for r in map(json.loads, metrics.read_text().splitlines()) if "eval/accuracy" in r]
+            if metrics.exists()
+            else []
+        )
     complete = [r for r in records if r["state"] == "COMPLETE"]
     best = max(complete, key=lambda r: r["value"], default=None)
     return {
@@ -135,7 +157,11 @@ def compare(arms: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for arm in arms:
         steps_ratio = arm["trial_steps"] / reference["trial_steps"] if reference["trial_steps"] else None
         flops_ratio = arm["compute_flops"] / reference["compute_flops"] if reference["compute_flops"] else None
-        gap = reference["best_value"] - arm["best_value"] if None not in (reference["best_value"], arm["best_value"]) else None
+        gap = (
+            reference["best_value"] - arm["best_value"]
+            if None not in (reference["best_value"], arm["best_value"])
+            else None
+        )
         reach = compute_to_target(arm, target) if target is not None else {"steps": None, "flops": None, "trial": None}
         rows.append({
             "arm": arm["arm"],
@@ -153,14 +179,20 @@ def compare(arms: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 REPLAY_PRUNERS = {  # what-if pruners replayed on the reference arm's recorded curves (conf/pruner/ values first)
-    "hyperband(100, rf 3)": lambda steps: optuna.pruners.HyperbandPruner(min_resource=100, max_resource=steps, reduction_factor=3),
+    "hyperband(100, rf 3)": lambda steps: optuna.pruners.HyperbandPruner(
+        min_resource=100, max_resource=steps, reduction_factor=3
+    ),
     "median(3 startup, 0 warmup)": lambda steps: optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0),
-    "successive_halving(300, rf 3)": lambda steps: optuna.pruners.SuccessiveHalvingPruner(min_resource=300, reduction_factor=3),
+    "successive_halving(300, rf 3)": lambda steps: optuna.pruners.SuccessiveHalvingPruner(
+        min_resource=300, reduction_factor=3
+    ),
     "median(1 startup, 100 warmup)": lambda steps: optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=100),
 }
 
 
-def replay(reference: dict[str, Any], metrics: tuple[str, ...] = ("eval/exact_accuracy", "eval/blank_accuracy")) -> list[dict[str, Any]]:
+def replay(
+    reference: dict[str, Any], metrics: tuple[str, ...] = ("eval/exact_accuracy", "eval/blank_accuracy")
+) -> list[dict[str, Any]]:
     """Each pruner and reported metric replayed on the reference's full curves, trials in the same order: cheap,
     but it assumes the sampler would have proposed the same trials (TPE learns from pruned ones too)."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -187,8 +219,15 @@ def replay(reference: dict[str, Any], metrics: tuple[str, ...] = ("eval/exact_ac
                     value = max(r["eval/exact_accuracy"] for r in rec["eval"])
                     best = value if best is None else max(best, value)
                     study.tell(trial, value)
-            rows.append({"metric": metric, "pruner": name, "steps_ratio": steps / reference["trial_steps"],
-                         "flops_ratio": flops / reference["compute_flops"], "best_value": best})
+            rows.append(
+                {
+                    "metric": metric,
+                    "pruner": name,
+                    "steps_ratio": steps / reference["trial_steps"],
+                    "flops_ratio": flops / reference["compute_flops"],
+                    "best_value": best,
+                }
+            )
     return rows
 
 
@@ -205,14 +244,27 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {arm['wall_s']:.0f} | {fmt(arm['best_value'], '.4f')} ({arm['best_trial']}) | {fmt(cmp['steps_ratio'], '.0%')} "
             f"| {fmt(cmp['flops_ratio'], '.0%')} | {fmt(cmp['best_gap'], '+.4f')} | {goal} |"
         )
-    lines += ["", "| arm | best within 1% of the reference best at trial | trial-steps then | FLOPs then, vs the reference's whole study |", "|---|---:|---:|---:|"]
+    lines += [
+        "",
+        "| arm | best within 1% of the reference best at trial | trial-steps then | FLOPs then, vs the reference's whole study |",
+        "|---|---:|---:|---:|",
+    ]
     for cmp in result["comparison"]:
         t = cmp["to_target"]
-        lines.append(f"| {cmp['arm']} | {fmt(t['trial'], 'd')} | {fmt(t['steps'], 'd')} | {fmt(cmp['to_target_flops_ratio'], '.0%')} |")
-    lines += ["", "Replayed on the reference's curves (same trials in the same order; TPE would have adapted):", "",
-              "| reported metric | pruner | trial-steps vs ref | FLOPs vs ref | best kept |", "|---|---|---:|---:|---:|"]
+        lines.append(
+            f"| {cmp['arm']} | {fmt(t['trial'], 'd')} | {fmt(t['steps'], 'd')} | {fmt(cmp['to_target_flops_ratio'], '.0%')} |"
+        )
+    lines += [
+        "",
+        "Replayed on the reference's curves (same trials in the same order; TPE would have adapted):",
+        "",
+        "| reported metric | pruner | trial-steps vs ref | FLOPs vs ref | best kept |",
+        "|---|---|---:|---:|---:|",
+    ]
     for r in result.get("replay", []):
-        lines.append(f"| {r['metric']} | {r['pruner']} | {r['steps_ratio']:.0%} | {r['flops_ratio']:.0%} | {fmt(r['best_value'], '.4f')} |")
+        lines.append(
+            f"| {r['metric']} | {r['pruner']} | {r['steps_ratio']:.0%} | {r['flops_ratio']:.0%} | {fmt(r['best_value'], '.4f')} |"
+        )
     lines.append("")
     lines.append("| pruner | trial | params | state | steps | reported values (step: value) |")
     lines.append("|---|---:|---|---|---:|---|")
@@ -232,7 +284,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return result
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if len(arms) < 2:
-        raise SystemExit(f"--arms={args.arms!r}: name at least two pruners (the first is the reference), e.g. none,hyperband")
+        raise SystemExit(
+            f"--arms={args.arms!r}: name at least two pruners (the first is the reference), e.g. none,hyperband"
+        )
     if not args.resume:
         shutil.rmtree(args.work / "runs", ignore_errors=True)
     args.work.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ Checks (the study record against the processes and files the trials left):
 Writes bench/results/soak.json and soak.md; exits 1 if any check fails (the study's files are kept then).
 tests/test_soak.py runs the same machinery with 8 trials and each fault once at fixed points.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,9 +52,10 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -76,7 +78,9 @@ class SoakSettings:
     seed: int = 1  # the sweep's sampler seed (each driver derives its own from it) and the fault schedule's
     train_steps: int = 40
     eval_interval: int = 10  # also the log (progress) interval
-    stall_timeout_s: int = 45  # above a trial's start-up on a loaded 2-core machine (~25 s seen; 20 failed healthy jobs)
+    stall_timeout_s: int = (
+        45  # above a trial's start-up on a loaded 2-core machine (~25 s seen; 20 failed healthy jobs)
+    )
     heartbeat_interval_s: int = 1
     grace_s: int = 5
     pruner: str = "hyperband"
@@ -99,7 +103,9 @@ class Fault:
     kind: str  # one of FAULT_KINDS
     after_starts: int  # due once the study has launched this many jobs (retries included) ...
     delay_s: float = 0.0  # ... and this long after that
-    min_step: int = 0  # job faults: the target job has logged at least this step (0: start-up counts); restart_pg: some job has
+    min_step: int = (
+        0  # job faults: the target job has logged at least this step (0: start-up counts); restart_pg: some job has
+    )
     # What happened (filled in when injected).
     injected: bool = False
     at_s: float | None = None  # seconds since the soak started
@@ -129,7 +135,9 @@ def parse_schedule(text: str) -> list[Fault]:
             starts, _, delay = rest.partition("+")
             faults.append(scheduled(kind, int(starts), float(delay or 0), int(min_step or 0)))
         except ValueError as err:
-            raise ValueError(f"fault {item!r}: expected kind@starts[+delay_s][:min_step] with kind one of {FAULT_KINDS} ({err})") from None
+            raise ValueError(
+                f"fault {item!r}: expected kind@starts[+delay_s][:min_step] with kind one of {FAULT_KINDS} ({err})"
+            ) from None
     return faults
 
 
@@ -141,7 +149,9 @@ def random_schedule(rng: random.Random, settings: SoakSettings, counts: dict[str
     for kind in FAULT_KINDS:
         for _ in range(counts.get(kind, 0)):
             min_step = rng.choice(steps) if kind in ("kill_job", "stop_job") else 0
-            faults.append(scheduled(kind, rng.randint(1, max(1, settings.n_trials - 2)), round(rng.uniform(0, 4), 1), min_step))
+            faults.append(
+                scheduled(kind, rng.randint(1, max(1, settings.n_trials - 2)), round(rng.uniform(0, 4), 1), min_step)
+            )
     return sorted(faults, key=lambda f: (f.after_starts, f.delay_s))
 
 
@@ -222,13 +232,15 @@ def study_jobs(study: str, output_root: Path) -> list[Job]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if fields[0] in ("Z", "X"):
             continue
         trial = int(_arg(argv, "sweep.trial_number") or -1)
         ckpt = (_arg(argv, "checkpoint.url") or "").rstrip("/")
         origin = Path(ckpt).parent.name if ckpt.endswith("/checkpoints") else ""
-        origin_n = int(origin.split("-", 1)[1]) if origin.startswith("trial-") and origin.split("-", 1)[1].isdigit() else trial
+        origin_n = (
+            int(origin.split("-", 1)[1]) if origin.startswith("trial-") and origin.split("-", 1)[1].isdigit() else trial
+        )
         jobs.append(Job(int(entry), int(fields[1]), fields[0], trial, origin_n, Path(out_dir)))
     return sorted(jobs, key=lambda j: j.trial)
 
@@ -306,8 +318,15 @@ class DriverRun:
 
 
 class Soak:
-    def __init__(self, settings: SoakSettings, faults: list[Fault], url: str, pg: PrivatePostgres | None = None,
-                 rng: random.Random | None = None, say: Callable[[str], None] = print):
+    def __init__(
+        self,
+        settings: SoakSettings,
+        faults: list[Fault],
+        url: str,
+        pg: PrivatePostgres | None = None,
+        rng: random.Random | None = None,
+        say: Callable[[str], None] = print,
+    ):
         self.s, self.faults, self.url, self.pg = settings, faults, url, pg
         self.rng = rng or random.Random(settings.seed)
         self.say_ = say
@@ -328,9 +347,15 @@ class Soak:
         from tests.sweep_helpers import FAST_TRIAL, sweep_overrides
 
         s = self.s
-        trial = [o for o in FAST_TRIAL if not o.startswith(("train.steps", "train.log_interval", "train.eval_interval"))]
-        trial += [f"train.steps={s.train_steps}", f"train.log_interval={s.eval_interval}", f"train.eval_interval={s.eval_interval}",
-                  "wandb.enabled=false"]
+        trial = [
+            o for o in FAST_TRIAL if not o.startswith(("train.steps", "train.log_interval", "train.eval_interval"))
+        ]
+        trial += [
+            f"train.steps={s.train_steps}",
+            f"train.log_interval={s.eval_interval}",
+            f"train.eval_interval={s.eval_interval}",
+            "wandb.enabled=false",
+        ]
         extra = [
             "study=halting", f"study.name={s.study}", f"study.objective={s.objective}", f"n_trials={s.n_trials}", f"max_concurrent={s.max_concurrent}",
             f"pruner={s.pruner}", f"seed={s.seed}", f"stall_timeout_s={s.stall_timeout_s}", "wandb.enabled=false",
@@ -339,17 +364,26 @@ class Soak:
         if s.pruner in ("hyperband", "successive_halving"):
             extra.append(f"pruner.min_resource={s.eval_interval}")
         argv = sweep_overrides(self.url, s.output_root, *extra, trial=trial)
-        replaced = {"heartbeat.grace_s": str(s.grace_s),
-                    "heartbeat.interval_s": str(s.heartbeat_interval_s)}
-        return [f"{a.split('=', 1)[0]}={replaced[a.split('=', 1)[0]]}" if a.split("=", 1)[0] in replaced else a for a in argv]
+        replaced = {"heartbeat.grace_s": str(s.grace_s), "heartbeat.interval_s": str(s.heartbeat_interval_s)}
+        return [
+            f"{a.split('=', 1)[0]}={replaced[a.split('=', 1)[0]]}" if a.split("=", 1)[0] in replaced else a
+            for a in argv
+        ]
 
     def start_driver(self, index: int, name: str) -> DriverRun:
         log = self.s.work / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
         with open(log, "w") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "sweeps.run", *self.driver_argv(index)], cwd=ROOT, env=env,
-                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sweeps.run", *self.driver_argv(index)],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         run = DriverRun(name, index, proc, log, self.now())
         self.runs.append(run)
         return run
@@ -375,7 +409,9 @@ class Soak:
         for pid, fault in list(self.stopped.items()):
             if not alive(pid):
                 fault.gone_after_s = round(self.now() - (fault.at_s or 0.0), 1)
-                self.say(f"stopped job of trial {fault.trial} (pid {pid}) is gone, {fault.gone_after_s} s after SIGSTOP")
+                self.say(
+                    f"stopped job of trial {fault.trial} (pid {pid}) is gone, {fault.gone_after_s} s after SIGSTOP"
+                )
                 del self.stopped[pid]
 
     def wait(self, seconds: float) -> None:
@@ -388,8 +424,15 @@ class Soak:
         """Jobs a job fault may hit: run by a live driver, not stopped, on an untouched chain, mid-training (past
         min_step, short of its last step)."""
         drivers = {r.proc.pid for r in self.live_drivers()}
-        return [j for j in self.jobs() if j.ppid in drivers and j.state != "T" and j.pid not in self.stopped
-                and j.origin not in self.touched and min_step <= logged_step(j.out_dir) < self.s.train_steps]
+        return [
+            j
+            for j in self.jobs()
+            if j.ppid in drivers
+            and j.state != "T"
+            and j.pid not in self.stopped
+            and j.origin not in self.touched
+            and min_step <= logged_step(j.out_dir) < self.s.train_steps
+        ]
 
     # --------------------------------------------------------------------------------------- injecting
 
@@ -418,7 +461,9 @@ class Soak:
             self.touched.add(job.origin)
             if fault.kind == "stop_job":
                 self.stopped[job.pid] = fault
-            self.say(f"{'SIGKILL' if fault.kind == 'kill_job' else 'SIGSTOP'} job of trial {job.trial} (pid {job.pid}, step {fault.step})")
+            self.say(
+                f"{'SIGKILL' if fault.kind == 'kill_job' else 'SIGSTOP'} job of trial {job.trial} (pid {job.pid}, step {fault.step})"
+            )
             return True
         if fault.kind == "kill_driver":
             jobs = self.jobs()
@@ -426,7 +471,13 @@ class Soak:
             owners = {r.proc.pid: r for r in self.live_drivers()}
             # A driver with a job of an untouched chain, and none of our stopped jobs (its stall handling is
             # another fault's recovery: a dead driver cannot stop a stopped job).
-            candidates = sorted({j.ppid for j in jobs if j.ppid in owners and j.ppid not in stopped_owners and j.origin not in self.touched})
+            candidates = sorted(
+                {
+                    j.ppid
+                    for j in jobs
+                    if j.ppid in owners and j.ppid not in stopped_owners and j.origin not in self.touched
+                }
+            )
             if not candidates:
                 return False
             run = owners[self.rng.choice(candidates)]
@@ -465,8 +516,10 @@ class Soak:
 
     def run(self) -> dict[str, Any]:
         self.s.work.mkdir(parents=True, exist_ok=True)
-        self.say(f"study {self.s.study!r}: {self.s.n_trials} trials, {self.s.drivers} drivers x {self.s.max_concurrent}, "
-                 f"storage {self.url}; faults: " + ", ".join(f"{f.kind}@{f.after_starts}+{f.delay_s}s" for f in self.faults))
+        self.say(
+            f"study {self.s.study!r}: {self.s.n_trials} trials, {self.s.drivers} drivers x {self.s.max_concurrent}, "
+            f"storage {self.url}; faults: " + ", ".join(f"{f.kind}@{f.after_starts}+{f.delay_s}s" for f in self.faults)
+        )
         for i in range(self.s.drivers):
             run = self.start_driver(i, f"driver{i}")
             self.say(f"started {run.name} (pid {run.proc.pid})")
@@ -486,7 +539,9 @@ class Soak:
             timed_out = bool(self.live_drivers())
         finally:
             if self.live_drivers():
-                self.say(f"stopping {len(self.live_drivers())} driver(s) still running (timeout {self.s.timeout_s:g} s)")
+                self.say(
+                    f"stopping {len(self.live_drivers())} driver(s) still running (timeout {self.s.timeout_s:g} s)"
+                )
                 for run in self.live_drivers():
                     run.proc.send_signal(signal.SIGTERM)
                 for run in self.live_drivers():
@@ -553,8 +608,9 @@ def chains(trials: list[Any]) -> dict[int, list[int]]:
     return {n: members[origin[n]] for n in origin}
 
 
-def check_record(url: str, settings: SoakSettings, faults: list[Fault], runs: list[DriverRun], outcome: dict[str, Any],
-                 t0: float) -> dict[str, Any]:
+def check_record(
+    url: str, settings: SoakSettings, faults: list[Fault], runs: list[DriverRun], outcome: dict[str, Any], t0: float
+) -> dict[str, Any]:
     """Every check of the module docstring; returns {checks: [...], recoveries: [...], trials: [...]}."""
     import torch
     from optuna.trial import TrialState
@@ -572,7 +628,15 @@ def check_record(url: str, settings: SoakSettings, faults: list[Fault], runs: li
     checks: list[dict[str, Any]] = []
 
     def check(name: str, problems: list[str], ok_detail: str) -> None:
-        checks.append({"check": name, "ok": not problems, "detail": "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "") if problems else ok_detail})
+        checks.append(
+            {
+                "check": name,
+                "ok": not problems,
+                "detail": "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+                if problems
+                else ok_detail,
+            }
+        )
 
     def reason(t: Any) -> str:
         return str(t.user_attrs.get("fail_reason") or "")
@@ -581,18 +645,35 @@ def check_record(url: str, settings: SoakSettings, faults: list[Fault], runs: li
         return next(iter(text.splitlines()), "")[:160]
 
     # Faults injected; drivers.
-    check("faults injected", [f"{f.kind}@{f.after_starts}: {f.note}" for f in faults if not f.injected],
-          f"{sum(f.injected for f in faults)} of {len(faults)}")
+    check(
+        "faults injected",
+        [f"{f.kind}@{f.after_starts}: {f.note}" for f in faults if not f.injected],
+        f"{sum(f.injected for f in faults)} of {len(faults)}",
+    )
     bad_drivers = [f"{r.name} exited {r.returncode}" for r in runs if not r.killed and r.returncode != 0]
     if outcome.get("timed_out"):
         bad_drivers.insert(0, f"drivers still running after {settings.timeout_s:g} s (stopped)")
-    check("drivers exit 0", bad_drivers, ", ".join(f"{r.name}: {'SIGKILL (injected)' if r.killed else r.returncode}" for r in runs))
+    check(
+        "drivers exit 0",
+        bad_drivers,
+        ", ".join(f"{r.name}: {'SIGKILL (injected)' if r.killed else r.returncode}" for r in runs),
+    )
 
     # States and reasons.
-    check("all settled", [f"trial {t.number} {t.state.name}" for t in trials if t.state not in finished],
-          f"{len(trials)} trials: " + ", ".join(f"{s.name} {sum(t.state == s for t in trials)}" for s in finished))
-    check("fail reasons", [f"trial {t.number} FAIL without a reason" for t in trials if t.state == TrialState.FAIL and not reason(t).strip()],
-          f"{sum(t.state == TrialState.FAIL for t in trials)} FAIL, each with a reason")
+    check(
+        "all settled",
+        [f"trial {t.number} {t.state.name}" for t in trials if t.state not in finished],
+        f"{len(trials)} trials: " + ", ".join(f"{s.name} {sum(t.state == s for t in trials)}" for s in finished),
+    )
+    check(
+        "fail reasons",
+        [
+            f"trial {t.number} FAIL without a reason"
+            for t in trials
+            if t.state == TrialState.FAIL and not reason(t).strip()
+        ],
+        f"{sum(t.state == TrialState.FAIL for t in trials)} FAIL, each with a reason",
+    )
 
     # What each fault did to its trial(s), and the retry chain that recovered it.
     expected: dict[int, tuple[str, Fault]] = {}
@@ -605,7 +686,7 @@ def check_record(url: str, settings: SoakSettings, faults: list[Fault], runs: li
             for n in f.trials:
                 expected.setdefault(n, ("kill_driver", f))
     untrue, unrecovered = [], []
-    for n, (kind, f) in sorted(expected.items()):
+    for n, (kind, _f) in sorted(expected.items()):
         t = by_number.get(n)
         if t is None:
             untrue.append(f"trial {n} ({kind}) is not in the study")
@@ -614,32 +695,51 @@ def check_record(url: str, settings: SoakSettings, faults: list[Fault], runs: li
         if kind == "kill_job":
             ok = t.state == TrialState.FAIL and "exited with code -9" in text
         elif kind == "stop_job":
-            ok = t.state == TrialState.FAIL and "no progress for" in text and f"stall_timeout_s={settings.stall_timeout_s:g}" in text
+            ok = (
+                t.state == TrialState.FAIL
+                and "no progress for" in text
+                and f"stall_timeout_s={settings.stall_timeout_s:g}" in text
+            )
         else:  # its driver was killed: the outcome its job stored, or failed as orphaned
             stored = t.user_attrs.get("outcome")
             ok = (t.state == TrialState.FAIL and "driver died" in text) or (
-                t.state.name == stored and t.state in (TrialState.COMPLETE, TrialState.PRUNED))
+                t.state.name == stored and t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+            )
         if not ok:
             untrue.append(f"trial {n} ({kind}): {t.state.name} {first_line(text)!r}")
         last = by_number[chain[n][-1]]
         if t.state == TrialState.FAIL and last.state not in (TrialState.COMPLETE, TrialState.PRUNED):
-            unrecovered.append(f"trial {n} ({kind}): chain {chain[n]} ends {last.state.name} {first_line(reason(last))!r}")
+            unrecovered.append(
+                f"trial {n} ({kind}): chain {chain[n]} ends {last.state.name} {first_line(reason(last))!r}"
+            )
     check("true reasons", untrue, f"{len(expected)} faulted trials, each says what happened to it")
     check("recovered", unrecovered, "every failed faulted trial's retry chain ends COMPLETE or PRUNED")
 
     # Failures nobody injected (a retry that fails again counts too).
     explained = set(expected) | {d.number for d in duplicates}
     other = [t for t in ran if t.state == TrialState.FAIL and t.number not in explained]
-    check("no other failures", [f"trial {t.number}: {first_line(reason(t))!r}" for t in other],
-          "every FAIL is an injected fault or a refused duplicate")
+    check(
+        "no other failures",
+        [f"trial {t.number}: {first_line(reason(t))!r}" for t in other],
+        "every FAIL is an injected fault or a refused duplicate",
+    )
 
     # Budget, retries, configurations trained once, duplicates.
     used = [t for t in ran if t.state in finished and t.number not in retried]
-    check("budget", [] if len(used) == settings.n_trials else [f"{len(used)} trials used the budget, not {settings.n_trials}"],
-          f"{len(used)} trials used the budget ({len(ran) - len(used)} attempts retried, {len(duplicates)} refused duplicates)")
-    check("retries", [f"retry {t.number} of {chain[t.number][0]} has other parameters" for t in trials
-                      if chain[t.number][0] != t.number and t.params != by_number[chain[t.number][0]].params],
-          f"{sum(1 for t in trials if chain[t.number][0] != t.number)} retries, each with its first attempt's parameters")
+    check(
+        "budget",
+        [] if len(used) == settings.n_trials else [f"{len(used)} trials used the budget, not {settings.n_trials}"],
+        f"{len(used)} trials used the budget ({len(ran) - len(used)} attempts retried, {len(duplicates)} refused duplicates)",
+    )
+    check(
+        "retries",
+        [
+            f"retry {t.number} of {chain[t.number][0]} has other parameters"
+            for t in trials
+            if chain[t.number][0] != t.number and t.params != by_number[chain[t.number][0]].params
+        ],
+        f"{sum(1 for t in trials if chain[t.number][0] != t.number)} retries, each with its first attempt's parameters",
+    )
     seen: dict[str, int] = {}
     twice = []
     for t in ran:
@@ -653,8 +753,15 @@ def check_record(url: str, settings: SoakSettings, faults: list[Fault], runs: li
     for d in duplicates:
         workdir = Path(str(d.user_attrs.get("workdir") or ""))
         twin = by_number.get(d.user_attrs[DUPLICATE_OF_ATTR])
-        if d.state != TrialState.FAIL or (workdir.name and (workdir / "worker-0.log").exists()) or twin is None or twin.params != d.params:
-            untrained.append(f"trial {d.number} (duplicate of {d.user_attrs[DUPLICATE_OF_ATTR]}): {d.state.name}, workdir {workdir}")
+        if (
+            d.state != TrialState.FAIL
+            or (workdir.name and (workdir / "worker-0.log").exists())
+            or twin is None
+            or twin.params != d.params
+        ):
+            untrained.append(
+                f"trial {d.number} (duplicate of {d.user_attrs[DUPLICATE_OF_ATTR]}): {d.state.name}, workdir {workdir}"
+            )
     check("duplicates untrained", untrained, f"{len(duplicates)} refused duplicate(s), none launched")
 
     # Every COMPLETE value is its run's: summary.json and the chain's checkpoint.
@@ -697,35 +804,67 @@ def check_record(url: str, settings: SoakSettings, faults: list[Fault], runs: li
             if config.get(key, "<absent>") != value:
                 problems.append(f"checkpoint {key}={config.get(key, '<absent>')!r}, trial {value!r}")
         if state.get("step") != summary.get("steps") or state.get("step") != settings.train_steps:
-            problems.append(f"checkpoint at step {state.get('step')}, summary {summary.get('steps')}, train.steps {settings.train_steps}")
+            problems.append(
+                f"checkpoint at step {state.get('step')}, summary {summary.get('steps')}, train.steps {settings.train_steps}"
+            )
         if (state.get("best") or {}).get("value") != summary.get("best_value"):
-            problems.append(f"checkpoint best {(state.get('best') or {}).get('value')}, summary {summary.get('best_value')}")
+            problems.append(
+                f"checkpoint best {(state.get('best') or {}).get('value')}, summary {summary.get('best_value')}"
+            )
         if problems:
             untraceable.append(f"trial {t.number}: " + ", ".join(problems))
         start = resumed_from(workdir)
         want = list(range((start or 0) + settings.eval_interval, settings.train_steps + 1, settings.eval_interval))
         logged = eval_values(workdir / "run" / "metrics.jsonl", metric)
         if start is None or sorted(t.intermediate_values) != want:
-            gaps.append(f"trial {t.number}: reports at {sorted(t.intermediate_values)}, job started at step {start}, expected {want}")
+            gaps.append(
+                f"trial {t.number}: reports at {sorted(t.intermediate_values)}, job started at step {start}, expected {want}"
+            )
         elif any(logged.get(step) != value for step, value in t.intermediate_values.items()):
-            gaps.append(f"trial {t.number}: reported {dict(sorted(t.intermediate_values.items()))}, its run logged {logged}")
+            gaps.append(
+                f"trial {t.number}: reported {dict(sorted(t.intermediate_values.items()))}, its run logged {logged}"
+            )
     n_complete = sum(t.state == TrialState.COMPLETE for t in ran)
-    check("values traceable", untraceable, f"{n_complete} COMPLETE values = their summary.json and their chain's checkpoint (identity = params)")
-    check("reports complete", gaps, f"{n_complete} COMPLETE trials: every eval from their start step reported, each the value their run logged")
-    check("no job left", [f"trial {j['trial']} pid {j['pid']} state {j['state']} at step {j['step']}" for j in outcome.get("leftover_jobs", [])],
-          "no training process of the study alive after the drivers")
+    check(
+        "values traceable",
+        untraceable,
+        f"{n_complete} COMPLETE values = their summary.json and their chain's checkpoint (identity = params)",
+    )
+    check(
+        "reports complete",
+        gaps,
+        f"{n_complete} COMPLETE trials: every eval from their start step reported, each the value their run logged",
+    )
+    check(
+        "no job left",
+        [
+            f"trial {j['trial']} pid {j['pid']} state {j['state']} at step {j['step']}"
+            for j in outcome.get("leftover_jobs", [])
+        ],
+        "no training process of the study alive after the drivers",
+    )
 
-    return {"checks": checks, "recoveries": recoveries(faults, by_number, chain, t0), "trials": [trial_row(t, chain) for t in trials]}
+    return {
+        "checks": checks,
+        "recoveries": recoveries(faults, by_number, chain, t0),
+        "trials": [trial_row(t, chain) for t in trials],
+    }
 
 
 def trial_row(t: Any, chain: dict[int, list[int]]) -> dict[str, Any]:
     from sweeps.space import params_to_values
 
-    return {"number": t.number, "state": t.state.name, "value": t.value if t.state.name == "COMPLETE" else None,
-            "params": params_to_values(t.params), "chain": chain[t.number], "duplicate_of": t.user_attrs.get("duplicate_of"),
-            "fail_reason": next(iter(str(t.user_attrs.get("fail_reason") or "").splitlines()), "") or None,
-            "started": t.datetime_start.timestamp() if t.datetime_start else None,
-            "completed": t.datetime_complete.timestamp() if t.datetime_complete else None}
+    return {
+        "number": t.number,
+        "state": t.state.name,
+        "value": t.value if t.state.name == "COMPLETE" else None,
+        "params": params_to_values(t.params),
+        "chain": chain[t.number],
+        "duplicate_of": t.user_attrs.get("duplicate_of"),
+        "fail_reason": next(iter(str(t.user_attrs.get("fail_reason") or "").splitlines()), "") or None,
+        "started": t.datetime_start.timestamp() if t.datetime_start else None,
+        "completed": t.datetime_complete.timestamp() if t.datetime_complete else None,
+    }
 
 
 def fate(n: int, by_number: dict[int, Any], chain: dict[int, list[int]], since: float | None) -> str:
@@ -750,11 +889,21 @@ def fate(n: int, by_number: dict[int, Any], chain: dict[int, list[int]], since: 
     return words
 
 
-def recoveries(faults: list[Fault], by_number: dict[int, Any], chain: dict[int, list[int]], t0: float) -> list[dict[str, Any]]:
+def recoveries(
+    faults: list[Fault], by_number: dict[int, Any], chain: dict[int, list[int]], t0: float
+) -> list[dict[str, Any]]:
     rows = []
     for i, f in enumerate(faults):
         if not f.injected:
-            rows.append({"fault": i + 1, "kind": f.kind, "at_s": None, "what": f"{f.kind}: not injected ({f.note})", "recovery": "-"})
+            rows.append(
+                {
+                    "fault": i + 1,
+                    "kind": f.kind,
+                    "at_s": None,
+                    "what": f"{f.kind}: not injected ({f.note})",
+                    "recovery": "-",
+                }
+            )
             continue
         since = t0 + (f.at_s or 0.0)
         if f.kind in ("kill_job", "stop_job"):
@@ -762,12 +911,21 @@ def recoveries(faults: list[Fault], by_number: dict[int, Any], chain: dict[int, 
             what = f"{verb} job of trial {f.trial} at step {f.step} (pid {f.pid})"
             recovery = fate(f.trial, by_number, chain, since)
             if f.kind == "stop_job":
-                recovery += "; stopped process " + (f"gone {f.gone_after_s} s after SIGSTOP" if f.gone_after_s is not None else "NOT stopped by the driver")
+                recovery += "; stopped process " + (
+                    f"gone {f.gone_after_s} s after SIGSTOP"
+                    if f.gone_after_s is not None
+                    else "NOT stopped by the driver"
+                )
         elif f.kind == "kill_driver":
             what = f"SIGKILL {f.driver} (pid {f.pid}) running trial(s) {f.trials}; restarted as pid {f.restarted_pid}"
             told = [n for n in f.trials if n in by_number and by_number[n].state.name in ("COMPLETE", "PRUNED")]
-            recovery = "; ".join(fate(n, by_number, chain, since) + (" (the outcome its orphaned job stored)" if n in told else "")
-                                 for n in f.trials) or "no trial of its own running"
+            recovery = (
+                "; ".join(
+                    fate(n, by_number, chain, since) + (" (the outcome its orphaned job stored)" if n in told else "")
+                    for n in f.trials
+                )
+                or "no trial of its own running"
+            )
         else:
             what = f"PostgreSQL restart ({f.note}) with trial(s) {f.trials} running"
             recovery = "; ".join(fate(n, by_number, chain, since) for n in f.trials)
@@ -800,8 +958,14 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_soak(settings: SoakSettings, faults: list[Fault], url: str | None = None, pg: PrivatePostgres | None = None,
-             rng: random.Random | None = None, say: Callable[[str], None] = print) -> dict[str, Any]:
+def run_soak(
+    settings: SoakSettings,
+    faults: list[Fault],
+    url: str | None = None,
+    pg: PrivatePostgres | None = None,
+    rng: random.Random | None = None,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Run the study under the faults and check its record; `url` defaults to the private cluster's."""
     url = url or (pg.url if pg is not None else None)
     if url is None:
@@ -816,8 +980,18 @@ def run_soak(settings: SoakSettings, faults: list[Fault], url: str | None = None
         "wall_s": outcome["wall_s"],
         "fault_counts": counts,
         "faults": [asdict(f) for f in faults],
-        "drivers": [{"name": r.name, "pid": r.proc.pid, "killed": r.killed, "returncode": r.returncode, "started_s": r.started_s,
-                     "ended_s": r.ended_s, "log": str(r.log)} for r in soak.runs],
+        "drivers": [
+            {
+                "name": r.name,
+                "pid": r.proc.pid,
+                "killed": r.killed,
+                "returncode": r.returncode,
+                "started_s": r.started_s,
+                "ended_s": r.ended_s,
+                "log": str(r.log),
+            }
+            for r in soak.runs
+        ],
         "leftover_jobs": outcome["leftover_jobs"],
         **record,
     }
@@ -832,7 +1006,11 @@ def log_tails(result: dict[str, Any], lines: int = 25) -> str:
     out = []
     for d in result["drivers"]:
         try:
-            kept = [line for line in Path(d["log"]).read_text(errors="replace").splitlines() if line.strip() and not any(n in line for n in noise)]
+            kept = [
+                line
+                for line in Path(d["log"]).read_text(errors="replace").splitlines()
+                if line.strip() and not any(n in line for n in noise)
+            ]
         except OSError as err:
             kept = [f"(unreadable: {err})"]
         out.append(f"--- {d['name']} ({d['log']})\n" + "\n".join(kept[-lines:]))
@@ -847,20 +1025,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1, help="the sweep's seed and the fault schedule's")
     p.add_argument("--steps", type=int, default=40, help="training steps per trial (eval and checkpoint every 10)")
     p.add_argument("--pruner", default="hyperband", help="conf/pruner/ name (min_resource: one eval interval)")
-    p.add_argument("--stall-timeout-s", type=int, default=45, help="the driver's stall_timeout_s (above a trial's start-up here: "
-                                                                    "up to ~25 s on a loaded 2-core machine)")
+    p.add_argument(
+        "--stall-timeout-s",
+        type=int,
+        default=45,
+        help="the driver's stall_timeout_s (above a trial's start-up here: up to ~25 s on a loaded 2-core machine)",
+    )
     p.add_argument("--grace-s", type=int, default=5, help="heartbeat.grace_s (the interval is 1 s)")
     p.add_argument("--job-kills", type=int, default=2, help="SIGKILLs of a running training job")
     p.add_argument("--job-stops", type=int, default=1, help="SIGSTOPs of a running training job (past the stall limit)")
-    p.add_argument("--driver-kills", type=int, default=1, help="SIGKILLs of a driver, each started again with the same arguments")
+    p.add_argument(
+        "--driver-kills", type=int, default=1, help="SIGKILLs of a driver, each started again with the same arguments"
+    )
     p.add_argument("--pg-restarts", type=int, default=1, help="PostgreSQL stops/starts (private cluster only)")
-    p.add_argument("--faults", help="a fixed schedule instead of the random one: kind@starts[+delay_s][:min_step],... where the fault "
-                                    "is due once `starts` jobs were launched, `delay_s` after that (and after the previous fault), on a job "
-                                    "that logged `min_step`; e.g. stop_job@2:10,restart_pg@2+48")
+    p.add_argument(
+        "--faults",
+        help="a fixed schedule instead of the random one: kind@starts[+delay_s][:min_step],... where the fault "
+        "is due once `starts` jobs were launched, `delay_s` after that (and after the previous fault), on a job "
+        "that logged `min_step`; e.g. stop_job@2:10,restart_pg@2+48",
+    )
     p.add_argument("--pg-down-s", type=float, default=10.0, help="how long PostgreSQL stays down")
-    p.add_argument("--pg-url", help="use this PostgreSQL database instead of a private cluster (then no restart is injected)")
-    p.add_argument("--work-dir", type=Path, help="the study's trial directories and logs (default: a new directory in /tmp; "
-                                                 "removed after a passing run unless --keep)")
+    p.add_argument(
+        "--pg-url", help="use this PostgreSQL database instead of a private cluster (then no restart is injected)"
+    )
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        help="the study's trial directories and logs (default: a new directory in /tmp; "
+        "removed after a passing run unless --keep)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory after a passing run")
     p.add_argument("--timeout-s", type=float, default=3600.0, help="give up (and fail) after this long")
     p.add_argument("--out-dir", type=Path, default=RESULTS, help="soak.json and soak.md go here")
@@ -870,12 +1063,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="trm-soak-", dir="/tmp"))
-    settings = SoakSettings(work=work, n_trials=args.trials, drivers=args.drivers, max_concurrent=args.max_concurrent, seed=args.seed,
-                            train_steps=args.steps, stall_timeout_s=args.stall_timeout_s, grace_s=args.grace_s, pruner=args.pruner,
-                            pg_down_s=args.pg_down_s, timeout_s=args.timeout_s)
+    settings = SoakSettings(
+        work=work,
+        n_trials=args.trials,
+        drivers=args.drivers,
+        max_concurrent=args.max_concurrent,
+        seed=args.seed,
+        train_steps=args.steps,
+        stall_timeout_s=args.stall_timeout_s,
+        grace_s=args.grace_s,
+        pruner=args.pruner,
+        pg_down_s=args.pg_down_s,
+        timeout_s=args.timeout_s,
+    )
     rng = random.Random(args.seed)
-    counts = {"kill_job": args.job_kills, "stop_job": args.job_stops, "kill_driver": args.driver_kills,
-              "restart_pg": 0 if args.pg_url else args.pg_restarts}
+    counts = {
+        "kill_job": args.job_kills,
+        "stop_job": args.job_stops,
+        "kill_driver": args.driver_kills,
+        "restart_pg": 0 if args.pg_url else args.pg_restarts,
+    }
     if args.pg_url and args.pg_restarts:
         print("--pg-url: no PostgreSQL restart is injected (only a private cluster is ever stopped)")
     faults = parse_schedule(args.faults) if args.faults else random_schedule(rng, settings, counts)

@@ -32,6 +32,7 @@ the connections its SQLAlchemy pool holds at the end.
 Server: --server-url, else $TRM_SWEEPS_TEST_PG, else postgresql://postgres@127.0.0.1:5432/postgres (it needs
 CREATE DATABASE). Writes <out-dir>/storage_latency.json and storage_latency.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,27 +45,33 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import optuna  # noqa: E402
 import psycopg2  # noqa: E402
+from _results import RESULTS, cpu_facts, fmt, percentile, write_results  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 import storage  # noqa: E402
 from storage.url import driver_url  # noqa: E402
-from _results import RESULTS, cpu_facts, fmt, percentile, write_results  # noqa: E402
 from sweeps.driver import Driver  # noqa: E402
 from trm.trial_link import TrialLink  # noqa: E402
 
 OPERATIONS = ("report+should_prune", "ask+tell")
 SETUPS = ("ours", "optuna-defaults")
 OBJECTIVE = "eval/exact_accuracy"
-PRUNER_SPEC = {"_target_": "optuna.pruners.HyperbandPruner", "min_resource": 100, "max_resource": 500, "reduction_factor": 3}
+PRUNER_SPEC = {
+    "_target_": "optuna.pruners.HyperbandPruner",
+    "min_resource": 100,
+    "max_resource": 500,
+    "reduction_factor": 3,
+}
 HISTORY_TRIALS, HISTORY_STEPS, WARMUP_OPS, POLL_S = 50, 5, 3, 0.05
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -109,7 +116,9 @@ def build_op(spec: dict[str, Any]) -> tuple[Callable[[int], None], optuna.Study]
             return report_ours, link.study
         hyperband = optuna.pruners.HyperbandPruner(min_resource=100, max_resource=500, reduction_factor=3)
         study = optuna.load_study(study_name=name, storage=plain, pruner=hyperband)
-        trial = optuna.trial.Trial(study, study._storage.get_trial_id_from_study_id_trial_number(study._study_id, spec["trial_number"]))
+        trial = optuna.trial.Trial(
+            study, study._storage.get_trial_id_from_study_id_trial_number(study._study_id, spec["trial_number"])
+        )
 
         def report_defaults(step: int) -> None:
             trial.report(rng.random(), step)
@@ -118,7 +127,9 @@ def build_op(spec: dict[str, Any]) -> tuple[Callable[[int], None], optuna.Study]
         return report_defaults, study
     sampler = optuna.samplers.RandomSampler(seed=spec["index"])
     if spec["setup"] == "ours":
-        rdb = storage.open_storage(url, heartbeat_interval=5, grace_period=30, failed_trial_callback=storage.retry_callback(2))
+        rdb = storage.open_storage(
+            url, heartbeat_interval=5, grace_period=30, failed_trial_callback=storage.retry_callback(2)
+        )
         study = optuna.load_study(study_name=name, storage=rdb, sampler=sampler)
         ask = DriverAsk(rdb, study, name).ask_within_budget
     else:
@@ -230,7 +241,9 @@ class Clients:
 
     def __init__(self, count: int):
         cmd = [sys.executable, str(Path(__file__).resolve()), "--client"]
-        self.procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(count)]
+        self.procs = [
+            subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(count)
+        ]
 
     def send(self, proc: subprocess.Popen, line: str) -> None:
         proc.stdin.write(line + "\n")
@@ -239,7 +252,9 @@ class Clients:
     def receive(self, proc: subprocess.Popen, what: str) -> str:
         line = proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"client {proc.pid} exited (code {proc.wait()}) before sending {what}; its stderr is above")
+            raise RuntimeError(
+                f"client {proc.pid} exited (code {proc.wait()}) before sending {what}; its stderr is above"
+            )
         return line.strip()
 
     def close(self, abort: bool) -> None:
@@ -259,7 +274,9 @@ class Clients:
         """N clients through warm-up, one common go, their timed ops; the peak connection count meanwhile."""
         procs = self.procs[:clients]
         for i, proc in enumerate(procs):
-            self.send(proc, json.dumps({**spec, "index": i, "trial_number": trial_numbers[i] if trial_numbers else None}))
+            self.send(
+                proc, json.dumps({**spec, "index": i, "trial_number": trial_numbers[i] if trial_numbers else None})
+            )
         for proc in procs:
             if (line := self.receive(proc, "ready")) != "ready":
                 raise RuntimeError(f"client {proc.pid} said {line!r} instead of ready")
@@ -340,11 +357,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for name in names.values():
                     prepare_study(parent, name)
                 for rnd in range(args.rounds):
-                    for setup in SETUPS[rnd % 2:] + SETUPS[: rnd % 2]:
-                        running = [] if op == "ask+tell" else [optuna.load_study(study_name=names[setup], storage=parent).ask().number for _ in range(clients)]
+                    for setup in SETUPS[rnd % 2 :] + SETUPS[: rnd % 2]:
+                        running = (
+                            []
+                            if op == "ask+tell"
+                            else [
+                                optuna.load_study(study_name=names[setup], storage=parent).ask().number
+                                for _ in range(clients)
+                            ]
+                        )
                         storage.close_storage(parent)  # the parent holds no connection during a phase
-                        spec = {"operation": op, "setup": setup, "study": names[setup], "db_url": db_url, "ops": args.ops}
-                        phases.setdefault((op, clients, setup), []).append(clients_pool.phase(spec, clients, args.server_url, running))
+                        spec = {
+                            "operation": op,
+                            "setup": setup,
+                            "study": names[setup],
+                            "db_url": db_url,
+                            "ops": args.ops,
+                        }
+                        phases.setdefault((op, clients, setup), []).append(
+                            clients_pool.phase(spec, clients, args.server_url, running)
+                        )
                         print(f"  {op} x{clients} round {rnd + 1} {setup}: done", file=sys.stderr, flush=True)
         rows = [summarize(op, c, s, ps, c * args.ops * args.rounds) for (op, c, s), ps in phases.items()]
         version = server_query(args.server_url, "SHOW server_version")

@@ -12,6 +12,7 @@ minute; the overhead of a trial does not grow with its length (evals and checkpo
 the share for 5-minute trials is projected from the measured per-trial overhead and the driver's measured
 start-up and shutdown: outside / (outside + n x 300 s). Writes bench/results/sweep_overhead.json and .md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _results import RESULTS, run_header, fmt, write_results  # noqa: E402
+from _results import RESULTS, fmt, run_header, write_results  # noqa: E402
 from _sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, projected_fraction, run_study, trial_record  # noqa: E402
 
 GOAL_FRACTION, PROJECTED_TRIAL_S = 0.02, 300.0
@@ -35,7 +36,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--study", default="model_scaling")
     p.add_argument("--n-trials", type=int, default=10)
     p.add_argument("--steps", type=int, default=100, help="training steps per trial (tiny preset)")
-    p.add_argument("--out-dir", type=Path, default=RESULTS, help="results go here; the studies' files under <out-dir>/sweep_overhead/")
+    p.add_argument(
+        "--out-dir",
+        type=Path,
+        default=RESULTS,
+        help="results go here; the studies' files under <out-dir>/sweep_overhead/",
+    )
     p.add_argument("--quick", action="store_true", help="2 trials of 20 steps, local launcher")
     p.add_argument("overrides", nargs="*", help="extra sweeps.run overrides for every launcher")
     args = p.parse_args(argv)
@@ -49,8 +55,14 @@ def trial_overrides(args: argparse.Namespace) -> list[str]:
     """The laptop site's trial, shortened to --steps (one eval at the end, as a short trial would)."""
     if args.quick:
         return QUICK_TRIAL
-    return ["experiment=tiny_cpu", f"train.steps={args.steps}", f"train.eval_interval={args.steps}", "train.log_interval=50",
-            "train.eval_examples=128", "train.progress=false"]
+    return [
+        "experiment=tiny_cpu",
+        f"train.steps={args.steps}",
+        f"train.eval_interval={args.steps}",
+        "train.log_interval=50",
+        "train.eval_examples=128",
+        "train.progress=false",
+    ]
 
 
 def run_launcher(launcher: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -69,7 +81,13 @@ def run_launcher(launcher: str, args: argparse.Namespace) -> dict[str, Any]:
     records = [trial_record(t) for t in trials]
     for r in records:
         r.pop("workdir", None)
-    return {"launcher": launcher, **run, "states": sorted({t.state.name for t in trials}), "summary": summary, "trials": records}
+    return {
+        "launcher": launcher,
+        **run,
+        "states": sorted({t.state.name for t in trials}),
+        "summary": summary,
+        "trials": records,
+    }
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -89,8 +107,10 @@ def markdown(result: dict[str, Any]) -> str:
               "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in result["launchers"]:
         s, m = r["summary"], r["summary"]["median_s"]
-        lines.append(f"| {r['launcher']} | {m['ask_to_launch']:.3f} | {m['last_step_to_end']:.2f} | {m['end_to_exit_seen']:.2f} | {m['exit_seen_to_tell']:.3f} "
-                     f"| {s['driver_start_to_first_ask_s']:.2f} | {s['last_tell_to_driver_exit_s']:.2f} |")
+        lines.append(
+            f"| {r['launcher']} | {m['ask_to_launch']:.3f} | {m['last_step_to_end']:.2f} | {m['end_to_exit_seen']:.2f} | {m['exit_seen_to_tell']:.3f} "
+            f"| {s['driver_start_to_first_ask_s']:.2f} | {s['last_tell_to_driver_exit_s']:.2f} |"
+        )
     return "\n".join(lines)
 
 

@@ -14,14 +14,15 @@ every figure is a median (utilization and speedups: medians of same-round ratios
 the real step); achieved FLOP/s = flops * batch / s_per_step, utilization = achieved / matmul peak of the
 same dtype. A markdown table is printed; JSON goes to bench/results/trainer.json.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import shutil
-import tempfile
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -38,8 +39,12 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch", default="trm_mlp_t_sudoku", help="conf/arch preset (trm_mlp_t_sudoku | trm_att_sudoku | tiny)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--arch", default="trm_mlp_t_sudoku", help="conf/arch preset (trm_mlp_t_sudoku | trm_att_sudoku | tiny)"
+    )
     p.add_argument("--batch", type=int, default=None, help="batch size (default 64; 8 with --quick)")
     p.add_argument("--repeats", type=int, default=None, help="measured steps per variant (default 3; 2 with --quick)")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured steps per variant first (compile happens here)")
@@ -47,12 +52,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--compile", action="store_true", help="also run torch.compile(model) variants")
     p.add_argument("--compile-precisions", default=None, help="precisions to compile (default: all of --precisions)")
     p.add_argument("--matmul-size", type=int, default=2048, help="n of the n x n x n peak matmul")
-    p.add_argument("--matmul-seconds", type=float, default=None, help="time per peak measurement (default 2; 0.5 with --quick)")
-    p.add_argument("--warm-cache", action="store_true",
-                   help="let torch.compile use its on-disk cache (default: a fresh cache dir, so compile time is a cold compile)")
+    p.add_argument(
+        "--matmul-seconds", type=float, default=None, help="time per peak measurement (default 2; 0.5 with --quick)"
+    )
+    p.add_argument(
+        "--warm-cache",
+        action="store_true",
+        help="let torch.compile use its on-disk cache (default: a fresh cache dir, so compile time is a cold compile)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     p.add_argument("--quick", action="store_true", help="smoke run: batch 8, 2 repeats, short matmul timing")
-    p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/trainer.json, trainer_quick.json with --quick)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON path (default bench/results/trainer.json, trainer_quick.json with --quick)",
+    )
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides of the train config (e.g. train.loss=softmax)")
     args = p.parse_args(argv)
     args.batch = args.batch or (8 if args.quick else 64)
@@ -61,8 +76,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.out = args.out or RESULTS / ("trainer_quick.json" if args.quick else "trainer.json")
     args.precisions = [s for s in args.precisions.split(",") if s]
     args.compile_precisions = (
-        [s for s in args.compile_precisions.split(",") if s] if args.compile_precisions else list(args.precisions)
-    ) if args.compile else []
+        ([s for s in args.compile_precisions.split(",") if s] if args.compile_precisions else list(args.precisions))
+        if args.compile
+        else []
+    )
     for prec in args.precisions + args.compile_precisions:
         if prec not in DTYPES:
             raise SystemExit(f"unknown precision {prec!r}: expected fp32 or bf16")
@@ -86,14 +103,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg0 = train_config(args.arch, args.batch, "fp32", args.overrides)
     arch = arch_of(cfg0)
     flops = flops_per_sample_step(arch)
-    print(f"# {args.arch} batch {args.batch}: {flops / 1e9:.2f} GFLOP per sample-step, "
-          f"{flops * args.batch / 1e12:.3f} TFLOP per step; {info['cpu_model']}, {info['torch_threads']} threads", flush=True)
+    print(
+        f"# {args.arch} batch {args.batch}: {flops / 1e9:.2f} GFLOP per sample-step, "
+        f"{flops * args.batch / 1e12:.3f} TFLOP per step; {info['cpu_model']}, {info['torch_threads']} threads",
+        flush=True,
+    )
 
     runners: list[StepRunner] = []
     for prec in args.precisions:
-        runners.append(StepRunner(f"{prec} eager", train_config(args.arch, args.batch, prec, args.overrides), args.batch))
+        runners.append(
+            StepRunner(f"{prec} eager", train_config(args.arch, args.batch, prec, args.overrides), args.batch)
+        )
     for prec in args.compile_precisions:
-        runners.append(StepRunner(f"{prec} compile", train_config(args.arch, args.batch, prec, args.overrides), args.batch, compile=True))
+        runners.append(
+            StepRunner(
+                f"{prec} compile", train_config(args.arch, args.batch, prec, args.overrides), args.batch, compile=True
+            )
+        )
     peaks: dict[str, list[float]] = {p: [] for p in DTYPES}
     peak_rounds: dict[str, list[int]] = {p: [] for p in DTYPES}
 
@@ -113,6 +139,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     live = [r for r in runners if r.error is None]
     if args.compile:
         import torch._dynamo.utils as dynamo_utils
+
         graphs_before = dict(dynamo_utils.counters["stats"])
 
     def run(item: Any, rnd: int) -> None:
@@ -132,16 +159,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         item.rounds.append(rnd)
         print(f"  round {rnd + 1} {item.name}: {seconds:.2f} s", flush=True)
 
-    round_robin([*live, *DTYPES], args.repeats, lambda item, rnd: None if (not isinstance(item, str) and item.error) else run(item, rnd))
+    round_robin(
+        [*live, *DTYPES],
+        args.repeats,
+        lambda item, rnd: None if (not isinstance(item, str) and item.error) else run(item, rnd),
+    )
 
     rows = [
-        {"variant": r.name, "precision": r.cfg.train.precision, "compiled": r.compile,
-         "times_s": [round(t, 4) for t in r.times], "rounds": r.rounds, "first_step_s": r.first_step_s, "error": r.error}
+        {
+            "variant": r.name,
+            "precision": r.cfg.train.precision,
+            "compiled": r.compile,
+            "times_s": [round(t, 4) for t in r.times],
+            "rounds": r.rounds,
+            "first_step_s": r.first_step_s,
+            "error": r.error,
+        }
         for r in runners
     ]
     if args.compile:
         after = dict(dynamo_utils.counters["stats"])
-        recompiles = {k: after.get(k, 0) - graphs_before.get(k, 0) for k in after if after.get(k, 0) != graphs_before.get(k, 0)}
+        recompiles = {
+            k: after.get(k, 0) - graphs_before.get(k, 0) for k in after if after.get(k, 0) != graphs_before.get(k, 0)
+        }
     result = {
         "benchmark": "trainer",
         "machine": {**info, "loadavg_end": list(os.getloadavg())},
@@ -155,8 +195,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "flops_per_sample_step": flops,
         "flops_per_step": flops * args.batch,
         "params": runners[0].params,
-        "matmul": {"n": args.matmul_size, "seconds_each": args.matmul_seconds,
-                   "flops_samples": {p: v for p, v in peaks.items()}, "rounds": peak_rounds},
+        "matmul": {
+            "n": args.matmul_size,
+            "seconds_each": args.matmul_seconds,
+            "flops_samples": {p: v for p, v in peaks.items()},
+            "rounds": peak_rounds,
+        },
         "variants": rows,
         "dynamo_stats_during_measurement": recompiles if args.compile else None,
         "wall_s": time.time() - started,
@@ -184,15 +228,21 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
     for row in result["variants"]:
         times, prec = row["times_s"], row["precision"]
         s = median(times)
-        paired = [flops_step / t / peak_by_round[prec][r] for t, r in zip(times, row["rounds"]) if r in peak_by_round[prec]]
-        row.update({
-            "median_s_per_step": s,
-            "min_s_per_step": min(times) if times else None,
-            "samples_per_s": result["batch"] / s if s else None,
-            "achieved_flops": flops_step / s if s else None,
-            "utilization_vs_matmul_peak": median(paired),
-            "utilization_ratio_of_medians": flops_step / s / mm["median_flops"][prec] if s and mm["median_flops"][prec] else None,
-        })
+        paired = [
+            flops_step / t / peak_by_round[prec][r] for t, r in zip(times, row["rounds"]) if r in peak_by_round[prec]
+        ]
+        row.update(
+            {
+                "median_s_per_step": s,
+                "min_s_per_step": min(times) if times else None,
+                "samples_per_s": result["batch"] / s if s else None,
+                "achieved_flops": flops_step / s if s else None,
+                "utilization_vs_matmul_peak": median(paired),
+                "utilization_ratio_of_medians": flops_step / s / mm["median_flops"][prec]
+                if s and mm["median_flops"][prec]
+                else None,
+            }
+        )
         if row["compiled"] and row["first_step_s"] and s:
             row["compile_s"] = row["first_step_s"] - s  # first call minus a steady step: an estimate
     eager = {r["precision"]: r for r in result["variants"] if not r["compiled"] and r["times_s"]}
@@ -202,7 +252,9 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         ta, tb = dict(zip(a["rounds"], a["times_s"])), dict(zip(b["rounds"], b["times_s"]))
         return median([ta[r] / tb[r] for r in ta if r in tb])
 
-    result["bf16_speedup_eager"] = paired_ratio(eager["fp32"], eager["bf16"]) if {"fp32", "bf16"} <= eager.keys() else None
+    result["bf16_speedup_eager"] = (
+        paired_ratio(eager["fp32"], eager["bf16"]) if {"fp32", "bf16"} <= eager.keys() else None
+    )
     result["compile_speedup"] = {p: paired_ratio(eager[p], comp[p]) for p in comp if p in eager}
     return result
 
@@ -229,8 +281,10 @@ def markdown(result: dict[str, Any]) -> str:
         )
     n = result["matmul"]["n"]
     lines.append("")
-    lines.append(f"Dense peak: torch.matmul {n}x{n}x{n}, fp32 {fmt(peak['fp32'] and peak['fp32'] / 1e9, '.1f')} GFLOP/s, "
-                 f"bf16 {fmt(peak['bf16'] and peak['bf16'] / 1e9, '.1f')} GFLOP/s (medians, interleaved with the steps).")
+    lines.append(
+        f"Dense peak: torch.matmul {n}x{n}x{n}, fp32 {fmt(peak['fp32'] and peak['fp32'] / 1e9, '.1f')} GFLOP/s, "
+        f"bf16 {fmt(peak['bf16'] and peak['bf16'] / 1e9, '.1f')} GFLOP/s (medians, interleaved with the steps)."
+    )
     speed = [f"bf16 vs fp32 eager {result['bf16_speedup_eager']:.2f}x"] if result.get("bf16_speedup_eager") else []
     speed += [f"compile vs eager ({p}) {v:.2f}x" for p, v in (result.get("compile_speedup") or {}).items() if v]
     if speed:

@@ -25,6 +25,7 @@ first-step lm_loss column shows the difference):
   compile_net   RecursiveNet.compile() in place: one small graph (per grad mode / dtype) reused by all cycles.
 JSON goes to bench/results/trainer_variants.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,9 @@ import json
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -117,11 +119,18 @@ def make_variant(spec: str, arch: str, batch: int, overrides: list[str]) -> Vari
     mods = tuple(m for m in mods_text.split("+") if m and m != "baseline")
     unknown = [m for m in mods if m not in PATCHES and m not in COMPILE_MODES]
     if unknown or precision not in ("fp32", "bf16"):
-        raise SystemExit(f"bad variant {spec!r}: precision fp32|bf16, mods from {sorted(PATCHES) + list(COMPILE_MODES)}")
+        raise SystemExit(
+            f"bad variant {spec!r}: precision fp32|bf16, mods from {sorted(PATCHES) + list(COMPILE_MODES)}"
+        )
     patches = tuple(m for m in mods if m in PATCHES)
     state_dtype = torch.bfloat16 if "bf16_state" in patches else torch.float32
-    v = Variant(f"{precision} " + ("+".join(mods) or "baseline"), train_config(arch, batch, precision, overrides), batch,
-                compile="compile" in mods, state_dtype=state_dtype)
+    v = Variant(
+        f"{precision} " + ("+".join(mods) or "baseline"),
+        train_config(arch, batch, precision, overrides),
+        batch,
+        compile="compile" in mods,
+        state_dtype=state_dtype,
+    )
     v.patches = patches
     if "compile_net" in mods:
         v.model.inner.net.compile()  # in place: parameter names (checkpoints) unchanged
@@ -133,9 +142,25 @@ def make_variant(spec: str, arch: str, batch: int, overrides: list[str]) -> Vari
 CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn", "onednn", "aten::_scaled_dot")),
     ("optimizer", ("Optimizer.", "aten::atan2", "aten::lerp", "aten::sqrt", "aten::sign")),
-    ("casts+copies", ("aten::copy_", "aten::_to_copy", "aten::clone", "aten::contiguous", "aten::cat", "aten::constant_pad")),
+    (
+        "casts+copies",
+        ("aten::copy_", "aten::_to_copy", "aten::clone", "aten::contiguous", "aten::cat", "aten::constant_pad"),
+    ),
     ("rms_norm parts", ("aten::pow", "aten::rsqrt", "aten::mean", "aten::_fused_rms_norm", "aten::sum")),
-    ("elementwise", ("aten::add", "aten::mul", "aten::silu", "aten::div", "aten::where", "aten::sub", "aten::neg", "aten::fill_", "aten::zero_")),
+    (
+        "elementwise",
+        (
+            "aten::add",
+            "aten::mul",
+            "aten::silu",
+            "aten::div",
+            "aten::where",
+            "aten::sub",
+            "aten::neg",
+            "aten::fill_",
+            "aten::zero_",
+        ),
+    ),
 ]
 
 
@@ -161,8 +186,15 @@ def profile_step(v: Variant) -> dict[str, Any]:
         "variant": v.name,
         "self_cpu_s": total / 1e6,
         "categories_pct": {k: round(100 * t / total, 1) for k, t in sorted(by_cat.items(), key=lambda kv: -kv[1])},
-        "top_ops": [{"op": e.key, "self_s": round(e.self_cpu_time_total / 1e6, 3), "calls": e.count,
-                     "pct": round(100 * e.self_cpu_time_total / total, 1)} for e in top],
+        "top_ops": [
+            {
+                "op": e.key,
+                "self_s": round(e.self_cpu_time_total / 1e6, 3),
+                "calls": e.count,
+                "pct": round(100 * e.self_cpu_time_total / total, 1),
+            }
+            for e in top
+        ],
     }
 
 
@@ -194,14 +226,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--arch", default="trm_mlp_t_sudoku")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--variants", default=DEFAULT_VARIANTS, help="comma list of <fp32|bf16>:<mod>+<mod> (see make_variant)")
+    p.add_argument(
+        "--variants", default=DEFAULT_VARIANTS, help="comma list of <fp32|bf16>:<mod>+<mod> (see make_variant)"
+    )
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--out", type=Path, default=RESULTS / "trainer_variants.json")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides")
     args = p.parse_args(argv)
     started = time.time()
     info = machine_info()
-    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)  # several instances, one code
+    torch._dynamo.config.cache_size_limit = max(
+        torch._dynamo.config.cache_size_limit, 64
+    )  # several instances, one code
 
     variants = [make_variant(spec, args.arch, args.batch, args.overrides) for spec in args.variants.split(",") if spec]
 
@@ -234,25 +270,46 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         prec = v.cfg.train.precision
         s = median(v.times)
         paired = [b / t for b, t in zip(base_times.get(prec, []), v.times)]  # same round: same machine weather
-        rows.append({"variant": v.name, "precision": prec, "patches": list(v.patches), "times_s": [round(t, 4) for t in v.times],
-                     "median_s_per_step": s, "min_s_per_step": min(v.times),
-                     "speedup_vs_baseline": base[prec] / s if base.get(prec) else None,
-                     "paired_speedup_median": median(paired),
-                     "first_step_s": v.first_step_s, "first_step_lm_loss": v.first_lm_loss})
-    result = {"benchmark": "trainer_variants", "machine": info, "arch": args.arch, "batch": args.batch,
-              "repeats": args.repeats, "profiles": profiles, "phases_s": phases, "variants": rows,
-              "wall_s": time.time() - started,
-              "command": "python bench/trainer_variants.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+        rows.append(
+            {
+                "variant": v.name,
+                "precision": prec,
+                "patches": list(v.patches),
+                "times_s": [round(t, 4) for t in v.times],
+                "median_s_per_step": s,
+                "min_s_per_step": min(v.times),
+                "speedup_vs_baseline": base[prec] / s if base.get(prec) else None,
+                "paired_speedup_median": median(paired),
+                "first_step_s": v.first_step_s,
+                "first_step_lm_loss": v.first_lm_loss,
+            }
+        )
+    result = {
+        "benchmark": "trainer_variants",
+        "machine": info,
+        "arch": args.arch,
+        "batch": args.batch,
+        "repeats": args.repeats,
+        "profiles": profiles,
+        "phases_s": phases,
+        "variants": rows,
+        "wall_s": time.time() - started,
+        "command": "python bench/trainer_variants.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"\n{args.arch}, batch {args.batch}, medians of {args.repeats} round-robin steps\n")
-    print("| variant | s/step (median) | min | speedup (medians) | speedup (median of same-round ratios) | first step s | first-step lm_loss |")
+    print(
+        "| variant | s/step (median) | min | speedup (medians) | speedup (median of same-round ratios) | first step s | first-step lm_loss |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         speed = f"{r['speedup_vs_baseline']:.2f}x" if r["speedup_vs_baseline"] else "-"
         paired = f"{r['paired_speedup_median']:.2f}x" if r["paired_speedup_median"] else "-"
-        print(f"| {r['variant']} | {r['median_s_per_step']:.2f} | {r['min_s_per_step']:.2f} | {speed} | {paired} "
-              f"| {r['first_step_s']:.1f} | {r['first_step_lm_loss']:.5f} |")
+        print(
+            f"| {r['variant']} | {r['median_s_per_step']:.2f} | {r['min_s_per_step']:.2f} | {speed} | {paired} "
+            f"| {r['first_step_s']:.1f} | {r['first_step_lm_loss']:.5f} |"
+        )
     print(f"\nwall {result['wall_s']:.0f} s; JSON: {args.out}")
     return result
 

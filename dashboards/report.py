@@ -21,6 +21,7 @@ machine has them): works for a study written from another machine.
 Modules: report_view (a study as the figures see it), report_optuna, report_curves, report_project (figures),
 report_tables (best trial, trials), report_compare (several studies), report_page (the HTML).
 """
+
 from __future__ import annotations
 
 import sys
@@ -39,7 +40,17 @@ from storage.cli import (
     storage_from_args,
 )
 
-__all__ = ["FIGURES", "Section", "StudyView", "build_sections", "get_plotlyjs", "main", "render_html", "report", "write_report"]
+__all__ = [
+    "FIGURES",
+    "Section",
+    "StudyView",
+    "build_sections",
+    "get_plotlyjs",
+    "main",
+    "render_html",
+    "report",
+    "write_report",
+]
 KNOWN: dict[str, str | None] = {"study": None, "out": None, "chips": None, **STORAGE_KEYS}
 
 
@@ -79,7 +90,9 @@ def report(argv: list[str]) -> int:
         except KeyError:
             known = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
             raise ArgumentError(f"study={name!r} not found in {redact(url)}; studies there: {known}") from None
-    out = write_report(studies, args.get("out") or f"outputs/reports/{'_vs_'.join(names)}.html", redact(url), chips=chips)
+    out = write_report(
+        studies, args.get("out") or f"outputs/reports/{'_vs_'.join(names)}.html", redact(url), chips=chips
+    )
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
     return 0
 

@@ -1,5 +1,6 @@
 """Several studies on one page: best-so-far of each against trial number, study hours or chip-hours, and a
 side-by-side summary table. Each study is read in its own direction on its own first objective."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -19,7 +20,11 @@ from dashboards.report_view import (
     plain_params,
 )
 
-X_AXES = {"trial": "trial number", "hours": "hours since the study's first trial started", "chip_hours": "cumulative chip-hours of finished trials"}
+X_AXES = {
+    "trial": "trial number",
+    "hours": "hours since the study's first trial started",
+    "chip_hours": "cumulative chip-hours of finished trials",
+}
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -39,7 +44,9 @@ def study_start(view: StudyView) -> dt.datetime | None:
 
 
 def chip_hours_known(view: StudyView) -> bool:
-    return bool(view.complete) and all(view.chip_hours(t) is not None for t in view.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
+    return bool(view.complete) and all(
+        view.chip_hours(t) is not None for t in view.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+    )
 
 
 def cumulative_chip_hours(view: StudyView, trial: FrozenTrial) -> float:
@@ -57,7 +64,10 @@ def _points(view: StudyView, axis: str) -> tuple[list[float], list[float], list[
     else:
         pairs = best_so_far(view, lambda t: t.datetime_complete or dt.datetime.max)
         if axis == "hours":
-            xs = [(t.datetime_complete - start).total_seconds() / 3600 if t.datetime_complete and start else float("nan") for t, _ in pairs]
+            xs = [
+                (t.datetime_complete - start).total_seconds() / 3600 if t.datetime_complete and start else float("nan")
+                for t, _ in pairs
+            ]
         else:
             xs = [cumulative_chip_hours(view, t) for t, _ in pairs]
     texts = [f"{view.name}: trial {t.number}<br>value {view.value(t):.4g}<br>best so far {b:.4g}" for t, b in pairs]
@@ -114,7 +124,12 @@ def summary_table(views: list[StudyView]) -> str:
     def total_hours(v: StudyView) -> str:
         hours = [v.chip_hours(t) for t in v.trials if t.state in FINISHED]
         known = [h for h in hours if h is not None]
-        return "" if not known else f"{sum(known):.3g}" + ("" if len(known) == len(hours) else f" ({len(known)} of {len(hours)} trials recorded)")
+        return (
+            ""
+            if not known
+            else f"{sum(known):.3g}"
+            + ("" if len(known) == len(hours) else f" ({len(known)} of {len(hours)} trials recorded)")
+        )
 
     def span(v: StudyView) -> str:
         start, ends = study_start(v), [t.datetime_complete for t in v.trials if t.datetime_complete]
@@ -132,5 +147,8 @@ def summary_table(views: list[StudyView]) -> str:
         ("first start to last finish", lambda v: esc(span(v))),
     ]  # fmt: skip
     head = "<tr><th></th>" + "".join(f"<th>{html.escape(v.name)}</th>" for v in views) + "</tr>"
-    body = "".join(f"<tr><th>{html.escape(label)}</th>" + "".join(f"<td>{cell(v)}</td>" for v in views) + "</tr>" for label, cell in rows)
+    body = "".join(
+        f"<tr><th>{html.escape(label)}</th>" + "".join(f"<td>{cell(v)}</td>" for v in views) + "</tr>"
+        for label, cell in rows
+    )
     return f'<table class="trials" id="compare-summary">{head}{body}</table>'

@@ -5,6 +5,7 @@ Each line is one trial, named in the legend and the hover with its number and st
 and coloured, pruned ones dashed grey, running or failed ones dotted. Nothing is interpolated into a curve;
 only the time axes are estimates (a job records when its first and last steps ran, see report_view.Clock).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,11 @@ MAX_LEGEND_TRIALS = 30  # beyond this the legend names the groups only (the hove
 MAX_POINTS = 400  # per curve from a metrics file: a long run logs thousands; every k-th point and the last are kept
 STATE_ORDER = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.FAIL, TrialState.WAITING)
 PRUNED_GREY = "#8c8c8c"
-X_AXES = {"step": "training step", "seconds": "wall-clock (seconds since the trial's job started)", "chip_hours": "chip-hours"}
+X_AXES = {
+    "step": "training step",
+    "seconds": "wall-clock (seconds since the trial's job started)",
+    "chip_hours": "chip-hours",
+}
 
 
 @dataclass
@@ -88,12 +93,19 @@ def file_curves(view: StudyView) -> tuple[dict[str, list[Curve]], int, bool]:
         for record in read_metrics(path):
             for key, value in record.items():
                 if key != "step" and _number(value):
-                    points.setdefault(key, {})[record["step"]] = float(value)  # a resumed run logs a step again: last wins
+                    points.setdefault(key, {})[record["step"]] = float(
+                        value
+                    )  # a resumed run logs a step again: last wins
         for key, by_step in points.items():
             thinned |= len(by_step) > MAX_POINTS
-            by_metric.setdefault(key, []).append(Curve(t, *thin(sorted(by_step), [by_step[s] for s in sorted(by_step)])))
+            by_metric.setdefault(key, []).append(
+                Curve(t, *thin(sorted(by_step), [by_step[s] for s in sorted(by_step)]))
+            )
     first = [m for m in dict.fromkeys([view.reported, view.objective]) if m in by_metric]
-    rest = sorted(set(by_metric) - set(first), key=lambda m: (not m.startswith("eval/"), not m.startswith("train/"), not m.endswith(("loss", "accuracy")), m))
+    rest = sorted(
+        set(by_metric) - set(first),
+        key=lambda m: (not m.startswith("eval/"), not m.startswith("train/"), not m.endswith(("loss", "accuracy")), m),
+    )
     return {m: by_metric[m] for m in first + rest}, files, thinned
 
 
@@ -122,7 +134,10 @@ def axes_available(view: StudyView, curves: list[Curve]) -> tuple[list[str], str
     chipped = [n for n in timed if clocks[n].chips is not None]  # type: ignore[union-attr]
     axes = ["step"] + (["seconds"] if timed else []) + (["chip_hours"] if chipped else [])
     if not timed:
-        return axes, "No wall-clock or chip-hour axis: no trial here recorded `timing` or `train_seconds` (its job stores them when it ends)."
+        return (
+            axes,
+            "No wall-clock or chip-hour axis: no trial here recorded `timing` or `train_seconds` (its job stores them when it ends).",
+        )
     words = ("Wall-clock: a step is placed linearly between the job's recorded first and last step times (`timing`, else "
              "`train_seconds`); an estimate, not a per-step log.")  # fmt: skip
     if len(timed) < len(trials):
@@ -177,14 +192,18 @@ def curve_figure(view: StudyView, by_metric: dict[str, list[Curve]]) -> tuple[go
 def intermediate_values(view: StudyView) -> Section:
     s = Section(view.prefix + "fig-intermediate-values", FIGURES["fig-intermediate-values"])
     if view.multi:
-        s.note = "Multi-objective study: trials report no intermediate values (Optuna prunes single-objective studies only)."
+        s.note = (
+            "Multi-objective study: trials report no intermediate values (Optuna prunes single-objective studies only)."
+        )
         return s
     curves = reported_curves(view)
     if not curves:
         s.note = "No trial reported intermediate values."
         return s
     s.figure, axes = curve_figure(view, {view.reported: curves})
-    states = ", ".join(f"{n} {st.name.lower()}" for st in STATE_ORDER if (n := sum(c.trial.state == st for c in curves)))
+    states = ", ".join(
+        f"{n} {st.name.lower()}" for st in STATE_ORDER if (n := sum(c.trial.state == st for c in curves))
+    )
     s.caption = f"{view.reported} at each eval, as reported to the pruner ({states}): completed solid, pruned dashed grey. {axes}"
     return s
 
@@ -198,7 +217,9 @@ def metric_curves(view: StudyView) -> Section:
                   "the reported metric's curves are the pruning curves above.")  # fmt: skip
         return s
     s.figure, axes = curve_figure(view, by_metric)
-    s.caption = f"From {files} trial(s)' metrics files, {len(by_metric)} metrics: pick one in the menu above the plot. {axes}"
+    s.caption = (
+        f"From {files} trial(s)' metrics files, {len(by_metric)} metrics: pick one in the menu above the plot. {axes}"
+    )
     if thinned:
         s.caption += f" Curves of more than {MAX_POINTS} logged points show every k-th point and the last."
     return s

@@ -3,6 +3,7 @@
 Optuna draws most of them well; the slices are drawn here because Optuna puts every parameter in one row,
 where the tick labels of a study with many parameters run into each other.
 """
+
 from __future__ import annotations
 
 import math
@@ -148,6 +149,15 @@ def slices(view: StudyView) -> Section:
             fig.update_xaxes(type="category", categoryorder="array", categoryarray=choices, row=row, col=col)
         elif _is_log(dist):
             fig.update_xaxes(type="log", row=row, col=col)
-    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=max(last, 1), colorbar=dict(title="trial", thickness=12, yanchor="top", y=1, len=max(0.3, 1 / math.ceil(len(names) / GRID_COLUMNS)))))
+    fig.update_layout(
+        coloraxis=dict(
+            colorscale="Blues",
+            cmin=0,
+            cmax=max(last, 1),
+            colorbar=dict(
+                title="trial", thickness=12, yanchor="top", y=1, len=max(0.3, 1 / math.ceil(len(names) / GRID_COLUMNS))
+            ),
+        )
+    )
     s.figure = fig
     return s

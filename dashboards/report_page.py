@@ -1,4 +1,5 @@
 """The HTML page: one study, or several side by side, with plotly.js inlined once (it opens offline)."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -21,7 +22,10 @@ PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 # Figure ids of one study in report order, with their section titles.
 FIGURES: dict[str, str] = {
-    **{k: study_views.FIGURES[k] for k in ("fig-optimization-history", "fig-param-importances", "fig-parallel-coordinate")},
+    **{
+        k: study_views.FIGURES[k]
+        for k in ("fig-optimization-history", "fig-param-importances", "fig-parallel-coordinate")
+    },
     **curves.FIGURES,
     **{k: study_views.FIGURES[k] for k in ("fig-slice", "fig-pareto-front")},
     **project_views.FIGURES,
@@ -86,7 +90,13 @@ def build_sections(view: StudyView) -> list[Section]:
         try:
             sections.append(builders[fig_id]())
         except Exception as err:  # noqa: BLE001 - one figure that cannot be drawn must not cost the whole report
-            sections.append(Section(view.prefix + fig_id, FIGURES[fig_id], note=f"Could not be drawn for this study ({type(err).__name__}: {err})."))
+            sections.append(
+                Section(
+                    view.prefix + fig_id,
+                    FIGURES[fig_id],
+                    note=f"Could not be drawn for this study ({type(err).__name__}: {err}).",
+                )
+            )
     return sections
 
 
@@ -95,7 +105,11 @@ def render_section(s: Section) -> str:
     if s.figure is not None:
         s.figure.update_layout(margin=dict(t=max(50, s.figure.layout.margin.t or 0)))
         height = "480px" if s.figure.layout.height is None else f"{s.figure.layout.height}px"
-        parts.append(s.figure.to_html(full_html=False, include_plotlyjs=False, div_id=s.fig_id, config=PLOT_CONFIG, default_height=height))
+        parts.append(
+            s.figure.to_html(
+                full_html=False, include_plotlyjs=False, div_id=s.fig_id, config=PLOT_CONFIG, default_height=height
+            )
+        )
         if s.caption:
             parts.append(f'<p class="caption" data-caption="{s.fig_id}">{html.escape(s.caption)}</p>')
     if s.note:
@@ -133,7 +147,7 @@ def render_html(views: list[StudyView], source: str = "") -> str:
     """The whole page: one study as before, or a comparison first and then each study in turn."""
     names = [v.name for v in views]
     title = names[0] if len(views) == 1 else " vs ".join(names)
-    generated = f"generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}" + (f"; storage {source}" if source else "")
+    generated = f"generated {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}" + (f"; storage {source}" if source else "")
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{html.escape(title)}: trm-sweeps report</title>",
         ERROR_COLLECTOR, STYLE, f'<script type="text/javascript">{get_plotlyjs()}</script>', "</head><body>",
@@ -148,12 +162,16 @@ def render_html(views: list[StudyView], source: str = "") -> str:
         parts.append(f'<section id="sec-compare"><h2>Comparison</h2>{compare.summary_table(views)}</section>')
         parts.append(render_section(compare.compare_best(views)))
         for v in views:
-            parts += study_body(v, f'<h2 class="study" id="study-{v.prefix.rstrip("-")}">Study {html.escape(v.name)}</h2>')
+            parts += study_body(
+                v, f'<h2 class="study" id="study-{v.prefix.rstrip("-")}">Study {html.escape(v.name)}</h2>'
+            )
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
-def write_report(studies: optuna.Study | list[optuna.Study], out: str | Path, source: str = "", chips: int | None = None) -> Path:
+def write_report(
+    studies: optuna.Study | list[optuna.Study], out: str | Path, source: str = "", chips: int | None = None
+) -> Path:
     """Write the report of one study (or several, compared) to `out` (parent directories created)."""
     studies = [studies] if isinstance(studies, optuna.Study) else list(studies)
     prefix = (lambda i: "") if len(studies) == 1 else (lambda i: f"s{i + 1}-")

@@ -1,5 +1,6 @@
 """This project's views of a study: objective vs model size and compute (with Pareto fronts), by optimizer, the
 effect of curriculum and halting settings, and the seed spread of replicated configurations."""
+
 from __future__ import annotations
 
 import statistics
@@ -28,7 +29,9 @@ FIGURES: dict[str, str] = {
 def objective_vs_cost(view: StudyView, fig_id: str, attr: str, label: str, log_x: bool) -> Section:
     """The objective against a cost recorded by the job (user attribute), with the Pareto front."""
     s = Section(view.prefix + fig_id, FIGURES[fig_id])
-    points = [(float(t.user_attrs[attr]), view.value(t), t) for t in view.complete if t.user_attrs.get(attr) is not None]
+    points = [
+        (float(t.user_attrs[attr]), view.value(t), t) for t in view.complete if t.user_attrs.get(attr) is not None
+    ]
     if not points:
         s.note = f"No completed trial recorded `{attr}`."
         return s
@@ -38,7 +41,11 @@ def objective_vs_cost(view: StudyView, fig_id: str, attr: str, label: str, log_x
         marker=dict(size=9, color=[p[2].number for p in points], colorscale="Blues", showscale=True, colorbar=dict(title="trial"), line=dict(width=0.5, color="#333")),
         hovertext=[hover(p[2], view) for p in points], hoverinfo="text",
     ))  # fmt: skip
-    pruned = [(float(t.user_attrs[attr]), view.last_report(t), t) for t in view.pruned if t.user_attrs.get(attr) is not None and view.last_report(t) is not None]
+    pruned = [
+        (float(t.user_attrs[attr]), view.last_report(t), t)
+        for t in view.pruned
+        if t.user_attrs.get(attr) is not None and view.last_report(t) is not None
+    ]
     if pruned and view.reported == view.objective:  # a pruned trial's last report is on the objective's axis
         fig.add_trace(go.Scatter(
             x=[p[0] for p in pruned], y=[p[1] for p in pruned], mode="markers", name="pruned (last report)",
@@ -54,7 +61,9 @@ def objective_vs_cost(view: StudyView, fig_id: str, attr: str, label: str, log_x
     if log_x and min(p[0] for p in points) > 0:
         fig.update_xaxes(type="log")
     s.figure = fig
-    s.caption = f"Pareto front: no other completed trial is both cheaper and better ({len(front)} of {len(points)} trials)."
+    s.caption = (
+        f"Pareto front: no other completed trial is both cheaper and better ({len(front)} of {len(points)} trials)."
+    )
     return s
 
 
@@ -124,7 +133,17 @@ def seed_spread(view: StudyView) -> Section:
             xs.append(label)
             ys.append(v)
             texts.append(f"{label}, seed {i}: {v:.4g}")
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="one seed", marker=dict(size=8, color="#1f77b4", opacity=0.7), hovertext=texts, hoverinfo="text"))
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="markers",
+            name="one seed",
+            marker=dict(size=8, color="#1f77b4", opacity=0.7),
+            hovertext=texts,
+            hoverinfo="text",
+        )
+    )
     means = [statistics.fmean(t.user_attrs["seed_values"]) for t in trials]
     stds = [statistics.pstdev(t.user_attrs["seed_values"]) for t in trials]
     fig.add_trace(go.Scatter(

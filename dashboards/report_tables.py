@@ -3,6 +3,7 @@
 The best trial is described by `sweeps.best.describe`, the same description `python -m sweeps.best` prints, so
 the plain override names, the re-train command and the checkpoint path agree between the two.
 """
+
 from __future__ import annotations
 
 import html
@@ -74,13 +75,19 @@ def best_block(view: StudyView) -> str:
     trials = view.best()
     if not trials:
         return f'<section id="{sid}"><h2>Best trial</h2><p class="note">No completed trial yet.</p></section>'
-    title = "Best trial" if not view.multi else f"Pareto-front trials ({len(trials)}; the first {min(len(trials), MAX_PARETO_SHOWN)} shown)"
+    title = (
+        "Best trial"
+        if not view.multi
+        else f"Pareto-front trials ({len(trials)}; the first {min(len(trials), MAX_PARETO_SHOWN)} shown)"
+    )
     parts = [f'<section id="{sid}" class="best"><h2>{title}</h2>']
     for trial in trials[:MAX_PARETO_SHOWN]:
         info = describe(view.study, trial)
         values = ", ".join(f"{name} = {fmt_value(v)}" for name, v in zip(view.objectives, trial.values))
         step = f" at step {info['best_step']}" if info["best_step"] is not None else ""
-        parts.append(f"<p><b>trial {trial.number}</b> ({trial.state.name.lower()}): {html.escape(values)}{html.escape(step)}</p>")
+        parts.append(
+            f"<p><b>trial {trial.number}</b> ({trial.state.name.lower()}): {html.escape(values)}{html.escape(step)}</p>"
+        )
         rows = "".join(f"<tr><td><code>{html.escape(k)}</code></td><td><code>{html.escape(v)}</code></td></tr>"
                        for k, _, v in (o.partition("=") for o in info["overrides"]))  # fmt: skip
         parts.append(f'<table class="params"><tr><th>parameter (override)</th><th>value</th></tr>{rows}</table>')
@@ -91,7 +98,9 @@ def best_block(view: StudyView) -> str:
             ("code version", html.escape(info["code_version"] or "not recorded")),
             ("workdir", link(info["workdir"]) or "not recorded"),
         ]
-        parts.append('<table class="facts">' + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts) + "</table>")
+        parts.append(
+            '<table class="facts">' + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts) + "</table>"
+        )
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -108,7 +117,10 @@ def trial_table(view: StudyView) -> str:
         hours = view.chip_hours(t)
         last = view.last_report(t) if t.state == TrialState.PRUNED else None
         value = ", ".join(fmt_value(v) for v in t.values or []) or (
-            f'<span class="muted" title="the last value it reported before it was pruned">(last {last:.4g})</span>' if last is not None else "")
+            f'<span class="muted" title="the last value it reported before it was pruned">(last {last:.4g})</span>'
+            if last is not None
+            else ""
+        )
         cells = [  # (class, html)
             ("num", esc(t.number)), ("", f'<span class="state-{t.state.name.lower()}">{t.state.name.lower()}</span>'),
             ("num", value), ("num", esc(info["best_step"])), ("num", esc(t.user_attrs.get("steps"))),

@@ -4,6 +4,7 @@ Every figure and table reads the study through a StudyView, so that "which value
 chips" are decided once. Nested trial facts (timing, the training overrides) are read only through
 `storage.record.trial_detail`: where they are stored is the record's business, not the report's.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -94,7 +95,7 @@ class StudyView:
         for item in overrides if isinstance(overrides, list) else []:
             if str(item).startswith(CHIPS_OVERRIDE):
                 try:
-                    return int(str(item)[len(CHIPS_OVERRIDE):])
+                    return int(str(item)[len(CHIPS_OVERRIDE) :])
                 except ValueError:
                     return None
         return None
@@ -106,7 +107,9 @@ class StudyView:
         if not isinstance(steps, int) or steps <= 0:
             return None
         timing = trial_detail(attrs, "timing")
-        if isinstance(timing, dict) and all(isinstance(timing.get(k), (int, float)) for k in ("run_start", "first_step_start", "last_step_end")):
+        if isinstance(timing, dict) and all(
+            isinstance(timing.get(k), (int, float)) for k in ("run_start", "first_step_start", "last_step_end")
+        ):
             span = timing["last_step_end"] - timing["first_step_start"]
             if span > 0:
                 return Clock(timing["first_step_start"] - timing["run_start"], span, steps, self.chips(trial))

@@ -7,6 +7,7 @@ optuna-dashboard's HTTP API has no authentication, and it can delete studies and
 loopback interface by default; any other address needs `allow_remote=true` (prefer an ssh tunnel:
 `ssh -L 8080:127.0.0.1:8080 HOST`).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -17,7 +18,13 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from storage import redact
 from storage.cli import ArgumentError, parse_args, parse_bool, run_cli, storage_from_args
 
-KNOWN = {"storage.url": None, "storage.password_env": None, "host": "127.0.0.1", "port": "8080", "allow_remote": "false"}
+KNOWN = {
+    "storage.url": None,
+    "storage.password_env": None,
+    "host": "127.0.0.1",
+    "port": "8080",
+    "allow_remote": "false",
+}
 REMOTE_WARNING = (
     "warning: optuna-dashboard is reachable from other machines at {where}: its API has no authentication and "
     "anyone who can reach it can read, change and delete studies. Keep it behind a firewall or an "

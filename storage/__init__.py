@@ -5,8 +5,8 @@ Public API (``python -m storage.up`` and ``python -m storage.check`` are the CLI
 
 from storage.engine import close_storage, open_storage, schema_version
 from storage.errors import StorageConfigError, StorageError, StorageGoneError, StorageUnavailableError, database_gone
-from storage.locks import exclusive
 from storage.heartbeat import HeartbeatThread, fail_stale_trials, orphaned_trials, retry_callback, trial_id_of
+from storage.locks import exclusive
 from storage.url import ENV_VAR, redact, resolve_url, validate_url
 
 __all__ = [

@@ -35,10 +35,13 @@ def check(url: str, password_env: str | None = None, connect_timeout_s: int = 10
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m storage.check", description=__doc__)
-    parser.add_argument("url", nargs="?", default=None,
-                        help="storage URL (default: $TRM_SWEEPS_STORAGE, else sqlite:///outputs/optuna.db)")
-    parser.add_argument("--password-env", default=None,
-                        help="name of an env var holding the PostgreSQL password")
+    parser.add_argument(
+        "url",
+        nargs="?",
+        default=None,
+        help="storage URL (default: $TRM_SWEEPS_STORAGE, else sqlite:///outputs/optuna.db)",
+    )
+    parser.add_argument("--password-env", default=None, help="name of an env var holding the PostgreSQL password")
     parser.add_argument("--timeout", type=int, default=10, help="connect timeout in seconds")
     args = parser.parse_args(argv)
     try:

@@ -3,6 +3,7 @@
 One parser for all of them, so they agree: `--help` prints the usage, an unknown key or an item without `=` is one
 error naming it and the accepted keys, and a reader never creates a database (a mistyped path is an error).
 """
+
 from __future__ import annotations
 
 import sys

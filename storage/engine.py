@@ -108,9 +108,7 @@ def open_storage(
             )
     except (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError) as e:
         # `from None`: the chained driver exception is summarised (and scrubbed) in the message.
-        raise StorageUnavailableError(
-            f"cannot open storage {shown}: {_reason(e, secret)}"
-        ) from None
+        raise StorageUnavailableError(f"cannot open storage {shown}: {_reason(e, secret)}") from None
 
 
 def schema_version(storage: RDBStorage) -> str:
@@ -126,8 +124,10 @@ def close_storage(storage: RDBStorage) -> None:
 
 def _check_heartbeat(interval: int | None, grace: int | None) -> None:
     """Optuna refuses a heartbeat interval or grace period <= 0 without naming the setting: name it here."""
-    for key, arg, value in (("heartbeat.interval_s", "heartbeat_interval", interval),
-                            ("heartbeat.grace_s", "grace_period", grace)):
+    for key, arg, value in (
+        ("heartbeat.interval_s", "heartbeat_interval", interval),
+        ("heartbeat.grace_s", "grace_period", grace),
+    ):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise StorageConfigError(
                 f"{key} = {value!r} (the storage's {arg}): expected a whole number of seconds >= 1"
@@ -198,9 +198,7 @@ def _pg_schema_lock(url: URL, connect_args: dict[str, Any]) -> Iterator[None]:
     Optuna's create_all and version stamping are check-then-create, so concurrent first starts
     fail with duplicate-key errors; serialising them on a fixed lock key avoids that.
     """
-    engine = sqlalchemy.create_engine(
-        url, poolclass=NullPool, connect_args=connect_args, isolation_level="AUTOCOMMIT"
-    )
+    engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=connect_args, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
             conn.execute(
@@ -212,9 +210,7 @@ def _pg_schema_lock(url: URL, connect_args: dict[str, Any]) -> Iterator[None]:
                 yield
             finally:
                 with contextlib.suppress(sqlalchemy.exc.DBAPIError):
-                    conn.execute(
-                        sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": SCHEMA_LOCK_KEY}
-                    )
+                    conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": SCHEMA_LOCK_KEY})
     finally:
         engine.dispose()
 
@@ -231,9 +227,7 @@ def _sqlite_schema_lock(url: URL, shown: str) -> Iterator[None]:
         return
     if not path.parent.is_dir():
         what = "is not a directory" if path.parent.exists() else "does not exist"
-        raise StorageConfigError(
-            f"storage.url = {shown!r}: directory {str(path.parent)!r} {what}"
-        )
+        raise StorageConfigError(f"storage.url = {shown!r}: directory {str(path.parent)!r} {what}")
     try:
         import fcntl
     except ImportError:  # Windows: no flock; the SQLite busy timeout is all we have

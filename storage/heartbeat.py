@@ -109,9 +109,7 @@ class HeartbeatThread:
     def __init__(self, storage: RDBStorage, trial_id: int, interval_s: float | None = None) -> None:
         interval = interval_s if interval_s is not None else storage.get_heartbeat_interval()
         if interval is None or interval <= 0:
-            raise ValueError(
-                "HeartbeatThread needs interval_s > 0 or a storage opened with heartbeat_interval"
-            )
+            raise ValueError("HeartbeatThread needs interval_s > 0 or a storage opened with heartbeat_interval")
         self._storage = storage
         self._trial_id = trial_id
         self._interval = float(interval)
@@ -126,9 +124,7 @@ class HeartbeatThread:
             raise RuntimeError("HeartbeatThread already started")
         self._storage.record_heartbeat(self._trial_id)
         self.beats += 1
-        self._thread = threading.Thread(
-            target=self._run, name=f"heartbeat-trial-{self._trial_id}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-trial-{self._trial_id}", daemon=True)
         self._thread.start()
 
     def stop(self, timeout_s: float | None = None) -> None:

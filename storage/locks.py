@@ -4,13 +4,14 @@ Optuna has no atomic "ask only if the budget allows", so two drivers could both 
 both ask. Holding this lock around count-then-ask makes that one step. PostgreSQL: a session advisory
 lock (works across machines); SQLite: an flock on a file beside the database (one machine, as SQLite is).
 """
+
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import sqlalchemy
 from optuna.storages import RDBStorage

@@ -3,6 +3,7 @@
 The record is the contract between the driver and the job (docs/architecture in DESIGN: "the study record is
 the channel back"); its names live here, in `storage`, which both sides may import.
 """
+
 from __future__ import annotations
 
 # Study attributes the driver writes and the job reads.
@@ -49,6 +50,7 @@ ATTEMPT_ATTRS = (
 def attempt_attr(key: str) -> bool:
     """Whether a trial attribute (possibly "seed<i>/"-prefixed) belongs to one attempt."""
     return key.rsplit("/", 1)[-1] in ATTEMPT_ATTRS
+
 
 # Trial attributes for reusing a trial (sweeps/best.py): the driver stores the whole set of training overrides
 # the job ran with and its checkpoint URL when it launches; the job stores its code version when it finishes.

@@ -39,25 +39,19 @@ ENV_NAME_SUFFIX = "_env"
 # Characters that end a URL inside an override string or a Hydra list (`['a=x://u:p@h', 'b=...']`).
 _STOP = r"\s'\",\[\]"
 # scheme://user:PASSWORD@ - RFC 3986 userinfo: the password cannot hold '/', '?' or '#' unencoded.
-_USERINFO = re.compile(
-    rf"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^/?#@:{_STOP}]*:)(?P<secret>[^/?#@{_STOP}]*)@"
-)
+_USERINFO = re.compile(rf"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^/?#@:{_STOP}]*:)(?P<secret>[^/?#@{_STOP}]*)@")
 # Database URLs as SQLAlchemy parses them: its password may hold '/' (anything but '@').
 _DB_USERINFO = re.compile(
     rf"(?P<head>\b(?:postgres(?:ql)?|sqlite|mysql|mariadb)(?:\+\w+)?://[^/@:{_STOP}]*:)(?P<secret>[^@{_STOP}]*)@",
     re.IGNORECASE,
 )
 # ?name=value / &name=value where name is a secret's name (checked with is_secret_name).
-_QUERY = re.compile(
-    rf"(?P<head>[?&](?P<name>[^=&#{_STOP}]+)=)(?P<secret>[^&#{_STOP}]+)"
-)
+_QUERY = re.compile(rf"(?P<head>[?&](?P<name>[^=&#{_STOP}]+)=)(?P<secret>[^&#{_STOP}]+)")
 # The last resort for a URL that does not parse: anything between "://user:" and the last "@".
 _LOOSE_USERINFO = re.compile(r"(://[^/@:]*:).*@")
 # `key=value` as a Hydra override spells it (`+key`, `++key`, `~key`, `key@package`).
 _OVERRIDE = re.compile(r"^(?P<key>[~+]{0,2}[\w.\-/@]+)=(?P<value>.*)$", re.DOTALL)
-_DB_SCHEME = re.compile(
-    r"^(?:postgres(?:ql)?|sqlite|mysql|mariadb)(?:\+\w+)?://", re.IGNORECASE
-)
+_DB_SCHEME = re.compile(r"^(?:postgres(?:ql)?|sqlite|mysql|mariadb)(?:\+\w+)?://", re.IGNORECASE)
 
 WHY = (
     "Secrets must not be passed on the command line or in the config: Hydra saves both in the run "
@@ -79,11 +73,7 @@ def _query_secrets(text: str) -> Iterator[re.Match[str]]:
 
 def has_url_credentials(text: str) -> bool:
     """True when ``text`` holds a URL with a password in its userinfo or a secret query parameter."""
-    return bool(
-        _USERINFO.search(text)
-        or _DB_USERINFO.search(text)
-        or next(_query_secrets(text), None)
-    )
+    return bool(_USERINFO.search(text) or _DB_USERINFO.search(text) or next(_query_secrets(text), None))
 
 
 def redact_credentials(text: str, unparsed: bool = False) -> str:
@@ -98,19 +88,13 @@ def redact_credentials(text: str, unparsed: bool = False) -> str:
         return match.group("head") + "***@"
 
     def hide_query(match: re.Match[str]) -> str:
-        return (
-            match.group("head") + "***"
-            if is_secret_name(match.group("name"))
-            else match.group(0)
-        )
+        return match.group("head") + "***" if is_secret_name(match.group("name")) else match.group(0)
 
     text = _USERINFO.sub(hide_userinfo, _DB_USERINFO.sub(hide_userinfo, text))
     return _QUERY.sub(hide_query, text)
 
 
-def password_in_url_message(
-    key: str, shown_url: str, password_env_key: str = "storage.password_env"
-) -> str:
+def password_in_url_message(key: str, shown_url: str, password_env_key: str = "storage.password_env") -> str:
     """The refusal of a database URL carrying a password (``shown_url`` must already be redacted)."""
     return (
         f"{key} = {shown_url!r} contains a password. Passwords must not appear in the URL "
@@ -122,11 +106,7 @@ def password_in_url_message(
 
 def _password_env_key(key: str) -> str:
     """The key that names the password's env var for the app owning ``key`` (trm.train: sweep.*)."""
-    return (
-        "sweep.password_env"
-        if key.lstrip("~+").startswith("sweep.")
-        else "storage.password_env"
-    )
+    return "sweep.password_env" if key.lstrip("~+").startswith("sweep.") else "storage.password_env"
 
 
 def url_refusal(key: str, value: str) -> str | None:
@@ -163,11 +143,7 @@ def override_refusal(override: str, where: str | None = None) -> str | None:
     """Refusal for one ``key=value`` override string (or any string, checked for URL credentials)."""
     match = _OVERRIDE.match(override)
     if match is None:
-        return (
-            url_refusal(where or "a value", override)
-            if has_url_credentials(override)
-            else None
-        )
+        return url_refusal(where or "a value", override) if has_url_credentials(override) else None
     key, value = match.group("key"), match.group("value")
     shown_key = key if where is None else f"{key} (in {where})"
     if is_secret_name(key) and _is_set(value):
@@ -180,11 +156,7 @@ def _walk(node: Any, path: str) -> Iterator[str]:
     if isinstance(node, Mapping):
         for k, v in node.items():
             child = f"{path}.{k}" if path else str(k)
-            if (
-                not isinstance(v, (Mapping, list, tuple))
-                and is_secret_name(str(k))
-                and _is_set(v)
-            ):
+            if not isinstance(v, (Mapping, list, tuple)) and is_secret_name(str(k)) and _is_set(v):
                 yield name_refusal(child)
             else:
                 yield from _walk(v, child)

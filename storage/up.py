@@ -165,8 +165,18 @@ def start(data_dir: Path, port: int) -> str:
         if any(data_dir.iterdir()):
             raise UpError(f"{data_dir} is not empty and not a PostgreSQL data directory")
         _run(
-            [str(bindir / "initdb"), "-D", str(data_dir), "-U", SERVICE_USER, "--auth=trust",
-             "-E", "UTF8", "--no-locale", "--no-sync"],
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(data_dir),
+                "-U",
+                SERVICE_USER,
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ],
             "initdb",
             cwd=data_dir,
         )
@@ -191,23 +201,20 @@ def stop(data_dir: Path) -> bool:
     if running_port(data_dir) is None:
         return False
     bindir = find_bindir()
-    _run([str(bindir / "pg_ctl"), "-D", str(data_dir), "stop", "-m", "fast", "-w"], "pg_ctl stop",
-         cwd=data_dir)
+    _run([str(bindir / "pg_ctl"), "-D", str(data_dir), "stop", "-m", "fast", "-w"], "pg_ctl stop", cwd=data_dir)
     return True
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m storage.up", description=__doc__)
-    parser.add_argument("--dir", type=Path, default=None,
-                        help=f"data directory (default {default_dir()})")
+    parser.add_argument("--dir", type=Path, default=None, help=f"data directory (default {default_dir()})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--stop", action="store_true", help="stop the server instead")
     args = parser.parse_args(argv)
     data_dir = args.dir or default_dir()
     try:
         if args.stop:
-            print(f"stopped PostgreSQL in {data_dir}" if stop(data_dir)
-                  else f"no PostgreSQL running in {data_dir}")
+            print(f"stopped PostgreSQL in {data_dir}" if stop(data_dir) else f"no PostgreSQL running in {data_dir}")
             return 0
         url = start(data_dir, args.port)
     except Exception as e:

@@ -17,9 +17,7 @@ from storage.secrets import password_in_url_message, redact_credentials
 
 ENV_VAR = "TRM_SWEEPS_STORAGE"
 CONFIG_KEY = "storage.url"
-ACCEPTED = (
-    "sqlite:///PATH, postgresql://USER@HOST:PORT/DB, postgresql+psycopg2://USER@HOST:PORT/DB"
-)
+ACCEPTED = "sqlite:///PATH, postgresql://USER@HOST:PORT/DB, postgresql+psycopg2://USER@HOST:PORT/DB"
 _SCHEMES = {"sqlite", "sqlite+pysqlite", "postgresql", "postgresql+psycopg2"}
 
 
@@ -35,9 +33,7 @@ def redact(url: str) -> str:
 
 
 def _error(key: str, url: str, why: str) -> StorageConfigError:
-    return StorageConfigError(
-        f"{key} = {redact(url)!r} is not usable: {why}. Accepted: {ACCEPTED}."
-    )
+    return StorageConfigError(f"{key} = {redact(url)!r} is not usable: {why}. Accepted: {ACCEPTED}.")
 
 
 def validate_url(url: str, key: str = CONFIG_KEY) -> URL:

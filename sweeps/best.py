@@ -5,6 +5,7 @@ keys: a conditional `optim.lr@adamw` becomes `optim.lr`), the whole command that
 `train.steps=...` or `seed=...` to train longer or with another seed: the last override wins), its best
 checkpoint, its W&B run and the code version that produced it. Needs nothing but the storage.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,9 @@ def pick(study: optuna.Study, number: str | None) -> FrozenTrial:
         except (ValueError, IndexError):
             raise ArgumentError(f"trial={number!r}: the study has trials 0..{len(study.trials) - 1}") from None
     if len(study.directions) > 1:
-        raise ArgumentError(f"study {study.study_name!r} has {len(study.directions)} objectives: name one Pareto trial with trial=N")
+        raise ArgumentError(
+            f"study {study.study_name!r} has {len(study.directions)} objectives: name one Pareto trial with trial=N"
+        )
     if not any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)):
         raise ArgumentError(f"study {study.study_name!r} has no completed trial yet")
     return study.best_trial
@@ -62,7 +65,11 @@ def describe(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
 
 def render_text(info: dict[str, Any]) -> str:
     value = info["value"]
-    shown = "none" if value is None else (", ".join(f"{v:.4f}" for v in value) if isinstance(value, list) else f"{value:.4f}")
+    shown = (
+        "none"
+        if value is None
+        else (", ".join(f"{v:.4f}" for v in value) if isinstance(value, list) else f"{value:.4f}")
+    )
     lines = [
         f"study {info['study']}, trial {info['trial']} ({info['state']}): {info['objective']} = {shown}"
         + (f" at step {info['best_step']}" if info["best_step"] is not None else ""),

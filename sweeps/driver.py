@@ -6,6 +6,7 @@
 
 The driver never imports the model: it talks to the job through its command line and the study record.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,13 +28,18 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from storage import HeartbeatThread, StorageGoneError, database_gone, exclusive, open_storage, orphaned_trials, redact, resolve_url, retry_callback, trial_id_of
-from sweeps.launchers.base import JobHandle, JobSpec
-from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs, seed_prefix
-from sweeps.progress import ProgressView, route_optuna_logging
-from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
-from sweeps.validate import trial_length, validate_sweep
-from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
+from storage import (
+    HeartbeatThread,
+    StorageGoneError,
+    database_gone,
+    exclusive,
+    open_storage,
+    orphaned_trials,
+    redact,
+    resolve_url,
+    retry_callback,
+    trial_id_of,
+)
 from storage.record import (
     CHECKPOINT_URL_ATTR,
     DRIVERS_ATTR,
@@ -46,6 +52,12 @@ from storage.record import (
     TRAIN_OVERRIDES_ATTR,
     attempt_attr,
 )
+from sweeps.launchers.base import JobHandle, JobSpec
+from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs, seed_prefix
+from sweeps.progress import ProgressView, route_optuna_logging
+from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
+from sweeps.validate import trial_length, validate_sweep
+from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
 
 log = logging.getLogger("sweeps")
 
@@ -56,7 +68,11 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 MAX_DUPLICATE_DRAWS = 20  # draws in a row that repeat a configuration before the space counts as exhausted
-STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+STORAGE_ERRORS = (
+    optuna.exceptions.StorageInternalError,
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+)
 
 # What config may instantiate: `_target_` is code execution, so only these classes.
 TARGETS = ["optuna.samplers.*", "optuna.pruners.*", "sweeps.launchers.*"]
@@ -67,7 +83,7 @@ def clip_reason(reason: str, limit: int = 2000) -> str:
     if len(reason) <= limit:
         return reason
     head = reason.splitlines()[0][: limit // 4]
-    return f"{head}\n...\n{reason[-(limit - len(head) - 5):]}"
+    return f"{head}\n...\n{reason[-(limit - len(head) - 5) :]}"
 
 
 def build(node: DictConfig) -> Any:
@@ -171,10 +187,18 @@ class Driver:
         )
         directions = study_directions(self.study_cfg)
         objectives = [self.study_cfg.objective, *(o.name for o in self.study_cfg.get("objectives") or [])]
-        kwargs = dict(study_name=self.study_cfg.name, storage=self.storage, sampler=build(self.cfg.sampler), pruner=build(self.cfg.pruner))
+        kwargs = dict(
+            study_name=self.study_cfg.name,
+            storage=self.storage,
+            sampler=build(self.cfg.sampler),
+            pruner=build(self.cfg.pruner),
+        )
         study = optuna.create_study(**kwargs, directions=directions, load_if_exists=True)
         stored = study.user_attrs
-        if stored.get(OBJECTIVE_ATTR) not in (None, self.study_cfg.objective) or stored.get("objectives", objectives) != objectives:
+        if (
+            stored.get(OBJECTIVE_ATTR) not in (None, self.study_cfg.objective)
+            or stored.get("objectives", objectives) != objectives
+        ):
             raise StudyMismatchError(
                 f"study.name={self.study_cfg.name!r} already exists with objective(s) {stored.get('objectives')} "
                 f"but this config asks for {objectives}: choose another study.name"
@@ -204,7 +228,9 @@ class Driver:
             if stored.get(key) != value:
                 study.set_user_attr(key, value)
         if study.metric_names != objectives:
-            study.set_metric_names(objectives)  # optuna-dashboard and the CLI say eval/exact_accuracy, not "Objective 0"
+            study.set_metric_names(
+                objectives
+            )  # optuna-dashboard and the CLI say eval/exact_accuracy, not "Objective 0"
         with exclusive(self.storage, f"uid:{self.study_cfg.name}"):  # two drivers opening a new study agree
             uid = study.user_attrs.get(STUDY_UID_ATTR)
             if uid is None:
@@ -275,7 +301,9 @@ class Driver:
         """A retry chain's checkpoints: under its first trial's directory."""
         return f"{self.checkpoint_root}/trial-{origin}/checkpoints"
 
-    def trial_overrides(self, trial: optuna.Trial, values: dict[str, Any], workdir: Path, origin: int, seed_index: int = 0) -> list[str]:
+    def trial_overrides(
+        self, trial: optuna.Trial, values: dict[str, Any], workdir: Path, origin: int, seed_index: int = 0
+    ) -> list[str]:
         return [
             *self.training_overrides(values),
             *trial_wandb_overrides(self.cfg, self.study_uid, origin, seed_index),
@@ -302,11 +330,16 @@ class Driver:
                     return trial, values
                 # Training it would spend a pod-hour on a result the study has (or will have): record why, not a value.
                 trial.set_user_attr(DUPLICATE_OF_ATTR, twin)
-                trial.set_user_attr("fail_reason", f"same parameters as trial {twin}: not trained (repeats are what study.seeds is for)")
+                trial.set_user_attr(
+                    "fail_reason", f"same parameters as trial {twin}: not trained (repeats are what study.seeds is for)"
+                )
                 self.study.tell(trial, state=TrialState.FAIL)
                 log.info("trial %d drew trial %d's parameters again: not trained, drawing again", trial.number, twin)
         self.exhausted = True
-        log.warning("%d draws in a row repeated configurations the study has: the search space looks exhausted", MAX_DUPLICATE_DRAWS)
+        log.warning(
+            "%d draws in a row repeated configurations the study has: the search space looks exhausted",
+            MAX_DUPLICATE_DRAWS,
+        )
         return None
 
     def same_configuration(self, trial: optuna.Trial) -> int | None:
@@ -314,7 +347,9 @@ class Driver:
         params = self.storage.get_trial(trial_id_of(trial)).params
         if not params:
             return None  # nothing searched: every trial is the same configuration by design
-        for other in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)):
+        for other in self.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+        ):
             if other.number != trial.number and other.params == params and DUPLICATE_OF_ATTR not in other.user_attrs:
                 return other.number
         return None
@@ -345,14 +380,21 @@ class Driver:
         workdir = running.workdir
         if seeds > 1:
             # Own output and checkpoint per seed; only seed 0 reports to the pruner.
-            overrides = [o.replace("/run", f"/seed-{index}/run").replace("/checkpoints", f"/seed-{index}/checkpoints") if o.startswith(("out_dir=", "checkpoint.url=")) else o for o in overrides]
+            overrides = [
+                o.replace("/run", f"/seed-{index}/run").replace("/checkpoints", f"/seed-{index}/checkpoints")
+                if o.startswith(("out_dir=", "checkpoint.url="))
+                else o
+                for o in overrides
+            ]
             overrides += [f"seed={index}", f"sweep.seed_index={index}"]
             workdir = running.workdir / f"seed-{index}"
         running.seed_index = index
         running.launched_at.append(time.time())
         running.progress, running.progress_seen = None, time.time()
         try:
-            running.handle = self.launcher.launch(JobSpec(name=f"{self.study_cfg.name}-{trial.number}", overrides=overrides, workdir=workdir))
+            running.handle = self.launcher.launch(
+                JobSpec(name=f"{self.study_cfg.name}-{trial.number}", overrides=overrides, workdir=workdir)
+            )
         except Exception as err:
             running.heartbeat.stop()
             self.tell_fail(trial, f"launch failed: {type(err).__name__}: {err}")
@@ -404,7 +446,9 @@ class Driver:
                 trial.set_user_attr("seed_values", [v[0] for v in per_seed])
                 trial.set_user_attr("seed_std", statistics.pstdev(v[0] for v in per_seed))
             self.study.tell(trial, values if len(values) > 1 else values[0])
-            log.info("trial %d COMPLETE: %s = %.4f%s", trial.number, self.study_cfg.objective, values[0], self.best_line())
+            log.info(
+                "trial %d COMPLETE: %s = %.4f%s", trial.number, self.study_cfg.objective, values[0], self.best_line()
+            )
         running.heartbeat.stop()
         return state
 
@@ -441,9 +485,16 @@ class Driver:
             except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
                 continue  # another driver settled it first
             if verdict.requeue:
-                retry_callback(int(self.cfg.heartbeat.max_retry))(self.study, self.storage.get_trial(trial_id_of(orphan)))
-            log.warning("trial %d: %s; told %s%s", orphan.number, why, verdict.state.name,
-                        " and queued again" if verdict.requeue else " (the outcome its job stored)")
+                retry_callback(int(self.cfg.heartbeat.max_retry))(
+                    self.study, self.storage.get_trial(trial_id_of(orphan))
+                )
+            log.warning(
+                "trial %d: %s; told %s%s",
+                orphan.number,
+                why,
+                verdict.state.name,
+                " and queued again" if verdict.requeue else " (the outcome its job stored)",
+            )
 
     def stop_stalled(self) -> None:
         """Stop, fail and re-queue our trials whose job showed no progress for `stall_timeout_s` (a hung or
@@ -491,14 +542,18 @@ class Driver:
                             running.handle.cancel()
                             running.heartbeat.stop()
                         self.running.clear()
-                        raise StorageGoneError(f"the study database {redact(self.storage_url)} is gone: {why}; its running jobs were stopped") from None
+                        raise StorageGoneError(
+                            f"the study database {redact(self.storage_url)} is gone: {why}; its running jobs were stopped"
+                        ) from None
                     # The database is restarting or unreachable: keep the jobs running (they retry their own
                     # reports) and come back with backoff; pool_pre_ping reconnects once it answers.
                     outage = min(max(2 * outage, 1.0), 30.0)
                     log.warning("storage unavailable (%s); retrying in %.0f s", type(err).__name__, outage)
                     time.sleep(outage)
         except KeyboardInterrupt:
-            log.warning("interrupted: stopping %d running trial(s); they will be retried on the next start", len(self.running))
+            log.warning(
+                "interrupted: stopping %d running trial(s); they will be retried on the next start", len(self.running)
+            )
             self.abandon_running()
             raise
         self.log_summary()
@@ -531,8 +586,12 @@ class Driver:
             except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as err:
                 if not self.settled_elsewhere(running):
                     raise
-                log.warning("trial %d was settled by another driver (%s): it judged this driver gone; is "
-                            "heartbeat.grace_s shorter than a database outage?", number, err)
+                log.warning(
+                    "trial %d was settled by another driver (%s): it judged this driver gone; is "
+                    "heartbeat.grace_s shorter than a database outage?",
+                    number,
+                    err,
+                )
                 running.heartbeat.stop()
                 settled = True
             if settled:
@@ -564,7 +623,9 @@ class Driver:
         for running in self.running.values():
             running.handle.cancel()
             running.heartbeat.stop()
-            self.tell_fail(running.trial, "driver interrupted (the trial is queued again and resumes from its checkpoint)")
+            self.tell_fail(
+                running.trial, "driver interrupted (the trial is queued again and resumes from its checkpoint)"
+            )
             self.requeue(running.trial)
         self.running.clear()
 
@@ -575,7 +636,12 @@ class Driver:
     @functools.cached_property
     def progress_view(self) -> ProgressView:
         """The study's progress display (sweeps/progress.py), started at the first pass of the loop."""
-        return ProgressView(self.study_cfg.name, int(self.cfg.n_trials), int(self.cfg.max_concurrent), float(self.cfg.progress_interval_s))
+        return ProgressView(
+            self.study_cfg.name,
+            int(self.cfg.n_trials),
+            int(self.cfg.max_concurrent),
+            float(self.cfg.progress_interval_s),
+        )
 
     def log_progress(self) -> None:
         """Each pass of the loop: a terminal's progress line redrawn every few seconds, or (not a terminal) one
@@ -594,7 +660,9 @@ class Driver:
             except ValueError:
                 log.info("no completed trial")
                 return
-            print(f"best trial {best.number}: {self.study_cfg.objective} = {best.value:.4f} with {params_to_values(best.params)}")
+            print(
+                f"best trial {best.number}: {self.study_cfg.objective} = {best.value:.4f} with {params_to_values(best.params)}"
+            )
         else:
             for t in self.study.best_trials:
                 print(f"Pareto trial {t.number}: {t.values} with {params_to_values(t.params)}")

@@ -5,6 +5,7 @@ real model, in a subprocess: the driver never imports the model). Step time = FL
 (chips x peak x utilization); the peak and the utilization assumed are config (`estimate.*`), so the
 numbers are as good as those two and say so.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,5 +62,8 @@ def describe(cost: Cost, cfg: DictConfig) -> str:
 def describe_total(costs: list[Cost], cfg: DictConfig) -> str:
     """The whole study if no trial is pruned (an upper bound): what launching it commits to."""
     est, peak = cfg.estimate, cfg.estimate.peak_tflops * 1e12
-    per_pod = ", ".join(f"{name} {_hours(sum(c.hours(chips, peak, est.utilization) for c in costs))}" for name, chips in est.pods.items())
+    per_pod = ", ".join(
+        f"{name} {_hours(sum(c.hours(chips, peak, est.utilization) for c in costs))}"
+        for name, chips in est.pods.items()
+    )
     return f"{len(costs)} trials, none pruned: {per_pod}"

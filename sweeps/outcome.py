@@ -8,11 +8,13 @@ may have finished and stored its outcome before or after the driver died: that o
 throwing it away (fail, retry, resume at the last step) would spend a pod-hour and could record a failure for
 finished work. Only a trial whose job recorded no usable outcome is failed and queued again.
 """
+
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from optuna.trial import TrialState
 
@@ -25,7 +27,7 @@ def seed_prefix(index: int) -> str:
 def seed_attrs(attrs: Mapping[str, Any], index: int) -> dict[str, Any]:
     """The attributes the job of seed `index` stored, without their prefix."""
     prefix = seed_prefix(index)
-    return {k[len(prefix):]: v for k, v in attrs.items() if k.startswith(prefix)} if prefix else dict(attrs)
+    return {k[len(prefix) :]: v for k, v in attrs.items() if k.startswith(prefix)} if prefix else dict(attrs)
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,11 @@ def orphan_verdict(
         if all(v is not None for v in values):
             columns = list(zip(*values))  # type: ignore[arg-type]
             return Verdict(TrialState.COMPLETE, values=[statistics.fmean(c) for c in columns])
-    return Verdict(TrialState.FAIL, reason=f"{why}; its job recorded no outcome to keep: queued again, resumes from its checkpoint", requeue=True)
+    return Verdict(
+        TrialState.FAIL,
+        reason=f"{why}; its job recorded no outcome to keep: queued again, resumes from its checkpoint",
+        requeue=True,
+    )
 
 
 def job_verdict(
@@ -83,7 +89,11 @@ def job_verdict(
         return Verdict(TrialState.PRUNED)
     if outcome == "PREEMPTED":
         steps = attrs.get("steps")
-        return Verdict(TrialState.FAIL, reason=f"preempted at step {steps} (checkpoint saved; queued again, resumes from it)", requeue=True)
+        return Verdict(
+            TrialState.FAIL,
+            reason=f"preempted at step {steps} (checkpoint saved; queued again, resumes from it)",
+            requeue=True,
+        )
     if outcome == "FAIL":
         reason = str(attrs.get("error") or "the job reported FAIL without a reason")
         if launcher_failure:

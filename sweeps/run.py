@@ -1,4 +1,5 @@
 """`python -m sweeps.run study=NAME [site=pod] [storage=postgres] [launcher=...] [n_trials=...] [dry_run=true]`"""
+
 from __future__ import annotations
 
 import logging
@@ -27,18 +28,26 @@ CONFIG_ERRORS = (SweepConfigError, SearchSpaceError, LauncherConfigError, Storag
 def dry_run(driver: Driver) -> None:
     """Print the command of each of the first n_trials trials, sampled in memory: nothing is stored or run."""
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=driver.cfg.seed), directions=["maximize"])
-    print(f"# study {driver.study_cfg.name} ({driver.cfg.scale} scale), storage {redact(driver.storage_url)}, launcher {driver.cfg.launcher._target_.rsplit('.', 1)[-1]}")
+    print(
+        f"# study {driver.study_cfg.name} ({driver.cfg.scale} scale), storage {redact(driver.storage_url)}, launcher {driver.cfg.launcher._target_.rsplit('.', 1)[-1]}"
+    )
     trials = []
     for _ in range(driver.cfg.n_trials):
         trial = study.ask()
         values = driver.space.sample(trial)
         workdir = driver.output_root / f"trial-{trial.number}"
-        spec = JobSpec(f"{driver.study_cfg.name}-{trial.number}", driver.trial_overrides(trial, values, workdir, trial.number), workdir)
+        spec = JobSpec(
+            f"{driver.study_cfg.name}-{trial.number}",
+            driver.trial_overrides(trial, values, workdir, trial.number),
+            workdir,
+        )
         trials.append((trial.number, values, spec))
         study.tell(trial, 0.0)
     costs = []
     if driver.cfg.estimate.enabled:  # every trial's model priced from its FLOPs (trm.info, one process)
-        costs = estimate.trial_costs([spec.overrides[: len(driver.base_overrides) + len(values)] for _, values, spec in trials])
+        costs = estimate.trial_costs(
+            [spec.overrides[: len(driver.base_overrides) + len(values)] for _, values, spec in trials]
+        )
     for i, (number, values, spec) in enumerate(trials):
         print(f"trial {number}: {' '.join(to_overrides(values))}")
         print("  " + describe_command(driver, spec))
@@ -88,7 +97,11 @@ def all_failed(study: optuna.Study) -> str | None:
     ran = [t for t in study.get_trials(deepcopy=False) if DUPLICATE_OF_ATTR not in t.user_attrs]
     if not ran or any(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in ran):
         return None
-    reasons = Counter(next(iter(str(t.user_attrs.get("fail_reason") or "no reason recorded").splitlines()), "")[:200] for t in ran if t.state == TrialState.FAIL)
+    reasons = Counter(
+        next(iter(str(t.user_attrs.get("fail_reason") or "no reason recorded").splitlines()), "")[:200]
+        for t in ran
+        if t.state == TrialState.FAIL
+    )
     if not reasons:
         return None
     most, count = reasons.most_common(1)[0]

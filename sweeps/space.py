@@ -6,18 +6,19 @@ parameters that exist only when another parameter takes a given choice (Lion wan
 A conditional parameter is named `<key>@<choice>` in Optuna so that each choice keeps a distribution of
 its own; its override is still `<key>=value`.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import optuna
 from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 GRAMMAR = (
-    "choice(a, b, ...), interval(low, high), tag(log, interval(low, high)) with 0 < low, "
-    "range(start, stop[, step])"
+    "choice(a, b, ...), interval(low, high), tag(log, interval(low, high)) with 0 < low, range(start, stop[, step])"
 )
 
 
@@ -83,14 +84,20 @@ def _parse(params: Mapping[str, str], where: str) -> dict[str, BaseDistribution]
     for key, spec in params.items():
         spec = str(spec).strip()
         if spec.replace(" ", "") == "choice()":
-            raise SearchSpaceError(f"{where}[{key!r}]={spec!r}: an empty choice; give at least one value, e.g. choice(a, b)")
+            raise SearchSpaceError(
+                f"{where}[{key!r}]={spec!r}: an empty choice; give at least one value, e.g. choice(a, b)"
+            )
         try:
             distributions, fixed, _ = create_params_from_overrides([f"{key}={spec}"])
         except Exception as err:  # Hydra's grammar errors and Optuna's range checks alike
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise SearchSpaceError(f"{where}[{key!r}]={spec!r} is not a valid search range ({reason}); accepted: {GRAMMAR}") from None
+            raise SearchSpaceError(
+                f"{where}[{key!r}]={spec!r} is not a valid search range ({reason}); accepted: {GRAMMAR}"
+            ) from None
         if key not in distributions:
-            raise SearchSpaceError(f"{where}[{key!r}]={spec!r} is a fixed value, not a search range; accepted: {GRAMMAR}")
+            raise SearchSpaceError(
+                f"{where}[{key!r}]={spec!r} is a fixed value, not a search range; accepted: {GRAMMAR}"
+            )
         dist = distributions[key]
         if isinstance(dist, CategoricalDistribution) and len(dist.choices) < 1:
             raise SearchSpaceError(f"{where}[{key!r}]={spec!r}: a choice needs at least one value")
@@ -98,7 +105,11 @@ def _parse(params: Mapping[str, str], where: str) -> dict[str, BaseDistribution]
     return out
 
 
-def parse_space(params: Mapping[str, str] | None, conditional: Mapping[str, Mapping[str, Mapping[str, str]]] | None = None, where: str = "study.params") -> SearchSpace:
+def parse_space(
+    params: Mapping[str, str] | None,
+    conditional: Mapping[str, Mapping[str, Mapping[str, str]]] | None = None,
+    where: str = "study.params",
+) -> SearchSpace:
     """Parse `params` and `conditional = {parent: {choice: {key: spec}}}`; errors name key and value."""
     if not params:
         raise SearchSpaceError(f"{where} is empty: a study needs at least one parameter to search")

@@ -4,6 +4,7 @@ Needs nothing but the storage: works for a study written from another machine. `
 trial (a spreadsheet's or pandas' input, without pandas: `pip install trm-sweeps[pandas]` for Optuna's own
 `study.trials_dataframe()`).
 """
+
 from __future__ import annotations
 
 import csv
@@ -23,7 +24,11 @@ FORMATS = ("table", "json", "csv")
 
 
 def trial_row(trial: FrozenTrial) -> dict[str, Any]:
-    duration = (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_complete and trial.datetime_start else None
+    duration = (
+        (trial.datetime_complete - trial.datetime_start).total_seconds()
+        if trial.datetime_complete and trial.datetime_start
+        else None
+    )
     return {
         "number": trial.number,
         "state": trial.state.name,
@@ -37,16 +42,32 @@ def trial_row(trial: FrozenTrial) -> dict[str, Any]:
 
 
 def collect(storage: optuna.storages.BaseStorage, study_name: str | None) -> list[dict[str, Any]]:
-    names = [study_name] if study_name else [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    names = (
+        [study_name]
+        if study_name
+        else [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    )
     studies = []
     for name in names:
         study = optuna.load_study(study_name=name, storage=storage)
         trials = study.get_trials(deepcopy=False)
-        counts = {state: sum(t.state.name == state for t in trials) for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")}
+        counts = {
+            state: sum(t.state.name == state for t in trials)
+            for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
+        }
         best = None
         if len(study.directions) == 1 and counts["COMPLETE"]:
             best = {"number": study.best_trial.number, "value": study.best_value}
-        studies.append({"study": name, "directions": [d.name.lower() for d in study.directions], "objective": study.user_attrs.get("objective"), "counts": counts, "best": best, "trials": [trial_row(t) for t in trials]})
+        studies.append(
+            {
+                "study": name,
+                "directions": [d.name.lower() for d in study.directions],
+                "objective": study.user_attrs.get("objective"),
+                "counts": counts,
+                "best": best,
+                "trials": [trial_row(t) for t in trials],
+            }
+        )
     return studies
 
 
@@ -55,14 +76,22 @@ def render_table(studies: list[dict[str, Any]]) -> str:
     for s in studies:
         counts = ", ".join(f"{k.lower()} {v}" for k, v in s["counts"].items() if v)
         best = f"; best trial {s['best']['number']} = {s['best']['value']:.4f}" if s["best"] else ""
-        lines.append(f"study {s['study']} ({s['objective']}, {'/'.join(s['directions'])}): {counts or 'no trials'}{best}")
+        lines.append(
+            f"study {s['study']} ({s['objective']}, {'/'.join(s['directions'])}): {counts or 'no trials'}{best}"
+        )
         lines.append(f"  {'#':>4} {'state':<9} {'value':>10} {'best step':>9} {'dur s':>7}  params")
         for t in s["trials"]:
             value = t["value"]
-            shown = "" if value is None else (",".join(f"{v:.4g}" for v in value) if isinstance(value, list) else f"{value:.4f}")
+            shown = (
+                ""
+                if value is None
+                else (",".join(f"{v:.4g}" for v in value) if isinstance(value, list) else f"{value:.4f}")
+            )
             params = " ".join(f"{k}={v}" for k, v in t["params"].items())
             extra = f"  ({t['reason']})" if t["reason"] else ""
-            lines.append(f"  {t['number']:>4} {t['state']:<9} {shown:>10} {str(t['best_step'] or ''):>9} {str(t['duration_s'] or ''):>7}  {params}{extra}")
+            lines.append(
+                f"  {t['number']:>4} {t['state']:<9} {shown:>10} {str(t['best_step'] or ''):>9} {str(t['duration_s'] or ''):>7}  {params}{extra}"
+            )
     return "\n".join(lines)
 
 
@@ -98,7 +127,11 @@ def status(argv: list[str]) -> int:
         studies = collect(storage, args.get("study"))
     except KeyError:
         raise ArgumentError(f"study={args.get('study')!r} not found in {redact(url)}") from None
-    renders = {"json": lambda: json.dumps(studies, default=str), "csv": lambda: render_csv(studies), "table": lambda: render_table(studies)}
+    renders = {
+        "json": lambda: json.dumps(studies, default=str),
+        "csv": lambda: render_csv(studies),
+        "table": lambda: render_table(studies),
+    }
     print(renders[fmt]())
     return 0
 

@@ -12,6 +12,7 @@ trial used up) while the driver itself exits 0. Checks:
     construction but fails on later;
   - the machine: the interpreter of a local launcher, and an output_root this user can write.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -19,8 +20,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, InstantiationException
@@ -36,7 +38,13 @@ from trm.metric_names import EVAL_METRICS, MAXIMIZED, MINIMIZED, TRIAL_NUMBERS
 # Launchers whose jobs run on this machine: their interpreter can be checked here.
 LOCAL_LAUNCHERS = ("LocalLauncher", "TorchrunLauncher")
 # Counts in the trial's training config that must be >= 1 (0 steps trains nothing; a 0 interval divides by zero).
-POSITIVE_TRAIN_KEYS = ("train.steps", "train.eval_interval", "train.log_interval", "train.global_batch_size", "train.eval_batch_size")
+POSITIVE_TRAIN_KEYS = (
+    "train.steps",
+    "train.eval_interval",
+    "train.log_interval",
+    "train.global_batch_size",
+    "train.eval_batch_size",
+)
 # Sampler and pruner arguments Optuna takes at construction but fails on in every trial (Hyperband divides by
 # zero with reduction_factor=1, takes a log of min_resource=0), or only at the first ask past start-up.
 OPTUNA_MINIMUM = {
@@ -87,9 +95,15 @@ def _check_budget(cfg: DictConfig) -> None:
         raise SweepConfigError(f"n_trials={cfg.n_trials!r}: expected an integer > 0")
     if not _is_int(cfg.max_concurrent) or cfg.max_concurrent < 1:
         raise SweepConfigError(f"max_concurrent={cfg.max_concurrent!r}: expected an integer >= 1")
-    if cfg.timeout is not None and (isinstance(cfg.timeout, bool) or not isinstance(cfg.timeout, (int, float)) or cfg.timeout <= 0):
+    if cfg.timeout is not None and (
+        isinstance(cfg.timeout, bool) or not isinstance(cfg.timeout, (int, float)) or cfg.timeout <= 0
+    ):
         raise SweepConfigError(f"timeout={cfg.timeout!r}: expected seconds > 0, or null for no limit")
-    for key, value in (("stall_timeout_s", cfg.stall_timeout_s), ("heartbeat.interval_s", cfg.heartbeat.interval_s), ("heartbeat.grace_s", cfg.heartbeat.grace_s)):
+    for key, value in (
+        ("stall_timeout_s", cfg.stall_timeout_s),
+        ("heartbeat.interval_s", cfg.heartbeat.interval_s),
+        ("heartbeat.grace_s", cfg.heartbeat.grace_s),
+    ):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise SweepConfigError(f"{key}={value!r}: expected seconds > 0")
     if cfg.heartbeat.grace_s <= cfg.heartbeat.interval_s:
@@ -101,13 +115,18 @@ def _check_budget(cfg: DictConfig) -> None:
 
 def _check_study(study: DictConfig, scale: str) -> None:
     _check_study_name(study.name)
-    for key, value in (("direction", study.direction), *((f"objectives[{i}].direction", o.direction) for i, o in enumerate(study.get("objectives") or []))):
+    for key, value in (
+        ("direction", study.direction),
+        *((f"objectives[{i}].direction", o.direction) for i, o in enumerate(study.get("objectives") or [])),
+    ):
         if str(value).lower() not in ("maximize", "minimize"):
             raise SweepConfigError(f"study.{key}={value!r}: expected 'maximize' or 'minimize'")
     if study.value not in ("best", "last"):
         raise SweepConfigError(f"study.value={study.value!r}: expected 'best' or 'last'")
     if study.objective not in EVAL_METRICS:
-        raise SweepConfigError(f"study.objective={study.objective!r}: not a metric the trainer produces at its evals; expected one of {list(EVAL_METRICS)}")
+        raise SweepConfigError(
+            f"study.objective={study.objective!r}: not a metric the trainer produces at its evals; expected one of {list(EVAL_METRICS)}"
+        )
     for i, extra in enumerate(study.get("objectives") or []):
         if extra.get("name") not in (*TRIAL_NUMBERS, *EVAL_METRICS):
             raise SweepConfigError(
@@ -140,10 +159,14 @@ def _check_prune_metric(study: DictConfig) -> None:
     if metric is None:
         return
     if study.get("objectives"):
-        raise SweepConfigError(f"study.prune_metric={metric!r}: this study has several objectives and Optuna prunes single-objective studies only; remove it")
+        raise SweepConfigError(
+            f"study.prune_metric={metric!r}: this study has several objectives and Optuna prunes single-objective studies only; remove it"
+        )
     accepted = [f"eval/{m}" for m in (MAXIMIZED if str(study.direction).lower() == "maximize" else MINIMIZED)]
     if metric not in accepted:
-        raise SweepConfigError(f"study.prune_metric={metric!r}: for a study that is to {str(study.direction).lower()} expected null (the objective) or one of {accepted}")
+        raise SweepConfigError(
+            f"study.prune_metric={metric!r}: for a study that is to {str(study.direction).lower()} expected null (the objective) or one of {accepted}"
+        )
 
 
 def compose_trial(base: list[str], values: dict[str, Any], where: str) -> DictConfig:
@@ -166,9 +189,17 @@ def _ranges(cfg: DictConfig, space: SearchSpace) -> Iterator[tuple[str, str, str
     branches = (cfg.study.get("conditional") or {}).get(cfg.scale) or {}
     for cond in space.conditionals:
         # The branch as written ("true" for the choice True), named as sweeps.space names it.
-        choice, written = next((c, params) for c, params in branches[cond.parent].items() if str(c).lower() == str(cond.choice).lower())
+        choice, written = next(
+            (c, params) for c, params in branches[cond.parent].items() if str(c).lower() == str(cond.choice).lower()
+        )
         for key, dist in cond.params.items():
-            yield f"study.conditional[{cond.parent!r}][{choice!r}]", key, str(dict(written.items())[key]), dist, {cond.parent: cond.choice}
+            yield (
+                f"study.conditional[{cond.parent!r}][{choice!r}]",
+                key,
+                str(dict(written.items())[key]),
+                dist,
+                {cond.parent: cond.choice},
+            )
 
 
 def _as_the_job_reads(key: str, value: Any) -> Any:
@@ -176,7 +207,9 @@ def _as_the_job_reads(key: str, value: Any) -> Any:
     override = to_overrides({key: value})[0]
     parsed = OverridesParser.create().parse_override(override)
     if parsed.is_sweep_override():
-        raise HydraException(f"`{override}` is a list of several values on a command line; quote the value inside the choice")
+        raise HydraException(
+            f"`{override}` is a list of several values on a command line; quote the value inside the choice"
+        )
     return parsed.value()
 
 
@@ -203,7 +236,9 @@ def _check_range_types(cfg: DictConfig, space: SearchSpace, base: list[str]) -> 
         return configs[key]
 
     for where, key, spec, dist, condition in _ranges(cfg, space):
-        reference = OmegaConf.select(config_with(condition, where), key, default=None, throw_on_resolution_failure=False)
+        reference = OmegaConf.select(
+            config_with(condition, where), key, default=None, throw_on_resolution_failure=False
+        )
         named = f"{where}[{key!r}]={spec!r}"
         if isinstance(reference, DictConfig):  # a config group: each choice must be one of its options
             for choice in dist.choices if isinstance(dist, CategoricalDistribution) else ():
@@ -214,27 +249,41 @@ def _check_range_types(cfg: DictConfig, space: SearchSpace, base: list[str]) -> 
                 try:
                     value = _as_the_job_reads(key, choice)
                 except HydraException as err:
-                    raise SweepConfigError(f"{named}: the choice {choice!r} does not survive the trial's command line: {str(err).strip().splitlines()[0]}") from None
+                    raise SweepConfigError(
+                        f"{named}: the choice {choice!r} does not survive the trial's command line: {str(err).strip().splitlines()[0]}"
+                    ) from None
                 if not _fits(value, reference):
                     raise SweepConfigError(
                         f"{named}: {key} is {_type_name(reference)} in the training config (now {reference!r}) but the "
                         f"choice {choice!r} is {_type_name(value)}; give choices of that type"
                     )
         elif isinstance(dist, FloatDistribution) and not _fits(float(dist.low), reference):
-            hint = f"; use range({int(dist.low)}, {int(dist.high) + 1}) or choice(...) of integers" if _is_int(reference) else ""
-            raise SweepConfigError(f"{named}: {key} is {_type_name(reference)} in the training config (now {reference!r}) but interval(...) draws floats{hint}")
+            hint = (
+                f"; use range({int(dist.low)}, {int(dist.high) + 1}) or choice(...) of integers"
+                if _is_int(reference)
+                else ""
+            )
+            raise SweepConfigError(
+                f"{named}: {key} is {_type_name(reference)} in the training config (now {reference!r}) but interval(...) draws floats{hint}"
+            )
         elif isinstance(dist, IntDistribution) and not _fits(int(dist.low), reference):
-            raise SweepConfigError(f"{named}: {key} is {_type_name(reference)} in the training config (now {reference!r}) but range(...) draws integers; use choice(...)")
+            raise SweepConfigError(
+                f"{named}: {key} is {_type_name(reference)} in the training config (now {reference!r}) but range(...) draws integers; use choice(...)"
+            )
 
 
 def _check_trial_config(train_cfg: DictConfig, world_size: int, launcher_name: str, local_data: bool) -> None:
     for key in POSITIVE_TRAIN_KEYS:
         value = OmegaConf.select(train_cfg, key)
         if not _is_int(value) or value < 1:
-            raise SweepConfigError(f"{key}={value!r} in the trials' training config: expected an integer >= 1 (from trial.overrides, the study's fixed overrides or its search space)")
+            raise SweepConfigError(
+                f"{key}={value!r} in the trials' training config: expected an integer >= 1 (from trial.overrides, the study's fixed overrides or its search space)"
+            )
     examples = train_cfg.train.eval_examples
     if examples is not None and (not _is_int(examples) or examples < 1):
-        raise SweepConfigError(f"train.eval_examples={examples!r} in the trials' training config: expected an integer >= 1, or null for the whole test split")
+        raise SweepConfigError(
+            f"train.eval_examples={examples!r} in the trials' training config: expected an integer >= 1, or null for the whole test split"
+        )
     batch = train_cfg.train.global_batch_size
     if batch % world_size:
         raise SweepConfigError(
@@ -252,7 +301,10 @@ def _check_trial_config(train_cfg: DictConfig, world_size: int, launcher_name: s
 
 def _annotation_types(annotation: Any) -> tuple[type, ...] | None:
     """The plain types of a constructor argument ("int | None" -> (int, NoneType)); None when it takes others."""
-    names = [part.strip() for part in (annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "?")).split("|")]
+    names = [
+        part.strip()
+        for part in (annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "?")).split("|")
+    ]
     plain = {"int": int, "float": float, "bool": bool, "str": str, "None": type(None)}
     return tuple(plain[name] for name in names) if all(name in plain for name in names) else None
 
@@ -273,7 +325,9 @@ def _check_arguments(key: str, cls: type, arguments: dict[str, Any]) -> None:
             raise SweepConfigError(f"{named}: {cls.__name__} takes {accepted} here")
         minimum = OPTUNA_MINIMUM.get(name)
         if minimum is not None and _is_int(value) and value < minimum:
-            raise SweepConfigError(f"{named}: expected an integer >= {minimum} ({cls.__name__} would fail on it, if not at once then in the trials)")
+            raise SweepConfigError(
+                f"{named}: expected an integer >= {minimum} ({cls.__name__} would fail on it, if not at once then in the trials)"
+            )
 
 
 def _check_optuna(cfg: DictConfig, train_steps: int) -> None:
@@ -287,7 +341,9 @@ def _check_optuna(cfg: DictConfig, train_steps: int) -> None:
             build(node)
             failure = None
         except InstantiationException as err:  # not whitelisted, or no such class: nothing was constructed
-            raise SweepConfigError(f"{key}._target_={target!r}: {' '.join(str(err).split())} (accepted: {', '.join(TARGETS)})") from None
+            raise SweepConfigError(
+                f"{key}._target_={target!r}: {' '.join(str(err).split())} (accepted: {', '.join(TARGETS)})"
+            ) from None
         except Exception as err:  # the constructor refused an argument: name it below if we can
             failure = err
         try:
@@ -311,7 +367,9 @@ def _check_launcher_python(cfg: DictConfig) -> None:
         raise SweepConfigError(f"launcher.python={python!r}: no such executable (not a file, or not on PATH); {fix}")
     probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('trm') is None)"
     try:  # from another directory, as the jobs run in their trial directories
-        answer = subprocess.run([found, "-c", probe], cwd=tempfile.gettempdir(), capture_output=True, text=True, timeout=60)
+        answer = subprocess.run(
+            [found, "-c", probe], cwd=tempfile.gettempdir(), capture_output=True, text=True, timeout=60
+        )
         ok = answer.returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         ok = False
@@ -329,7 +387,9 @@ def _check_output_root(output_root: Any) -> None:
         with tempfile.NamedTemporaryFile(dir=root, prefix=".write-check-"):
             pass
     except OSError as err:
-        raise SweepConfigError(f"output_root={str(output_root)!r}: cannot write there ({err.strerror or err}); choose a directory this user can write") from None
+        raise SweepConfigError(
+            f"output_root={str(output_root)!r}: cannot write there ({err.strerror or err}); choose a directory this user can write"
+        ) from None
     finally:
         for path in created:
             try:
@@ -340,11 +400,30 @@ def _check_output_root(output_root: Any) -> None:
 
 # What `sweeps.run` reads at the top level (conf/sweep.yaml and its groups). Anything else there was added with `+`
 # and nothing reads it: `+train.steps=60` or `+arch=...` would be silently ignored by every trial.
-SWEEP_KEYS = frozenset({
-    "study", "storage", "launcher", "sampler", "pruner", "scale", "n_trials", "timeout", "max_concurrent", "dry_run",
-    "seed", "output_root", "heartbeat", "estimate", "stall_timeout_s", "poll_s", "progress_interval_s", "wandb",
-    "trial", "hydra",
-})
+SWEEP_KEYS = frozenset(
+    {
+        "study",
+        "storage",
+        "launcher",
+        "sampler",
+        "pruner",
+        "scale",
+        "n_trials",
+        "timeout",
+        "max_concurrent",
+        "dry_run",
+        "seed",
+        "output_root",
+        "heartbeat",
+        "estimate",
+        "stall_timeout_s",
+        "poll_s",
+        "progress_interval_s",
+        "wandb",
+        "trial",
+        "hydra",
+    }
+)
 
 
 # What `trial` holds. The trial length is no longer a key of its own: it is train.steps of the trial's training
@@ -369,7 +448,9 @@ def _check_trial_keys(cfg: DictConfig, space: SearchSpace) -> None:
             "trials and the pruner (e.g. 'trial.overrides=[experiment=tiny_cpu,train.steps=60]')"
         )
     if unknown:
-        raise SweepConfigError(f"trial.{unknown[0]}: not a trial setting, so nothing would read it; accepted: {sorted(TRIAL_KEYS)}")
+        raise SweepConfigError(
+            f"trial.{unknown[0]}: not a trial setting, so nothing would read it; accepted: {sorted(TRIAL_KEYS)}"
+        )
     searched = [*space.params, *(key for cond in space.conditionals for key in cond.params)]
     if "train.steps" in searched:
         raise SweepConfigError(

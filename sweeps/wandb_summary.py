@@ -13,6 +13,7 @@
 Same rules as the trials' tracking (trm.tracking): offline unless WANDB_API_KEY is set, files under the
 study's output directory, and a tracking failure is one warning, never a failed sweep.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,9 @@ def _wandb_cfg(cfg: DictConfig) -> dict[str, Any]:
     return dict(node) if node is not None else {}
 
 
-def trial_wandb_overrides(cfg: DictConfig, study_uid: str | None = None, origin: int | None = None, seed_index: int = 0) -> list[str]:
+def trial_wandb_overrides(
+    cfg: DictConfig, study_uid: str | None = None, origin: int | None = None, seed_index: int = 0
+) -> list[str]:
     """Training overrides carrying the sweep's `wandb:` block to a trial (empty when there is none), and with the
     study's uid and the trial's retry-chain origin, its run id (`wandb.run_id`)."""
     w = _wandb_cfg(cfg)
@@ -79,7 +82,11 @@ def trial_rows(trials: list[FrozenTrial]) -> tuple[list[str], list[list[Any]]]:
     names = sorted({name for t in trials for name in t.params})
     rows = []
     for t in trials:
-        duration = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else None
+        duration = (
+            (t.datetime_complete - t.datetime_start).total_seconds()
+            if t.datetime_complete and t.datetime_start
+            else None
+        )
         attrs = t.user_attrs
         row = [
             t.number,
@@ -117,7 +124,14 @@ def study_summary(study: optuna.Study) -> dict[str, Any]:
     if len(study.directions) == 1:
         try:
             best = study.best_trial
-            out.update({"best/number": best.number, "best/value": best.value, "best/params": best.params, "best/step": best.user_attrs.get("best_step")})
+            out.update(
+                {
+                    "best/number": best.number,
+                    "best/value": best.value,
+                    "best/params": best.params,
+                    "best/step": best.user_attrs.get("best_step"),
+                }
+            )
         except ValueError:
             pass
     else:
@@ -144,13 +158,21 @@ def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
         config = {
             "study": study.study_name,
             "directions": [d.name.lower() for d in study.directions],
-            **{k: attrs.get(k) for k in ("objective", "objectives", "sampler", "launcher", "pruner", "scale") if k in attrs},
+            **{
+                k: attrs.get(k)
+                for k in ("objective", "objectives", "sampler", "launcher", "pruner", "scale")
+                if k in attrs
+            },
             "n_trials": cfg.get("n_trials"),
         }
         uid = attrs.get(STUDY_UID_ATTR)  # set by the driver when it opens the study
         pruner = attrs.get("pruner")
         tags = [f"study:{study.study_name}"]
-        for key, spec in (("sampler", attrs.get("sampler")), ("pruner", pruner.get("_target_") if isinstance(pruner, dict) else pruner), ("launcher", attrs.get("launcher"))):
+        for key, spec in (
+            ("sampler", attrs.get("sampler")),
+            ("pruner", pruner.get("_target_") if isinstance(pruner, dict) else pruner),
+            ("launcher", attrs.get("launcher")),
+        ):
             if spec:
                 tags.append(f"{key}:{str(spec).rsplit('.', 1)[-1]}"[:64])
         tags += [str(t)[:64] for t in (w.get("tags") or [])]
@@ -166,7 +188,9 @@ def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
             mode=mode,
             config=config,
             tags=list(dict.fromkeys(tags)),
-            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=float(w.get("init_timeout_s") or 60)),
+            settings=wandb.Settings(
+                silent=True, console="off", x_disable_stats=True, init_timeout=float(w.get("init_timeout_s") or 60)
+            ),
             reinit="create_new",
         )
         try:
@@ -177,5 +201,9 @@ def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
             finish_run(run)
         return run_dir
     except Exception as err:  # noqa: BLE001 - the study is done; its W&B summary is a bonus
-        print(f"warning: no W&B study summary for {study.study_name}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        print(
+            f"warning: no W&B study summary for {study.study_name}: {type(err).__name__}: {err}",
+            file=sys.stderr,
+            flush=True,
+        )
         return None

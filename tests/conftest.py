@@ -66,8 +66,7 @@ def pg_server_url() -> str:
     url = os.environ.get(PG_ENV) or PG_DEFAULT
     shown = make_url(url).render_as_string(hide_password=True)
     if make_url(url).password is not None:
-        pytest.fail(f"{PG_ENV}={shown} carries a password; use ~/.pgpass or PGPASSFILE instead.",
-                    pytrace=False)
+        pytest.fail(f"{PG_ENV}={shown} carries a password; use ~/.pgpass or PGPASSFILE instead.", pytrace=False)
     reason = None
     try:
         _pg_connect(url).close()

@@ -52,9 +52,7 @@ def pg_problem(url: str) -> str | None:
     psycopg2 takes the URL as a libpq URI: SQLAlchemy is not imported, which keeps the check fast.
     """
     try:
-        psycopg2.connect(
-            url.replace("postgresql+psycopg2://", "postgresql://", 1), connect_timeout=3
-        ).close()
+        psycopg2.connect(url.replace("postgresql+psycopg2://", "postgresql://", 1), connect_timeout=3).close()
     except psycopg2.OperationalError as e:
         return " ".join(str(e).split())
     return None
@@ -80,9 +78,7 @@ def apt_prefix(path: str | None = None) -> list[str] | None:
     sudo = shutil.which("sudo", path=path)
     if sudo is None:
         return None
-    asked = subprocess.run(
-        [sudo, "-n", "true"], check=False, capture_output=True, timeout=10
-    )
+    asked = subprocess.run([sudo, "-n", "true"], check=False, capture_output=True, timeout=10)
     return [sudo, "-n"] if asked.returncode == 0 else None
 
 
@@ -94,9 +90,7 @@ def apt_install(prefix: list[str], packages: list[str]) -> None:
         done = subprocess.run(step, check=False, capture_output=True, text=True)
         if done.returncode != 0:
             tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
-            raise RuntimeError(
-                f"`{shlex.join(step)}` failed (exit {done.returncode}): {tail}"
-            )
+            raise RuntimeError(f"`{shlex.join(step)}` failed (exit {done.returncode}): {tail}")
 
 
 def start_private_server() -> str:
@@ -106,9 +100,7 @@ def start_private_server() -> str:
     data_dir = up.default_dir()
     url = up.start(data_dir, up.DEFAULT_PORT).rsplit("/", 1)[0] + "/postgres"
     stop = f"{os.path.relpath(sys.executable)} -m storage.up --stop"
-    print(
-        f"prereqs: PostgreSQL for the suite: {url} (private, in {data_dir}; left running, stop it: {stop})"
-    )
+    print(f"prereqs: PostgreSQL for the suite: {url} (private, in {data_dir}; left running, stop it: {stop})")
     return url
 
 
@@ -122,9 +114,7 @@ def prepare(env: Mapping[str, str]) -> dict[str, str]:
 
     found = browser(path)
     if found is None:
-        missing.append(
-            f"a browser for the report test (none of {', '.join(BROWSERS)} on PATH)"
-        )
+        missing.append(f"a browser for the report test (none of {', '.join(BROWSERS)} on PATH)")
         packages.append("chromium")
     explicit = env.get(PG_ENV)
     url = explicit or PG_DEFAULT
@@ -134,9 +124,7 @@ def prepare(env: Mapping[str, str]) -> dict[str, str]:
 
         missing.append(f"PostgreSQL ({redact(url)}: {problem})")
         if explicit:
-            fixes.append(
-                f"start the server {PG_ENV} names, or unset {PG_ENV} and `make test` starts a private one"
-            )
+            fixes.append(f"start the server {PG_ENV} names, or unset {PG_ENV} and `make test` starts a private one")
         elif not server_binaries():
             packages.append("postgresql")
 
@@ -148,9 +136,7 @@ def prepare(env: Mapping[str, str]) -> dict[str, str]:
         if prefix is None:
             apt = f"{APT_INSTALL} {' '.join(packages)}"
             fixes.insert(0, f"install Debian's packages as root: `{apt}`")
-        raise Refused(
-            f"prereqs: missing {'; '.join(missing)}. To run the tests: {'; '.join(fixes)}."
-        )
+        raise Refused(f"prereqs: missing {'; '.join(missing)}. To run the tests: {'; '.join(fixes)}.")
 
     print(f"prereqs: missing {'; '.join(missing)}. Providing them.", flush=True)
     if packages:
@@ -160,9 +146,7 @@ def prepare(env: Mapping[str, str]) -> dict[str, str]:
         )
         apt_install(prefix, packages)
         if "chromium" in packages and browser(path) is None:
-            raise RuntimeError(
-                f"apt-get installed chromium, but none of {', '.join(BROWSERS)} is on PATH"
-            )
+            raise RuntimeError(f"apt-get installed chromium, but none of {', '.join(BROWSERS)} is on PATH")
     if problem is not None:
         suite_env[PG_ENV] = start_private_server()
     return suite_env

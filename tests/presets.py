@@ -11,5 +11,10 @@ TINY_MODEL = [
 ]
 # 200 generated puzzles with 10 blanks; batches of 16 (divisible by 1, 2 and 4 processes).
 TINY_DATA = ["data.num_train=200", "data.num_test=32", "data.blanks=10"]
-TINY_BATCHES = ["train.global_batch_size=16", "train.eval_examples=32", "train.eval_batch_size=16", "train.progress=false"]
+TINY_BATCHES = [
+    "train.global_batch_size=16",
+    "train.eval_examples=32",
+    "train.eval_batch_size=16",
+    "train.progress=false",
+]
 TINY_RUN = [*TINY_MODEL, *TINY_DATA, *TINY_BATCHES]

@@ -1,4 +1,5 @@
 """Helpers shared by the sweep tests: fast trial settings and a driver config on a test database."""
+
 from __future__ import annotations
 
 import json
@@ -7,7 +8,6 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from tests.presets import TINY_BATCHES, TINY_DATA
-
 from trm.config import compose_sweep_config
 
 # A trial that trains for real in seconds: 16-wide model, 20 steps, eval every 10.

@@ -1,6 +1,7 @@
 """The bench scripts still run and still measure what they claim (smoke runs with --quick; no timing asserted).
 
 Each runs as a user would (`python bench/<script>.py --quick --out-dir DIR`) and its JSON is read back."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_bench(script: str, out: Path, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--quick", "--out-dir", str(out), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--quick", "--out-dir", str(out), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     name = script.removesuffix(".py")
     assert (out / f"{name}.md").read_text().startswith(("|", "Build")), "the markdown table was not written"
@@ -65,7 +71,10 @@ def test_storage_latency_bench_counts_every_operation(tmp_path: Path, pg_server_
     result = run_bench("storage_latency.py", tmp_path, "--server-url", pg_server_url)
     rows = result["rows"]
     assert {(r["operation"], r["setup"]) for r in rows} >= {
-        ("report+should_prune", "ours"), ("report+should_prune", "optuna-defaults"), ("ask+tell", "ours"), ("ask+tell", "optuna-defaults")
+        ("report+should_prune", "ours"),
+        ("report+should_prune", "optuna-defaults"),
+        ("ask+tell", "ours"),
+        ("ask+tell", "optuna-defaults"),
     }
     for r in rows:
         assert 0 < r["p50_ms"] <= r["p99_ms"] and r["ops_per_s"] > 0

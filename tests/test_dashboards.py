@@ -1,4 +1,5 @@
 """Dashboards on the real PostgreSQL: optuna-dashboard served over HTTP, and the HTML report rendered in Chromium."""
+
 from __future__ import annotations
 
 import json
@@ -128,7 +129,9 @@ def test_dashboard_serves_our_studies_from_postgres(pg_url: str, studies: dict[s
         assert set(studies.values()) <= set(by_name)
         assert by_name["dash_pareto"]["directions"] == ["maximize", "minimize"]
         full = optuna.load_study(study_name="dash_full", storage=open_storage(pg_url))
-        detail = wait_for_json(f"http://127.0.0.1:{local_port}/api/studies/{by_name['dash_full']['study_id']}?after=0", local)
+        detail = wait_for_json(
+            f"http://127.0.0.1:{local_port}/api/studies/{by_name['dash_full']['study_id']}?after=0", local
+        )
         assert len(detail["trials"]) == len(full.trials) and detail["has_intermediate_values"]
         assert detail["best_trials"][0]["values"] == [pytest.approx(full.best_value)]
         # the allow_remote server answers too (on every interface)
@@ -142,7 +145,13 @@ def test_dashboard_serves_our_studies_from_postgres(pg_url: str, studies: dict[s
 
 
 def test_non_loopback_host_needs_allow_remote() -> None:
-    done = subprocess.run([sys.executable, "-m", "dashboards.serve", "host=0.0.0.0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "dashboards.serve", "host=0.0.0.0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert "allow_remote=true" in done.stderr and "host='0.0.0.0'" in done.stderr and "no authentication" in done.stderr
     assert done.stdout == ""
@@ -154,7 +163,12 @@ def test_non_loopback_host_needs_allow_remote() -> None:
 
 
 def test_loopback_detection_and_bad_arguments(capsys: pytest.CaptureFixture) -> None:
-    assert serve.is_loopback("127.0.0.1") and serve.is_loopback("localhost") and serve.is_loopback("::1") and serve.is_loopback("127.0.1.1")
+    assert (
+        serve.is_loopback("127.0.0.1")
+        and serve.is_loopback("localhost")
+        and serve.is_loopback("::1")
+        and serve.is_loopback("127.0.1.1")
+    )
     assert not serve.is_loopback("0.0.0.0") and not serve.is_loopback("10.1.2.3") and not serve.is_loopback("::")
     assert serve.main(["allow_remote=maybe"]) == 2 and "allow_remote='maybe'" in capsys.readouterr().err
     assert serve.main(["prot=8080"]) == 2 and "'prot'" in capsys.readouterr().err
@@ -208,7 +222,9 @@ def test_report_has_every_figure_once_with_plotly_inlined(full_report: Path) -> 
     assert 'id="report-errors"' in text and 'id="trials"' in text
 
 
-def test_report_leaves_out_what_does_not_apply(pg_url: str, studies: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_report_leaves_out_what_does_not_apply(
+    pg_url: str, studies: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     out = tmp_path / "bare.html"
     assert report.main([f"study={studies['bare']}", f"storage.url={pg_url}", f"out={out}"]) == 0
     ids = parse(out.read_text())
@@ -220,7 +236,9 @@ def test_report_leaves_out_what_does_not_apply(pg_url: str, studies: dict[str, s
     out = tmp_path / "multi.html"
     assert report.main([f"study={studies['multi']}", f"storage.url={pg_url}", f"out={out}"]) == 0
     ids = parse(out.read_text())
-    assert {"fig-pareto-front", "fig-accuracy-vs-params", "fig-accuracy-vs-compute", "fig-optimization-history"} <= set(ids.classes)
+    assert {"fig-pareto-front", "fig-accuracy-vs-params", "fig-accuracy-vs-compute", "fig-optimization-history"} <= set(
+        ids.classes
+    )
 
     capsys.readouterr()
     assert report.main(["study=no_such_study", f"storage.url={pg_url}", f"out={tmp_path / 'x.html'}"]) == 2
@@ -252,7 +270,9 @@ CHROME_FLAGS = [
 def test_report_renders_in_headless_chromium_without_script_errors(full_report: Path, tmp_path: Path) -> None:
     browser = chromium()
     flags = [*CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
-    done = subprocess.run([browser, *flags, "--dump-dom", full_report.as_uri()], capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [browser, *flags, "--dump-dom", full_report.as_uri()], capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     dom = done.stdout
     ids = parse(dom)
@@ -264,7 +284,12 @@ def test_report_renders_in_headless_chromium_without_script_errors(full_report: 
 
     # One screenshot, to look at the layout by eye (kept under the test's tmp dir)
     shot = tmp_path / "report.png"
-    done = subprocess.run([browser, *flags, "--window-size=1400,4000", f"--screenshot={shot}", full_report.as_uri()], capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [browser, *flags, "--window-size=1400,4000", f"--screenshot={shot}", full_report.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0 and shot.stat().st_size > 50_000, done.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if os.environ.get("TRM_SWEEPS_KEEP_SCREENSHOT"):
@@ -273,7 +298,9 @@ def test_report_renders_in_headless_chromium_without_script_errors(full_report: 
 
 def test_report_of_a_real_sweep(pg_url: str, tmp_path: Path) -> None:
     """One real trial (the optimizer study's baseline): the report reads what the job and driver recorded."""
-    study = Driver(sweep_config(pg_url, tmp_path, "study=optimizer", "study.name=dash_real", "n_trials=1", trial=FAST_TRIAL)).run()
+    study = Driver(
+        sweep_config(pg_url, tmp_path, "study=optimizer", "study.name=dash_real", "n_trials=1", trial=FAST_TRIAL)
+    ).run()
     trial = study.trials[0]
     assert trial.state == TrialState.COMPLETE and trial.user_attrs["params_count"] > 0
     out = tmp_path / "real.html"

@@ -13,8 +13,20 @@ import numpy as np
 import pytest
 import torch
 
-from trm.data import (DatasetError, augment, build_from_csv, build_generated, ensure_generated, fingerprint,
-                      generate, load_split, read_csv, solve, solve_count, validate_pairs)
+from trm.data import (
+    DatasetError,
+    augment,
+    build_from_csv,
+    build_generated,
+    ensure_generated,
+    fingerprint,
+    generate,
+    load_split,
+    read_csv,
+    solve,
+    solve_count,
+    validate_pairs,
+)
 from trm.data.format import ARRAY_NAMES
 from trm.data.loader import IGNORE_LABEL_ID, TrainLoader, eval_batches
 
@@ -118,10 +130,16 @@ def test_split_contents_and_metadata(tmp_path):
     build_generated(tmp_path / "d", 6, 4, 35, seed=0, num_aug=2)
     arrays, meta = load_split(tmp_path / "d", "train", verify=True)
     raw = json.loads((tmp_path / "d" / "train" / "dataset.json").read_text())
-    assert {k: raw[k] for k in ("vocab_size", "seq_len", "pad_id", "ignore_label_id", "blank_id",
-                                "num_puzzle_identifiers")} == {
-        "vocab_size": 11, "seq_len": 81, "pad_id": 0, "ignore_label_id": 0, "blank_id": 1,
-        "num_puzzle_identifiers": 1}
+    assert {
+        k: raw[k] for k in ("vocab_size", "seq_len", "pad_id", "ignore_label_id", "blank_id", "num_puzzle_identifiers")
+    } == {
+        "vocab_size": 11,
+        "seq_len": 81,
+        "pad_id": 0,
+        "ignore_label_id": 0,
+        "blank_id": 1,
+        "num_puzzle_identifiers": 1,
+    }
     assert raw["counts"] == {"examples": 18, "puzzles": 18, "groups": 6}
     assert raw["source"]["blanks"] == 35 and raw["fingerprint"] == meta.fingerprint == fingerprint(arrays)
     assert all(arrays[n].dtype == np.int32 for n in ARRAY_NAMES)
@@ -227,18 +245,21 @@ def test_build_from_csv(tmp_path, small_set):
     assert again["train"]["fingerprint"] == summary["train"]["fingerprint"]
 
 
-@pytest.mark.parametrize("corrupt, expected", [
-    (lambda r: r.__setitem__(1, r[1][:80]), "80 cells"),
-    (lambda r: r.__setitem__(1, "x" + r[1][1:]), "bad character 'x'"),
-    (lambda r: r.__setitem__(2, r[2][:40] + "a" + r[2][41:]), "bad character 'a'"),
-    (lambda r: r.pop(0), "expected 4 columns"),
-    (lambda r: r.__setitem__(3, "hard"), "'hard'"),
-    (lambda r: r.__setitem__(2, r[2][1] + r[2][0] + r[2][2:]), "solution"),
-])
+@pytest.mark.parametrize(
+    "corrupt, expected",
+    [
+        (lambda r: r.__setitem__(1, r[1][:80]), "80 cells"),
+        (lambda r: r.__setitem__(1, "x" + r[1][1:]), "bad character 'x'"),
+        (lambda r: r.__setitem__(2, r[2][:40] + "a" + r[2][41:]), "bad character 'a'"),
+        (lambda r: r.pop(0), "expected 4 columns"),
+        (lambda r: r.__setitem__(3, "hard"), "'hard'"),
+        (lambda r: r.__setitem__(2, r[2][1] + r[2][0] + r[2][2:]), "solution"),
+    ],
+)
 def test_bad_csv_rows_name_file_and_line(tmp_path, small_set, corrupt, expected):
     rows = _csv_rows(small_set[0][:4], small_set[1][:4])
     rows[1] = rows[1][:1] + ["".join(map(str, small_set[1][1]))] * 2 + ["1"]  # row 1: no blanks, so the
-    corrupt(rows[1])                                                         # answer swap breaks a grid
+    corrupt(rows[1])  # answer swap breaks a grid
     path = _write_csv(tmp_path / "broken.csv", rows)
     with pytest.raises(DatasetError) as e:
         read_csv(path)
@@ -262,8 +283,13 @@ def _synthetic(n: int) -> dict[str, np.ndarray]:
     inputs[:, 0] = np.arange(n)
     labels = np.full((n, 81), 5, dtype=np.int32)
     labels[:, 3] = 0
-    return {"inputs": inputs, "labels": labels, "puzzle_identifiers": np.zeros(n, dtype=np.int32),
-            "puzzle_indices": np.arange(n + 1, dtype=np.int32), "group_indices": np.arange(n + 1, dtype=np.int32)}
+    return {
+        "inputs": inputs,
+        "labels": labels,
+        "puzzle_identifiers": np.zeros(n, dtype=np.int32),
+        "puzzle_indices": np.arange(n + 1, dtype=np.int32),
+        "group_indices": np.arange(n + 1, dtype=np.int32),
+    }
 
 
 def test_train_loader_rejects_bad_batch_sizes():
@@ -350,14 +376,29 @@ def test_eval_shards_cover_each_example_once(world, bs, max_examples):
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "trm.data.build", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "trm.data.build", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_prints_one_json_line(tmp_path):
     out = tmp_path / "cli"
-    proc = _run_cli("--source", "generate", "--num-train", "6", "--num-test", "2", "--blanks", "40",
-                    "--seed", "5", "--num-aug", "2", "--out", str(out))
+    proc = _run_cli(
+        "--source",
+        "generate",
+        "--num-train",
+        "6",
+        "--num-test",
+        "2",
+        "--blanks",
+        "40",
+        "--seed",
+        "5",
+        "--num-aug",
+        "2",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1
@@ -401,8 +442,10 @@ def test_an_empty_split_is_refused_at_build_time_naming_the_file_or_flag(tmp_pat
         (("--train-csv", str(header_only), "--test-csv", str(test)), ["header_only.csv", "train split", "--train-csv"]),
         (("--train-csv", str(train), "--test-csv", str(header_only)), ["header_only.csv", "test split", "--test-csv"]),
         (("--train-csv", str(train), "--test-csv", str(test), "--subsample", "0"), ["--subsample 0", "empty"]),
-        (("--train-csv", str(train), "--test-csv", str(test), "--min-rating", "50"),
-         ["train.csv", "rating >= 50", "--min-rating"]),
+        (
+            ("--train-csv", str(train), "--test-csv", str(test), "--min-rating", "50"),
+            ["train.csv", "rating >= 50", "--min-rating"],
+        ),
     ):
         out = tmp_path / "ds"
         proc = _run_cli("--source", "csv", *args, "--out", str(out))
@@ -420,8 +463,18 @@ def test_a_subsample_larger_than_the_file_is_refused_naming_both_numbers(tmp_pat
     rows = _csv_rows(small_set[0][:8], small_set[1][:8])
     train = _write_csv(tmp_path / "train.csv", rows[:5])
     test = _write_csv(tmp_path / "test.csv", rows[5:])
-    proc = _run_cli("--source", "csv", "--train-csv", str(train), "--test-csv", str(test), "--subsample", "7",
-                    "--out", str(tmp_path / "ds"))
+    proc = _run_cli(
+        "--source",
+        "csv",
+        "--train-csv",
+        str(train),
+        "--test-csv",
+        str(test),
+        "--subsample",
+        "7",
+        "--out",
+        str(tmp_path / "ds"),
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert "--subsample 7" in proc.stderr and "train.csv has (5)" in proc.stderr and "at most 5" in proc.stderr
     assert not (tmp_path / "ds").exists()
@@ -435,13 +488,23 @@ def test_the_same_csv_for_train_and_test_is_a_warning_on_stderr(tmp_path, small_
     both = _write_csv(tmp_path / "both.csv", rows)
     other = _write_csv(tmp_path / "other.csv", rows[:3])
     (tmp_path / "link.csv").symlink_to(both)  # the same file under another name is still the same file
-    proc = _run_cli("--source", "csv", "--train-csv", str(both), "--test-csv", str(tmp_path / "link.csv"),
-                    "--out", str(tmp_path / "ds"))
+    proc = _run_cli(
+        "--source",
+        "csv",
+        "--train-csv",
+        str(both),
+        "--test-csv",
+        str(tmp_path / "link.csv"),
+        "--out",
+        str(tmp_path / "ds"),
+    )
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
     assert len(warnings) == 1 and "same file" in warnings[0] and str(both) in warnings[0], proc.stderr
     assert json.loads(proc.stdout)["test"]["examples"] == 6  # still built: evaluating on train can be on purpose
-    proc = _run_cli("--source", "csv", "--train-csv", str(both), "--test-csv", str(other), "--out", str(tmp_path / "ds2"))
+    proc = _run_cli(
+        "--source", "csv", "--train-csv", str(both), "--test-csv", str(other), "--out", str(tmp_path / "ds2")
+    )
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
 
 
@@ -466,9 +529,30 @@ def test_a_killed_build_leaves_temp_dirs_the_next_build_removes_but_never_a_runn
     env = dict(os.environ, PYTHONPATH=str(REPO))
 
     def builder(num_train: int) -> subprocess.Popen:  # generation is ~200 puzzles/s: this takes seconds
-        return subprocess.Popen([sys.executable, "-m", "trm.data.build", "--source", "generate", "--num-train",
-                                 str(num_train), "--num-test", "2", "--blanks", "50", "--seed", "1", "--out", str(out)],
-                                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "trm.data.build",
+                "--source",
+                "generate",
+                "--num-train",
+                str(num_train),
+                "--num-test",
+                "2",
+                "--blanks",
+                "50",
+                "--seed",
+                "1",
+                "--out",
+                str(out),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def temp_dirs() -> set[Path]:
         return set(tmp_path.glob(".ds.tmp-*"))

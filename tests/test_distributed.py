@@ -1,4 +1,5 @@
 """Multi-process training on the gloo control plane: real torchrun jobs, one directory per node."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.presets import TINY_RUN
 from sweeps.launchers.base import JobHandle, JobSpec, start_worker
 from sweeps.launchers.torchrun import TorchrunLauncher, free_port
+from tests.presets import TINY_RUN
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,7 +72,9 @@ def test_workers_with_another_seed_or_code_version_all_stop_naming_the_mismatch(
     other_code = tmp_path / "node-1"
     shutil.copytree(ROOT / "trm", other_code / "trm", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "conf", other_code / "conf")
-    (other_code / "trm" / "schedules.py").write_text((ROOT / "trm" / "schedules.py").read_text() + "\n# hotfix on one VM\n")
+    (other_code / "trm" / "schedules.py").write_text(
+        (ROOT / "trm" / "schedules.py").read_text() + "\n# hotfix on one VM\n"
+    )
     port = free_port()
     out = [f"out_dir={tmp_path / 'out'}"]
     workers = [
@@ -83,7 +86,10 @@ def test_workers_with_another_seed_or_code_version_all_stop_naming_the_mismatch(
         text = w.log_path.read_text()
         assert "workers disagree" in text, text[-2000:]
         assert "config differs on worker(s) [1]" in text and "code differs on worker(s) [1]" in text
-    assert not (tmp_path / "out" / "metrics.jsonl").exists() or "train/lm_loss" not in (tmp_path / "out" / "metrics.jsonl").read_text()
+    assert (
+        not (tmp_path / "out" / "metrics.jsonl").exists()
+        or "train/lm_loss" not in (tmp_path / "out" / "metrics.jsonl").read_text()
+    )
 
 
 def test_sigkill_of_one_worker_ends_the_job_and_names_it(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Everyday use: the Hydra way to sweep (hydra-optuna-sweeper over `trm.train`), and reusing what a study found
 (`python -m sweeps.best`)."""
+
 from __future__ import annotations
 
 import json
@@ -25,11 +26,22 @@ def test_hydra_optuna_sweeper_optimizes_trm_train(tmp_path: Path, data_root: Pat
     returns the objective."""
     sweep_dir = tmp_path / "multirun"
     argv = [
-        sys.executable, "-m", "trm.train", "-m", "hydra/sweeper=optuna",
-        "hydra.sweeper.n_trials=2", "hydra.sweeper.direction=maximize", "hydra.sweeper.sampler.seed=0",
+        sys.executable,
+        "-m",
+        "trm.train",
+        "-m",
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.direction=maximize",
+        "hydra.sweeper.sampler.seed=0",
         "optim.lr=tag(log, interval(1e-4, 1e-2))",
-        *TINY_RUN, "train.steps=10", "train.eval_interval=10", "train.log_interval=5", "wandb.enabled=false",
-        f"data.root={data_root}", f"hydra.sweep.dir={sweep_dir}",
+        *TINY_RUN,
+        "train.steps=10",
+        "train.eval_interval=10",
+        "train.log_interval=5",
+        "wandb.enabled=false",
+        f"data.root={data_root}",
+        f"hydra.sweep.dir={sweep_dir}",
     ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -44,8 +56,16 @@ def test_the_best_trial_can_be_reused(tmp_path: Path) -> None:
     """Issue: `best_params` names like optim.lr@adamw could not be pasted into trm.train. sweeps.best prints plain
     overrides, the command that re-trains the trial, its best checkpoint, its W&B run and its code version."""
     url = f"sqlite:///{tmp_path}/db.sqlite"
-    cfg = sweep_config(url, tmp_path / "out", "study=optimizer", "study.name=reuse", "n_trials=1", "pruner=none",
-                       "study.enqueue_baseline=false", "wandb.enabled=false")
+    cfg = sweep_config(
+        url,
+        tmp_path / "out",
+        "study=optimizer",
+        "study.name=reuse",
+        "n_trials=1",
+        "pruner=none",
+        "study.enqueue_baseline=false",
+        "wandb.enabled=false",
+    )
     from sweeps.driver import Driver
 
     Driver(with_space(cfg, {"optim": "choice(adamw)"}, {"optim": {"adamw": {"optim.lr": "choice(0.003)"}}})).run()
@@ -54,19 +74,29 @@ def test_the_best_trial_can_be_reused(tmp_path: Path) -> None:
 
     out = tmp_path / "best.json"
     with open(out, "w") as f:
-        subprocess.run([sys.executable, "-m", "sweeps.best", "study=reuse", "format=json", f"storage.url={url}"],
-                       stdout=f, check=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "sweeps.best", "study=reuse", "format=json", f"storage.url={url}"],
+            stdout=f,
+            check=True,
+            timeout=120,
+        )
     info = json.loads(out.read_text())
     assert info["trial"] == trial.number and info["value"] == pytest.approx(trial.value)
     assert "optim.lr=0.003" in info["overrides"] and "optim=adamw" in info["overrides"]
     assert not any("@" in o for o in info["overrides"])
-    assert info["best_checkpoint"].endswith("/best.pt") and checkpoint.load(info["best_checkpoint"].rsplit("/", 1)[0], "best.pt")
+    assert info["best_checkpoint"].endswith("/best.pt") and checkpoint.load(
+        info["best_checkpoint"].rsplit("/", 1)[0], "best.pt"
+    )
     assert info["wandb"] == {"group": "reuse", "name": f"reuse-{trial.number}"}
     assert len(info["code_version"]) == 64
     # The re-train command runs as printed, with a shorter run and another seed appended (the last override wins).
     retrain = [sys.executable if a == "python" else a for a in info["retrain"]]
-    proc = subprocess.run([*retrain, "train.steps=10", "seed=3", f"out_dir={tmp_path}/retrain", "wandb.enabled=false"],
-                          capture_output=True, text=True, timeout=280)
+    proc = subprocess.run(
+        [*retrain, "train.steps=10", "seed=3", f"out_dir={tmp_path}/retrain", "wandb.enabled=false"],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "retrain" / "summary.json").read_text())
     assert summary["outcome"] == "COMPLETE" and summary["steps"] == 10
@@ -83,7 +113,18 @@ def test_sweeps_best_help_and_bad_arguments(tmp_path: Path, capsys: pytest.Captu
     assert not (tmp_path / "missing.db").exists()  # a reader creates nothing
 
 
-@pytest.mark.parametrize("module", ["sweeps.status", "sweeps.best", "dashboards.serve", "dashboards.report", "storage.check", "sweeps.run", "trm.train"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "sweeps.status",
+        "sweeps.best",
+        "dashboards.serve",
+        "dashboards.report",
+        "storage.check",
+        "sweeps.run",
+        "trm.train",
+    ],
+)
 def test_every_cli_answers_help(module: str) -> None:
     """Issue: `sweeps.status --help` was a traceback and dashboards.* rejected --help."""
     proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
@@ -99,14 +140,35 @@ def test_a_plain_postgresql_url_works_in_optuna_and_names_the_metric(pg_url: str
     (psycopg v3 missing); the dashboard said "Objective 0"."""
     from sweeps.driver import Driver
 
-    cfg = sweep_config(pg_url, tmp_path / "out", "study=halting", "study.name=plain-url", "n_trials=1", "pruner=none", "wandb.enabled=false")
+    cfg = sweep_config(
+        pg_url,
+        tmp_path / "out",
+        "study=halting",
+        "study.name=plain-url",
+        "n_trials=1",
+        "pruner=none",
+        "wandb.enabled=false",
+    )
     Driver(with_space(cfg, {"halting.exploration_prob": "choice(0.1)"})).run()
     assert pg_url.startswith("postgresql://")
     study = optuna.load_study(study_name="plain-url", storage=pg_url)  # Optuna's own storage, the URL as written
     assert study.metric_names == ["eval/exact_accuracy"]
     assert [t.state.name for t in study.trials] == ["COMPLETE"]
-    proc = subprocess.run([str(Path(sys.executable).parent / "optuna"), "trials", "--study-name", "plain-url", "--storage", pg_url, "-f", "json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "optuna"),
+            "trials",
+            "--study-name",
+            "plain-url",
+            "--storage",
+            pg_url,
+            "-f",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)[0]["state"] == "COMPLETE"
 
@@ -123,13 +185,20 @@ def test_status_exports_csv_that_agrees_with_optunas_dataframe(tmp_path: Path, c
     study = optuna.create_study(study_name="export", storage=url, direction="maximize")
     lr = optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)
     optim = optuna.distributions.CategoricalDistribution(["adamw", "lion"])
-    for number, (state, value) in enumerate([(TrialState.COMPLETE, 0.5), (TrialState.PRUNED, 0.1), (TrialState.FAIL, None)]):
+    for number, (state, value) in enumerate(
+        [(TrialState.COMPLETE, 0.5), (TrialState.PRUNED, 0.1), (TrialState.FAIL, None)]
+    ):
         attrs = {"best_step": 10 * number, "steps": 20} if value is not None else {"fail_reason": "exit 1\nlast lines"}
-        study.add_trial(optuna.trial.create_trial(
-            state=state, value=value if state == TrialState.COMPLETE else None,
-            params={"optim": "adamw", "optim.lr@adamw": 1e-3 * (number + 1)}, distributions={"optim": optim, "optim.lr@adamw": lr},
-            user_attrs=attrs, intermediate_values={10: value} if value is not None else {},
-        ))
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=state,
+                value=value if state == TrialState.COMPLETE else None,
+                params={"optim": "adamw", "optim.lr@adamw": 1e-3 * (number + 1)},
+                distributions={"optim": optim, "optim.lr@adamw": lr},
+                user_attrs=attrs,
+                intermediate_values={10: value} if value is not None else {},
+            )
+        )
     assert status_main(["study=export", "format=csv", f"storage.url={url}"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [(r["number"], r["state"]) for r in rows] == [("0", "COMPLETE"), ("1", "PRUNED"), ("2", "FAIL")]

@@ -7,6 +7,7 @@ own names, a batch of 4 Sudoku puzzles, 16 eval ACT steps, one training step's l
 Tolerances are those two float32 codes computing the same function meet (the file's README); later eval steps
 of an untrained net amplify rounding, so only steps 1-2 are compared by value, all 16 by halting decisions.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """The TRM network, its ACT wrapper, the loss and the FLOP count."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,9 @@ from trm.losses import IGNORE_LABEL_ID, METRIC_KEYS, act_loss, log_stablemax, no
 from trm.model import ACTModel, TRMConfig, count_params
 
 PAPER = dict(hidden_size=512, num_heads=8, expansion=4, L_layers=2, H_cycles=3, L_cycles=6, puzzle_emb_len=16)
-SMALL = dict(hidden_size=32, num_heads=2, expansion=2, L_layers=1, H_cycles=2, L_cycles=2, puzzle_emb_len=1, halt_max_steps=4)
+SMALL = dict(
+    hidden_size=32, num_heads=2, expansion=2, L_layers=1, H_cycles=2, L_cycles=2, puzzle_emb_len=1, halt_max_steps=4
+)
 
 
 def batch(size: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -165,9 +168,13 @@ def test_meta_device_flop_count_equals_a_real_step(mixer: str) -> None:
 
 
 def test_info_cli_prints_one_json_line() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "trm.info", "arch=trm_mlp_t_sudoku"], capture_output=True, text=True, check=True
-    ).stdout.strip().splitlines()
+    out = (
+        subprocess.run(
+            [sys.executable, "-m", "trm.info", "arch=trm_mlp_t_sudoku"], capture_output=True, text=True, check=True
+        )
+        .stdout.strip()
+        .splitlines()
+    )
     assert len(out) == 1
     info = json.loads(out[0])
     assert round(info["params"] / 1e6, 2) == 5.03

@@ -4,6 +4,7 @@ admit the lock.
 
 Issue: `pip install` of the wheel succeeded, then every app failed with `MissingConfigException ...
 site-packages/conf` (the wheel had no YAML)."""
+
 from __future__ import annotations
 
 import json
@@ -60,7 +61,11 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with torch (first, pinned) and the built wheel with its dependencies from the lock."""
     base = tmp_path_factory.mktemp("wheel")
     dist = base / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = dist.glob("trm_sweeps-*.whl")
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -83,7 +88,13 @@ def run_in(venv: Path, cwd: Path, *argv: str, timeout: int = 240) -> subprocess.
 @pytest.mark.timeout(900)
 def test_wheel_runs_from_a_fresh_venv(venv: Path, tmp_path: Path, data_root: Path) -> None:
     work = tmp_path / "work"
-    where = run_in(venv, work, "python", "-c", "import json, trm, trm_sweeps_conf; print(json.dumps([trm.__file__, trm_sweeps_conf.__file__]))")
+    where = run_in(
+        venv,
+        work,
+        "python",
+        "-c",
+        "import json, trm, trm_sweeps_conf; print(json.dumps([trm.__file__, trm_sweeps_conf.__file__]))",
+    )
     assert where.returncode == 0, where.stderr
     assert all(str(venv) in path for path in json.loads(where.stdout)), where.stdout  # the wheel, not the checkout
     check = run_in(venv, work, "python", "-m", "pip", "check")
@@ -109,15 +120,33 @@ def test_wheel_runs_from_a_fresh_venv(venv: Path, tmp_path: Path, data_root: Pat
     (mine / "lr_only.yaml").write_text(
         "defaults: [_base, _self_]\nname: lr_only\nspace:\n  tiny:\n    optim.lr: tag(log, interval(1e-4, 1e-2))\n"
     )
-    proc = run_in(venv, work, "trm-sweep", "--config-dir", str(work / "my_conf"), "study=lr_only", "dry_run=true", "estimate.enabled=false")
+    proc = run_in(
+        venv,
+        work,
+        "trm-sweep",
+        "--config-dir",
+        str(work / "my_conf"),
+        "study=lr_only",
+        "dry_run=true",
+        "estimate.enabled=false",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "optim.lr=" in proc.stdout and "# study lr_only" in proc.stdout
 
     # A real (tiny) training run of the installed trainer.
     run = work / "run"
     proc = run_in(
-        venv, work, "trm-train", *TINY_RUN, "train.steps=4", "train.eval_interval=4", "train.log_interval=2",
-        "wandb.enabled=false", f"data.root={data_root}", f"out_dir={run}", f"checkpoint.url={work / 'ckpt'}",
+        venv,
+        work,
+        "trm-train",
+        *TINY_RUN,
+        "train.steps=4",
+        "train.eval_interval=4",
+        "train.log_interval=2",
+        "wandb.enabled=false",
+        f"data.root={data_root}",
+        f"out_dir={run}",
+        f"checkpoint.url={work / 'ckpt'}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())

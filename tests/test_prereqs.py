@@ -51,9 +51,7 @@ def _run_prereqs(path: Path, pg: str, out: Path) -> subprocess.CompletedProcess[
     )
 
 
-def test_missing_browser_that_cannot_be_installed_stops_before_the_suite(
-    tmp_path: Path, pg_server_url: str
-) -> None:
+def test_missing_browser_that_cannot_be_installed_stops_before_the_suite(tmp_path: Path, pg_server_url: str) -> None:
     # PATH holds neither a browser nor apt-get nor sudo: nothing can install Chromium.
     out = tmp_path / "ran"
     done = _run_prereqs(_bin(tmp_path), pg_server_url, out)
@@ -67,17 +65,13 @@ def test_missing_browser_that_cannot_be_installed_stops_before_the_suite(
     assert not out.exists()  # the command (pytest, under make test) never started
 
 
-def test_everything_present_runs_the_command_with_the_server(
-    tmp_path: Path, pg_server_url: str
-) -> None:
+def test_everything_present_runs_the_command_with_the_server(tmp_path: Path, pg_server_url: str) -> None:
     out = tmp_path / "ran"
     bindir = _bin(tmp_path, "chromium")
     done = _run_prereqs(bindir, pg_server_url, out)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    assert done.stdout.splitlines() == [
-        f"prereqs: browser {bindir / 'chromium'}; PostgreSQL at {pg_server_url}"
-    ]
+    assert done.stdout.splitlines() == [f"prereqs: browser {bindir / 'chromium'}; PostgreSQL at {pg_server_url}"]
     assert out.read_text() == pg_server_url
 
 
@@ -96,9 +90,7 @@ def test_a_named_server_that_does_not_answer_is_not_replaced(tmp_path: Path) -> 
 def test_no_server_at_the_default_starts_a_private_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert prereqs.server_binaries(), (
-        "the suite needs PostgreSQL's server binaries (Debian: postgresql)"
-    )
+    assert prereqs.server_binaries(), "the suite needs PostgreSQL's server binaries (Debian: postgresql)"
     # Not pytest's tmp_path for the data: its parents are 0700 root, and as root the
     # server runs as postgres.
     parent = Path(tempfile.mkdtemp(prefix="trm-sweeps-prereqs-pg-", dir="/tmp"))

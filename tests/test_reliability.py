@@ -1,4 +1,5 @@
 """Faults that must lose nothing: NaN losses, checkpoint writes that fail, storage that is not there."""
+
 from __future__ import annotations
 
 import os
@@ -9,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_train import config
 from trm import checkpoint
 from trm.train import NonFiniteLossError, run
-from tests.test_train import config
 
 
 def test_nan_loss_fails_fast_without_writing_a_nan_checkpoint(tmp_path: Path, data_root: Path) -> None:
@@ -56,7 +57,9 @@ def test_sigterm_checkpoints_then_stops_and_the_run_resumes_from_there(tmp_path:
     from tests.test_train import FAST, read_metrics
 
     args = [*FAST, f"data.root={data_root}", f"out_dir={tmp_path}", "train.steps=100000", "train.eval_interval=100000"]
-    proc = subprocess.Popen([sys.executable, "-m", "trm.train", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trm.train", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     metrics = tmp_path / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics.exists() and metrics.read_text()):
@@ -72,7 +75,15 @@ def test_sigterm_checkpoints_then_stops_and_the_run_resumes_from_there(tmp_path:
     saved = checkpoint.load(str(tmp_path / "checkpoints"))
     assert saved is not None and saved["step"] % 10 == 0 and saved["step"] > 0
     # The same run resumed (its identity must match: train.steps too), told to stop 10 steps later.
-    run(config(tmp_path, data_root, "train.steps=100000", "train.eval_interval=100000", f"train.stop_after={saved['step'] + 10}"))
+    run(
+        config(
+            tmp_path,
+            data_root,
+            "train.steps=100000",
+            "train.eval_interval=100000",
+            f"train.stop_after={saved['step'] + 10}",
+        )
+    )
     steps = [r["step"] for r in read_metrics(tmp_path) if "train/lm_loss" in r]
     assert steps[-1] == saved["step"] + 10 and steps == sorted(steps)  # continued, not restarted
 
@@ -109,9 +120,16 @@ def test_postgres_restart_mid_study_loses_nothing(private_pg, tmp_path: Path) ->
     args = sweep_overrides(url, tmp_path, "study=halting", "study.name=outage", "n_trials=2", "pruner=none", trial=slow)
     args = [a.replace("heartbeat.grace_s=4", "heartbeat.grace_s=60") for a in args]
     log = tmp_path / "driver.log"
-    driver = subprocess.Popen([sys.executable, "-m", "sweeps.run", *args, f"hydra.run.dir={tmp_path}/h"], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "sweeps.run", *args, f"hydra.run.dir={tmp_path}/h"],
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 180
-    while not (trial_file_exists(tmp_path / "outage", 0, "run/metrics.jsonl") and "eval/" in (trial_dir(tmp_path / "outage", 0) / "run" / "metrics.jsonl").read_text()):
+    while not (
+        trial_file_exists(tmp_path / "outage", 0, "run/metrics.jsonl")
+        and "eval/" in (trial_dir(tmp_path / "outage", 0) / "run" / "metrics.jsonl").read_text()
+    ):
         assert time.monotonic() < deadline and driver.poll() is None, log.read_text()[-2000:]
         time.sleep(0.2)
     subprocess.run([*up[:-2], "--stop"], check=True, capture_output=True, timeout=120)  # the database goes away ...
@@ -134,14 +152,29 @@ def test_two_drivers_fifty_trials_four_at_a_time(pg_url: str, tmp_path: Path) ->
     from optuna.trial import TrialState
 
     from storage import open_storage
-    from tests.sweep_helpers import FAST_TRIAL, sweep_overrides, trial_dir
+    from tests.sweep_helpers import FAST_TRIAL, sweep_overrides
 
     short = [o for o in FAST_TRIAL if not o.startswith(("train.steps", "train.eval_interval", "train.log_interval"))]
     short += ["train.steps=2", "train.eval_interval=2", "train.log_interval=2", "wandb.enabled=false"]
-    args = sweep_overrides(pg_url, tmp_path, "study=halting", "study.name=soak", "n_trials=50", "max_concurrent=4", "pruner=none", "wandb.enabled=false", "wandb.summary=false", trial=short)
+    args = sweep_overrides(
+        pg_url,
+        tmp_path,
+        "study=halting",
+        "study.name=soak",
+        "n_trials=50",
+        "max_concurrent=4",
+        "pruner=none",
+        "wandb.enabled=false",
+        "wandb.summary=false",
+        trial=short,
+    )
     logs = [tmp_path / f"driver{i}.log" for i in range(2)]
     drivers = [
-        subprocess.Popen([sys.executable, "-m", "sweeps.run", *args, f"hydra.run.dir={tmp_path}/h{i}"], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        subprocess.Popen(
+            [sys.executable, "-m", "sweeps.run", *args, f"hydra.run.dir={tmp_path}/h{i}"],
+            stdout=open(log, "w"),
+            stderr=subprocess.STDOUT,
+        )
         for i, log in enumerate(logs)
     ]
     database = pg_url.rsplit("/", 1)[1]
@@ -211,7 +244,11 @@ def test_an_unreadable_latest_checkpoint_is_named_and_the_previous_one_resumed(
     previous.write_bytes(b"garbage too")
     with pytest.raises(checkpoint.CheckpointUnreadableError) as err:
         run(config(tmp_path, data_root, "train.steps=30"))
-    assert str(latest) in str(err.value) and str(previous) in str(err.value) and "checkpoint.resume=false" in str(err.value)
+    assert (
+        str(latest) in str(err.value)
+        and str(previous) in str(err.value)
+        and "checkpoint.resume=false" in str(err.value)
+    )
     assert isinstance(err.value, ValueError)
 
 
@@ -238,7 +275,11 @@ def test_a_failing_summary_write_does_not_hide_the_error_that_ended_the_run(
     with pytest.raises(checkpoint.CheckpointError, match=r"could not write checkpoint"):
         run(config(tmp_path, data_root, "train.steps=20"), reporter=Trial())
     outcome, summary = finished[0]
-    assert outcome == "FAIL" and summary["error"].startswith("CheckpointError") and "could not write checkpoint" in summary["error"]
+    assert (
+        outcome == "FAIL"
+        and summary["error"].startswith("CheckpointError")
+        and "could not write checkpoint" in summary["error"]
+    )
     assert "summary.json" not in summary["error"]
     assert summary["steps"] == 10 and summary["retryable"] is True
     err = capfd.readouterr().err

@@ -5,6 +5,7 @@ trial carries (storage/record.py, trm/trial_link.py), metrics files in the forma
 nested facts half in their own attributes and half in the new `details` attribute. The page is then opened in
 headless Chromium: plotly must draw every figure without a script error, and the screenshot must show them.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -53,11 +54,19 @@ def metrics_records(accuracy: float, last_step: int) -> list[dict]:
         records.append({"step": step, "train/lm_loss": 2.0 - accuracy * step / STEPS, "train/accuracy": accuracy * step / STEPS,
                         "train/lr": 1e-4, "train/H_cycles": 1, "train/L_cycles": 1})  # fmt: skip
         if step % EVAL_EVERY == 0:
-            records.append({"step": step, "eval/exact_accuracy": accuracy * step / STEPS, "eval/lm_loss": 2.1 - accuracy * step / STEPS})
+            records.append(
+                {
+                    "step": step,
+                    "eval/exact_accuracy": accuracy * step / STEPS,
+                    "eval/lm_loss": 2.1 - accuracy * step / STEPS,
+                }
+            )
     return records
 
 
-def add_trials(study: optuna.Study, root: Path, n: int, *, pruned_every: int, chips: bool, checkpoint_root: str) -> None:
+def add_trials(
+    study: optuna.Study, root: Path, n: int, *, pruned_every: int, chips: bool, checkpoint_root: str
+) -> None:
     """n trials: every `pruned_every`-th pruned at half the steps, one failed; odd trials keep nested facts in `details`."""
     study.set_user_attr("objective", "eval/exact_accuracy")
     study.set_user_attr("prune_metric", "eval/exact_accuracy")
@@ -73,11 +82,24 @@ def add_trials(study: optuna.Study, root: Path, n: int, *, pruned_every: int, ch
         workdir = root / study.study_name / f"trial-{i}"
         if i != 0:  # trial 0's metrics file is on another machine: its curves come from the storage only
             (workdir / "run").mkdir(parents=True)
-            (workdir / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics_records(accuracy, last)))
+            (workdir / "run" / "metrics.jsonl").write_text(
+                "".join(json.dumps(r) + "\n" for r in metrics_records(accuracy, last))
+            )
         train_overrides = ["experiment=tiny_cpu", *(["runtime.expected_devices=4"] if chips else []),
                            *(f"{k.split('@')[0]}={v}" for k, v in params.items()), "train.objective=eval/exact_accuracy"]  # fmt: skip
-        timing = {"run_start": 1000.0, "first_step_start": 1005.0, "first_step_end": 1006.0, "last_step_end": 1005.0 + last, "train_end": 1006.0 + last, "end": 1007.0 + last}
-        nested = {"timing": timing, "train_overrides": train_overrides, "final_metrics": {"eval/exact_accuracy": accuracy * last / STEPS}}
+        timing = {
+            "run_start": 1000.0,
+            "first_step_start": 1005.0,
+            "first_step_end": 1006.0,
+            "last_step_end": 1005.0 + last,
+            "train_end": 1006.0 + last,
+            "end": 1007.0 + last,
+        }
+        nested = {
+            "timing": timing,
+            "train_overrides": train_overrides,
+            "final_metrics": {"eval/exact_accuracy": accuracy * last / STEPS},
+        }
         attrs = {"workdir": str(workdir), "checkpoint_url": f"{checkpoint_root}/trial-{i}/checkpoints", "code_version": f"c0de{i:04d}feedbeef",
                  "overrides": [f"{k.split('@')[0]}={v}" for k, v in params.items()], "outcome": "PRUNED" if pruned else "COMPLETE",
                  "best_step": last, "best_value": accuracy * last / STEPS, "steps": last, "train_seconds": 7.0 + last,
@@ -102,8 +124,22 @@ def storage_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = tmp_path_factory.mktemp("studies")
     url = f"sqlite:///{root / 'optuna.db'}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    add_trials(optuna.create_study(study_name="big", storage=url, direction="maximize"), root, 14, pruned_every=4, chips=True, checkpoint_root=str(root / "ckpt"))
-    add_trials(optuna.create_study(study_name="small", storage=url, direction="maximize"), root, 4, pruned_every=4, chips=False, checkpoint_root="gs://bucket/small")
+    add_trials(
+        optuna.create_study(study_name="big", storage=url, direction="maximize"),
+        root,
+        14,
+        pruned_every=4,
+        chips=True,
+        checkpoint_root=str(root / "ckpt"),
+    )
+    add_trials(
+        optuna.create_study(study_name="small", storage=url, direction="maximize"),
+        root,
+        4,
+        pruned_every=4,
+        chips=False,
+        checkpoint_root="gs://bucket/small",
+    )
     return url
 
 
@@ -137,7 +173,11 @@ def test_pruning_curves_name_each_trial_and_tell_pruned_from_complete(storage_ur
     for i in range(14):
         trace = by_name[f"trial {i}"]
         pruned = i % 4 == 3
-        assert (trace.legendgroup, trace.legendgrouptitle.text) == (("eval/exact_accuracy|pruned", "pruned (3)") if pruned else ("eval/exact_accuracy|complete", "complete (11)"))
+        assert (trace.legendgroup, trace.legendgrouptitle.text) == (
+            ("eval/exact_accuracy|pruned", "pruned (3)")
+            if pruned
+            else ("eval/exact_accuracy|complete", "complete (11)")
+        )
         assert (trace.line.dash == "dash") == pruned and (trace.line.color == "#8c8c8c") == pruned
         assert f"trial {i} ({'pruned' if pruned else 'complete'})" in trace.hovertemplate
     assert list(by_name["trial 3"].x) == [10, 20]  # pruned at half the steps: no invented points
@@ -169,7 +209,9 @@ def test_metric_curves_come_from_the_metrics_files(storage_url: str) -> None:
     loss = {t.name: t for t in s.figure.data if t.legendgroup.startswith("train/lm_loss|")}
     assert "trial 0" not in loss and len(loss) == 13  # trial 0's file is not on this machine
     assert list(loss["trial 1"].x) == list(range(LOG_EVERY, STEPS + 1, LOG_EVERY))
-    assert list(loss["trial 1"].y) == pytest.approx([r["train/lm_loss"] for r in metrics_records(0.3 + 0.1 + 0.01, STEPS) if "train/lm_loss" in r])
+    assert list(loss["trial 1"].y) == pytest.approx(
+        [r["train/lm_loss"] for r in metrics_records(0.3 + 0.1 + 0.01, STEPS) if "train/lm_loss" in r]
+    )
     assert "13 trial(s)' metrics files" in s.caption and "every k-th" not in s.caption
     steps, values = thin(list(range(5000)), [v / 2 for v in range(5000)])  # a long run: its own points, fewer
     assert len(steps) <= MAX_POINTS and steps[0] == 0 and steps[-1] == 4999 and values == [s / 2 for s in steps]
@@ -188,12 +230,17 @@ def test_importances_need_enough_completed_trials_and_say_so(storage_url: str, p
 def test_slices_put_each_parameter_in_its_own_subplot(storage_url: str) -> None:
     fig = sections(load(storage_url, "big"))["fig-slice"].figure
     titles = [a.text for a in fig.layout.annotations]
-    assert titles == sorted(titles) and "optim.lr [lion]" in titles and "optim.lr [adamw]" in titles and len(titles) == len(SPACE)
+    assert (
+        titles == sorted(titles)
+        and "optim.lr [lion]" in titles
+        and "optim.lr [adamw]" in titles
+        and len(titles) == len(SPACE)
+    )
     axes = [fig.layout[k] for k in sorted(fig.layout.to_plotly_json()) if re.fullmatch(r"xaxis\d*", k)]
     yaxes = {k: fig.layout[k] for k in fig.layout.to_plotly_json() if re.fullmatch(r"yaxis\d*", k)}
     rows: dict[tuple, list] = {}
     for x in axes:
-        y = yaxes["yaxis" + x.plotly_name[len("xaxis"):]]
+        y = yaxes["yaxis" + x.plotly_name[len("xaxis") :]]
         rows.setdefault(tuple(y.domain), []).append(tuple(x.domain))
     assert len(rows) == 3 and all(len(r) <= 3 for r in rows.values())  # 7 parameters: 3 rows of at most 3
     for row in rows.values():  # side by side, with room between them, wide enough for their tick labels
@@ -218,7 +265,9 @@ def test_best_trial_is_a_table_of_plain_overrides_with_its_links(pages: dict[str
     # trial 12 is the best; its checkpoint is on this disk: a file:// link to best.pt
     assert "<b>trial 12</b>" in best and re.search(r'href="file://[^"]*/ckpt/trial-12/checkpoints/best\.pt"', best)
     assert "big/big-12" in best and "c0de0012feedbeef" in best
-    assert "gs://bucket/small/trial-" in element(pages["small"].read_text(), "best-params")  # a bucket path: shown, not linked
+    assert "gs://bucket/small/trial-" in element(
+        pages["small"].read_text(), "best-params"
+    )  # a bucket path: shown, not linked
 
 
 def test_trials_table_has_durations_states_and_links(pages: dict[str, Path]) -> None:
@@ -230,7 +279,9 @@ def test_trials_table_has_durations_states_and_links(pages: dict[str, Path]) -> 
     assert len(rows) == 15
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", r, re.S) for r in rows]
     assert cells[5][5] == "12 min 39 s" and cells[5][6] == "47.0 s"  # Optuna's start to finish; the job's own time
-    assert "pruned" in cells[3][1] and cells[3][4] == "20" and "(last 0.165)" in cells[3][2]  # its last report, not a value
+    assert (
+        "pruned" in cells[3][1] and cells[3][4] == "20" and "(last 0.165)" in cells[3][2]
+    )  # its last report, not a value
     assert cells[5][header.index("chip-hours")] == f"{47 * CHIPS / 3600:.3g}"
     assert "@" not in "".join(c[header.index("parameters")] for c in cells)
     assert "best.pt" in cells[5][header.index("checkpoint")] and "href=" in cells[5][header.index("checkpoint")]
@@ -239,7 +290,9 @@ def test_trials_table_has_durations_states_and_links(pages: dict[str, Path]) -> 
     assert cells[14][header.index("W&amp;B run")] == ""  # its job never started: no W&B run to point to
 
 
-def test_two_studies_compare_on_one_page(storage_url: str, pages: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_two_studies_compare_on_one_page(
+    storage_url: str, pages: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     text = pages["both"].read_text()
     ids = parse(text)
     assert "<h1>Studies big vs small</h1>" in text
@@ -247,7 +300,12 @@ def test_two_studies_compare_on_one_page(storage_url: str, pages: dict[str, Path
     assert re.findall(r"<th>(big|small)</th>", summary) == ["big", "small"]
     assert "11 complete" in summary and "3 complete" in summary
     for prefix in ("s1-", "s2-"):  # each study's own report follows, under its own ids
-        assert {f"{prefix}best-params", f"{prefix}trials", f"{prefix}fig-intermediate-values", f"{prefix}fig-curves"} <= set(ids.classes)
+        assert {
+            f"{prefix}best-params",
+            f"{prefix}trials",
+            f"{prefix}fig-intermediate-values",
+            f"{prefix}fig-curves",
+        } <= set(ids.classes)
     assert "s1-fig-param-importances" in ids.classes and "s2-fig-param-importances" in ids.notes
     assert len(re.findall(r'Plotly\.newPlot\(\s*"fig-compare-best"', text)) == 1
 
@@ -262,7 +320,10 @@ def test_two_studies_compare_on_one_page(storage_url: str, pages: dict[str, Path
     capsys.readouterr()
     assert report.main(["study=big,nope", f"storage.url={storage_url}", f"out={tmp_path / 'x.html'}"]) == 2
     assert "study='nope' not found" in capsys.readouterr().err and not (tmp_path / "x.html").exists()
-    assert report.main(["study=big", "chips=0", f"storage.url={storage_url}"]) == 2 and "chips='0'" in capsys.readouterr().err
+    assert (
+        report.main(["study=big", "chips=0", f"storage.url={storage_url}"]) == 2
+        and "chips='0'" in capsys.readouterr().err
+    )
     assert report.main(["--help"]) == 0 and "study=NAME[,NAME...]" in capsys.readouterr().out
 
 
@@ -272,32 +333,43 @@ def png_rows(path: Path) -> tuple[int, int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, header = 8, b"", b""
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
         header, idat = (chunk, idat) if kind == b"IHDR" else (header, idat + chunk if kind == b"IDAT" else idat)
         pos += 12 + length
     width, height, depth, colour = struct.unpack(">IIBB", header[:10])
     stride = 1 + width * {2: 3, 6: 4, 0: 1, 4: 2}[colour] * depth // 8
     raw = zlib.decompress(idat)
-    return width, height, len({raw[i:i + stride] for i in range(0, len(raw), stride)})
+    return width, height, len({raw[i : i + stride] for i in range(0, len(raw), stride)})
 
 
 def test_the_comparison_page_renders_in_headless_chromium(pages: dict[str, Path], tmp_path: Path) -> None:
     browser = chromium()
     flags = [*CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
-    done = subprocess.run([browser, *flags, "--dump-dom", pages["both"].as_uri()], capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [browser, *flags, "--dump-dom", pages["both"].as_uri()], capture_output=True, text=True, timeout=240
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     dom = done.stdout
     errors = re.search(r'<div id="report-errors"[^>]*>(.*?)</div>', dom, re.S)
     assert errors is not None and errors.group(1).strip() == "", errors.group(1) if errors else dom[:500]
     ids = parse(dom)
     drawn = [i for i in parse(pages["both"].read_text()).classes if i.startswith(("fig-", "s1-fig-", "s2-fig-"))]
-    assert len(drawn) >= 20 and all("js-plotly-plot" in ids.classes[i] for i in drawn), [i for i in drawn if "js-plotly-plot" not in ids.classes[i]]
+    assert len(drawn) >= 20 and all("js-plotly-plot" in ids.classes[i] for i in drawn), [
+        i for i in drawn if "js-plotly-plot" not in ids.classes[i]
+    ]
     legend = re.findall(r'class="(?:legendtext|legendtitletext)"[^>]*>(.*?)</text>', dom)
-    assert "pruned (3)" in legend and "complete (11)" in legend and "trial 3" in legend  # the pruning curves' legend, drawn
+    assert (
+        "pruned (3)" in legend and "complete (11)" in legend and "trial 3" in legend
+    )  # the pruning curves' legend, drawn
 
     shot = Path(os.environ.get("TRM_SWEEPS_KEEP_SCREENSHOT") or tmp_path / "report.png")
-    done = subprocess.run([browser, *flags, "--window-size=1400,4000", f"--screenshot={shot}", pages["big"].as_uri()], capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [browser, *flags, "--window-size=1400,4000", f"--screenshot={shot}", pages["big"].as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0 and shot.stat().st_size > 100_000, done.stderr[-2000:]
     width, height, distinct = png_rows(shot)
     assert (width, height) == (1400, 4000) and distinct > 1000  # figures, not a blank or one-colour page

@@ -1,7 +1,9 @@
 """Schedules are pure functions of progress; optimizers are built as the reference runs them."""
+
 from __future__ import annotations
 
 import math
+
 import pytest
 import torch
 from lion_pytorch import Lion
@@ -49,9 +51,13 @@ def test_invalid_curriculum_names_the_key() -> None:
 
 
 def test_exploration_schedule() -> None:
-    fixed = OmegaConf.create(dict(exploration_prob=0.1, adaptive=False, final_exploration_prob=0.0, decay_end_fraction=1.0))
+    fixed = OmegaConf.create(
+        dict(exploration_prob=0.1, adaptive=False, final_exploration_prob=0.0, decay_end_fraction=1.0)
+    )
     assert exploration_at(0.0, fixed) == exploration_at(0.9, fixed) == pytest.approx(0.1)
-    adaptive = OmegaConf.create(dict(exploration_prob=0.5, adaptive=True, final_exploration_prob=0.1, decay_end_fraction=0.8))
+    adaptive = OmegaConf.create(
+        dict(exploration_prob=0.5, adaptive=True, final_exploration_prob=0.1, decay_end_fraction=0.8)
+    )
     assert exploration_at(0.0, adaptive) == pytest.approx(0.5)
     assert exploration_at(0.4, adaptive) == pytest.approx(0.3)
     assert exploration_at(0.8, adaptive) == pytest.approx(0.1)
@@ -84,7 +90,9 @@ def test_lr_schedule_is_not_one_step_behind_the_reference() -> None:
 @pytest.mark.parametrize("name,cls", [("adam_atan2", AdamAtan2), ("adamw", torch.optim.AdamW), ("lion", Lion)])
 def test_each_optimizer_config_builds(name: str, cls: type) -> None:
     cfg = compose_train_config([f"optim={name}", "experiment=paper_sudoku", "data.path=unused"])
-    model = ACTModel(TRMConfig(hidden_size=16, num_heads=2, expansion=2, L_layers=1, H_cycles=1, L_cycles=1, puzzle_emb_len=1))
+    model = ACTModel(
+        TRMConfig(hidden_size=16, num_heads=2, expansion=2, L_layers=1, H_cycles=1, L_cycles=1, puzzle_emb_len=1)
+    )
     main, emb = build_optimizers(model, cfg.optim)
     assert isinstance(main, cls) and isinstance(emb, SignSGD)
     assert main.param_groups[0]["weight_decay"] == cfg.optim.weight_decay
@@ -120,7 +128,9 @@ def test_ema_starts_from_the_initial_weights() -> None:
 
 
 def test_ema_does_not_average_the_puzzle_embedding() -> None:
-    model = ACTModel(TRMConfig(hidden_size=16, num_heads=2, expansion=2, L_layers=1, H_cycles=1, L_cycles=1, puzzle_emb_len=1))
+    model = ACTModel(
+        TRMConfig(hidden_size=16, num_heads=2, expansion=2, L_layers=1, H_cycles=1, L_cycles=1, puzzle_emb_len=1)
+    )
     ema = build_ema(model, 0.9)
     with torch.no_grad():
         model.inner.puzzle_emb.weight.fill_(3.0)

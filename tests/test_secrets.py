@@ -31,9 +31,7 @@ from trm.config import CONFIG_MODULE
 
 SECRET = "Zq9-s3cr3t-w0rd-7781"
 PG_URL = f"postgresql+psycopg2://postgres:{SECRET}@127.0.0.1:5432/somedb"
-PG_FIX = (
-    "~/.pgpass",
-)  # every database refusal also names the *_password_env key of its app
+PG_FIX = ("~/.pgpass",)  # every database refusal also names the *_password_env key of its app
 
 
 def run_app(
@@ -46,11 +44,7 @@ def run_app(
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir(exist_ok=True)
     home.mkdir(exist_ok=True)
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("TRM_SWEEPS_STORAGE", "WANDB_API_KEY", "HYDRA_FULL_ERROR")
-    }
+    base = {k: v for k, v in os.environ.items() if k not in ("TRM_SWEEPS_STORAGE", "WANDB_API_KEY", "HYDRA_FULL_ERROR")}
     full_env = {
         **base,
         "HOME": str(home),
@@ -71,9 +65,7 @@ def run_app(
 
 def files_holding(root: Path, secret: str) -> list[Path]:
     """Every file under `root` (recursively, all bytes) that contains `secret`."""
-    return [
-        p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()
-    ]
+    return [p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
 def assert_one_line_refusal(proc: subprocess.CompletedProcess[str], *names: str) -> str:
@@ -87,9 +79,7 @@ def assert_one_line_refusal(proc: subprocess.CompletedProcess[str], *names: str)
     return output
 
 
-def assert_refused_without_a_trace(
-    tmp_path: Path, proc: subprocess.CompletedProcess[str], *names: str
-) -> None:
+def assert_refused_without_a_trace(tmp_path: Path, proc: subprocess.CompletedProcess[str], *names: str) -> None:
     assert_one_line_refusal(proc, *names)
     assert files_holding(tmp_path, SECRET) == []
     # Refused before Hydra (or anything) wrote: no run directory, no log file, no study, nothing.
@@ -126,9 +116,7 @@ DB_REFUSALS = {
 
 
 @pytest.mark.parametrize("case", list(DB_REFUSALS))
-def test_a_password_in_a_storage_url_is_refused_in_one_line_and_leaves_no_copy(
-    tmp_path: Path, case: str
-) -> None:
+def test_a_password_in_a_storage_url_is_refused_in_one_line_and_leaves_no_copy(tmp_path: Path, case: str) -> None:
     args, password_env_key = DB_REFUSALS[case]
     proc = run_app(tmp_path, case.split()[0], *args)
     assert_refused_without_a_trace(tmp_path, proc, password_env_key, *PG_FIX)
@@ -243,9 +231,7 @@ def test_a_sweep_with_its_password_in_the_environment_runs_and_stores_it_nowhere
     )  # fmt: skip
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert SECRET not in proc.stdout + proc.stderr
-    assert list(
-        (tmp_path / "work").rglob(".hydra/config.yaml")
-    )  # Hydra did save the driver's and the trial's runs
+    assert list((tmp_path / "work").rglob(".hydra/config.yaml"))  # Hydra did save the driver's and the trial's runs
     assert files_holding(tmp_path, SECRET) == []
     study = optuna.load_study(study_name="env_pw", storage=f"sqlite:///{db}")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE]
@@ -318,9 +304,7 @@ def test_secret_names() -> None:
 
 
 def test_redact_of_an_unparsable_url_still_hides_the_password() -> None:
-    assert SECRET not in redact(
-        f"postgresql://postgres:{SECRET} x@127.0.0.1:notaport/db"
-    )
+    assert SECRET not in redact(f"postgresql://postgres:{SECRET} x@127.0.0.1:notaport/db")
 
 
 @pytest.mark.parametrize(
@@ -338,22 +322,10 @@ def test_the_shipped_configs_hold_no_secret(name: str, overrides: list[str]) -> 
         cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
     assert find_secret(OmegaConf.to_container(cfg, resolve=False)) is None  # type: ignore[arg-type]
     # ... and the check is on: the callback is registered in both apps' configs.
-    assert (
-        cfg.hydra.callbacks.refuse_secrets._target_
-        == f"{RefuseSecrets.__module__}.{RefuseSecrets.__name__}"
-    )
+    assert cfg.hydra.callbacks.refuse_secrets._target_ == f"{RefuseSecrets.__module__}.{RefuseSecrets.__name__}"
 
 
 def test_a_nested_secret_names_the_key_but_never_the_value() -> None:
-    refusal = find_secret(
-        {"trial": {"overrides": ["train.steps=5", f"+wandb.api_key={SECRET}"]}}
-    )
-    assert (
-        refusal is not None
-        and "+wandb.api_key (in trial.overrides)" in refusal
-        and SECRET not in refusal
-    )
-    assert (
-        find_secret({"wandb": {"api_key": None}, "storage": {"password_env": "PGPW"}})
-        is None
-    )
+    refusal = find_secret({"trial": {"overrides": ["train.steps=5", f"+wandb.api_key={SECRET}"]}})
+    assert refusal is not None and "+wandb.api_key (in trial.overrides)" in refusal and SECRET not in refusal
+    assert find_secret({"wandb": {"api_key": None}, "storage": {"password_env": "PGPW"}}) is None

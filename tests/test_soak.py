@@ -5,6 +5,7 @@ with the same arguments, PostgreSQL stopped for 10 s and started again. Then eve
 (docs/reliability.md, Soak): states, reasons, recoveries, budget, no configuration trained twice, every COMPLETE
 value traceable to a summary.json and a checkpoint of exactly its parameters, no process left behind.
 """
+
 from __future__ import annotations
 
 import importlib.util

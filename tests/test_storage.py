@@ -42,8 +42,9 @@ def _env() -> dict[str, str]:
 
 
 def _py(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT,
-                          env=_env(), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=timeout
+    )
 
 
 def _head_version() -> str:
@@ -56,6 +57,7 @@ def _head_version() -> str:
 
 
 # --- URL handling -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "url",
@@ -88,8 +90,9 @@ def test_password_error_points_to_pgpass_and_password_env():
     assert "postgresql://u:***@h:5432/db" in msg
 
 
-@pytest.mark.parametrize("url", ["not a url", "mysql://u@h/db", "postgres://u@h/db",
-                                 "postgresql://u@h:5432", "sqlite://"])
+@pytest.mark.parametrize(
+    "url", ["not a url", "mysql://u@h/db", "postgres://u@h/db", "postgresql://u@h:5432", "sqlite://"]
+)
 def test_bad_url_names_key_value_and_accepted_forms(url):
     with pytest.raises(StorageConfigError) as info:
         resolve_url(url, "unused.db")
@@ -123,6 +126,7 @@ def test_sqlite_storage(tmp_path):
 
 
 # --- PostgreSQL -------------------------------------------------------------------------------
+
 
 def test_postgres_roundtrip_between_two_storage_objects(pg_url):
     writer = open_storage(pg_url)
@@ -169,9 +173,15 @@ close_storage(s)
 
 def test_concurrent_first_open_creates_schema_once(fresh_pg_url):
     racers = [
-        subprocess.Popen([sys.executable, "-c", _RACER, fresh_pg_url], cwd=ROOT, env=_env(),
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, fresh_pg_url],
+            cwd=ROOT,
+            env=_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(4)
     ]
     try:
@@ -185,7 +195,7 @@ def test_concurrent_first_open_creates_schema_once(fresh_pg_url):
         for p in racers:
             if p.poll() is None:
                 p.kill()
-    for p, (out, err) in zip(racers, results):
+    for p, (_out, err) in zip(racers, results):
         assert p.returncode == 0, err
     assert len({out.strip() for out, _ in results}) == 1
     engine = sqlalchemy.create_engine(fresh_pg_url.replace("postgresql://", "postgresql+psycopg2://"))
@@ -222,15 +232,15 @@ def test_unreachable_server_raises_unavailable_with_reason(monkeypatch):
 
 
 def test_stale_trial_fails_and_is_requeued_with_same_params(pg_url):
-    storage = open_storage(pg_url, heartbeat_interval=1, grace_period=2,
-                           failed_trial_callback=retry_callback(max_retry=3))
+    storage = open_storage(
+        pg_url, heartbeat_interval=1, grace_period=2, failed_trial_callback=retry_callback(max_retry=3)
+    )
     try:
         study = optuna.create_study(study_name=f"hb-{uuid.uuid4().hex[:8]}", storage=storage)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Heartbeat ... supposed to be used with optimize"
             trial = study.ask()
-        params = {"lr": trial.suggest_float("lr", 1e-5, 1e-2, log=True),
-                  "layers": trial.suggest_int("layers", 1, 4)}
+        params = {"lr": trial.suggest_float("lr", 1e-5, 1e-2, log=True), "layers": trial.suggest_int("layers", 1, 4)}
 
         with HeartbeatThread(storage, trial_id_of(trial), interval_s=0.5) as beat:
             time.sleep(3)  # longer than grace_period: only the heartbeat keeps it alive
@@ -303,6 +313,7 @@ def test_storage_up_starts_and_stops_a_private_cluster():
 
 # --- issue 14: storage faults -------------------------------------------------------------------
 
+
 def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -318,8 +329,9 @@ def test_status_on_a_mistyped_path_says_it_does_not_exist_and_creates_nothing(tm
     line = _one_error_line(_py("-m", "sweeps.status", f"storage.url=sqlite:///{typo}"))
     assert str(typo) in line and "does not exist" in line
     env = {k: v for k, v in _env().items() if k != "TRM_SWEEPS_STORAGE"}
-    proc = subprocess.run([sys.executable, "-m", "sweeps.status"], capture_output=True, text=True, cwd=tmp_path,
-                          env=env, timeout=60)  # the default, outputs/optuna.db under the working directory
+    proc = subprocess.run(
+        [sys.executable, "-m", "sweeps.status"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60
+    )  # the default, outputs/optuna.db under the working directory
     line = _one_error_line(proc)
     assert str(tmp_path / "outputs" / "optuna.db") in line and "does not exist" in line
     assert list(tmp_path.iterdir()) == []  # no database, no lock file, no outputs/ directory
@@ -363,27 +375,43 @@ UNWRITABLE_SQLITE = "/sys/trm-sweeps-test.db"
 
 def test_an_unwritable_sqlite_location_is_one_error_line_naming_the_path(tmp_path):
     """A SQLite file on a read-only filesystem was a 20-line traceback (the OSError of its lock file)."""
-    for url, named in ((f"sqlite:///{UNWRITABLE_SQLITE}", UNWRITABLE_SQLITE),
-                       (f"sqlite:///{ROOT / 'pyproject.toml'}/db.sqlite", str(ROOT / "pyproject.toml"))):
+    for url, named in (
+        (f"sqlite:///{UNWRITABLE_SQLITE}", UNWRITABLE_SQLITE),
+        (f"sqlite:///{ROOT / 'pyproject.toml'}/db.sqlite", str(ROOT / "pyproject.toml")),
+    ):
         with pytest.raises(StorageConfigError) as info:
             open_storage(url)
         assert named in str(info.value) and "storage.url" in str(info.value)
-        proc = _py("-m", "sweeps.run", f"storage.url={url}", f"output_root={tmp_path}/out",
-                   f"hydra.run.dir={tmp_path}/h", "wandb.enabled=false")
+        proc = _py(
+            "-m",
+            "sweeps.run",
+            f"storage.url={url}",
+            f"output_root={tmp_path}/out",
+            f"hydra.run.dir={tmp_path}/h",
+            "wandb.enabled=false",
+        )
         line = _one_error_line(proc)
         assert named in line
     assert "not a directory" in line  # the parent is a file: said so, not "does not exist"
     assert not Path(UNWRITABLE_SQLITE).exists() and not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("key, value", [("heartbeat.interval_s", "0"), ("heartbeat.grace_s", "0"),
-                                        ("heartbeat.interval_s", "-5")])
+@pytest.mark.parametrize(
+    "key, value", [("heartbeat.interval_s", "0"), ("heartbeat.grace_s", "0"), ("heartbeat.interval_s", "-5")]
+)
 def test_a_heartbeat_setting_optuna_refuses_is_named_by_its_key(tmp_path, key, value):
     """`heartbeat.interval_s=0` gave Optuna's "The value of `heartbeat_interval` should be a positive integer"
     in a traceback, without the key."""
     db = tmp_path / "hb.db"
-    proc = _py("-m", "sweeps.run", f"storage.url=sqlite:///{db}", f"{key}={value}", f"output_root={tmp_path}/out",
-               f"hydra.run.dir={tmp_path}/h", "wandb.enabled=false")
+    proc = _py(
+        "-m",
+        "sweeps.run",
+        f"storage.url=sqlite:///{db}",
+        f"{key}={value}",
+        f"output_root={tmp_path}/out",
+        f"hydra.run.dir={tmp_path}/h",
+        "wandb.enabled=false",
+    )
     line = _one_error_line(proc)
     assert key in line and value in line
     assert not db.exists()  # refused before anything was opened
@@ -409,7 +437,8 @@ def _drop_tables(url: str) -> None:
 def test_a_dropped_database_is_told_apart_from_an_outage(pg_server_url, fresh_pg_url, how):
     """After DROP DATABASE every storage call raised Optuna's "invalid data in the commit", which the driver
     took for an outage and retried forever. `database_gone` tells the driver the database is gone."""
-    from storage import StorageGoneError, StorageUnavailableError as Unavailable, database_gone
+    from storage import StorageGoneError, database_gone
+    from storage import StorageUnavailableError as Unavailable
     from tests.conftest import _pg_drop_db
 
     # An outage is not "gone": a server that does not answer, at open and in use.
@@ -449,8 +478,9 @@ def test_a_dropped_database_is_told_apart_from_an_outage(pg_server_url, fresh_pg
             assert "invalid data in the commit" in str(info.value)  # what the driver saw and retried on
             reason = database_gone(info.value)
             assert reason is not None, (name, info.value)
-            assert (f'database "{database}" does not exist' if how == "drop database"
-                    else 'relation "') in reason, reason
+            assert (f'database "{database}" does not exist' if how == "drop database" else 'relation "') in reason, (
+                reason
+            )
             gone = StorageGoneError(f"the study database is gone: {reason}")
             assert isinstance(gone, Unavailable)
     finally:

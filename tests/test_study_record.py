@@ -3,6 +3,7 @@
 Orphaned trials are settled by a pure function of their record (sweeps/outcome.py), tested branch by branch,
 and by a real driver on a real PostgreSQL study (the states a dead driver leaves, made by hand).
 """
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import optuna
 import pytest
@@ -22,7 +24,7 @@ from storage import open_storage, orphaned_trials, trial_id_of
 from storage.record import attempt_attr
 from sweeps.driver import Driver
 from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs
-from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides, trial_list
+from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides
 
 WHY = "its driver died"
 
@@ -42,17 +44,37 @@ def values_of(attrs: Mapping[str, Any]) -> list[float] | None:
         ({"outcome": "PREEMPTED", "steps": 40}, 1, TrialState.FAIL, [], True),
         ({"outcome": "FAIL", "error": "ValueError: bad", "retryable": False}, 1, TrialState.FAIL, [], False),
         ({"outcome": "FAIL", "error": "OSError: gone", "retryable": True}, 1, TrialState.FAIL, [], True),
-        ({"outcome": "COMPLETE", "best_value": 0.5, "seed1/outcome": "COMPLETE", "seed1/best_value": 0.7}, 2, TrialState.COMPLETE, [0.6], False),
+        (
+            {"outcome": "COMPLETE", "best_value": 0.5, "seed1/outcome": "COMPLETE", "seed1/best_value": 0.7},
+            2,
+            TrialState.COMPLETE,
+            [0.6],
+            False,
+        ),
         ({"outcome": "COMPLETE", "best_value": 0.5}, 2, TrialState.FAIL, [], True),  # seed 1 never finished
     ],
-    ids=["nothing", "complete", "complete-no-value", "pruned", "preempted", "config-fail", "retryable-fail", "two-seeds", "one-of-two-seeds"],
+    ids=[
+        "nothing",
+        "complete",
+        "complete-no-value",
+        "pruned",
+        "preempted",
+        "config-fail",
+        "retryable-fail",
+        "two-seeds",
+        "one-of-two-seeds",
+    ],
 )
-def test_orphan_verdict_from_the_record(attrs: dict, seeds: int, state: TrialState, values: list, requeue: bool) -> None:
+def test_orphan_verdict_from_the_record(
+    attrs: dict, seeds: int, state: TrialState, values: list, requeue: bool
+) -> None:
     verdict = orphan_verdict(attrs, seeds, values_of, WHY)
     assert (verdict.state, verdict.requeue) == (state, requeue)
     assert verdict.values == pytest.approx(values)
     if state == TrialState.FAIL:
-        assert verdict.reason and ("ValueError: bad" in verdict.reason if attrs.get("error") == "ValueError: bad" else WHY in verdict.reason)
+        assert verdict.reason and (
+            "ValueError: bad" in verdict.reason if attrs.get("error") == "ValueError: bad" else WHY in verdict.reason
+        )
 
 
 @pytest.mark.parametrize(
@@ -62,19 +84,62 @@ def test_orphan_verdict_from_the_record(attrs: dict, seeds: int, state: TrialSta
         ({"outcome": "COMPLETE"}, None, None, False, TrialState.FAIL, False, "without a finite eval/exact_accuracy"),
         ({"outcome": "PRUNED"}, None, None, False, TrialState.PRUNED, False, ""),
         ({"outcome": "PREEMPTED", "steps": 40}, None, None, False, TrialState.FAIL, True, "preempted at step 40"),
-        ({"outcome": "FAIL", "error": "OSError: peer gone", "retryable": True}, None, "worker-1 exited", False, TrialState.FAIL, True, "OSError: peer gone\nworker-1 exited"),
-        ({"outcome": "FAIL", "error": "OSError: peer gone", "retryable": True}, None, None, True, TrialState.FAIL, False, "OSError"),  # we stopped it
-        ({"outcome": "FAIL", "error": "ValueError: arch.mixer='conv'", "retryable": False}, None, None, False, TrialState.FAIL, False, "arch.mixer"),
+        (
+            {"outcome": "FAIL", "error": "OSError: peer gone", "retryable": True},
+            None,
+            "worker-1 exited",
+            False,
+            TrialState.FAIL,
+            True,
+            "OSError: peer gone\nworker-1 exited",
+        ),
+        (
+            {"outcome": "FAIL", "error": "OSError: peer gone", "retryable": True},
+            None,
+            None,
+            True,
+            TrialState.FAIL,
+            False,
+            "OSError",
+        ),  # we stopped it
+        (
+            {"outcome": "FAIL", "error": "ValueError: arch.mixer='conv'", "retryable": False},
+            None,
+            None,
+            False,
+            TrialState.FAIL,
+            False,
+            "arch.mixer",
+        ),
         ({}, None, "node-1 exited with code -9", False, TrialState.FAIL, True, "node-1 exited with code -9"),
         ({}, None, None, False, TrialState.FAIL, True, "exited with code 3 without recording an outcome"),
         ({}, None, None, True, TrialState.FAIL, False, "exited with code 3"),  # cancelled: already handled
     ],
-    ids=["complete", "complete-no-value", "pruned", "preempted", "retryable-fail", "retryable-fail-cancelled",
-         "config-fail", "killed-worker", "no-outcome", "no-outcome-cancelled"],
+    ids=[
+        "complete",
+        "complete-no-value",
+        "pruned",
+        "preempted",
+        "retryable-fail",
+        "retryable-fail-cancelled",
+        "config-fail",
+        "killed-worker",
+        "no-outcome",
+        "no-outcome-cancelled",
+    ],
 )
-def test_job_verdict_from_the_record(attrs: dict, values: list | None, failure: str | None, cancelled: bool,
-                                     state: TrialState, requeue: bool, reason: str) -> None:
-    verdict = job_verdict(attrs, values, "eval/exact_accuracy", exit_code=3, launcher_failure=failure, cancelled=cancelled)
+def test_job_verdict_from_the_record(
+    attrs: dict,
+    values: list | None,
+    failure: str | None,
+    cancelled: bool,
+    state: TrialState,
+    requeue: bool,
+    reason: str,
+) -> None:
+    verdict = job_verdict(
+        attrs, values, "eval/exact_accuracy", exit_code=3, launcher_failure=failure, cancelled=cancelled
+    )
     assert (verdict.state, verdict.requeue) == (state, requeue)
     assert reason in verdict.reason
     assert verdict.values == (values if state == TrialState.COMPLETE else [])
@@ -126,7 +191,9 @@ def _dead_driver_trial(url: str, study_name: str, attrs: dict[str, Any], beat: b
 
 
 def _run_driver(url: str, tmp_path: Path, study_name: str, *extra: str, space: dict | None = None) -> optuna.Study:
-    cfg = sweep_config(url, tmp_path, f"study.name={study_name}", "n_trials=1", "pruner=none", "heartbeat.grace_s=2", *extra)
+    cfg = sweep_config(
+        url, tmp_path, f"study.name={study_name}", "n_trials=1", "pruner=none", "heartbeat.grace_s=2", *extra
+    )
     from tests.test_sweeps import with_space
 
     Driver(with_space(cfg, space or {"optim.lr": "choice(0.01)"})).run()
@@ -134,7 +201,9 @@ def _run_driver(url: str, tmp_path: Path, study_name: str, *extra: str, space: d
 
 
 @pytest.mark.timeout(180)
-def test_a_trial_whose_driver_died_before_its_first_heartbeat_does_not_block_the_next_driver(pg_url: str, tmp_path: Path) -> None:
+def test_a_trial_whose_driver_died_before_its_first_heartbeat_does_not_block_the_next_driver(
+    pg_url: str, tmp_path: Path
+) -> None:
     """Issue: the next, correct driver counted the silent RUNNING trial and looped forever."""
     number = _dead_driver_trial(pg_url, "silent-orphan", {}, beat=False)
     study = _run_driver(pg_url, tmp_path, "silent-orphan")
@@ -148,7 +217,9 @@ def test_a_trial_whose_driver_died_before_its_first_heartbeat_does_not_block_the
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("value_mode", ["best", "last"])
-def test_an_outcome_stored_before_the_driver_died_is_told_not_retrained(value_mode: str, pg_url: str, tmp_path: Path) -> None:
+def test_an_outcome_stored_before_the_driver_died_is_told_not_retrained(
+    value_mode: str, pg_url: str, tmp_path: Path
+) -> None:
     """Issue: with study.value=last the new driver failed the finished trial as stale, the retry resumed at its
     last step with no eval and was told FAIL, and the study ended with no completed trial."""
     stored = {"outcome": "COMPLETE", "best_value": 0.625, "final_metrics": {"eval/exact_accuracy": 0.5}, "steps": 20}
@@ -183,7 +254,9 @@ def test_a_hung_job_is_stopped_failed_and_requeued(pg_url: str, tmp_path: Path) 
     def stop_the_first_job() -> None:
         deadline = time.time() + 120
         while time.time() < deadline and not stopped:
-            found = subprocess.run(["pgrep", "-f", "trm.train.*sweep.study=hung"], capture_output=True, text=True).stdout.split()
+            found = subprocess.run(
+                ["pgrep", "-f", "trm.train.*sweep.study=hung"], capture_output=True, text=True
+            ).stdout.split()
             if found:
                 os.kill(int(found[0]), signal.SIGSTOP)
                 stopped.append(int(found[0]))
@@ -235,8 +308,16 @@ def test_a_configuration_the_study_has_is_not_trained_again(pg_url: str, tmp_pat
 def test_a_study_whose_trials_all_failed_exits_non_zero_saying_why(tmp_path: Path) -> None:
     """Issue: accepted input that failed every trial, and the driver exited 0."""
     diverging = [*FAST_TRIAL, "+arch.rms_norm_eps=-1.0"]  # passes every check, then NaN at the first step
-    argv = sweep_overrides(f"sqlite:///{tmp_path}/db.sqlite", tmp_path / "out", "study=halting", "study.name=doomed", "n_trials=1",
-                           "pruner=none", f"hydra.run.dir={tmp_path}/h", trial=diverging)
+    argv = sweep_overrides(
+        f"sqlite:///{tmp_path}/db.sqlite",
+        tmp_path / "out",
+        "study=halting",
+        "study.name=doomed",
+        "n_trials=1",
+        "pruner=none",
+        f"hydra.run.dir={tmp_path}/h",
+        trial=diverging,
+    )
     proc = subprocess.run([sys.executable, "-m", "sweeps.run", *argv], capture_output=True, text=True, timeout=280)
     assert proc.returncode == 1, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
@@ -249,10 +330,20 @@ def test_a_dropped_database_stops_the_driver_saying_so(fresh_pg_url: str, pg_ser
     from tests.conftest import _pg_drop_db
 
     slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=400"]
-    argv = sweep_overrides(fresh_pg_url, tmp_path / "out", "study=halting", "study.name=dropped", "n_trials=1", "pruner=none",
-                           f"hydra.run.dir={tmp_path}/h", trial=slow)
+    argv = sweep_overrides(
+        fresh_pg_url,
+        tmp_path / "out",
+        "study=halting",
+        "study.name=dropped",
+        "n_trials=1",
+        "pruner=none",
+        f"hydra.run.dir={tmp_path}/h",
+        trial=slow,
+    )
     log = tmp_path / "driver.log"
-    driver = subprocess.Popen([sys.executable, "-m", "sweeps.run", *argv], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "sweeps.run", *argv], stdout=open(log, "w"), stderr=subprocess.STDOUT
+    )
     deadline = time.monotonic() + 120
     while "trial 0 started" not in log.read_text():
         assert time.monotonic() < deadline and driver.poll() is None, log.read_text()[-2000:]
@@ -261,5 +352,7 @@ def test_a_dropped_database_stops_the_driver_saying_so(fresh_pg_url: str, pg_ser
     assert driver.wait(timeout=120) == 2, log.read_text()[-2000:]
     text = log.read_text()
     assert "error: " in text and "is gone: " in text and "does not exist" in text, text[-2000:]
-    left = subprocess.run(["pgrep", "-f", "trm.train.*sweep.study=dropped"], capture_output=True, text=True).stdout.split()
+    left = subprocess.run(
+        ["pgrep", "-f", "trm.train.*sweep.study=dropped"], capture_output=True, text=True
+    ).stdout.split()
     assert not left  # its job was stopped, not left training for a study that no longer exists

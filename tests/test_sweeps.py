@@ -1,4 +1,5 @@
 """Sweeps end to end against the real PostgreSQL: studies, distributed trials, pruning, recovery."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ from sweeps.launchers.base import LauncherConfigError
 from sweeps.run import dry_run
 from sweeps.space import SearchSpaceError
 from sweeps.validate import SweepConfigError
-from trm.config import compose_sweep_config
 from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir, trial_file_exists
+from trm.config import compose_sweep_config
 
 STUDIES = ["model_scaling", "model_scaling_pareto", "curriculum", "halting", "optimizer"]
 POD = ["site=pod", "launcher.tpu_name=test-pod", "launcher.zone=us-central2-b"]
@@ -37,7 +38,9 @@ def load(pg_url: str, name: str) -> optuna.Study:
 
 @pytest.mark.parametrize("site", ["laptop", "pod"])
 @pytest.mark.parametrize("study", STUDIES)
-def test_every_study_validates_and_dry_runs(study: str, site: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_every_study_validates_and_dry_runs(
+    study: str, site: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     priced = site == "pod" and study == "model_scaling"  # the cost estimate starts trm.info: once here
     extra = [f"study={study}", "n_trials=3", f"estimate.enabled={str(priced).lower()}", *(POD if site == "pod" else [])]
     if site == "pod":  # the pod site brings its own trial overrides (paper scale)
@@ -51,10 +54,14 @@ def test_every_study_validates_and_dry_runs(study: str, site: str, tmp_path: Pat
     assert out.count("trm.train") == 3
     assert "trial 2:" in out
     if site == "pod":
-        assert "gcloud compute tpus tpu-vm ssh test-pod --zone=us-central2-b" in out and "experiment=paper_sudoku" in out
+        assert (
+            "gcloud compute tpus tpu-vm ssh test-pod --zone=us-central2-b" in out and "experiment=paper_sudoku" in out
+        )
     if priced:  # every trial priced from its measured FLOPs: v4-64 has 8x the chips of v4-8
         costs = [line for line in out.splitlines() if line.strip().startswith("cost:")]
-        assert len(costs) == 3 and all("GFLOP/sample-step" in c and "v4-64" in c and "batch 768 x 65104 steps" in c for c in costs)
+        assert len(costs) == 3 and all(
+            "GFLOP/sample-step" in c and "v4-64" in c and "batch 768 x 65104 steps" in c for c in costs
+        )
         assert "ms/step" in costs[0] and "# study cost: 3 trials, none pruned: v4-8 " in out
     assert not (tmp_path / "db.sqlite").exists()  # a dry run stores nothing
 
@@ -74,12 +81,24 @@ def with_space(cfg, space: dict, conditional: dict | None = None):
         ({"optim.lr": "tag(log, interval(0, 0.1))"}, None, SearchSpaceError, r"'optim.lr'.*low > 0"),
         ({"arch.mixer": "choice()"}, None, SearchSpaceError, r"'arch.mixer'.*empty choice"),
         ({"arch.no_such_key": "choice(1, 2)"}, None, SweepConfigError, r"arch.no_such_key"),
-        ({"arch.mixer": "choice(attention, mlp_t)"}, {"arch.mixer": {"conv": {"optim.lr": "interval(0.1, 0.2)"}}}, SearchSpaceError, r"'conv' is not one of the choices"),
-        ({"optim.lr": "interval(0.1, 0.2)"}, {"optim": {"lion": {"optim.lr": "interval(0.1, 0.2)"}}}, SearchSpaceError, r"conditional parameters need 'optim' to be a choice"),
+        (
+            {"arch.mixer": "choice(attention, mlp_t)"},
+            {"arch.mixer": {"conv": {"optim.lr": "interval(0.1, 0.2)"}}},
+            SearchSpaceError,
+            r"'conv' is not one of the choices",
+        ),
+        (
+            {"optim.lr": "interval(0.1, 0.2)"},
+            {"optim": {"lion": {"optim.lr": "interval(0.1, 0.2)"}}},
+            SearchSpaceError,
+            r"conditional parameters need 'optim' to be a choice",
+        ),
         ({}, None, SearchSpaceError, r"study.space.tiny is empty"),
     ],
 )
-def test_bad_search_spaces_fail_before_launch(space: dict, conditional: dict | None, error: type, expected: str, tmp_path: Path) -> None:
+def test_bad_search_spaces_fail_before_launch(
+    space: dict, conditional: dict | None, error: type, expected: str, tmp_path: Path
+) -> None:
     cfg = with_space(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path), space, conditional)
     with pytest.raises(error, match=expected):
         Driver(cfg).validate()
@@ -93,7 +112,10 @@ def test_bad_search_spaces_fail_before_launch(space: dict, conditional: dict | N
         ("max_concurrent=0", r"max_concurrent=0"),
         ("study.direction=up", r"study.direction='up'"),
         # the pruner compares in the study's direction: a loss reported to a maximized study would prune the best
-        ("study.prune_metric=eval/lm_loss", r"study.prune_metric='eval/lm_loss': for a study that is to maximize expected null .* 'eval/blank_accuracy'"),
+        (
+            "study.prune_metric=eval/lm_loss",
+            r"study.prune_metric='eval/lm_loss': for a study that is to maximize expected null .* 'eval/blank_accuracy'",
+        ),
         ("study.prune_metric=eval/blank_acc", r"study.prune_metric='eval/blank_acc'"),
     ],
 )
@@ -112,7 +134,9 @@ def test_tpu_launcher_without_name_or_zone_is_rejected(tmp_path: Path) -> None:
     cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "launcher=tpu_pod", "launcher.zone=z")
     with pytest.raises(Exception, match=r"tpu_name"):
         Driver(cfg).launcher.validate()
-    cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "launcher=tpu_pod", "launcher.tpu_name=t", "launcher.zone=null")
+    cfg = sweep_config(
+        f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "launcher=tpu_pod", "launcher.tpu_name=t", "launcher.zone=null"
+    )
     with pytest.raises(LauncherConfigError, match=r"launcher.zone=None"):
         Driver(cfg).launcher.validate()
 
@@ -161,8 +185,18 @@ def test_torchrun_study_completes_and_prunes_with_rank0_values(pg_url: str, tmp_
     # The phase stamps the overhead benchmark reads: driver and job clocks in the order things happened.
     for trial in trials:
         job, drv = trial.user_attrs["timing"], trial.user_attrs["driver_timing"]
-        stamps = [trial.datetime_start.timestamp(), drv["launched_at"][0], job["run_start"], job["first_step_start"],
-                  job["first_step_end"], job["last_step_end"], job["train_end"], job["end"], drv["exited_at"][0], trial.datetime_complete.timestamp()]
+        stamps = [
+            trial.datetime_start.timestamp(),
+            drv["launched_at"][0],
+            job["run_start"],
+            job["first_step_start"],
+            job["first_step_end"],
+            job["last_step_end"],
+            job["train_end"],
+            job["end"],
+            drv["exited_at"][0],
+            trial.datetime_complete.timestamp(),
+        ]
         assert stamps == sorted(stamps), stamps
 
 
@@ -182,16 +216,24 @@ def _wait_for(predicate, timeout_s: float, what: str) -> None:
 
 def test_killed_driver_is_recovered_and_the_trial_resumes_from_its_checkpoint(pg_url: str, tmp_path: Path) -> None:
     slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=60"]
-    args = sweep_overrides(pg_url, tmp_path, "study=halting", "study.name=recover", "n_trials=1", "pruner=none", trial=slow)
+    args = sweep_overrides(
+        pg_url, tmp_path, "study=halting", "study.name=recover", "n_trials=1", "pruner=none", trial=slow
+    )
     first = _start_driver([*args, f"hydra.run.dir={tmp_path}/h1"], tmp_path / "driver1.log")
     try:
-        _wait_for(lambda: trial_file_exists(tmp_path / "recover", 0, "checkpoints/latest.pt"), 240, "the first checkpoint of trial 0")
+        _wait_for(
+            lambda: trial_file_exists(tmp_path / "recover", 0, "checkpoints/latest.pt"),
+            240,
+            "the first checkpoint of trial 0",
+        )
     finally:
         first.send_signal(signal.SIGKILL)  # the driver dies ...
         first.wait()
     # ... and its machine with it: the job stops too, before storing an outcome. (A job that outlives its driver
     # and stores its outcome is told that outcome: tests/test_study_record.py.)
-    for pid in subprocess.run(["pgrep", "-f", "trm.train.*sweep.study=recover"], capture_output=True, text=True).stdout.split():
+    for pid in subprocess.run(
+        ["pgrep", "-f", "trm.train.*sweep.study=recover"], capture_output=True, text=True
+    ).stdout.split():
         os.kill(int(pid), signal.SIGKILL)
     second = _start_driver([*args, f"hydra.run.dir={tmp_path}/h2"], tmp_path / "driver2.log")
     restarted = time.monotonic()
@@ -212,7 +254,9 @@ def test_killed_driver_is_recovered_and_the_trial_resumes_from_its_checkpoint(pg
 
 def test_two_drivers_share_a_study_without_duplicates_or_losses(pg_url: str, tmp_path: Path) -> None:
     fast = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=10"]
-    args = sweep_overrides(pg_url, tmp_path, "study=halting", "study.name=shared", "n_trials=4", "pruner=none", trial=fast)
+    args = sweep_overrides(
+        pg_url, tmp_path, "study=halting", "study.name=shared", "n_trials=4", "pruner=none", trial=fast
+    )
     drivers = [_start_driver([*args, f"hydra.run.dir={tmp_path}/h{i}"], tmp_path / f"d{i}.log") for i in range(2)]
     for i, driver in enumerate(drivers):
         assert driver.wait(timeout=400) == 0, (tmp_path / f"d{i}.log").read_text()[-3000:]
@@ -220,7 +264,9 @@ def test_two_drivers_share_a_study_without_duplicates_or_losses(pg_url: str, tmp
     assert len(trials) == 4
     assert sorted(t.number for t in trials) == [0, 1, 2, 3]
     assert all(t.state == TrialState.COMPLETE for t in trials)
-    started = [line for i in range(2) for line in (tmp_path / f"d{i}.log").read_text().splitlines() if "started" in line]
+    started = [
+        line for i in range(2) for line in (tmp_path / f"d{i}.log").read_text().splitlines() if "started" in line
+    ]
     assert len(started) == 4  # every trial ran exactly once, split across the two drivers
 
 
@@ -230,18 +276,25 @@ def test_two_drivers_share_a_study_without_duplicates_or_losses(pg_url: str, tmp
 def test_optuna_cli_and_dashboard_read_our_study(pg_url: str, tmp_path: Path) -> None:
     cfg = sweep_config(pg_url, tmp_path, "study.name=readable")
     study = Driver(cfg).open_study()
-    study.enqueue_trial({"arch.hidden_size": 32, "arch.L_layers": 1, "arch.H_cycles": 1, "arch.L_cycles": 1, "arch.mixer": "mlp_t"})
+    study.enqueue_trial(
+        {"arch.hidden_size": 32, "arch.L_layers": 1, "arch.H_cycles": 1, "arch.L_cycles": 1, "arch.mixer": "mlp_t"}
+    )
     url = open_storage(pg_url).url  # the psycopg2 form Optuna's own tools need
     out = subprocess.run(
-        [str(Path(sys.executable).parent / "optuna"), "studies", "--storage", url, "-f", "json"], capture_output=True, text=True, check=True
+        [str(Path(sys.executable).parent / "optuna"), "studies", "--storage", url, "-f", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "readable" in {s["name"] for s in json.loads(out)}
     port = 18000 + os.getpid() % 1000
     server = subprocess.Popen(
         [str(Path(sys.executable).parent / "optuna-dashboard"), url, "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
+
         def answers() -> bool:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=2) as resp:
@@ -256,7 +309,15 @@ def test_optuna_cli_and_dashboard_read_our_study(pg_url: str, tmp_path: Path) ->
 
 
 def test_repeated_seeds_tell_the_mean_and_keep_the_spread(tmp_path: Path) -> None:
-    cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "study.name=seeds", "study.seeds=2", "n_trials=1", "pruner=none", "study.objective=eval/accuracy")
+    cfg = sweep_config(
+        f"sqlite:///{tmp_path}/db.sqlite",
+        tmp_path,
+        "study.name=seeds",
+        "study.seeds=2",
+        "n_trials=1",
+        "pruner=none",
+        "study.objective=eval/accuracy",
+    )
     Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
     trial = optuna.load_study(study_name="seeds", storage=f"sqlite:///{tmp_path}/db.sqlite").trials[0]
     per_seed = [summary_of(trial_dir(tmp_path / "seeds", 0) / f"seed-{i}")["best_value"] for i in (0, 1)]
@@ -288,16 +349,24 @@ def test_a_new_study_under_an_old_name_trains_instead_of_resuming_the_old_checkp
 
 def test_trials_report_the_prune_metric_and_are_valued_by_the_objective(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/db.sqlite"
-    cfg = sweep_config(url, tmp_path, "study.name=smooth", "n_trials=1", "pruner=none", "study.prune_metric=eval/blank_accuracy")
+    cfg = sweep_config(
+        url, tmp_path, "study.name=smooth", "n_trials=1", "pruner=none", "study.prune_metric=eval/blank_accuracy"
+    )
     Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
     trial = optuna.load_study(study_name="smooth", storage=url).trials[0]
-    evals = [json.loads(line) for line in (trial_dir(tmp_path / "smooth", 0) / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [
+        json.loads(line)
+        for line in (trial_dir(tmp_path / "smooth", 0) / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
     blank = {r["step"]: r["eval/blank_accuracy"] for r in evals if "eval/blank_accuracy" in r}
     assert trial.intermediate_values == pytest.approx(blank) and len(blank) == 2
     assert trial.value == summary_of(trial_dir(tmp_path / "smooth", 0))["best_value"]  # the objective: exact accuracy
     # Reopening the study with another prune metric would make the pruner compare two metrics: refused.
     other = sweep_config(url, tmp_path, "study.name=smooth", "n_trials=2")
-    with pytest.raises(StudyMismatchError, match=r"reported 'eval/blank_accuracy' to the pruner but this config reports 'eval/exact_accuracy'"):
+    with pytest.raises(
+        StudyMismatchError,
+        match=r"reported 'eval/blank_accuracy' to the pruner but this config reports 'eval/exact_accuracy'",
+    ):
         Driver(other).open_study()
 
 
@@ -306,10 +375,23 @@ SECRET = "pw-s3cr3t-4242"
 
 def test_a_password_appears_nowhere(pg_url: str, tmp_path: Path) -> None:
     """A study run with a database password: not in logs, outputs, trial attributes or command lines."""
-    args = sweep_overrides(pg_url, tmp_path, "study=halting", "study.name=secret", "n_trials=1", "pruner=none", "storage.password_env=TRM_TEST_DB_PASSWORD")
+    args = sweep_overrides(
+        pg_url,
+        tmp_path,
+        "study=halting",
+        "study.name=secret",
+        "n_trials=1",
+        "pruner=none",
+        "storage.password_env=TRM_TEST_DB_PASSWORD",
+    )
     env = {**os.environ, "TRM_TEST_DB_PASSWORD": SECRET}
     log = tmp_path / "driver.log"
-    driver = subprocess.Popen([sys.executable, "-m", "sweeps.run", *args, f"hydra.run.dir={tmp_path}/hydra"], stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "sweeps.run", *args, f"hydra.run.dir={tmp_path}/hydra"],
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     command_lines = []
     while driver.poll() is None:
         command_lines += subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
@@ -321,14 +403,24 @@ def test_a_password_appears_nowhere(pg_url: str, tmp_path: Path) -> None:
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
     study = load(pg_url, "secret")
-    dumped = json.dumps([study.user_attrs, [(t.user_attrs, t.system_attrs, t.params) for t in study.trials]], default=str)
+    dumped = json.dumps(
+        [study.user_attrs, [(t.user_attrs, t.system_attrs, t.params) for t in study.trials]], default=str
+    )
     assert study.trials[0].state == TrialState.COMPLETE and SECRET not in dumped
 
 
 def test_a_password_in_the_url_is_refused_without_echoing_it(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "sweeps.run", f"storage.url=postgresql://postgres:{SECRET}@127.0.0.1:5432/x", "storage=postgres", f"hydra.run.dir={tmp_path}/h"],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "sweeps.run",
+            f"storage.url=postgresql://postgres:{SECRET}@127.0.0.1:5432/x",
+            "storage=postgres",
+            f"hydra.run.dir={tmp_path}/h",
+        ],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 2
     assert "storage.url" in proc.stderr and ("pgpass" in proc.stderr or "password_env" in proc.stderr)
@@ -337,7 +429,15 @@ def test_a_password_in_the_url_is_refused_without_echoing_it(tmp_path: Path) -> 
 
 def test_pareto_study_tells_accuracy_and_compute(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/db.sqlite"
-    cfg = sweep_config(db, tmp_path, "study=model_scaling_pareto", "sampler=nsga2", "n_trials=2", "pruner=none", "study.enqueue_baseline=false")
+    cfg = sweep_config(
+        db,
+        tmp_path,
+        "study=model_scaling_pareto",
+        "sampler=nsga2",
+        "n_trials=2",
+        "pruner=none",
+        "study.enqueue_baseline=false",
+    )
     Driver(with_space(cfg, {"arch.H_cycles": "choice(1, 2)"})).run()
     study = optuna.load_study(study_name="model_scaling_pareto", storage=db)
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
@@ -354,13 +454,30 @@ def test_a_killed_worker_fails_the_trial_named_and_its_retry_resumes(tmp_path: P
     """SIGKILL of a worker mid-trial: FAIL with the worker named, then a retry that continues from the checkpoint."""
     slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=300"]
     db = f"sqlite:///{tmp_path}/db.sqlite"
-    args = sweep_overrides(db, tmp_path, "study=halting", "study.name=crash", "n_trials=1", "pruner=none", "launcher=torchrun", "launcher.nnodes=2", "launcher.nproc_per_node=1", trial=slow)
+    args = sweep_overrides(
+        db,
+        tmp_path,
+        "study=halting",
+        "study.name=crash",
+        "n_trials=1",
+        "pruner=none",
+        "launcher=torchrun",
+        "launcher.nnodes=2",
+        "launcher.nproc_per_node=1",
+        trial=slow,
+    )
     driver = _start_driver([*args, f"hydra.run.dir={tmp_path}/h"], tmp_path / "driver.log")
-    _wait_for(lambda: trial_file_exists(tmp_path / "crash", 0, "checkpoints/latest.pt"), 240, "trial 0's first checkpoint")
+    _wait_for(
+        lambda: trial_file_exists(tmp_path / "crash", 0, "checkpoints/latest.pt"), 240, "trial 0's first checkpoint"
+    )
 
     def node1_worker() -> list[str]:
-        agents = subprocess.run(["pgrep", "-f", "node_rank=1 .*sweep.trial_number=0"], capture_output=True, text=True).stdout.split()
-        return [p for a in agents for p in subprocess.run(["pgrep", "-P", a], capture_output=True, text=True).stdout.split()]
+        agents = subprocess.run(
+            ["pgrep", "-f", "node_rank=1 .*sweep.trial_number=0"], capture_output=True, text=True
+        ).stdout.split()
+        return [
+            p for a in agents for p in subprocess.run(["pgrep", "-P", a], capture_output=True, text=True).stdout.split()
+        ]
 
     _wait_for(lambda: bool(node1_worker()), 60, "node 1's training process")
     os.kill(int(node1_worker()[0]), signal.SIGKILL)
@@ -383,8 +500,18 @@ def test_a_killed_worker_fails_the_trial_named_and_its_retry_resumes(tmp_path: P
 )
 def test_bad_command_lines_fail_with_the_key_named(override: str, expected: str, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "sweeps.run", override, f"output_root={tmp_path}/out", f"storage.url=sqlite:///{tmp_path}/db", f"hydra.run.dir={tmp_path}/h"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "sweeps.run",
+            override,
+            f"output_root={tmp_path}/out",
+            f"storage.url=sqlite:///{tmp_path}/db",
+            f"hydra.run.dir={tmp_path}/h",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert expected in proc.stderr + proc.stdout
@@ -392,6 +519,9 @@ def test_bad_command_lines_fail_with_the_key_named(override: str, expected: str,
 
 
 def test_missing_dataset_path_fails_before_launch(tmp_path: Path) -> None:
-    trial = [o for o in FAST_TRIAL if not o.startswith("data.")] + ["data=sudoku_extreme", f"data.path={tmp_path}/no-such-data"]
+    trial = [o for o in FAST_TRIAL if not o.startswith("data.")] + [
+        "data=sudoku_extreme",
+        f"data.path={tmp_path}/no-such-data",
+    ]
     with pytest.raises(SweepConfigError, match=r"data.path=.*no-such-data.*no dataset there"):
         Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, trial=trial)).validate()

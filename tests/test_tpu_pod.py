@@ -1,5 +1,6 @@
 """The tpu_pod launcher against a stand-in `gcloud` (tests/fake_gcloud): every worker VM a real process in
 its own directory and HOME, with the environment a TPU VM gives, the gloo control plane on loopback."""
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,9 @@ def training_processes() -> dict[str, str]:
     found = {}
     for pid in subprocess.run(["pgrep", "-f", "[s]weep.job=pod-job-1"], capture_output=True, text=True).stdout.split():
         try:
-            env = dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in kv)
+            env = dict(
+                kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in kv
+            )
         except OSError:
             continue
         if "TPU_WORKER_ID" in env:
@@ -49,12 +52,27 @@ def training_processes() -> dict[str, str]:
 
 
 def launcher(**kw) -> TpuPodLauncher:
-    args = dict(tpu_name="test-pod", zone="us-central2-b", num_workers=2, gcloud=str(FAKE_GCLOUD), python=sys.executable, env={}, remote_dir="~/trm")
+    args = dict(
+        tpu_name="test-pod",
+        zone="us-central2-b",
+        num_workers=2,
+        gcloud=str(FAKE_GCLOUD),
+        python=sys.executable,
+        env={},
+        remote_dir="~/trm",
+    )
     return TpuPodLauncher(**{**args, **kw})
 
 
 def job(tmp_path: Path, *extra: str) -> JobSpec:
-    overrides = [*FAST_TRIAL, "runtime.backend=torch", f"runtime.port={free_port()}", "hydra.run.dir=hydra", "out_dir=run", *extra]
+    overrides = [
+        *FAST_TRIAL,
+        "runtime.backend=torch",
+        f"runtime.port={free_port()}",
+        "hydra.run.dir=hydra",
+        "out_dir=run",
+        *extra,
+    ]
     return JobSpec("pod-job-1", overrides, tmp_path / "local")
 
 
@@ -110,13 +128,27 @@ def test_missing_tpu_name_or_zone_and_unknown_workers_are_config_errors(pod: Pat
 
 def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/optuna.db"
-    cfg = compose_sweep_config([
-        "site=pod", "launcher.tpu_name=test-pod", "launcher.zone=us-central2-b", f"launcher.gcloud={FAKE_GCLOUD}",
-        f"launcher.python={sys.executable}", "launcher.num_workers=2", "launcher.remote_dir='~/trm'", "launcher.env={}",
-        "storage=sqlite", f"storage.url={db}", f"output_root={tmp_path}/out", "study=halting", "n_trials=1", "pruner=none",
-        f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.backend=torch', f'runtime.port={free_port()}'])}",
-        "heartbeat.interval_s=1", "poll_s=0.2",
-    ])
+    cfg = compose_sweep_config(
+        [
+            "site=pod",
+            "launcher.tpu_name=test-pod",
+            "launcher.zone=us-central2-b",
+            f"launcher.gcloud={FAKE_GCLOUD}",
+            f"launcher.python={sys.executable}",
+            "launcher.num_workers=2",
+            "launcher.remote_dir='~/trm'",
+            "launcher.env={}",
+            "storage=sqlite",
+            f"storage.url={db}",
+            f"output_root={tmp_path}/out",
+            "study=halting",
+            "n_trials=1",
+            "pruner=none",
+            f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.backend=torch', f'runtime.port={free_port()}'])}",
+            "heartbeat.interval_s=1",
+            "poll_s=0.2",
+        ]
+    )
     Driver(cfg).run()
     trial = optuna.load_study(study_name="halting", storage=db).trials[0]
     assert trial.state == TrialState.COMPLETE, trial.user_attrs
@@ -128,7 +160,11 @@ def test_deploy_installs_one_wheel_on_every_worker(pod: Path, tmp_path: Path) ->
     """launcher.deploy=true with launcher.wheel: the wheel a user installed is copied to and installed on every VM
     (each its own venv here, `$HOME/venv`, as each VM has its own disk)."""
     root = Path(__file__).resolve().parent.parent
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(root)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(root)],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = (tmp_path / "dist").glob("trm_sweeps-*.whl")
     vms = [pod / "test-pod" / f"worker-{w}" for w in (0, 1)]
     for vm in vms:
@@ -136,11 +172,17 @@ def test_deploy_installs_one_wheel_on_every_worker(pod: Path, tmp_path: Path) ->
     launcher(deploy=True, wheel=str(wheel), python="$HOME/venv/bin/python").prepare()
     for vm in vms:
         assert (vm / "trm" / wheel.name).is_file()
-        shown = subprocess.run([str(vm / "venv" / "bin" / "python"), "-m", "pip", "show", "-f", "trm-sweeps"], capture_output=True, text=True)
+        shown = subprocess.run(
+            [str(vm / "venv" / "bin" / "python"), "-m", "pip", "show", "-f", "trm-sweeps"],
+            capture_output=True,
+            text=True,
+        )
         assert shown.returncode == 0 and "trm_sweeps_conf/study/model_scaling.yaml" in shown.stdout
 
 
-def test_deploy_from_an_installed_copy_asks_for_the_wheel(pod: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_deploy_from_an_installed_copy_asks_for_the_wheel(
+    pod: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An installed trm-sweeps has no checkout to build a wheel from: refused before any VM is contacted, naming
     launcher.wheel; a launcher.wheel that is not a wheel file is refused too."""
     from sweeps.launchers import tpu_pod

@@ -1,4 +1,5 @@
 """W&B tracking on rank 0: real sweep trials and torchrun jobs, their offline runs read back from disk."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, trial_dir
-from trm.info import compose_train_config
 from tests.wandb_offline import find_runs, read_offline_run
+from trm.info import compose_train_config
 from trm.tracking import Tracker, WandbTracker, make_tracker, resolve_mode, summary_run_id, trial_run_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,12 +45,22 @@ def metrics_jsonl(out_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(pg_url: str, tmp_path: Path, offline_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(
+    pg_url: str, tmp_path: Path, offline_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     secret = f"pw-{secrets.token_hex(8)}"  # the server trusts us; the job still reads and uses this password
     monkeypatch.setenv(PASSWORD_ENV, secret)
     data_dir = tmp_path / "data"
     monkeypatch.setenv("TRM_DATA_DIR", str(data_dir))
-    cfg = sweep_config(pg_url, tmp_path, "study=halting", "study.name=wandb_halting", "n_trials=1", f"storage.password_env={PASSWORD_ENV}", trial=TRIAL)
+    cfg = sweep_config(
+        pg_url,
+        tmp_path,
+        "study=halting",
+        "study.name=wandb_halting",
+        "n_trials=1",
+        f"storage.password_env={PASSWORD_ENV}",
+        trial=TRIAL,
+    )
     study = Driver(cfg).run()
     trial = study.trials[0]
     assert trial.state.name == "COMPLETE", trial.user_attrs
@@ -64,8 +75,15 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(pg_url
     # Identity: the run id is the trial's (study uid, retry chain 0, seed 0), so a retry would continue this run
     uid = study.user_attrs[STUDY_UID_ATTR]
     assert run.run_id == trial_run_id(uid, 0, 0) == f"{uid[:12]}-t0-s0"
-    assert (run.project, run.group, run.name, run.job_type) == ("trm-sweeps", "wandb_halting", "wandb_halting-0", "trial")
-    assert {"study:wandb_halting", "sampler:TPESampler", "pruner:HyperbandPruner", "launcher:LocalLauncher"} <= set(run.tags)
+    assert (run.project, run.group, run.name, run.job_type) == (
+        "trm-sweeps",
+        "wandb_halting",
+        "wandb_halting-0",
+        "trial",
+    )
+    assert {"study:wandb_halting", "sampler:TPESampler", "pruner:HyperbandPruner", "launcher:LocalLauncher"} <= set(
+        run.tags
+    )
 
     # Config: the sampled parameters, the resolved training config, no secret and no env value
     assert run.config["trial_params"] == HALTING_BASELINE
@@ -106,7 +124,11 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(pg_url
     summary_dir = summary_dirs[0]
     assert (tmp_path / "wandb_halting" / "wandb") in summary_dir.parents
     summary_run = read_offline_run(summary_dir)
-    assert (summary_run.group, summary_run.job_type, summary_run.name) == ("wandb_halting", "study-summary", "wandb_halting-summary")
+    assert (summary_run.group, summary_run.job_type, summary_run.name) == (
+        "wandb_halting",
+        "study-summary",
+        "wandb_halting-summary",
+    )
     assert summary_run.run_id == summary_run_id(uid)
     assert summary_run.summary["best/number"] == 0 and summary_run.summary["count/complete"] == 1
     table_ref = summary_run.summary["trials"]
@@ -148,7 +170,9 @@ def test_mode_is_offline_unless_an_api_key_is_set() -> None:
         resolve_mode("cloud", {})
 
 
-def test_tracking_failure_is_one_warning_and_a_no_op(tmp_path: Path, offline_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_tracking_failure_is_one_warning_and_a_no_op(
+    tmp_path: Path, offline_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     monkeypatch.setattr(tracking, "_warned", False)
     # wandb itself rejects the console setting: init fails, training goes on untracked
     cfg = compose_train_config([f"out_dir={tmp_path}", "wandb.console=bogus"])
@@ -161,7 +185,10 @@ def test_tracking_failure_is_one_warning_and_a_no_op(tmp_path: Path, offline_env
     assert not find_runs(tmp_path)
     # Not rank 0, or disabled: no run either, and no warning
     assert type(make_tracker(compose_train_config([f"out_dir={tmp_path}"]), is_main=False)) is Tracker
-    assert type(make_tracker(compose_train_config([f"out_dir={tmp_path}", "wandb.enabled=false"]), is_main=True)) is Tracker
+    assert (
+        type(make_tracker(compose_train_config([f"out_dir={tmp_path}", "wandb.enabled=false"]), is_main=True))
+        is Tracker
+    )
     assert capsys.readouterr().err == "" and not find_runs(tmp_path)
 
 
@@ -170,7 +197,15 @@ def test_a_failing_run_is_recorded_as_fail(tmp_path: Path, offline_env: None) ->
     tracker = make_tracker(cfg, is_main=True, extra={"params": 7})
     assert isinstance(tracker, WandbTracker)
     tracker.log(3, {"train/lm_loss": 2.5, "train/lr": 0.1})
-    tracker.finish({"outcome": "FAIL", "error": "NonFiniteLossError: non-finite loss at step 3", "steps": 3, "best_step": None, "final": {}})
+    tracker.finish(
+        {
+            "outcome": "FAIL",
+            "error": "NonFiniteLossError: non-finite loss at step 3",
+            "steps": 3,
+            "best_step": None,
+            "final": {},
+        }
+    )
     run = read_offline_run(find_runs(tmp_path)[0])
     assert run.project == "p-fail" and run.tags == ["extra"] and run.config["model"] == {"params": 7}
     assert run.summary["outcome"] == "FAIL" and "non-finite" in run.summary["error"] and run.exit_code == 1
@@ -178,7 +213,9 @@ def test_a_failing_run_is_recorded_as_fail(tmp_path: Path, offline_env: None) ->
 
 
 def test_sweep_wandb_block_becomes_trial_overrides(tmp_path: Path) -> None:
-    cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.project=trm-x", "wandb.mode=offline", "wandb.tags=[a,b]")
+    cfg = sweep_config(
+        f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.project=trm-x", "wandb.mode=offline", "wandb.tags=[a,b]"
+    )
     overrides = trial_wandb_overrides(cfg)
     assert overrides == ["wandb.mode=offline", "wandb.project=trm-x", "wandb.tags=['a','b']"]
     train = compose_train_config(overrides)  # they are valid training overrides
@@ -191,7 +228,14 @@ def test_sweep_wandb_block_becomes_trial_overrides(tmp_path: Path) -> None:
 def test_run_ids_are_deterministic_per_study_retry_chain_and_seed() -> None:
     uid, other = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
     assert trial_run_id(uid, 3, 1) == trial_run_id(uid, 3, 1) == "0123456789ab-t3-s1"
-    ids = {trial_run_id(uid, 3, 0), trial_run_id(uid, 3, 1), trial_run_id(uid, 4, 0), trial_run_id(other, 3, 0), summary_run_id(uid), summary_run_id(other)}
+    ids = {
+        trial_run_id(uid, 3, 0),
+        trial_run_id(uid, 3, 1),
+        trial_run_id(uid, 4, 0),
+        trial_run_id(other, 3, 0),
+        summary_run_id(uid),
+        summary_run_id(other),
+    }
     assert len(ids) == 6  # another seed, retry chain or study: another run
     assert summary_run_id(uid) == summary_run_id(uid) == "0123456789ab-summary"
     for run_id in ids:  # what W&B accepts as an id
@@ -207,10 +251,20 @@ def test_the_driver_gives_every_attempt_of_a_trial_its_chains_run_id(tmp_path: P
     retry = driver.trial_overrides(SimpleNamespace(number=7), {}, tmp_path / "trial-7", origin=3)
     seed1 = driver.trial_overrides(SimpleNamespace(number=7), {}, tmp_path / "trial-7", origin=3, seed_index=1)
     ids = [[o for o in overrides if o.startswith("wandb.run_id=")] for overrides in (first, retry, seed1)]
-    assert ids == [["wandb.run_id=abcdef012345-t3-s0"], ["wandb.run_id=abcdef012345-t3-s0"], ["wandb.run_id=abcdef012345-t3-s1"]]
-    assert compose_train_config([o for o in seed1 if o.startswith("wandb.")]).wandb.run_id == "abcdef012345-t3-s1"  # a valid override
+    assert ids == [
+        ["wandb.run_id=abcdef012345-t3-s0"],
+        ["wandb.run_id=abcdef012345-t3-s0"],
+        ["wandb.run_id=abcdef012345-t3-s1"],
+    ]
+    assert (
+        compose_train_config([o for o in seed1 if o.startswith("wandb.")]).wandb.run_id == "abcdef012345-t3-s1"
+    )  # a valid override
     off = Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.enabled=false"))
-    assert not [o for o in off.trial_overrides(SimpleNamespace(number=0), {}, tmp_path, origin=0) if o.startswith("wandb.run_id")]
+    assert not [
+        o
+        for o in off.trial_overrides(SimpleNamespace(number=0), {}, tmp_path, origin=0)
+        if o.startswith("wandb.run_id")
+    ]
 
 
 def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: None) -> None:
@@ -225,7 +279,9 @@ def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: No
         tracker.finish({"outcome": outcome, "steps": step})
     runs = [read_offline_run(p) for p in find_runs(tmp_path / "job")]
     assert [r.run_id for r in runs] == [run_id, run_id]
-    assert [sorted(r.series("train/lm_loss")) for r in runs] == [[10], [20]] and runs[1].summary["outcome"] == "COMPLETE"
+    assert [sorted(r.series("train/lm_loss")) for r in runs] == [[10], [20]] and runs[1].summary[
+        "outcome"
+    ] == "COMPLETE"
     # Without an id W&B draws a new one each time: two runs.
     plain = compose_train_config([f"out_dir={tmp_path / 'plain'}"])
     for _ in range(2):

@@ -1,4 +1,5 @@
 """The training loop: a real (tiny) run, resume continuity, outputs, and bad input before training starts."""
+
 from __future__ import annotations
 
 import json
@@ -68,7 +69,10 @@ def test_resume_continues_with_the_same_losses(tmp_path: Path, data_root: Path) 
     assert sorted(got) == sorted(expected) == [5, 10, 15, 20, 25, 30]
     for step in expected:
         assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), step
-    evals = lambda recs: {r["step"]: r["eval/accuracy"] for r in recs if "eval/accuracy" in r}
+
+    def evals(recs: list[dict]) -> dict:
+        return {r["step"]: r["eval/accuracy"] for r in recs if "eval/accuracy" in r}
+
     assert evals(read_metrics(resumed)) == pytest.approx(evals(read_metrics(straight)), rel=1e-5)
 
 
@@ -77,7 +81,9 @@ def test_a_checkpoint_of_another_run_is_refused_not_resumed(tmp_path: Path, data
     `optim.lr=0.5 seed=7` over a step-20 run trained nothing; `train.steps=10` over it was COMPLETE with no eval)."""
     run(config(tmp_path, data_root, "train.steps=20"))
     before = checkpoint.load(str(tmp_path / "checkpoints"))
-    with pytest.raises(checkpoint.CheckpointMismatchError, match=r"optim.lr: 0.001 there, 0.5 here; seed: 0 there, 7 here") as err:
+    with pytest.raises(
+        checkpoint.CheckpointMismatchError, match=r"optim.lr: 0.001 there, 0.5 here; seed: 0 there, 7 here"
+    ) as err:
         run(config(tmp_path, data_root, "train.steps=20", "optim.lr=0.5", "seed=7"))
     assert "checkpoint.resume=false" in str(err.value) and str(tmp_path / "checkpoints" / "latest.pt") in str(err.value)
     with pytest.raises(checkpoint.CheckpointMismatchError, match=r"train.steps: 20 there, 10 here"):
@@ -142,7 +148,11 @@ def test_compiled_network_trains_like_eager(tmp_path: Path, data_root: Path) -> 
 
 
 def test_best_tracking_follows_the_objective_direction(tmp_path: Path, data_root: Path) -> None:
-    summary = run(config(tmp_path, data_root, "train.steps=30", "train.objective=eval/lm_loss", "train.objective_direction=minimize"))
+    summary = run(
+        config(
+            tmp_path, data_root, "train.steps=30", "train.objective=eval/lm_loss", "train.objective_direction=minimize"
+        )
+    )
     losses = {r["step"]: r["eval/lm_loss"] for r in read_metrics(tmp_path) if "eval/lm_loss" in r}
     assert summary["best_value"] == pytest.approx(min(losses.values()))
     assert summary["best_step"] == min(losses, key=losses.get)

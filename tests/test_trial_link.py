@@ -1,4 +1,5 @@
 """Rank 0's link to its trial (trm.trial_link) against the real PostgreSQL: verdicts and the stored outcome."""
+
 from __future__ import annotations
 
 import math
@@ -40,11 +41,17 @@ def test_reports_continue_then_abandon_once_the_trial_was_failed(pg_url: str) ->
 
 def test_the_pruner_sees_the_prune_metric(pg_url: str) -> None:
     # A median pruner that prunes any trial below the first one's report at step 10.
-    study = make_study(pg_url, "link_metric", {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 1, "n_warmup_steps": 0},
-                       prune_metric="eval/blank_accuracy")
+    study = make_study(
+        pg_url,
+        "link_metric",
+        {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 1, "n_warmup_steps": 0},
+        prune_metric="eval/blank_accuracy",
+    )
     first, second = study.ask(), study.ask()
     assert TrialLink("link_metric", first.number, pg_url).report(10, METRICS) == "continue"
     study.tell(first, 0.5)
     # Same objective value, lower blank accuracy: pruned, because blank accuracy is what is compared.
-    assert TrialLink("link_metric", second.number, pg_url).report(10, {**METRICS, "eval/blank_accuracy": 0.1}) == "prune"
+    assert (
+        TrialLink("link_metric", second.number, pg_url).report(10, {**METRICS, "eval/blank_accuracy": 0.1}) == "prune"
+    )
     assert study.trials[1].intermediate_values == {10: pytest.approx(0.1)}

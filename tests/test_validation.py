@@ -1,6 +1,7 @@
 """Issue 14: input that validation accepted but that failed every trial (or the driver, after the study was opened)
 while the driver exited 0. Each is now refused before anything runs, with one error naming the key, the value and
 what is accepted; names and paths with commas, quotes or non-ASCII letters reach the trials intact."""
+
 from __future__ import annotations
 
 import re
@@ -63,9 +64,15 @@ def test_metric_names_are_what_the_trainer_logs_and_stores() -> None:
     "override,expected",
     [
         # today: a KeyError at each trial's first eval
-        ("study.objective=eval/exact_acc", r"study.objective='eval/exact_acc': not a metric the trainer produces .*'eval/exact_accuracy'"),
+        (
+            "study.objective=eval/exact_acc",
+            r"study.objective='eval/exact_acc': not a metric the trainer produces .*'eval/exact_accuracy'",
+        ),
         # train metrics are logged, but the objective is read from the evals
-        ("study.objective=train/lm_loss", r"study.objective='train/lm_loss': not a metric the trainer produces at its evals"),
+        (
+            "study.objective=train/lm_loss",
+            r"study.objective='train/lm_loss': not a metric the trainer produces at its evals",
+        ),
     ],
 )
 def test_an_objective_the_trainer_does_not_produce_is_refused(override: str, expected: str, tmp_path: Path) -> None:
@@ -80,7 +87,10 @@ def test_extra_objectives_name_a_stored_number_or_an_eval_metric(tmp_path: Path)
     Driver(cfg).validate()  # an eval metric is read from the trial's final metrics
     with open_dict(cfg):
         cfg.study.objectives = [{"name": "compute_flop", "direction": "minimize"}]
-    refused(cfg, r"study.objectives\[0\].name='compute_flop': not a value a trial records; expected one of \[.*'compute_flops'")
+    refused(
+        cfg,
+        r"study.objectives\[0\].name='compute_flop': not a value a trial records; expected one of \[.*'compute_flops'",
+    )
 
 
 # ------------------------------------------------------------------------- 2. range types
@@ -89,20 +99,44 @@ def test_extra_objectives_name_a_stored_number_or_an_eval_metric(tmp_path: Path)
 @pytest.mark.parametrize(
     "space,conditional,expected",
     [
-        ({"arch.L_layers": "interval(2, 7)"}, None,
-         r"study.space.tiny\['arch.L_layers'\]='interval\(2, 7\)': arch.L_layers is an integer in the training config \(now 1\) but interval\(...\) draws floats; use range\(2, 8\)"),
-        ({"arch.L_layers": "choice(a, b)"}, None, r"\['arch.L_layers'\]='choice\(a, b\)': arch.L_layers is an integer .* the choice 'a' is a string"),
+        (
+            {"arch.L_layers": "interval(2, 7)"},
+            None,
+            r"study.space.tiny\['arch.L_layers'\]='interval\(2, 7\)': arch.L_layers is an integer in the training config \(now 1\) but interval\(...\) draws floats; use range\(2, 8\)",
+        ),
+        (
+            {"arch.L_layers": "choice(a, b)"},
+            None,
+            r"\['arch.L_layers'\]='choice\(a, b\)': arch.L_layers is an integer .* the choice 'a' is a string",
+        ),
         ({"arch.L_layers": "choice(1, 2.5)"}, None, r"\['arch.L_layers'\].* the choice 2.5 is a number"),
-        ({"optim.lr": "choice(fast, slow)"}, None, r"\['optim.lr'\]='choice\(fast, slow\)': optim.lr is a number .* the choice 'fast' is a string"),
-        ({"train.ema": "range(0, 2)"}, None, r"\['train.ema'\]='range\(0, 2\)': train.ema is a boolean \(true/false\) .* range\(...\) draws integers"),
+        (
+            {"optim.lr": "choice(fast, slow)"},
+            None,
+            r"\['optim.lr'\]='choice\(fast, slow\)': optim.lr is a number .* the choice 'fast' is a string",
+        ),
+        (
+            {"train.ema": "range(0, 2)"},
+            None,
+            r"\['train.ema'\]='range\(0, 2\)': train.ema is a boolean \(true/false\) .* range\(...\) draws integers",
+        ),
         # every option of a config group, not only the first (the one a trial would compose today)
-        ({"optim": "choice(adamw, lionx)"}, None, r"study.space.tiny\['optim'\]='lionx' does not fit the training config"),
+        (
+            {"optim": "choice(adamw, lionx)"},
+            None,
+            r"study.space.tiny\['optim'\]='lionx' does not fit the training config",
+        ),
         # a conditional branch is checked against the config of its own choice
-        ({"optim": "choice(adamw, lion)"}, {"optim": {"lion": {"optim.warmup_steps": "interval(10, 100)"}}},
-         r"study.conditional\['optim'\]\['lion'\]\['optim.warmup_steps'\]='interval\(10, 100\)': optim.warmup_steps is an integer"),
+        (
+            {"optim": "choice(adamw, lion)"},
+            {"optim": {"lion": {"optim.warmup_steps": "interval(10, 100)"}}},
+            r"study.conditional\['optim'\]\['lion'\]\['optim.warmup_steps'\]='interval\(10, 100\)': optim.warmup_steps is an integer",
+        ),
     ],
 )
-def test_a_range_that_does_not_fit_the_keys_type_is_refused(space: dict, conditional: dict | None, expected: str, tmp_path: Path) -> None:
+def test_a_range_that_does_not_fit_the_keys_type_is_refused(
+    space: dict, conditional: dict | None, expected: str, tmp_path: Path
+) -> None:
     refused(with_space(config(tmp_path), space, conditional), expected)
 
 
@@ -119,7 +153,10 @@ def test_a_range_that_does_not_fit_the_keys_type_is_refused(space: dict, conditi
         # TPE takes it and fails at the first ask past its start-up trials
         (["sampler.n_startup_trials=abc"], r"sampler.n_startup_trials='abc': TPESampler takes an integer here"),
         (["seed=abc"], r"sampler.seed='abc': TPESampler takes an integer or null here"),
-        (["+sampler.n_startup=4"], r"sampler.n_startup=4: not an argument of TPESampler; accepted: \[.*'n_startup_trials'"),
+        (
+            ["+sampler.n_startup=4"],
+            r"sampler.n_startup=4: not an argument of TPESampler; accepted: \[.*'n_startup_trials'",
+        ),
         (["pruner=median", "pruner.interval_steps=0"], r"pruner.interval_steps=0: expected an integer >= 1"),
         (["sampler=nsga2", "sampler.population_size=1"], r"sampler.population_size=1: expected an integer >= 2"),
         (["sampler._target_=os.system"], r"sampler._target_='os.system': .*whitelist"),
@@ -139,17 +176,31 @@ def test_sampler_and_pruner_are_built_before_launch(override: list[str], expecte
         ("max_concurrent=true", None, r"max_concurrent=True: expected an integer >= 1"),
         ("timeout=true", None, r"timeout=True: expected seconds > 0"),
         ("study.seeds=true", None, r"study.seeds=True: expected an integer >= 1"),
-        ("+trial.train_steps=60", None, r"trial.train_steps is gone: the trial length is train.steps in trial.overrides"),
+        (
+            "+trial.train_steps=60",
+            None,
+            r"trial.train_steps is gone: the trial length is train.steps in trial.overrides",
+        ),
         ("+trial.steps=60", None, r"trial.steps: not a trial setting, so nothing would read it"),
         (None, ["train.steps=0"], r"train.steps=0 in the trials' training config: expected an integer >= 1"),
         (None, ["train.steps=-5"], r"train.steps=-5 in the trials' training config"),
-        (None, ["train.eval_interval=0"], r"train.eval_interval=0 in the trials' training config: expected an integer >= 1"),
+        (
+            None,
+            ["train.eval_interval=0"],
+            r"train.eval_interval=0 in the trials' training config: expected an integer >= 1",
+        ),
         (None, ["train.log_interval=0"], r"train.log_interval=0 in the trials' training config"),
-        (None, ["train.eval_examples=0"], r"train.eval_examples=0 in the trials' training config: expected an integer >= 1, or null for the whole test split"),
+        (
+            None,
+            ["train.eval_examples=0"],
+            r"train.eval_examples=0 in the trials' training config: expected an integer >= 1, or null for the whole test split",
+        ),
         (None, ["train.global_batch_size=0"], r"train.global_batch_size=0 in the trials' training config"),
     ],
 )
-def test_counts_that_are_not_positive_integers_are_refused(override: str | None, trial: list[str] | None, expected: str, tmp_path: Path) -> None:
+def test_counts_that_are_not_positive_integers_are_refused(
+    override: str | None, trial: list[str] | None, expected: str, tmp_path: Path
+) -> None:
     refused(config(tmp_path, *([override] if override else []), trial=trial_with(*trial) if trial else None), expected)
 
 
@@ -163,8 +214,14 @@ def test_eval_examples_null_is_the_whole_split(tmp_path: Path) -> None:
 
 def test_the_local_launchers_interpreter_must_exist_and_have_the_project(tmp_path: Path) -> None:
     Driver(config(tmp_path, f"launcher.python={sys.executable}")).validate()
-    refused(config(tmp_path, "launcher.python=/no/such/python"), r"launcher.python='/no/such/python': no such executable .* or null for the driver's own")
-    refused(config(tmp_path, "launcher=torchrun", "launcher.nproc_per_node=1", "launcher.python=no-such-python3"), r"launcher.python='no-such-python3': no such executable")
+    refused(
+        config(tmp_path, "launcher.python=/no/such/python"),
+        r"launcher.python='/no/such/python': no such executable .* or null for the driver's own",
+    )
+    refused(
+        config(tmp_path, "launcher=torchrun", "launcher.nproc_per_node=1", "launcher.python=no-such-python3"),
+        r"launcher.python='no-such-python3': no such executable",
+    )
     bare = tmp_path / "bin" / "python"  # runs, but has no trm: every job would die at its import
     bare.parent.mkdir()
     bare.write_text("#!/bin/sh\nexit 1\n")
@@ -206,11 +263,21 @@ ODD = ["a, b", "it's", "é/日本", "${x}", "back\\slash\\", "x=1#2", "123", "tr
 
 @pytest.mark.parametrize("value", ODD)
 def test_literal_values_reach_the_job_as_they_are(value: str) -> None:
-    overrides = quote_literals([f"out_dir=/tmp/{value}", f"sweep.study={value}", f"sweep.storage=sqlite:////tmp/{value}/db", "optim.betas=[0.9,0.95]"])
+    overrides = quote_literals(
+        [
+            f"out_dir=/tmp/{value}",
+            f"sweep.study={value}",
+            f"sweep.storage=sqlite:////tmp/{value}/db",
+            "optim.betas=[0.9,0.95]",
+        ]
+    )
     job = compose_train_config(overrides)
     assert (job.out_dir, job.sweep.study, job.sweep.storage) == (f"/tmp/{value}", value, f"sqlite:////tmp/{value}/db")
     assert list(job.optim.betas) == [0.9, 0.95]  # the user's Hydra expressions are left as they are
-    assert quote_literals(["out_dir=/tmp/plain", "sweep.study=halting"]) == ["out_dir=/tmp/plain", "sweep.study=halting"]
+    assert quote_literals(["out_dir=/tmp/plain", "sweep.study=halting"]) == [
+        "out_dir=/tmp/plain",
+        "sweep.study=halting",
+    ]
 
 
 def test_a_pod_job_and_its_cancel_pattern_carry_an_odd_study_name(tmp_path: Path) -> None:
@@ -247,7 +314,10 @@ def test_a_study_with_a_comma_a_quote_and_non_ascii_in_its_name_and_output_root_
 @pytest.mark.parametrize(
     "override,expected",
     [
-        ("study.objective=eval/exact_acc", "error: study.objective='eval/exact_acc': not a metric the trainer produces"),
+        (
+            "study.objective=eval/exact_acc",
+            "error: study.objective='eval/exact_acc': not a metric the trainer produces",
+        ),
         ("pruner.reduction_factor=1", "error: pruner.reduction_factor=1: expected an integer >= 2"),
         ("n_trials=true", "error: n_trials=True: expected an integer > 0"),
         ("study.name=../escape", "error: study.name='../escape'"),
@@ -256,7 +326,12 @@ def test_a_study_with_a_comma_a_quote_and_non_ascii_in_its_name_and_output_root_
 )
 def test_the_driver_exits_2_with_one_line_naming_the_key(override: str, expected: str, tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")
-    args = sweep_overrides(f"sqlite:///{tmp_path}/db.sqlite", tmp_path / "out", override.format(tmp=tmp_path), f"hydra.run.dir={tmp_path}/h")
+    args = sweep_overrides(
+        f"sqlite:///{tmp_path}/db.sqlite",
+        tmp_path / "out",
+        override.format(tmp=tmp_path),
+        f"hydra.run.dir={tmp_path}/h",
+    )
     proc = subprocess.run([sys.executable, "-m", "sweeps.run", *args], capture_output=True, text=True, timeout=300)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -278,10 +353,17 @@ def test_heartbeat_and_stall_settings_are_refused_with_the_key(override: str, ex
     refused(config(tmp_path, override), expected)
 
 
-@pytest.mark.parametrize("override, key", [("+train.steps=60", "train"), ("+arch=tiny", "arch"), ("+optim.lr=0.1", "optim")])
-def test_an_override_every_trial_would_ignore_is_refused_naming_the_right_form(override: str, key: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "override, key", [("+train.steps=60", "train"), ("+arch=tiny", "arch"), ("+optim.lr=0.1", "optim")]
+)
+def test_an_override_every_trial_would_ignore_is_refused_naming_the_right_form(
+    override: str, key: str, tmp_path: Path
+) -> None:
     """Issue 15: `sweeps.run +train.steps=60` (the old error's own hint) was accepted and silently ignored."""
-    refused(config(tmp_path, override), rf"\['{key}'\] are not sweep settings, so every trial would ignore them.*trial\.overrides")
+    refused(
+        config(tmp_path, override),
+        rf"\['{key}'\] are not sweep settings, so every trial would ignore them.*trial\.overrides",
+    )
 
 
 # ------------------------------------------------------------------------- the trial length, said once

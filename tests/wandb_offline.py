@@ -3,16 +3,17 @@
 wandb 0.31 writes no config.yaml / wandb-summary.json offline and has no public reader of its `.wandb` log,
 so this parses the log format itself (LevelDB-style records of wandb.proto Records, checksums verified).
 """
+
 from __future__ import annotations
 
 import json
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
-
+from typing import Any
 
 # ------------------------------------------------------------------------------- reading offline runs
 
@@ -108,7 +109,13 @@ def read_offline_run(path: str | os.PathLike[str]) -> OfflineRun:
         kind = record.WhichOneof("record_type")
         if kind == "run":
             r = record.run
-            run.run_id, run.project, run.group, run.name, run.job_type = r.run_id, r.project, r.run_group, r.display_name, r.job_type
+            run.run_id, run.project, run.group, run.name, run.job_type = (
+                r.run_id,
+                r.project,
+                r.run_group,
+                r.display_name,
+                r.job_type,
+            )
             run.tags = list(r.tags)
             _update(run.config, r.config.update)
         elif kind == "config":
@@ -130,4 +137,3 @@ def read_offline_run(path: str | os.PathLike[str]) -> OfflineRun:
 def find_runs(root: str | os.PathLike[str]) -> list[Path]:
     """Run directories (offline or synced) under `root`, oldest first."""
     return sorted({p.parent for p in Path(root).rglob("*.wandb")}, key=lambda p: (p.stat().st_mtime, str(p)))
-

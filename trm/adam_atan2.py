@@ -12,10 +12,12 @@ atan2 needs no epsilon: the update is bounded by pi/2 * lr even when v is 0. Tes
 recorded updates (tests/test_fidelity.py). Scalars stay Python floats: on XLA they are uploaded as data, not
 baked into the graph, so a changing step count does not recompile (tests/xla).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch.optim import Optimizer

@@ -9,6 +9,7 @@ before the new one takes its place. `load_latest` (what a run resumes from) fall
 a warning naming both files, when `latest.pt` cannot be read (truncated, garbage, a failed read) or is missing
 (a crash between the two moves); the caller still checks the identity of whichever it got.
 """
+
 from __future__ import annotations
 
 import io
@@ -153,18 +154,28 @@ def load_latest(url: str) -> dict[str, Any] | None:
         data = _read(fs, previous)
         state = None if data is None else _decode(data)
     except (OSError, ValueError) as err:
-        kind = CheckpointUnreadableError if isinstance(err, ValueError) and (corrupt or problem is None) else CheckpointError
+        kind = (
+            CheckpointUnreadableError
+            if isinstance(err, ValueError) and (corrupt or problem is None)
+            else CheckpointError
+        )
         if problem is None:  # no latest.pt (a crash between the two moves of a save) and a bad previous.pt
-            raise kind(f"checkpoint {_join(url, PREVIOUS)} cannot be read ({err}) and there is no "
-                       f"{_join(url, LATEST)}: {fix.format('it')}") from err
-        raise kind(f"checkpoint {_join(url, LATEST)} cannot be read ({problem}), nor can {_join(url, PREVIOUS)} "
-                   f"({err}): {fix.format('them')}") from err
+            raise kind(
+                f"checkpoint {_join(url, PREVIOUS)} cannot be read ({err}) and there is no "
+                f"{_join(url, LATEST)}: {fix.format('it')}"
+            ) from err
+        raise kind(
+            f"checkpoint {_join(url, LATEST)} cannot be read ({problem}), nor can {_join(url, PREVIOUS)} "
+            f"({err}): {fix.format('them')}"
+        ) from err
     if state is None:
         if problem is None:
             return None  # a fresh run
         kind = CheckpointUnreadableError if corrupt else CheckpointError
-        raise kind(f"checkpoint {_join(url, LATEST)} cannot be read ({problem}) and there is no {_join(url, PREVIOUS)} "
-                   f"to fall back to: {fix.format('it')}")
+        raise kind(
+            f"checkpoint {_join(url, LATEST)} cannot be read ({problem}) and there is no {_join(url, PREVIOUS)} "
+            f"to fall back to: {fix.format('it')}"
+        )
     aside = ""
     if corrupt:
         try:
@@ -173,7 +184,12 @@ def load_latest(url: str) -> dict[str, Any] | None:
         except OSError as err:
             aside = f"; it could not be moved aside ({err})"
     why = f"cannot be read ({problem}){aside}" if problem is not None else "is missing (a save was interrupted)"
-    log.warning("checkpoint %s %s. Resuming from %s (step %s) instead: the steps since then are trained again",
-                _join(url, LATEST), why, _join(url, PREVIOUS), state.get("step"))
+    log.warning(
+        "checkpoint %s %s. Resuming from %s (step %s) instead: the steps since then are trained again",
+        _join(url, LATEST),
+        why,
+        _join(url, PREVIOUS),
+        state.get("step"),
+    )
     state[LOADED_FROM] = _join(url, PREVIOUS)
     return state

@@ -1,6 +1,7 @@
 """Compose the training config outside a Hydra app (tools, the sweep driver's validation, tests).
 
 Kept free of torch so the sweep driver can validate trial overrides without importing the model."""
+
 from __future__ import annotations
 
 from hydra import compose, initialize_config_module

@@ -1,4 +1,5 @@
 """Fingerprints that every worker of a job must share: resolved config and code version."""
+
 from __future__ import annotations
 
 import hashlib

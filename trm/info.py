@@ -5,6 +5,7 @@ FLOPs are counted by torch's own FlopCounterMode on one supervision step on the 
 H/L cycle, the no-grad ones included, plus backward of the last cycle) for one sample, so they follow the
 code rather than a formula that could drift from it.
 """
+
 from __future__ import annotations
 
 import json

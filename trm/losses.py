@@ -3,6 +3,7 @@
 Metrics are returned as *sums* over the batch (device tensors, no host sync); the trainer accumulates them
 and normalizes at log points: losses by the number of examples, the rest by `count` (halted examples).
 """
+
 from __future__ import annotations
 
 import torch

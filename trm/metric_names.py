@@ -1,6 +1,7 @@
 """The names of the training metrics, without torch: the sweep driver validates study settings against them.
 
 Names follow the TRM reference; the trainer logs each as `train/<name>` and `eval/<name>`."""
+
 from __future__ import annotations
 
 # Order of the metric sums in the vector `trm.losses.act_loss` returns.
@@ -23,4 +24,12 @@ MINIMIZED = ("lm_loss", "q_halt_loss")
 EVAL_METRICS = tuple(f"eval/{key}" for key in METRIC_KEYS if key != "examples")
 # Numbers a trial's job stores on the trial besides its metrics (trm/trial_link.py, `finish`): the extra
 # objectives of a multi-objective study may name them (model_scaling_pareto minimizes compute_flops).
-TRIAL_NUMBERS = ("best_value", "best_step", "steps", "params_count", "flops_per_sample_step", "compute_flops", "train_seconds")
+TRIAL_NUMBERS = (
+    "best_value",
+    "best_step",
+    "steps",
+    "params_count",
+    "flops_per_sample_step",
+    "compute_flops",
+    "train_seconds",
+)

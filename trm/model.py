@@ -14,6 +14,7 @@ batches: a slot that halted takes a fresh example from the next batch, the other
 Shapes are static: the recursion depths are Python ints that change only at curriculum stages, and the
 exploration probability is a tensor, so an XLA step compiles once per stage.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,7 +62,7 @@ class TRMConfig:
                 raise ValueError(f"arch.{key}={getattr(self, key)}: must be >= 1")
 
     @classmethod
-    def from_dict(cls, values: dict, **dataset_fields: int) -> "TRMConfig":
+    def from_dict(cls, values: dict, **dataset_fields: int) -> TRMConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -212,7 +213,9 @@ class TinyRecursiveModel(nn.Module):
             )
         self.pos_emb = None
         if cfg.pos_encodings == "learned":
-            self.pos_emb = nn.Parameter(trunc_normal_init_(torch.empty(cfg.total_len, cfg.hidden_size), 1.0 / self.embed_scale))
+            self.pos_emb = nn.Parameter(
+                trunc_normal_init_(torch.empty(cfg.total_len, cfg.hidden_size), 1.0 / self.embed_scale)
+            )
         self.net = RecursiveNet(cfg)
         self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size)
         # Two outputs (halt, continue) as in the reference; only the halt logit is used (no ACT-continue).

@@ -4,6 +4,7 @@ The dense weights use Adam-atan2 (the reference's kernel, trm/adam_atan2.py), Ad
 `conf/optim/*.yaml` each); the puzzle embedding uses SignSGD, as in the TRM reference. EMA comes from
 torch.optim.swa_utils, started and restricted as the reference's is (build_ema, update_ema).
 """
+
 from __future__ import annotations
 
 import math
@@ -69,7 +70,9 @@ def build_optimizers(model: nn.Module, optim_cfg: Any) -> list[Optimizer]:
         raise ValueError(f"optim.name={name!r}: expected one of {list(OPTIMIZERS)}")
     optimizers = [main]
     if emb:
-        optimizers.append(SignSGD(emb, lr=float(optim_cfg.puzzle_emb_lr), weight_decay=float(optim_cfg.puzzle_emb_weight_decay)))
+        optimizers.append(
+            SignSGD(emb, lr=float(optim_cfg.puzzle_emb_lr), weight_decay=float(optim_cfg.puzzle_emb_weight_decay))
+        )
     for opt in optimizers:
         for group in opt.param_groups:
             group["base_lr"] = group["lr"]

@@ -4,10 +4,11 @@ Why: the fidelity tests load the reference's own weights into our model and comp
 (docs/fidelity.md), and a user can evaluate or fine-tune a checkpoint the reference trained. The two codes
 compute the same function with other parameter names; this module is the one place that knows the mapping.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from torch import Tensor
 

@@ -5,6 +5,7 @@ tensor (start-up agreement, prune verdicts, barriers), and a *data plane* for gr
 `torch`, nothing for `single`, SPMD for `xla` (trm/xla.py, one process per host). Every collective has a
 timeout so no rank waits forever on a dead peer.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -132,7 +133,12 @@ def resolve_control_plane(cfg: Any, env: dict[str, str] | None = None) -> Contro
     env = dict(os.environ) if env is None else env
     port = int(_opt(cfg, "port", DEFAULT_PORT))
     if "RANK" in env and "WORLD_SIZE" in env:
-        rank, world, addr, source = int(env["RANK"]), int(env["WORLD_SIZE"]), env.get("MASTER_ADDR", "localhost"), "torchrun"
+        rank, world, addr, source = (
+            int(env["RANK"]),
+            int(env["WORLD_SIZE"]),
+            env.get("MASTER_ADDR", "localhost"),
+            "torchrun",
+        )
         port = int(env.get("MASTER_PORT", port))
     elif "TPU_WORKER_ID" in env and env.get("TPU_WORKER_HOSTNAMES"):
         hosts = [h.strip() for h in env["TPU_WORKER_HOSTNAMES"].split(",") if h.strip()]
@@ -191,7 +197,9 @@ def init_runtime(cfg: Any) -> Runtime:
         backend = "torch" if plane.world_size > 1 else "single"
     if backend == "single":
         if plane.world_size > 1:
-            raise ValueError(f"runtime.backend=single but the job has {plane.world_size} processes ({plane.source}): use runtime.backend=torch or auto")
+            raise ValueError(
+                f"runtime.backend=single but the job has {plane.world_size} processes ({plane.source}): use runtime.backend=torch or auto"
+            )
         return Runtime()
     start_control_plane(plane, cfg)
     return Runtime(backend="torch", rank=plane.rank, world_size=plane.world_size)
@@ -203,7 +211,7 @@ def check_agreement(runtime: Runtime, fingerprints: dict[str, str]) -> None:
     The classic failure of a pod whose VMs were not all updated: different code, config or data."""
     everyone = runtime.all_gather_object(fingerprints)
     problems = []
-    for key, reference in fingerprints.items():
+    for key in fingerprints:
         ref0 = everyone[0].get(key)
         differing = [rank for rank, fp in enumerate(everyone) if fp.get(key) != ref0]
         if differing:

@@ -5,6 +5,7 @@ first `end_fraction` of training in `stages` discrete levels, so the model compi
 graph is specialized on the recursion depth). Adaptive halting: the exploration probability decays
 linearly from its initial value to a final value; it is a tensor input of the step, so no recompile.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,8 @@ def recursion_at(progress: float, cfg: Any, h_final: int, l_final: int) -> tuple
     stage = curriculum_stage(progress, cfg)
     frac = stage / (cfg.stages - 1)
     h = cfg.start_H_cycles + round((h_final - cfg.start_H_cycles) * frac)
-    l = cfg.start_L_cycles + round((l_final - cfg.start_L_cycles) * frac)
-    return h, l
+    l_cycles = cfg.start_L_cycles + round((l_final - cfg.start_L_cycles) * frac)
+    return h, l_cycles
 
 
 def exploration_at(progress: float, cfg: Any) -> float:
@@ -45,6 +46,9 @@ def validate_curriculum(cfg: Any, h_final: int, l_final: int) -> None:
         raise ValueError(f"curriculum.stages={cfg.stages}: an enabled curriculum needs >= 2 stages")
     if not 0 < cfg.end_fraction <= 1:
         raise ValueError(f"curriculum.end_fraction={cfg.end_fraction}: expected a value in (0, 1]")
-    for key, start, final in (("start_H_cycles", cfg.start_H_cycles, h_final), ("start_L_cycles", cfg.start_L_cycles, l_final)):
+    for key, start, final in (
+        ("start_H_cycles", cfg.start_H_cycles, h_final),
+        ("start_L_cycles", cfg.start_L_cycles, l_final),
+    ):
         if not 1 <= start <= final:
             raise ValueError(f"curriculum.{key}={start}: expected 1 <= value <= the arch value {final}")

@@ -16,6 +16,7 @@ W&B never touches the network unless asked to: `wandb.mode=auto` is `online` onl
 The run directory is `<out_dir>/wandb/` unless `wandb.dir` says otherwise. Tracking is never worth a training
 run: if wandb cannot be imported or a call fails, one warning is printed and the job continues untracked.
 """
+
 from __future__ import annotations
 
 import math
@@ -295,7 +296,11 @@ def make_tracker(cfg: DictConfig, is_main: bool, extra: dict[str, Any] | None = 
         try:
             params, study_attrs = trial_record(cfg)
         except Exception as err:  # noqa: BLE001 - the run is still worth having without them
-            print(f"warning: W&B run without trial parameters (cannot read the trial: {type(err).__name__}: {err})", file=sys.stderr, flush=True)
+            print(
+                f"warning: W&B run without trial parameters (cannot read the trial: {type(err).__name__}: {err})",
+                file=sys.stderr,
+                flush=True,
+            )
     try:
         import wandb
 

@@ -5,6 +5,7 @@ exists, then loop. Each step is one supervision step of deep supervision on a ba
 stay on the device and are read only at log/eval points (no host sync inside the step). Rank 0 alone
 logs, evaluates the objective against the best so far, writes checkpoints and talks to the sweep.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,8 +17,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
 import hydra
 import torch
@@ -26,8 +28,8 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from trm import checkpoint
-from trm.data.build import ensure_generated
 from trm.config import CONFIG_PATH
+from trm.data.build import ensure_generated
 from trm.data.format import DatasetError, load_split
 from trm.data.loader import TrainLoader, eval_batches
 from trm.fingerprint import code_fingerprint, config_fingerprint, training_identity
@@ -161,7 +163,9 @@ def train_step(
 
 
 @torch.no_grad()
-def evaluate(model: ACTModel, batches: Iterable[dict[str, Tensor]], cfg: DictConfig, runtime: Runtime, cycles: tuple[int, int]) -> dict[str, float]:
+def evaluate(
+    model: ACTModel, batches: Iterable[dict[str, Tensor]], cfg: DictConfig, runtime: Runtime, cycles: tuple[int, int]
+) -> dict[str, float]:
     """Run every eval example through all halting steps; metrics summed over all ranks."""
     was_training = model.training
     model.eval()
@@ -272,7 +276,9 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
 
     maximize = cfg.train.objective_direction == "maximize"
     if cfg.train.objective_direction not in ("maximize", "minimize"):
-        raise ValueError(f"train.objective_direction={cfg.train.objective_direction!r}: expected 'maximize' or 'minimize'")
+        raise ValueError(
+            f"train.objective_direction={cfg.train.objective_direction!r}: expected 'maximize' or 'minimize'"
+        )
     start_step, best, carry = 0, {"value": -math.inf if maximize else math.inf, "step": None, "metrics": {}}, None
     last_eval: dict[str, float] = {}
     train_sums = torch.zeros(len(METRIC_KEYS), device=runtime.device)
@@ -300,10 +306,15 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
         params["flops_per_sample_step"] = flops_per_sample_step(arch, arch.H_cycles, arch.L_cycles)
     if is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
-        print(json.dumps({"event": "start", "resumed_from": start_step, "world_size": runtime.world_size, **params}), flush=True)
+        print(
+            json.dumps({"event": "start", "resumed_from": start_step, "world_size": runtime.world_size, **params}),
+            flush=True,
+        )
     metrics_file = open(out_dir / "metrics.jsonl", "a") if is_main else None
     total = cfg.train.steps
-    bar = tqdm(total=total, initial=start_step, disable=not (is_main and cfg.train.progress), desc="train", dynamic_ncols=True)
+    bar = tqdm(
+        total=total, initial=start_step, disable=not (is_main and cfg.train.progress), desc="train", dynamic_ncols=True
+    )
 
     tracker = make_tracker(cfg, is_main, params)
 
@@ -330,7 +341,9 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     def write_checkpoint(ranks: list[dict], improved: bool) -> None:
         """Rank 0: refuse to save non-finite weights (the last good checkpoint stays), then write atomically."""
         if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
-            raise NonFiniteLossError(f"non-finite weights at step {done}: no checkpoint written (the last good one is kept)")
+            raise NonFiniteLossError(
+                f"non-finite weights at step {done}: no checkpoint written (the last good one is kept)"
+            )
         state = {
             "step": done,
             "model": model.state_dict(),
@@ -376,8 +389,16 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
                 reduced = normalize_metrics(runtime.all_reduce_sum(train_sums).tolist(), "train")
                 train_sums.zero_()
                 if not all(math.isfinite(reduced[f"train/{k}"]) for k in ("lm_loss", "q_halt_loss")):
-                    raise NonFiniteLossError(f"non-finite loss at step {done}: lm_loss={reduced['train/lm_loss']}, q_halt_loss={reduced['train/q_halt_loss']}")
-                reduced.update({"train/lr": optimizers[0].param_groups[0]["lr"], "train/H_cycles": cycles[0], "train/L_cycles": cycles[1]})
+                    raise NonFiniteLossError(
+                        f"non-finite loss at step {done}: lm_loss={reduced['train/lm_loss']}, q_halt_loss={reduced['train/q_halt_loss']}"
+                    )
+                reduced.update(
+                    {
+                        "train/lr": optimizers[0].param_groups[0]["lr"],
+                        "train/H_cycles": cycles[0],
+                        "train/L_cycles": cycles[1],
+                    }
+                )
                 log({"step": done, **reduced})
                 if is_main and reporter is not None:
                     reporter.progress(done)
@@ -439,8 +460,12 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
                 metrics_file.close()
                 (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
             except OSError as write_err:
-                print(f"warning: could not write metrics.jsonl / summary.json in {out_dir} ({type(write_err).__name__}: "
-                      f"{write_err}); the run ended {outcome}" + (f": {error}" if error else ""), file=sys.stderr, flush=True)
+                print(
+                    f"warning: could not write metrics.jsonl / summary.json in {out_dir} ({type(write_err).__name__}: "
+                    f"{write_err}); the run ended {outcome}" + (f": {error}" if error else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
             print(json.dumps({"event": "end", **summary}), flush=True)
         tracker.finish(summary)
         timing["end"] = time.time()  # after the W&B run is closed: what is left is the outcome write and exit

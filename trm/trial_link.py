@@ -7,12 +7,14 @@ attributes, and the driver trusts those. The job never `tell`s: the driver does,
 The pruner is rebuilt here from the spec the driver stored on the study (`pruner` study attribute), so
 the job asks the same pruner the driver configured.
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import optuna
 from hydra.utils import instantiate
@@ -48,7 +50,9 @@ def retry(action: Callable[[], T], what: str, attempts: int = 10, first_delay_s:
 class TrialLink:
     """Implements trm.train.Reporter for rank 0 of a sweep trial."""
 
-    def __init__(self, study_name: str, trial_number: int, storage_url: str, password_env: str | None = None, seed_index: int = 0):
+    def __init__(
+        self, study_name: str, trial_number: int, storage_url: str, password_env: str | None = None, seed_index: int = 0
+    ):
         retry(lambda: self._attach(study_name, trial_number, storage_url, password_env), "attaching to the trial")
         self.finished = False
         # With repeated seeds, seed 0 alone reports to the pruner; seed i > 0 stores its outcome under "seed{i}/".
@@ -97,7 +101,9 @@ class TrialLink:
         """Show the driver this job is alive and moving: one write, never retried (a database outage must
         not hold training up; the next log point writes again)."""
         try:
-            self.storage.set_trial_user_attr(self.trial_id, self.prefix + PROGRESS_ATTR, {"step": step, "at": time.time()})
+            self.storage.set_trial_user_attr(
+                self.trial_id, self.prefix + PROGRESS_ATTR, {"step": step, "at": time.time()}
+            )
         except Exception as err:  # the trial finished elsewhere, or the database is briefly away
             log.warning("could not record progress at step %d: %s", step, err)
 
@@ -125,7 +131,10 @@ class TrialLink:
             attrs["error"] = str(summary["error"])[-2000:]
             attrs["retryable"] = bool(summary.get("retryable"))
         for key, value in attrs.items():
-            retry(lambda: self.storage.set_trial_user_attr(self.trial_id, self.prefix + key, value), f"storing {key}")
+            retry(
+                lambda key=key, value=value: self.storage.set_trial_user_attr(self.trial_id, self.prefix + key, value),
+                f"storing {key}",
+            )
 
 
 def link_from_config(cfg: DictConfig) -> TrialLink | None:
@@ -138,4 +147,10 @@ def link_from_config(cfg: DictConfig) -> TrialLink | None:
             f"sweep.study={sweep.study!r} needs sweep.trial_number and sweep.storage too "
             f"(got trial_number={sweep.trial_number!r}, storage set: {sweep.storage is not None})"
         )
-    return TrialLink(sweep.study, int(sweep.trial_number), sweep.storage, sweep.get("password_env"), int(sweep.get("seed_index") or 0))
+    return TrialLink(
+        sweep.study,
+        int(sweep.trial_number),
+        sweep.storage,
+        sweep.get("password_env"),
+        int(sweep.get("seed_index") or 0),
+    )

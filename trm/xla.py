@@ -15,17 +15,17 @@ Imported only when `runtime.backend` resolves to `xla`, so the rest of the proje
 - The gloo control plane (object broadcasts, barriers, start-up agreement) is the base class's, over the
   same processes; XLA collectives are never used for it.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-from torch import Tensor, nn
-
 import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.distributed.spmd as xs
 import torch_xla.runtime as xr
+from torch import Tensor, nn
 
 from trm.runtime import Runtime
 

@@ -5,6 +5,7 @@ A job is one or more local processes, one per worker (a process, a torchrun node
 a TPU VM), each writing its own log. The first worker to fail ends the job: the others are cancelled
 at once instead of waiting on a collective timeout, so a dead worker stops the whole job within seconds.
 """
+
 from __future__ import annotations
 
 import functools
@@ -14,9 +15,9 @@ import signal
 import subprocess
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -26,7 +27,15 @@ TERMINATE_GRACE_S = 10.0
 # Overrides whose values the driver builds from names and paths (study.name, output_root, the storage URL): plain
 # strings that must reach trm.train as they are, whatever characters they hold. Every other override is a Hydra
 # expression the user wrote (trial.overrides, a sampled `optim.betas=[0.9,0.95]`) and passes untouched.
-LITERAL_KEYS = ("out_dir", "checkpoint.url", "sweep.study", "sweep.study_uid", "sweep.storage", "sweep.password_env", "sweep.job")
+LITERAL_KEYS = (
+    "out_dir",
+    "checkpoint.url",
+    "sweep.study",
+    "sweep.study_uid",
+    "sweep.storage",
+    "sweep.password_env",
+    "sweep.job",
+)
 
 
 class LauncherConfigError(ValueError):
@@ -103,7 +112,13 @@ def start_worker(name: str, argv: Sequence[str], cwd: Path, env: dict[str, str],
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
     process = subprocess.Popen(
-        list(argv), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        list(argv),
+        cwd=cwd,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
     log.close()  # the child keeps its own descriptor
     return Worker(name, process, log_path)

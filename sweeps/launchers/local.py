@@ -1,4 +1,5 @@
 """One training process on this machine: the embedded default."""
+
 from __future__ import annotations
 
 import sys

@@ -3,6 +3,7 @@
 With `nnodes > 1` every node is its own torchrun agent in its own directory, building its own data: the
 shape of a multi-VM job without a shared filesystem, on one machine.
 """
+
 from __future__ import annotations
 
 import socket
@@ -46,6 +47,12 @@ class TorchrunLauncher:
         for node in range(self.nnodes):
             node_dir = spec.workdir / f"node-{node}" if self.nnodes > 1 else spec.workdir
             workers.append(
-                start_worker(f"node-{node}", self.command(spec, node, port), node_dir, worker_env(spec), spec.workdir / f"node-{node}.log")
+                start_worker(
+                    f"node-{node}",
+                    self.command(spec, node, port),
+                    node_dir,
+                    worker_env(spec),
+                    spec.workdir / f"node-{node}.log",
+                )
             )
         return JobHandle(workers)

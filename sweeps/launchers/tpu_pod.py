@@ -8,6 +8,7 @@ Quoting: the remote command is one argv element for gcloud (no local shell); the
 so every piece is `shlex.quote`d once: overrides with spaces, quotes, brackets or `$` arrive intact. (The
 values the driver builds from names and paths are quoted for Hydra first: sweeps.launchers.base.quote_literals.)
 """
+
 from __future__ import annotations
 
 import glob
@@ -16,10 +17,18 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
-from sweeps.launchers.base import JobHandle, JobSpec, LauncherConfigError, quote_literals, require, start_worker, worker_env
+from sweeps.launchers.base import (
+    JobHandle,
+    JobSpec,
+    LauncherConfigError,
+    quote_literals,
+    require,
+    start_worker,
+    worker_env,
+)
 
 # Where this code runs from: a checkout (pyproject.toml beside the packages) or an installed wheel.
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -71,7 +80,9 @@ class TpuPodLauncher:
             raise LauncherConfigError(f"launcher.num_workers={self.num_workers!r}: expected an integer >= 1 (v4-64: 8)")
         self.worker_ids()
         if shutil.which(self.gcloud) is None:
-            raise LauncherConfigError(f"launcher.gcloud={self.gcloud!r}: not found on PATH (install the Google Cloud CLI)")
+            raise LauncherConfigError(
+                f"launcher.gcloud={self.gcloud!r}: not found on PATH (install the Google Cloud CLI)"
+            )
         if self.deploy:
             self.wheel_source()
 
@@ -79,7 +90,9 @@ class TpuPodLauncher:
         """What deploy=true installs: launcher.wheel, else this checkout (built into a wheel at deploy time)."""
         if self.wheel is not None:
             if not Path(self.wheel).is_file() or not str(self.wheel).endswith(".whl"):
-                raise LauncherConfigError(f"launcher.wheel={self.wheel!r}: not a wheel file (expected a path to trm_sweeps-*.whl)")
+                raise LauncherConfigError(
+                    f"launcher.wheel={self.wheel!r}: not a wheel file (expected a path to trm_sweeps-*.whl)"
+                )
             return Path(self.wheel)
         if not (CHECKOUT / "pyproject.toml").is_file():
             raise LauncherConfigError(
@@ -107,14 +120,22 @@ class TpuPodLauncher:
         return flags
 
     def ssh_argv(self, worker: str, remote_command: str) -> list[str]:
-        return [*self.base_args("ssh"), str(self.tpu_name), *self._location_flags(), f"--worker={worker}", f"--command={remote_command}"]
+        return [
+            *self.base_args("ssh"),
+            str(self.tpu_name),
+            *self._location_flags(),
+            f"--worker={worker}",
+            f"--command={remote_command}",
+        ]
 
     def _run_all(self, remote_command: str, what: str) -> None:
         argv = self.ssh_argv("all", remote_command)
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.ssh_timeout_s)
         except subprocess.TimeoutExpired:
-            raise LauncherConfigError(f"{what}: `gcloud ... ssh --worker=all` did not answer in {self.ssh_timeout_s} s") from None
+            raise LauncherConfigError(
+                f"{what}: `gcloud ... ssh --worker=all` did not answer in {self.ssh_timeout_s} s"
+            ) from None
         if proc.returncode != 0:
             raise LauncherConfigError(f"{what} failed (exit {proc.returncode}): {proc.stderr.strip()[-1000:]}")
 
@@ -125,22 +146,36 @@ class TpuPodLauncher:
             wheel = str(source)
         else:
             dist = source / "dist"
-            subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)], check=True)
+            subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)], check=True
+            )
             wheel = max(glob.glob(str(dist / "trm_sweeps-*.whl")), key=lambda p: Path(p).stat().st_mtime)
-        scp = [*self.base_args("scp"), wheel, f"{self.tpu_name}:{self.remote_dir}/", *self._location_flags(), "--worker=all"]
+        scp = [
+            *self.base_args("scp"),
+            wheel,
+            f"{self.tpu_name}:{self.remote_dir}/",
+            *self._location_flags(),
+            "--worker=all",
+        ]
         self._run_all(f"mkdir -p {self.remote_dir}", "creating the remote directory")
         proc = subprocess.run(scp, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
-            raise LauncherConfigError(f"copying {Path(wheel).name} to the workers failed: {proc.stderr.strip()[-1000:]}")
+            raise LauncherConfigError(
+                f"copying {Path(wheel).name} to the workers failed: {proc.stderr.strip()[-1000:]}"
+            )
         remote_wheel = f"{self.remote_dir}/{Path(wheel).name}"
-        self._run_all(f"{self.python} -m pip install -q --no-deps --force-reinstall {remote_wheel}", "installing the wheel")
+        self._run_all(
+            f"{self.python} -m pip install -q --no-deps --force-reinstall {remote_wheel}", "installing the wheel"
+        )
 
     # ---------------------------------------------------------------------------------------- launching
 
     def remote_command(self, spec: JobSpec) -> str:
         env = {**self.env, **spec.env}
         exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
-        train = shlex.join([self.python, "-m", "trm.train", *quote_literals([*spec.overrides, f"sweep.job={spec.name}"])])
+        train = shlex.join(
+            [self.python, "-m", "trm.train", *quote_literals([*spec.overrides, f"sweep.job={spec.name}"])]
+        )
         return f"mkdir -p {self.remote_dir} && cd {self.remote_dir} && {exports} exec {train}".replace("  ", " ")
 
     def cancel_command(self, spec: JobSpec) -> str:
@@ -152,7 +187,13 @@ class TpuPodLauncher:
     def launch(self, spec: JobSpec) -> JobHandle:
         command = self.remote_command(spec)
         workers = [
-            start_worker(f"worker-{w}", self.ssh_argv(str(w), command), spec.workdir, worker_env(spec), spec.workdir / f"worker-{w}.log")
+            start_worker(
+                f"worker-{w}",
+                self.ssh_argv(str(w), command),
+                spec.workdir,
+                worker_env(spec),
+                spec.workdir / f"worker-{w}.log",
+            )
             for w in self.worker_ids()
         ]
         return JobHandle(workers, remote_cancel=lambda: self._run_all(self.cancel_command(spec), "cancelling the job"))

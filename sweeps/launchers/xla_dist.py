@@ -4,6 +4,7 @@ xla_dist runs on one VM and fans out to every worker itself (`--tpu=NAME --resta
 It was removed from torch_xla 2.1+; use `launcher=tpu_pod` there. Only one local process exists, so a
 failure names the whole pod rather than a worker.
 """
+
 from __future__ import annotations
 
 import sys
@@ -24,8 +25,17 @@ class XlaDistLauncher:
         argv = [self.python, "-m", "torch_xla.distributed.xla_dist", f"--tpu={self.tpu_name}"]
         if self.restart_server:
             argv.append("--restart-tpuvm-pod-server")
-        return [*argv, "--", self.python, "-m", "trm.train", *quote_literals([*spec.overrides, f"sweep.job={spec.name}"])]
+        return [
+            *argv,
+            "--",
+            self.python,
+            "-m",
+            "trm.train",
+            *quote_literals([*spec.overrides, f"sweep.job={spec.name}"]),
+        ]
 
     def launch(self, spec: JobSpec) -> JobHandle:
-        worker = start_worker("xla_dist", self.command(spec), spec.workdir, worker_env(spec), spec.workdir / "xla_dist.log")
+        worker = start_worker(
+            "xla_dist", self.command(spec), spec.workdir, worker_env(spec), spec.workdir / "xla_dist.log"
+        )
         return JobHandle([worker])

@@ -1,4 +1,5 @@
 """Helpers of the XLA lane's tests: run scenarios in fresh processes (see conftest.py for why)."""
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,15 @@ WORKER = HERE / "_worker.py"
 # XLA's CPU backend spends seconds per compile in LLVM; these flags cut that ~3x for the tiny test model.
 FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 # Launcher and TPU variables that would make a worker think it is part of a bigger job.
-FOREIGN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
+FOREIGN_ENV = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TPU_WORKER_ID",
+    "TPU_WORKER_HOSTNAMES",
+)
 
 
 def xla_env(devices: int | None = None, **extra: str) -> dict[str, str]:
@@ -30,9 +39,7 @@ def xla_env(devices: int | None = None, **extra: str) -> dict[str, str]:
 
 
 def run_python(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def run_workers(scenarios: dict[str, dict[str, Any]], out_dir: Path) -> dict[str, Any]:

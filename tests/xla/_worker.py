@@ -8,6 +8,7 @@ the CPU from one seed and moved to the runtime's device, the config's optimizers
 every step, `runtime.to_device`, `trm.train.train_step` with `runtime.loss_divisor`, the EMA update, then
 `runtime.step_boundary()`. Per step it records the metric sums and the XLA compile/execute counters.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -7,6 +7,7 @@ or PJRT_DEVICE is a failure.
 Each XLA scenario runs in its own process (tests/xla/_worker.py, started by _lane.py): SPMD mode and the
 number of virtual CPU devices (CPU_NUM_DEVICES) are fixed per process before the first XLA tensor.
 """
+
 from __future__ import annotations
 
 import importlib.util

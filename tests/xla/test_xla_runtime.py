@@ -1,5 +1,6 @@
 """The xla runtime's control plane (who am I, where do we meet), backend choice, loss divisor, metric
 reduction, and the start-up guard that compares the XLA world with the launcher's."""
+
 from __future__ import annotations
 
 import textwrap
@@ -7,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _lane import run_python, xla_env
 from omegaconf import OmegaConf
 
-from _lane import run_python, xla_env
 from trm.info import compose_train_config
 from trm.runtime import DEFAULT_PORT, Runtime, resolve_control_plane, xla_available
 
@@ -31,12 +32,21 @@ def test_control_plane_from_tpu_worker_env() -> None:
     plane = resolve_control_plane(runtime_cfg(), {"TPU_WORKER_ID": "3", "TPU_WORKER_HOSTNAMES": HOSTS})
     assert (plane.rank, plane.world_size, plane.master_addr, plane.port) == (3, 8, "t1v-n-0abc-w-0", 8476)
     assert plane.init_method == "tcp://t1v-n-0abc-w-0:8476"
-    assert resolve_control_plane(runtime_cfg(port=9100), {"TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": HOSTS}).port == 9100
+    assert (
+        resolve_control_plane(runtime_cfg(port=9100), {"TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": HOSTS}).port
+        == 9100
+    )
 
 
 def test_control_plane_prefers_torchrun_env() -> None:
-    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29500",
-           "TPU_WORKER_ID": "3", "TPU_WORKER_HOSTNAMES": HOSTS}
+    env = {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "10.0.0.5",
+        "MASTER_PORT": "29500",
+        "TPU_WORKER_ID": "3",
+        "TPU_WORKER_HOSTNAMES": HOSTS,
+    }
     plane = resolve_control_plane(runtime_cfg(), env)
     assert (plane.rank, plane.world_size, plane.master_addr, plane.port) == (1, 2, "10.0.0.5", 29500)
     assert plane.init_method == "env://"  # joins torchrun's store

@@ -1,6 +1,7 @@
 """A whole `python -m trm.train` run on the xla backend (SPMD over 4 virtual CPU devices) against the same run
 on the CPU (`single`): same train/eval metrics at every log and eval point, checkpoints written and loadable,
 and a run stopped at step 6 and resumed in a new process continues with the same numbers."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from _lane import run_python, xla_env
+
 from tests.presets import TINY_RUN
 
 # tests/test_train.py's small run, made deterministic (no exploration: XLA's RNG is not the CPU's).
@@ -34,8 +35,16 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     def one(backend: str, name: str, *extra: str) -> Path:
         out = root / name
-        args = ["-m", "trm.train", *FAST, f"data.root={data}", f"out_dir={out}", f"hydra.run.dir={out}/hydra",
-                f"runtime.backend={backend}", *extra]
+        args = [
+            "-m",
+            "trm.train",
+            *FAST,
+            f"data.root={data}",
+            f"out_dir={out}",
+            f"hydra.run.dir={out}/hydra",
+            f"runtime.backend={backend}",
+            *extra,
+        ]
         if backend == "xla":
             args.append("runtime.expected_devices=4")
         proc = run_python(args, xla_env(devices[backend]))

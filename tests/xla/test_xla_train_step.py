@@ -2,14 +2,15 @@
 one compile per graph (static step, no host sync), one recompile per curriculum stage, bf16 autocast.
 
 Every scenario runs trm.train.train_step through the `xla` runtime (tests/xla/_worker.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 import torch
-
 from _lane import result, run_workers
+
 from trm.losses import METRIC_KEYS
 
 LM, QH = METRIC_KEYS.index("lm_loss"), METRIC_KEYS.index("q_halt_loss")
@@ -27,8 +28,17 @@ SCENARIOS = {  # the longest first: they run two at a time
     "long": {
         "devices": 4,
         "args": [
-            "--steps", str(STAGE_AT + TAIL), "--stage-at", str(STAGE_AT), "--stage-cycles", "1,2",
-            "--exploration", "0.5", "--ema", "train.grad_clip=1.0", "runtime.backend=xla",
+            "--steps",
+            str(STAGE_AT + TAIL),
+            "--stage-at",
+            str(STAGE_AT),
+            "--stage-cycles",
+            "1,2",
+            "--exploration",
+            "0.5",
+            "--ema",
+            "train.grad_clip=1.0",
+            "runtime.backend=xla",
         ],
     },
     "cpu": {"args": [*EXACT, "runtime.backend=single"]},
@@ -93,7 +103,9 @@ def test_step_compiles_once_and_never_syncs_the_host(runs: dict) -> None:
     compiles = counter_series(run, "UncachedCompile")
     assert 1 <= compiles[WARMUP - 1] <= WARMUP
     flat = compiles[WARMUP - 1 : STAGE_AT]
-    assert flat == [flat[0]] * len(flat), f"recompiles after warm-up (lr, exploration and carry change every step): {compiles}"
+    assert flat == [flat[0]] * len(flat), (
+        f"recompiles after warm-up (lr, exploration and carry change every step): {compiles}"
+    )
     assert len(flat) == FLAT + 1
     # Inside the step (train_step + EMA update, before the step boundary) nothing is executed or read back:
     # no .item(), no bool(tensor), no graph cut.

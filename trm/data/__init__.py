@@ -9,12 +9,29 @@ from typing import Any
 from .format import DatasetError, SplitMeta, fingerprint, load_split, read_meta, write_split
 from .sudoku import augment, generate, read_csv, solve, solve_count, validate_pairs
 
-_LAZY = {"TrainLoader": "loader", "EvalBatches": "loader", "eval_batches": "loader", "IGNORE_LABEL_ID": "loader",
-         "build_from_csv": "build", "build_generated": "build", "ensure_generated": "build"}
+_LAZY = {
+    "TrainLoader": "loader",
+    "EvalBatches": "loader",
+    "eval_batches": "loader",
+    "IGNORE_LABEL_ID": "loader",
+    "build_from_csv": "build",
+    "build_generated": "build",
+    "ensure_generated": "build",
+}
 
 __all__ = [
-    "DatasetError", "SplitMeta", "fingerprint", "load_split", "read_meta", "write_split",
-    "augment", "generate", "read_csv", "solve", "solve_count", "validate_pairs",
+    "DatasetError",
+    "SplitMeta",
+    "fingerprint",
+    "load_split",
+    "read_meta",
+    "write_split",
+    "augment",
+    "generate",
+    "read_csv",
+    "solve",
+    "solve_count",
+    "validate_pairs",
     *_LAZY,
 ]
 

@@ -20,8 +20,9 @@ import shutil
 import sys
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -46,8 +47,10 @@ def _arrays(puzzles: np.ndarray, solutions: np.ndarray, per_group: int) -> dict[
 
 
 def _summary(out: Path, metas: dict[str, SplitMeta]) -> dict[str, Any]:
-    return {"out": str(out), **{s: {"examples": m.examples, "groups": m.groups, "fingerprint": m.fingerprint}
-                                for s, m in metas.items()}}
+    return {
+        "out": str(out),
+        **{s: {"examples": m.examples, "groups": m.groups, "fingerprint": m.fingerprint} for s, m in metas.items()},
+    }
 
 
 def _is_replaceable(out: Path) -> bool:
@@ -170,8 +173,9 @@ def remove_stale_builds(out: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def _build_atomically(out: str | os.PathLike, write: Callable[[Path], dict[str, SplitMeta]],
-                      replace: bool) -> tuple[dict[str, Any], bool]:
+def _build_atomically(
+    out: str | os.PathLike, write: Callable[[Path], dict[str, SplitMeta]], replace: bool
+) -> tuple[dict[str, Any], bool]:
     """Run ``write(tmp_dir)`` then rename the temp dir to ``out``.
 
     Returns (summary, True) on success. If ``replace`` is False and ``out`` was filled by someone
@@ -208,8 +212,15 @@ def _build_atomically(out: str | os.PathLike, write: Callable[[Path], dict[str, 
 
 
 def _generated_source(num_train: int, num_test: int, blanks: int, seed: int, num_aug: int) -> dict[str, Any]:
-    return {"kind": "generate", "format_version": FORMAT_VERSION, "num_train": int(num_train),
-            "num_test": int(num_test), "blanks": int(blanks), "seed": int(seed), "num_aug": int(num_aug)}
+    return {
+        "kind": "generate",
+        "format_version": FORMAT_VERSION,
+        "num_train": int(num_train),
+        "num_test": int(num_test),
+        "blanks": int(blanks),
+        "seed": int(seed),
+        "num_aug": int(num_aug),
+    }
 
 
 def _write_generated(tmp: Path, source: dict[str, Any]) -> dict[str, SplitMeta]:
@@ -218,8 +229,10 @@ def _write_generated(tmp: Path, source: dict[str, Any]) -> dict[str, SplitMeta]:
     te_p, te_s = generate(source["num_test"], source["blanks"], test_ss, exclude={bytes(p) for p in tr_p})
     k = source["num_aug"]
     tr_p, tr_s, _ = augment(tr_p, tr_s, k, np.random.default_rng(aug_ss))
-    return {"train": write_split(tmp, "train", _arrays(tr_p, tr_s, k + 1), source),
-            "test": write_split(tmp, "test", _arrays(te_p, te_s, 1), source)}
+    return {
+        "train": write_split(tmp, "train", _arrays(tr_p, tr_s, k + 1), source),
+        "test": write_split(tmp, "test", _arrays(te_p, te_s, 1), source),
+    }
 
 
 def _check_counts(**kw: int) -> None:
@@ -232,12 +245,15 @@ def _check_generated_splits(num_train: int, num_test: int) -> None:
     """An empty split builds fine and fails only when a run trains or evaluates on it: refuse it here."""
     for name, v in (("num_train", num_train), ("num_test", num_test)):
         if v == 0:
-            raise DatasetError(f"{name}=0 (--{name.replace('_', '-')}, data.{name}) would build an empty "
-                               f"{name[4:]} split, which no run can use: give at least 1")
+            raise DatasetError(
+                f"{name}=0 (--{name.replace('_', '-')}, data.{name}) would build an empty "
+                f"{name[4:]} split, which no run can use: give at least 1"
+            )
 
 
-def build_generated(out: str | os.PathLike, num_train: int, num_test: int, blanks: int, seed: int,
-                    num_aug: int = 0) -> dict[str, Any]:
+def build_generated(
+    out: str | os.PathLike, num_train: int, num_test: int, blanks: int, seed: int, num_aug: int = 0
+) -> dict[str, Any]:
     """Generate train/test (distinct seeds spawned from ``seed``; test disjoint from train) into ``out``.
 
     Replaces an existing dataset at ``out``. Returns the summary printed by the CLI.
@@ -248,23 +264,42 @@ def build_generated(out: str | os.PathLike, num_train: int, num_test: int, blank
     return _build_atomically(out, lambda tmp: _write_generated(tmp, source), replace=True)[0]
 
 
-def build_from_csv(out: str | os.PathLike, train_csv: str | os.PathLike, test_csv: str | os.PathLike,
-                   subsample: int | None = None, num_aug: int = 0, seed: int = 0,
-                   min_rating: int = 0) -> dict[str, Any]:
+def build_from_csv(
+    out: str | os.PathLike,
+    train_csv: str | os.PathLike,
+    test_csv: str | os.PathLike,
+    subsample: int | None = None,
+    num_aug: int = 0,
+    seed: int = 0,
+    min_rating: int = 0,
+) -> dict[str, Any]:
     """Build from Sudoku-Extreme CSVs: ``min_rating`` filters both splits, ``subsample`` and
     ``num_aug`` apply to train only (test stays complete and unaugmented, as in the TRM setup)."""
     _check_counts(num_aug=num_aug, seed=seed)
     if subsample is not None:
         _check_counts(subsample=subsample)
         if subsample == 0:
-            raise DatasetError("subsample=0 (--subsample 0) keeps no training puzzles, so the train split would be "
-                               "empty: give a positive number, or leave --subsample out to keep them all")
+            raise DatasetError(
+                "subsample=0 (--subsample 0) keeps no training puzzles, so the train split would be "
+                "empty: give a positive number, or leave --subsample out to keep them all"
+            )
     if os.path.isfile(train_csv) and os.path.isfile(test_csv) and os.path.samefile(train_csv, test_csv):
-        print(f"warning: the train and test CSVs are the same file ({train_csv}): the test split then measures "
-              f"memorisation, not generalisation; give --test-csv a held-out file", file=sys.stderr, flush=True)
-    source = {"kind": "csv", "format_version": FORMAT_VERSION, "train_csv": str(train_csv),
-              "test_csv": str(test_csv), "subsample": subsample, "num_aug": int(num_aug), "seed": int(seed),
-              "min_rating": int(min_rating)}
+        print(
+            f"warning: the train and test CSVs are the same file ({train_csv}): the test split then measures "
+            f"memorisation, not generalisation; give --test-csv a held-out file",
+            file=sys.stderr,
+            flush=True,
+        )
+    source = {
+        "kind": "csv",
+        "format_version": FORMAT_VERSION,
+        "train_csv": str(train_csv),
+        "test_csv": str(test_csv),
+        "subsample": subsample,
+        "num_aug": int(num_aug),
+        "seed": int(seed),
+        "min_rating": int(min_rating),
+    }
 
     def write(tmp: Path) -> dict[str, SplitMeta]:
         sub_ss, aug_ss = np.random.SeedSequence(seed).spawn(2)
@@ -274,14 +309,20 @@ def build_from_csv(out: str | os.PathLike, train_csv: str | os.PathLike, test_cs
         rated = f" with rating >= {min_rating} (--min-rating)" if min_rating else ""
         for split, path, n in (("train", train_csv, tr_p.shape[0]), ("test", test_csv, te_p.shape[0])):
             if n == 0:
-                raise DatasetError(f"{path} has no puzzles{rated}: the {split} split would be empty, which no run "
-                                   f"can use (--{split}-csv)")
+                raise DatasetError(
+                    f"{path} has no puzzles{rated}: the {split} split would be empty, which no run "
+                    f"can use (--{split}-csv)"
+                )
         if subsample is not None and tr_p.shape[0] < subsample:
-            raise DatasetError(f"--subsample {subsample} asks for more training puzzles than {train_csv} has "
-                               f"({tr_p.shape[0]}{rated}): give at most {tr_p.shape[0]}, or leave --subsample out")
+            raise DatasetError(
+                f"--subsample {subsample} asks for more training puzzles than {train_csv} has "
+                f"({tr_p.shape[0]}{rated}): give at most {tr_p.shape[0]}, or leave --subsample out"
+            )
         tr_p, tr_s, _ = augment(tr_p, tr_s, num_aug, np.random.default_rng(aug_ss))
-        return {"train": write_split(tmp, "train", _arrays(tr_p, tr_s, num_aug + 1), source),
-                "test": write_split(tmp, "test", _arrays(te_p, te_s, 1), source)}
+        return {
+            "train": write_split(tmp, "train", _arrays(tr_p, tr_s, num_aug + 1), source),
+            "test": write_split(tmp, "test", _arrays(te_p, te_s, 1), source),
+        }
 
     return _build_atomically(out, write, replace=True)[0]
 
@@ -295,16 +336,22 @@ def _existing(out: Path, source: dict[str, Any]) -> dict[str, Any] | None:
         _, meta = load_split(out, split)  # raises DatasetError naming the path if incomplete
         if meta.source != source:
             keys = sorted(set(meta.source) | set(source))
-            diff = {k: {"existing": meta.source.get(k), "requested": source.get(k)}
-                    for k in keys if meta.source.get(k) != source.get(k)}
-            raise DatasetError(f"{out} already holds a different dataset ({split} differs: {diff}); "
-                               f"delete it or choose another directory")
+            diff = {
+                k: {"existing": meta.source.get(k), "requested": source.get(k)}
+                for k in keys
+                if meta.source.get(k) != source.get(k)
+            }
+            raise DatasetError(
+                f"{out} already holds a different dataset ({split} differs: {diff}); "
+                f"delete it or choose another directory"
+            )
         metas[split] = meta
     return _summary(out.absolute(), metas)
 
 
-def ensure_generated(out: str | os.PathLike, num_train: int, num_test: int, blanks: int, seed: int,
-                     num_aug: int = 0) -> dict[str, Any]:
+def ensure_generated(
+    out: str | os.PathLike, num_train: int, num_test: int, blanks: int, seed: int, num_aug: int = 0
+) -> dict[str, Any]:
     """Build like ``build_generated`` unless ``out`` already holds exactly that dataset.
 
     Safe for concurrent callers on one machine: each builds in its own temp dir; the first rename
@@ -348,11 +395,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         p.error(f"--source {args.source} requires {', '.join(missing)}")
     try:
         if args.source == "csv":
-            summary = build_from_csv(args.out, args.train_csv, args.test_csv, subsample=args.subsample,
-                                     num_aug=args.num_aug, seed=args.seed, min_rating=args.min_rating)
+            summary = build_from_csv(
+                args.out,
+                args.train_csv,
+                args.test_csv,
+                subsample=args.subsample,
+                num_aug=args.num_aug,
+                seed=args.seed,
+                min_rating=args.min_rating,
+            )
         else:
-            summary = build_generated(args.out, args.num_train, args.num_test, args.blanks, args.seed,
-                                      num_aug=args.num_aug)
+            summary = build_generated(
+                args.out, args.num_train, args.num_test, args.blanks, args.seed, num_aug=args.num_aug
+            )
     except DatasetError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -12,9 +12,10 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -65,17 +66,36 @@ class SplitMeta:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         # Stable key order for humans; json.dumps(sort_keys) is used on write anyway.
-        return {k: d[k] for k in ("vocab_size", "seq_len", "pad_id", "ignore_label_id", "blank_id",
-                                  "num_puzzle_identifiers", "counts", "fingerprint", "source")}
+        return {
+            k: d[k]
+            for k in (
+                "vocab_size",
+                "seq_len",
+                "pad_id",
+                "ignore_label_id",
+                "blank_id",
+                "num_puzzle_identifiers",
+                "counts",
+                "fingerprint",
+                "source",
+            )
+        }
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any], where: str) -> "SplitMeta":
+    def from_json(cls, d: Mapping[str, Any], where: str) -> SplitMeta:
         try:
             counts = {k: int(d["counts"][k]) for k in ("examples", "puzzles", "groups")}
-            return cls(counts=counts, fingerprint=str(d["fingerprint"]), source=dict(d.get("source", {})),
-                       vocab_size=int(d["vocab_size"]), seq_len=int(d["seq_len"]), pad_id=int(d["pad_id"]),
-                       ignore_label_id=int(d["ignore_label_id"]), blank_id=int(d["blank_id"]),
-                       num_puzzle_identifiers=int(d["num_puzzle_identifiers"]))
+            return cls(
+                counts=counts,
+                fingerprint=str(d["fingerprint"]),
+                source=dict(d.get("source", {})),
+                vocab_size=int(d["vocab_size"]),
+                seq_len=int(d["seq_len"]),
+                pad_id=int(d["pad_id"]),
+                ignore_label_id=int(d["ignore_label_id"]),
+                blank_id=int(d["blank_id"]),
+                num_puzzle_identifiers=int(d["num_puzzle_identifiers"]),
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise DatasetError(f"{where}: malformed dataset.json ({type(e).__name__}: {e})") from e
 
@@ -112,7 +132,7 @@ def _check_arrays(arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
 def _chunks(a: np.ndarray):
     """Canonical int32 LE pieces of ``a`` in row order (bounded temp memory for uint8 inputs)."""
     for start in range(0, a.shape[0], _HASH_CHUNK_ROWS):
-        yield _canonical(a[start:start + _HASH_CHUNK_ROWS])
+        yield _canonical(a[start : start + _HASH_CHUNK_ROWS])
 
 
 def _hash_header(h: Any, name: str, a: np.ndarray) -> None:
@@ -134,15 +154,17 @@ def _write_npy(path: Path, name: str, a: np.ndarray, h: Any) -> None:
     _hash_header(h, name, a)
     with open(path, "wb") as f:
         np.lib.format.write_array_header_1_0(
-            f, {"descr": DISK_DTYPE.str, "fortran_order": False, "shape": tuple(int(s) for s in a.shape)})
+            f, {"descr": DISK_DTYPE.str, "fortran_order": False, "shape": tuple(int(s) for s in a.shape)}
+        )
         for chunk in _chunks(a):
             b = chunk.tobytes()
             h.update(b)
             f.write(b)
 
 
-def write_split(out_dir: str | os.PathLike, split: str, arrays: Mapping[str, np.ndarray],
-                source: Mapping[str, Any]) -> SplitMeta:
+def write_split(
+    out_dir: str | os.PathLike, split: str, arrays: Mapping[str, np.ndarray], source: Mapping[str, Any]
+) -> SplitMeta:
     """Write ``out_dir/split`` atomically (temp dir, then rename), replacing an existing split."""
     if split not in SPLITS:
         raise DatasetError(f"split must be one of {SPLITS}, got {split!r}")
@@ -189,8 +211,9 @@ def read_meta(data_dir: str | os.PathLike, split: str) -> SplitMeta:
     return SplitMeta.from_json(raw, str(meta_path))
 
 
-def load_split(data_dir: str | os.PathLike, split: str, mmap: bool = True,
-               verify: bool = False) -> tuple[dict[str, np.ndarray], SplitMeta]:
+def load_split(
+    data_dir: str | os.PathLike, split: str, mmap: bool = True, verify: bool = False
+) -> tuple[dict[str, np.ndarray], SplitMeta]:
     """Load one split (memory-mapped by default). ``verify`` re-hashes and compares the fingerprint."""
     meta = read_meta(data_dir, split)
     split_dir = Path(data_dir) / split

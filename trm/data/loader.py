@@ -6,7 +6,8 @@ are reused, and every rank sees the same number of batches so collectives stay i
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,9 +28,11 @@ def _to_batch(arrays: Mapping[str, np.ndarray], idx: np.ndarray, ignore_label_id
     """Gather rows ``idx`` as int64 tensors, with ignored labels mapped to -100."""
     labels = np.asarray(arrays["labels"][idx], dtype=np.int64)
     labels[labels == ignore_label_id] = IGNORE_LABEL_ID
-    return {"inputs": torch.from_numpy(np.asarray(arrays["inputs"][idx], dtype=np.int64)),
-            "labels": torch.from_numpy(labels),
-            "puzzle_identifiers": torch.from_numpy(np.asarray(arrays["puzzle_identifiers"][idx], dtype=np.int64))}
+    return {
+        "inputs": torch.from_numpy(np.asarray(arrays["inputs"][idx], dtype=np.int64)),
+        "labels": torch.from_numpy(labels),
+        "puzzle_identifiers": torch.from_numpy(np.asarray(arrays["puzzle_identifiers"][idx], dtype=np.int64)),
+    }
 
 
 class TrainLoader:
@@ -45,16 +48,26 @@ class TrainLoader:
     per group) gives a fresh permutation of every example each epoch.
     """
 
-    def __init__(self, arrays: Mapping[str, np.ndarray], global_batch_size: int, rank: int, world_size: int,
-                 seed: int, ignore_label_id: int = DISK_IGNORE_LABEL_ID) -> None:
+    def __init__(
+        self,
+        arrays: Mapping[str, np.ndarray],
+        global_batch_size: int,
+        rank: int,
+        world_size: int,
+        seed: int,
+        ignore_label_id: int = DISK_IGNORE_LABEL_ID,
+    ) -> None:
         _check_rank(rank, world_size)
         if global_batch_size < 1 or global_batch_size % world_size:
-            raise DatasetError(f"global_batch_size={global_batch_size} must be a positive multiple of "
-                               f"world_size={world_size}")
+            raise DatasetError(
+                f"global_batch_size={global_batch_size} must be a positive multiple of world_size={world_size}"
+            )
         puzzle_starts = np.asarray(arrays["puzzle_indices"], dtype=np.int64)
         if not np.all(np.diff(puzzle_starts) == 1):
-            raise DatasetError("the train loader draws one example per puzzle, as the reference does for Sudoku: "
-                               "every puzzle must have exactly one example (puzzle_indices = 0, 1, 2, ...)")
+            raise DatasetError(
+                "the train loader draws one example per puzzle, as the reference does for Sudoku: "
+                "every puzzle must have exactly one example (puzzle_indices = 0, 1, 2, ...)"
+            )
         self.group_starts = np.asarray(arrays["group_indices"], dtype=np.int64)
         self.num_groups = len(self.group_starts) - 1
         if self.num_groups < 1:
@@ -88,7 +101,7 @@ class TrainLoader:
         while start < stop:
             epoch, offset = divmod(start, self.num_groups)
             take = min(stop - start, self.num_groups - offset)
-            pieces.append(self.epoch_order(epoch)[offset:offset + take])
+            pieces.append(self.epoch_order(epoch)[offset : offset + take])
             start += take
         return np.concatenate(pieces)
 
@@ -97,7 +110,7 @@ class TrainLoader:
         """Epochs consumed so far (fractional): what the reference's `epochs` counts."""
         return self.batches * self.global_batch_size / self.num_groups
 
-    def __iter__(self) -> "TrainLoader":
+    def __iter__(self) -> TrainLoader:
         return self
 
     def __next__(self) -> Batch:
@@ -113,8 +126,10 @@ class TrainLoader:
         try:
             batches = int(state["batches"])
         except (KeyError, TypeError, ValueError) as e:
-            raise DatasetError(f"bad loader state {state!r}: need an integer 'batches' (a checkpoint written "
-                               "before the loader drew epochs as the reference does cannot be resumed)") from e
+            raise DatasetError(
+                f"bad loader state {state!r}: need an integer 'batches' (a checkpoint written "
+                "before the loader drew epochs as the reference does cannot be resumed)"
+            ) from e
         if batches < 0:
             raise DatasetError(f"bad loader state {state!r}: 'batches' must be >= 0")
         self.batches = batches
@@ -123,9 +138,16 @@ class TrainLoader:
 class EvalBatches:
     """Iterable of this rank's eval batches; ``len()`` is the same on every rank."""
 
-    def __init__(self, arrays: Mapping[str, np.ndarray], batch_size_per_rank: int, rank: int, world_size: int,
-                 max_examples: int | None = None, ignore_label_id: int = DISK_IGNORE_LABEL_ID,
-                 pad_id: int = PAD_ID) -> None:
+    def __init__(
+        self,
+        arrays: Mapping[str, np.ndarray],
+        batch_size_per_rank: int,
+        rank: int,
+        world_size: int,
+        max_examples: int | None = None,
+        ignore_label_id: int = DISK_IGNORE_LABEL_ID,
+        pad_id: int = PAD_ID,
+    ) -> None:
         _check_rank(rank, world_size)
         if batch_size_per_rank < 1:
             raise DatasetError(f"batch_size_per_rank must be >= 1, got {batch_size_per_rank}")
@@ -152,18 +174,27 @@ class EvalBatches:
             real = hi - lo
             if real < bs:  # pad to the fixed shape; padded rows are ignored by the loss and metrics
                 pad = bs - real
-                batch["inputs"] = torch.cat([batch["inputs"], torch.full((pad, batch["inputs"].shape[1]),
-                                                                         self.pad_id, dtype=torch.long)])
-                batch["labels"] = torch.cat([batch["labels"], torch.full((pad, batch["labels"].shape[1]),
-                                                                         IGNORE_LABEL_ID, dtype=torch.long)])
-                batch["puzzle_identifiers"] = torch.cat([batch["puzzle_identifiers"],
-                                                         torch.zeros(pad, dtype=torch.long)])
+                batch["inputs"] = torch.cat(
+                    [batch["inputs"], torch.full((pad, batch["inputs"].shape[1]), self.pad_id, dtype=torch.long)]
+                )
+                batch["labels"] = torch.cat(
+                    [batch["labels"], torch.full((pad, batch["labels"].shape[1]), IGNORE_LABEL_ID, dtype=torch.long)]
+                )
+                batch["puzzle_identifiers"] = torch.cat(
+                    [batch["puzzle_identifiers"], torch.zeros(pad, dtype=torch.long)]
+                )
             batch["valid"] = torch.arange(bs) < real
             yield batch
 
 
-def eval_batches(arrays: Mapping[str, np.ndarray], batch_size_per_rank: int, rank: int, world_size: int,
-                 max_examples: int | None = None, ignore_label_id: int = DISK_IGNORE_LABEL_ID) -> EvalBatches:
+def eval_batches(
+    arrays: Mapping[str, np.ndarray],
+    batch_size_per_rank: int,
+    rank: int,
+    world_size: int,
+    max_examples: int | None = None,
+    ignore_label_id: int = DISK_IGNORE_LABEL_ID,
+) -> EvalBatches:
     """Deterministic, unshuffled eval batches over the first ``max_examples`` examples (all if None).
 
     Rank r gets a contiguous shard; shards cover every example exactly once. Each batch has

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import Collection, Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -31,8 +31,9 @@ CSV_HEADER = ["source", "question", "answer", "rating"]
 # Solver
 
 
-def _search(grid: list[int], limit: int, order: list[list[int]] | None = None,
-            empties: list[int] | None = None) -> list[list[int]]:
+def _search(
+    grid: list[int], limit: int, order: list[list[int]] | None = None, empties: list[int] | None = None
+) -> list[list[int]]:
     """Bitmask backtracking on the most-constrained cell; returns up to ``limit`` solutions.
 
     ``order`` (per-cell digit order) turns it into a random filler; ``grid`` is modified.
@@ -68,9 +69,13 @@ def _search(grid: list[int], limit: int, order: list[list[int]] | None = None,
         todo[best], todo[k - 1] = todo[k - 1], todo[best]
         i = todo[k - 1]
         r, c, b = _ROW[i], _COL[i], _BOX[i]
-        digits = ([d for d in order[i] if best_mask >> d & 1] if order is not None
-                  else [_BIT_DIGIT[best_mask & -best_mask]] if best_cnt == 1
-                  else [d for d in range(1, 10) if best_mask >> d & 1])
+        digits = (
+            [d for d in order[i] if best_mask >> d & 1]
+            if order is not None
+            else [_BIT_DIGIT[best_mask & -best_mask]]
+            if best_cnt == 1
+            else [d for d in range(1, 10) if best_mask >> d & 1]
+        )
         for d in digits:
             bit = 1 << d
             rows[r] |= bit
@@ -144,8 +149,9 @@ def _dig(sol: list[int], blanks: int, rng: np.random.Generator) -> list[int] | N
         blanked.add(new)
 
 
-def generate(n: int, blanks: int, seed: int | np.random.SeedSequence,
-             exclude: Collection[bytes] = ()) -> tuple[np.ndarray, np.ndarray]:
+def generate(
+    n: int, blanks: int, seed: int | np.random.SeedSequence, exclude: Collection[bytes] = ()
+) -> tuple[np.ndarray, np.ndarray]:
     """``n`` distinct unique-solution puzzles with exactly ``blanks`` blanks, deterministic in ``seed``.
 
     Returns (puzzles uint8 [n,81] with 0 for blank, solutions uint8 [n,81]). Puzzles whose bytes
@@ -154,8 +160,10 @@ def generate(n: int, blanks: int, seed: int | np.random.SeedSequence,
     if not isinstance(n, (int, np.integer)) or n < 0:
         raise DatasetError(f"n must be a non-negative integer, got {n!r}")
     if not isinstance(blanks, (int, np.integer)) or not 0 <= blanks <= MAX_BLANKS:
-        raise DatasetError(f"blanks must be an integer in [0, {MAX_BLANKS}] (a unique solution needs at "
-                           f"least 17 givens), got {blanks!r}")
+        raise DatasetError(
+            f"blanks must be an integer in [0, {MAX_BLANKS}] (a unique solution needs at "
+            f"least 17 givens), got {blanks!r}"
+        )
     rng = np.random.default_rng(seed)
     puzzles = np.zeros((n, 81), dtype=np.uint8)
     solutions = np.zeros((n, 81), dtype=np.uint8)
@@ -176,7 +184,8 @@ def generate(n: int, blanks: int, seed: int | np.random.SeedSequence,
             raise DatasetError(
                 f"could not make a unique-solution puzzle with {blanks} blanks after {_MAX_GRID_ATTEMPTS} "
                 f"fresh grids (puzzle {k}); random digging rarely gets past ~55 blanks: use fewer blanks "
-                f"or the Sudoku-Extreme CSV source")
+                f"or the Sudoku-Extreme CSV source"
+            )
     return puzzles, solutions
 
 
@@ -196,8 +205,9 @@ def _line_maps(rng: np.random.Generator, m: int) -> np.ndarray:
     return (bands[:, :, None] * 3 + within).reshape(m, 9)
 
 
-def augment(puzzles: np.ndarray, solutions: np.ndarray, num_aug: int,
-            rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def augment(
+    puzzles: np.ndarray, solutions: np.ndarray, num_aug: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each original followed by ``num_aug`` validity-preserving random transforms of it.
 
     A transform is: digit relabelling, optional transpose, band/row and stack/column permutations,
@@ -248,18 +258,20 @@ def _describe(i: int, where: str, line_numbers: Sequence[int] | None) -> str:
     return f"{where}, line {int(line_numbers[i])}" if line_numbers is not None else f"{where}, row {i}"
 
 
-def validate_pairs(puzzles: np.ndarray, solutions: np.ndarray, where: str,
-                   line_numbers: Sequence[int] | None = None) -> None:
+def validate_pairs(
+    puzzles: np.ndarray, solutions: np.ndarray, where: str, line_numbers: Sequence[int] | None = None
+) -> None:
     """Raise DatasetError at the first row whose solution is not a valid grid solving its puzzle.
 
     ``line_numbers[i]`` (e.g. CSV line of row i) is used in the message when given.
     """
     puzzles, solutions = np.asarray(puzzles), np.asarray(solutions)
     if puzzles.ndim != 2 or puzzles.shape[1] != 81 or solutions.shape != puzzles.shape:
-        raise DatasetError(f"{where}: puzzles/solutions must both be [n, 81], got {puzzles.shape} and "
-                           f"{solutions.shape}")
+        raise DatasetError(
+            f"{where}: puzzles/solutions must both be [n, 81], got {puzzles.shape} and {solutions.shape}"
+        )
     for s in range(0, puzzles.shape[0], _VALIDATE_CHUNK):
-        p, a = puzzles[s:s + _VALIDATE_CHUNK], solutions[s:s + _VALIDATE_CHUNK]
+        p, a = puzzles[s : s + _VALIDATE_CHUNK], solutions[s : s + _VALIDATE_CHUNK]
         problems: list[tuple[np.ndarray, str]] = [
             (((p < 0) | (p > 9)).any(1), "puzzle has a value outside 0..9"),
             (((a < 1) | (a > 9)).any(1), "solution has a value outside 1..9"),
@@ -276,8 +288,10 @@ def validate_pairs(puzzles: np.ndarray, solutions: np.ndarray, where: str,
         if first:
             i, msg = min(first, key=lambda t: t[0])
             i += s
-            raise DatasetError(f"{_describe(i, where, line_numbers)}: {msg} "
-                               f"(puzzle {_grid_str(puzzles[i])}, solution {_grid_str(solutions[i])})")
+            raise DatasetError(
+                f"{_describe(i, where, line_numbers)}: {msg} "
+                f"(puzzle {_grid_str(puzzles[i])}, solution {_grid_str(solutions[i])})"
+            )
 
 
 def _grid_str(g: np.ndarray) -> str:
@@ -289,9 +303,9 @@ def _grid_str(g: np.ndarray) -> str:
 
 _Q_LUT = np.full(256, 255, dtype=np.uint8)
 _Q_LUT[ord(".")] = 0
-_Q_LUT[ord("0"):ord("9") + 1] = np.arange(10)
+_Q_LUT[ord("0") : ord("9") + 1] = np.arange(10)
 _A_LUT = np.full(256, 255, dtype=np.uint8)
-_A_LUT[ord("1"):ord("9") + 1] = np.arange(1, 10)
+_A_LUT[ord("1") : ord("9") + 1] = np.arange(1, 10)
 
 
 def _parse_grids(cells: list[str], lut: np.ndarray, what: str, path: str, lines: list[int]) -> np.ndarray:
@@ -314,8 +328,9 @@ def _parse_grids(cells: list[str], lut: np.ndarray, what: str, path: str, lines:
     return grids
 
 
-def read_csv(path: str | os.PathLike, min_rating: int = 0, subsample: int | None = None,
-             seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def read_csv(
+    path: str | os.PathLike, min_rating: int = 0, subsample: int | None = None, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Read a Sudoku-Extreme CSV (``source,question,answer,rating``; '.' or '0' = blank).
 
     Validates every row, keeps rating >= min_rating, then (if ``subsample`` is smaller than what
@@ -339,13 +354,16 @@ def read_csv(path: str | os.PathLike, min_rating: int = 0, subsample: int | None
                 if not row:
                     continue  # blank line
                 if len(row) != 4:
-                    raise DatasetError(f"{path}, line {reader.line_num}: expected 4 columns "
-                                       f"({','.join(CSV_HEADER)}), got {len(row)}: {row!r}")
+                    raise DatasetError(
+                        f"{path}, line {reader.line_num}: expected 4 columns "
+                        f"({','.join(CSV_HEADER)}), got {len(row)}: {row!r}"
+                    )
                 try:
                     ratings.append(int(row[3]))
                 except ValueError:
-                    raise DatasetError(f"{path}, line {reader.line_num}: rating must be an integer, "
-                                       f"got {row[3]!r}") from None
+                    raise DatasetError(
+                        f"{path}, line {reader.line_num}: rating must be an integer, got {row[3]!r}"
+                    ) from None
                 questions.append(row[1])
                 answers.append(row[2])
                 lines.append(reader.line_num)
