@@ -230,7 +230,10 @@ class Collect(logging.Handler):
 
 @pytest.fixture
 def root_handler() -> Iterator[Collect]:
-    """A root handler for the test; Optuna's logging is put back as it was afterwards."""
+    """A root handler for the test, with Optuna's logging as Optuna sets it up (an earlier test's driver may have
+    routed it) before and after."""
+    optuna.logging.disable_propagation()
+    optuna.logging.enable_default_handler()
     handler, root = Collect(), logging.getLogger()
     level = root.level
     root.addHandler(handler)
