@@ -15,11 +15,11 @@ import torch
 from _results import RESULTS, ROOT, cpu_facts, median  # noqa: F401  (re-exported for the trainer scripts)
 from omegaconf import DictConfig, OmegaConf
 
+from trm.config import compose_train_config
 from trm.data.format import NUM_PUZZLE_IDENTIFIERS, SEQ_LEN, VOCAB_SIZE
-from trm.info import compose_train_config
 from trm.model import ACTModel, Carry, TRMConfig, count_params
 from trm.optim import build_optimizers, lr_multiplier, set_lr
-from trm.train import train_step
+from trm.step import train_step
 
 
 def machine_info() -> dict[str, Any]:
@@ -111,8 +111,10 @@ class StepRunner:
             self.exploration,
             self.cycles,
             self.optimizers,
-            self.cfg,
-            self.batch_size,
+            precision=self.cfg.train.precision,
+            loss=self.cfg.train.loss,
+            grad_clip=self.cfg.train.grad_clip,
+            loss_divisor=self.batch_size,
         )
         metrics.sum().item()  # CPU is synchronous; this only makes the end of the step explicit
         seconds = time.perf_counter() - start

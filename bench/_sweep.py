@@ -20,6 +20,7 @@ from _results import ROOT, median
 from optuna.trial import FrozenTrial, TrialState
 
 from storage import open_storage
+from storage.record import trial_detail
 from sweeps.space import params_to_values
 from tests.sweep_helpers import FAST_TRIAL
 
@@ -55,7 +56,8 @@ def load_trials(storage_url: str, study_name: str) -> list[FrozenTrial]:
 
 def trial_phases(trial: FrozenTrial) -> dict[str, float] | None:
     """Seconds of each phase of a one-seed trial, or None if the stamps are missing (a failed launch)."""
-    job, drv = trial.user_attrs.get("timing") or {}, trial.user_attrs.get("driver_timing") or {}
+    job = trial_detail(trial.user_attrs, "timing") or {}
+    drv = trial_detail(trial.user_attrs, "driver_timing") or {}
     # train_end (after the last step's eval and checkpoint) is newer than last_step_end (before them): with only
     # the latter, the final eval counts as teardown, an overestimate of the overhead.
     job = {**job, "train_end": job.get("train_end", job.get("last_step_end"))}

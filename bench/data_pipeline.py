@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 from _results import RESULTS, fmt, median, run_header, write_results  # noqa: E402
 
-from trm.config import compose_sweep_config  # noqa: E402
+from sweeps.config import compose_sweep_config  # noqa: E402
 from trm.data.build import _arrays, build_from_csv  # noqa: E402
 from trm.data.format import load_split, write_split  # noqa: E402
 from trm.data.loader import TrainLoader  # noqa: E402
@@ -149,7 +149,9 @@ def trainer_demand(args: argparse.Namespace) -> dict[str, Any]:
     """Steps/s the trainer asks for: measured for the tiny CPU preset, estimated for the paper config on pods."""
     from _common import StepRunner, train_config  # torch: imported only here
 
-    from trm.info import arch_config, compose_train_config, flops_per_sample_step
+    from trm.config import compose_train_config
+    from trm.flops import flops_per_sample_step
+    from trm.info import arch_config
 
     runner = StepRunner("tiny", train_config("tiny", 64, "fp32"), 64)
     for _ in range(2):

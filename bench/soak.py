@@ -62,6 +62,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _results import RESULTS, ROOT, run_header, write_results  # noqa: E402
 
+from storage.record import trial_detail  # noqa: E402
+
 FAULT_KINDS = ("kill_job", "stop_job", "kill_driver", "restart_pg")
 TICK_S = 0.2
 
@@ -791,7 +793,7 @@ def check_record(
             problems.append(f"summary outcome {summary.get('outcome')}")
         if told is None or float(told) != t.value:
             problems.append(f"told {t.value}, summary best_value {told}")
-        if (summary.get("final") or {}) != (t.user_attrs.get("final_metrics") or {}):
+        if (summary.get("final") or {}) != (trial_detail(t.user_attrs, "final_metrics") or {}):
             problems.append("final metrics differ from the summary's")
         ckpt_path = workdir.parent / f"trial-{chain[t.number][0]}" / "checkpoints" / "latest.pt"
         try:

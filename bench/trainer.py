@@ -33,7 +33,7 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 from _common import RESULTS, StepRunner, arch_of, machine_info, matmul_rate, median, round_robin, train_config  # noqa: E402
 
-from trm.info import flops_per_sample_step  # noqa: E402
+from trm.flops import flops_per_sample_step  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

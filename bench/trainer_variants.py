@@ -47,7 +47,7 @@ from _common import RESULTS, StepRunner, machine_info, median, round_robin, trai
 
 import trm.model as M  # noqa: E402
 from trm.losses import act_loss  # noqa: E402
-from trm.train import autocast  # noqa: E402
+from trm.step import autocast  # noqa: E402
 
 # ----------------------------------------------------------------------------------------- patches
 

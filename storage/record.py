@@ -6,6 +6,9 @@ the channel back"); its names live here, in `storage`, which both sides may impo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 # Study attributes the driver writes and the job reads.
 PRUNER_ATTR = "pruner"  # the pruner as a `_target_` dict: every job asks the pruner the driver configured
 OBJECTIVE_ATTR = "objective"
@@ -31,6 +34,7 @@ ATTEMPT_ATTRS = (
     "best_value",
     "best_step",
     "steps",
+    "details",
     "final_metrics",
     "params_count",
     "flops_per_sample_step",
@@ -58,16 +62,25 @@ TRAIN_OVERRIDES_ATTR = "train_overrides"
 CHECKPOINT_URL_ATTR = "checkpoint_url"
 CODE_VERSION_ATTR = "code_version"
 
-# A trial's wide, nested facts (timing epochs, every final metric, the full override list) that would overflow
-# the dashboard's and the CLI's attribute tables. Readers take them through `trial_detail`, so that where each
-# one is stored (its own attribute today, one `details` attribute for new trials) is this module's business.
+# A trial's wide, nested facts (timing stamps, every final metric, the full override list) live in one
+# attribute, `details`, so that the dashboard's and the CLI's attribute tables show what a user reads (outcome,
+# best value and step, steps, size, compute, code version, checkpoint) flat and short. Readers take them through
+# `trial_detail`; writers merge into the attribute with `merged_details` (the driver writes train_overrides at
+# launch and driver_timing at the end, the job final_metrics and timing in between: never at the same time).
 DETAILS_ATTR = "details"
-DETAIL_KEYS = ("final_metrics", "timing", "driver_timing", "flops_per_sample_step", TRAIN_OVERRIDES_ATTR)
+DETAIL_KEYS = ("final_metrics", "timing", "driver_timing", TRAIN_OVERRIDES_ATTR)
 
 
-def trial_detail(attrs: dict, key: str, default: object = None) -> object:
-    """One nested fact of a trial from its user attributes, wherever this version of the record keeps it."""
+def trial_detail(attrs: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """One nested fact of a trial from its user attributes (an attribute of its own in records written before
+    `details` existed)."""
     if key in attrs:
         return attrs[key]
     details = attrs.get(DETAILS_ATTR)
     return details.get(key, default) if isinstance(details, dict) else default
+
+
+def merged_details(attrs: Mapping[str, Any], prefix: str = "", **facts: Any) -> dict[str, Any]:
+    """The `details` attribute (under `prefix`, a seed's) with `facts` added to what it holds."""
+    current = attrs.get(prefix + DETAILS_ATTR)
+    return {**(current if isinstance(current, dict) else {}), **facts}

@@ -16,7 +16,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, storage_from_args
-from storage.record import CHECKPOINT_URL_ATTR, CODE_VERSION_ATTR, TRAIN_OVERRIDES_ATTR
+from storage.record import CHECKPOINT_URL_ATTR, CODE_VERSION_ATTR, TRAIN_OVERRIDES_ATTR, trial_detail
 from sweeps.space import params_to_values, to_overrides
 
 USAGE = __doc__.split("\n\n")[0].strip() + "\n\n" + __doc__.split("\n\n", 1)[1].strip()
@@ -45,7 +45,7 @@ def describe(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
     attrs = trial.user_attrs
     values = params_to_values(trial.params)
     overrides = to_overrides(values)
-    train_overrides = attrs.get(TRAIN_OVERRIDES_ATTR) or overrides  # the whole set the job trained with
+    train_overrides = trial_detail(attrs, TRAIN_OVERRIDES_ATTR) or overrides  # the whole set the job trained with
     checkpoint_url = attrs.get(CHECKPOINT_URL_ATTR)
     return {
         "study": study.study_name,

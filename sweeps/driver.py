@@ -42,6 +42,7 @@ from storage import (
 )
 from storage.record import (
     CHECKPOINT_URL_ATTR,
+    DETAILS_ATTR,
     DRIVERS_ATTR,
     DUPLICATE_OF_ATTR,
     OBJECTIVE_ATTR,
@@ -51,6 +52,8 @@ from storage.record import (
     STUDY_UID_ATTR,
     TRAIN_OVERRIDES_ATTR,
     attempt_attr,
+    merged_details,
+    trial_detail,
 )
 from sweeps.launchers.base import JobHandle, JobSpec
 from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs, seed_prefix
@@ -363,7 +366,8 @@ class Driver:
         workdir = self.output_root / f"trial-{trial.number}"
         trial.set_user_attr("overrides", to_overrides(values))
         trial.set_user_attr("workdir", str(workdir))
-        trial.set_user_attr(TRAIN_OVERRIDES_ATTR, self.training_overrides(values))
+        # A fresh `details` (a retry's predecessor's belong to its own attempt): the job and finish() add theirs.
+        trial.set_user_attr(DETAILS_ATTR, {TRAIN_OVERRIDES_ATTR: self.training_overrides(values)})
         trial.set_user_attr(CHECKPOINT_URL_ATTR, self.checkpoint_url(origin))
         heartbeat = HeartbeatThread(self.storage, trial_id_of(trial), float(self.cfg.heartbeat.interval_s))
         heartbeat.start()
@@ -432,7 +436,9 @@ class Driver:
     def finish(self, running: RunningTrial, state: TrialState, reason: str = "") -> TrialState:
         """Tell Optuna; the heartbeat stops only once that is stored (a database outage leaves the trial ours)."""
         trial = running.trial
-        trial.set_user_attr("driver_timing", {"launched_at": running.launched_at, "exited_at": running.exited_at})
+        stored = self.storage.get_trial(trial_id_of(trial)).user_attrs
+        timing = {"launched_at": running.launched_at, "exited_at": running.exited_at}
+        trial.set_user_attr(DETAILS_ATTR, merged_details(stored, driver_timing=timing))
         if state == TrialState.FAIL:
             self.tell_fail(trial, reason)
         elif state == TrialState.PRUNED:
@@ -453,7 +459,7 @@ class Driver:
         return state
 
     def objective_values(self, attrs: dict[str, Any]) -> list[float] | None:
-        final = attrs.get("final_metrics") or {}
+        final = trial_detail(attrs, "final_metrics") or {}
         main = attrs.get("best_value") if self.study_cfg.value == "best" else final.get(self.study_cfg.objective)
         values = [main]
         for extra in self.study_cfg.get("objectives") or []:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from sweeps.config import compose_sweep_config
 from tests.presets import TINY_BATCHES, TINY_DATA
-from trm.config import compose_sweep_config
 
 # A trial that trains for real in seconds: 16-wide model, 20 steps, eval every 10.
 FAST_TRIAL = [

@@ -28,7 +28,7 @@ from trm.data import (
     validate_pairs,
 )
 from trm.data.format import ARRAY_NAMES
-from trm.data.loader import IGNORE_LABEL_ID, TrainLoader, eval_batches
+from trm.data.loader import IGNORE_INDEX, TrainLoader, eval_batches
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -316,7 +316,7 @@ def test_rank_shards_concatenate_to_single_rank_batch(world):
     epoch0, epoch1 = stream[:50], stream[50:100]
     assert sorted(epoch0) == sorted(epoch1) == list(range(50))  # every example once per epoch, none dropped
     assert epoch0 != epoch1  # reshuffled every epoch
-    assert (want["labels"][:, 3] == IGNORE_LABEL_ID).all() and (want["labels"][:, 4] == 5).all()
+    assert (want["labels"][:, 3] == IGNORE_INDEX).all() and (want["labels"][:, 4] == 5).all()
 
 
 def test_an_epoch_draws_one_member_of_each_group():
@@ -365,8 +365,8 @@ def test_eval_shards_cover_each_example_once(world, bs, max_examples):
         for b in batches:
             assert b["inputs"].shape == (bs, 81) and b["valid"].shape == (bs,) and b["valid"].dtype == torch.bool
             seen += b["inputs"][b["valid"], 0].tolist()
-            assert (b["labels"][~b["valid"]] == IGNORE_LABEL_ID).all()
-            assert (b["labels"][b["valid"], 3] == IGNORE_LABEL_ID).all()
+            assert (b["labels"][~b["valid"]] == IGNORE_INDEX).all()
+            assert (b["labels"][b["valid"], 3] == IGNORE_INDEX).all()
     assert len(lengths) == 1  # same number of batches on every rank
     assert sorted(seen) == list(range(n))
 

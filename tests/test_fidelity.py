@@ -168,7 +168,7 @@ def test_a_state_of_the_other_variant_is_refused(golden: dict[str, Any]) -> None
 def test_bf16_reference_mode_keeps_the_stream_in_bf16_and_stays_close(golden: dict[str, Any], name: str) -> None:
     """train.precision=bf16_reference runs as the reference's forward_dtype=bfloat16 (carry and activations in
     bf16); train.precision=bf16 keeps the carry in fp32. Both stay near the fp32 reference at step 1."""
-    from trm.train import autocast, carry_dtype
+    from trm.step import autocast, carry_dtype
 
     variant = golden[name]
     model = reference_model(variant).eval()

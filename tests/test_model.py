@@ -9,8 +9,9 @@ import sys
 import pytest
 import torch
 
-from trm.info import compose_train_config, flops_per_sample_step
-from trm.losses import IGNORE_LABEL_ID, METRIC_KEYS, act_loss, log_stablemax, normalize_metrics, token_cross_entropy
+from trm.config import compose_train_config
+from trm.flops import flops_per_sample_step
+from trm.losses import IGNORE_INDEX, METRIC_KEYS, act_loss, log_stablemax, normalize_metrics, token_cross_entropy
 from trm.model import ACTModel, TRMConfig, count_params
 
 PAPER = dict(hidden_size=512, num_heads=8, expansion=4, L_layers=2, H_cycles=3, L_cycles=6, puzzle_emb_len=16)
@@ -108,7 +109,7 @@ def test_stablemax_is_a_distribution_with_finite_gradients() -> None:
 def test_ignored_labels_cost_nothing_and_softmax_option() -> None:
     logits = torch.randn(2, 81, 11)
     labels = torch.randint(2, 11, (2, 81))
-    labels[1] = IGNORE_LABEL_ID
+    labels[1] = IGNORE_INDEX
     for kind in ("stablemax", "softmax"):
         per_token = token_cross_entropy(logits, labels, kind)
         assert (per_token[1] == 0).all() and (per_token[0] > 0).all()

@@ -12,7 +12,8 @@ import pytest
 
 from tests.test_train import config
 from trm import checkpoint
-from trm.train import NonFiniteLossError, run
+from trm.outcome import NonFiniteLossError
+from trm.train import run
 
 
 def test_nan_loss_fails_fast_without_writing_a_nan_checkpoint(tmp_path: Path, data_root: Path) -> None:

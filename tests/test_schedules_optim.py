@@ -10,7 +10,7 @@ from lion_pytorch import Lion
 from omegaconf import OmegaConf
 
 from trm.adam_atan2 import AdamAtan2
-from trm.info import compose_train_config
+from trm.config import compose_train_config
 from trm.model import ACTModel, TRMConfig
 from trm.optim import SignSGD, build_ema, build_optimizers, lr_multiplier, set_lr, update_ema
 from trm.schedules import curriculum_stage, exploration_at, recursion_at, validate_curriculum

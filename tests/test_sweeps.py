@@ -17,13 +17,13 @@ from omegaconf import open_dict
 from optuna.trial import TrialState
 
 from storage import open_storage
+from sweeps.config import compose_sweep_config
 from sweeps.driver import Driver, StudyMismatchError
 from sweeps.launchers.base import LauncherConfigError
 from sweeps.run import dry_run
 from sweeps.space import SearchSpaceError
 from sweeps.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir, trial_file_exists
-from trm.config import compose_sweep_config
 
 STUDIES = ["model_scaling", "model_scaling_pareto", "curriculum", "halting", "optimizer"]
 POD = ["site=pod", "launcher.tpu_name=test-pod", "launcher.zone=us-central2-b"]
@@ -184,7 +184,7 @@ def test_torchrun_study_completes_and_prunes_with_rank0_values(pg_url: str, tmp_
             assert (trial_dir(tmp_path / "prune_e2e", n) / f"node-{node}" / "outputs" / "data").is_dir()
     # The phase stamps the overhead benchmark reads: driver and job clocks in the order things happened.
     for trial in trials:
-        job, drv = trial.user_attrs["timing"], trial.user_attrs["driver_timing"]
+        job, drv = trial.user_attrs["details"]["timing"], trial.user_attrs["details"]["driver_timing"]
         stamps = [
             trial.datetime_start.timestamp(),
             drv["launched_at"][0],
@@ -198,6 +198,13 @@ def test_torchrun_study_completes_and_prunes_with_rank0_values(pg_url: str, tmp_
             trial.datetime_complete.timestamp(),
         ]
         assert stamps == sorted(stamps), stamps
+        # Issue: wide nested attributes overflowed the dashboard and CLI tables. What a user reads is flat and
+        # short; the nested facts are in the one `details` attribute.
+        details = trial.user_attrs["details"]
+        assert set(details) == {"train_overrides", "final_metrics", "timing", "driver_timing"}
+        assert "optim.lr=" + str(trial.params["optim.lr"]) in details["train_overrides"]
+        nested = {k for k, v in trial.user_attrs.items() if isinstance(v, (dict, list))}
+        assert nested <= {"details", "progress", "overrides"}, nested
 
 
 def _start_driver(args: list[str], log: Path) -> subprocess.Popen:

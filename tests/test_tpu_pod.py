@@ -16,12 +16,12 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from sweeps.config import compose_sweep_config
 from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec
 from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from tests.sweep_helpers import FAST_TRIAL, trial_dir, trial_list
-from trm.config import compose_sweep_config
 
 FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
 NOTE = """a b "c" [e,f] $HOME `x` ; end"""  # spaces, quotes, brackets, $, backticks: must arrive unchanged

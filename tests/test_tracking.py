@@ -23,7 +23,7 @@ from sweeps.launchers.torchrun import free_port
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, trial_dir
 from tests.wandb_offline import find_runs, read_offline_run
-from trm.info import compose_train_config
+from trm.config import compose_train_config
 from trm.tracking import Tracker, WandbTracker, make_tracker, resolve_mode, summary_run_id, trial_run_id
 
 ROOT = Path(__file__).resolve().parents[1]

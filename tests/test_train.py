@@ -11,9 +11,9 @@ import pytest
 
 from tests.presets import TINY_RUN
 from trm import checkpoint
+from trm.config import compose_train_config
 from trm.data.format import DatasetError
-from trm.info import compose_train_config
-from trm.runtime import Runtime
+from trm.runtime.base import Runtime
 from trm.train import check_batch, run
 
 # Small enough for CI: a 16-wide model on 200 generated puzzles.

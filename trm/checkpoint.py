@@ -139,6 +139,7 @@ def load_latest(url: str) -> dict[str, Any] | None:
     fs, root = fsspec.core.url_to_fs(url)
     latest, previous = _join(root, LATEST), _join(root, PREVIOUS)
     problem, corrupt = None, False
+    state: dict[str, Any] | None
     try:
         data = _read(fs, latest)
         if data is not None:

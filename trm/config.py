@@ -1,12 +1,15 @@
-"""Compose the training config outside a Hydra app (tools, the sweep driver's validation, tests).
+"""The training config outside a Hydra app (tools, the sweep driver's validation, tests), and typed access to it.
 
-Kept free of torch so the sweep driver can validate trial overrides without importing the model."""
+Kept free of torch so the sweep driver can validate trial overrides without importing the model. Knows only the
+config package and `train.yaml`; the sweep's own config is composed in sweeps/config.py."""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 # The configs are a package (conf/ in the checkout, `trm_sweeps_conf` in the wheel: pyproject.toml), so an
 # installed wheel finds them wherever it is run from. Both apps' `hydra.main` use CONFIG_PATH.
@@ -14,7 +17,9 @@ CONFIG_MODULE = "trm_sweeps_conf"
 CONFIG_PATH = f"pkg://{CONFIG_MODULE}"
 
 
-def _compose(config_name: str, overrides: list[str]) -> DictConfig:
+def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
+    """The config `config_name` of the config package with `overrides`, as its Hydra app would see it (without a
+    Hydra run dir)."""
     if GlobalHydra.instance().is_initialized():  # inside a Hydra app whose search path is conf/ too
         return compose(config_name=config_name, overrides=overrides)
     with initialize_config_module(config_module=CONFIG_MODULE):
@@ -23,9 +28,14 @@ def _compose(config_name: str, overrides: list[str]) -> DictConfig:
 
 def compose_train_config(overrides: list[str]) -> DictConfig:
     """The training config as `python -m trm.train <overrides>` would see it (without a Hydra run dir)."""
-    return _compose("train", overrides)
+    return compose_config("train", overrides)
 
 
-def compose_sweep_config(overrides: list[str]) -> DictConfig:
-    """The sweep config as `python -m sweeps.run <overrides>` would see it."""
-    return _compose("sweep", overrides)
+def to_dict(node: Any, resolve: bool = True) -> dict[str, Any]:
+    """A mapping node of a config as plain Python (`OmegaConf.to_container`), typed as the dict it is.
+
+    TypeError if the node is not a mapping (a list, a scalar): every caller here reads a mapping."""
+    container = OmegaConf.to_container(node, resolve=resolve)
+    if not isinstance(container, dict):
+        raise TypeError(f"expected a config mapping, got {type(container).__name__}")
+    return cast(dict[str, Any], container)  # keys of a DictConfig read from YAML are strings

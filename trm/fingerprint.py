@@ -9,13 +9,15 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from trm.config import to_dict
+
 # Keys that legitimately differ between workers (each VM has its own output directory) or between a run
 # and its resumption.
 WORKER_LOCAL_KEYS = ("out_dir", "checkpoint", "runtime", "hydra")
 
 
 def config_fingerprint(cfg: DictConfig) -> str:
-    container = OmegaConf.to_container(cfg, resolve=False)
+    container = to_dict(cfg, resolve=False)
     for key in WORKER_LOCAL_KEYS:
         container.pop(key, None)
     container.get("train", {}).pop("progress", None)
@@ -55,7 +57,7 @@ def training_identity(cfg: DictConfig) -> dict[str, Any]:
     """What a checkpoint must match to be resumed: every config key that changes the training, flattened
     (`optim.lr`: 0.001, ...), including the sweep study, its uid and storage. Kept as values, not a hash, so a
     refusal can name the keys that differ."""
-    flat = _flatten(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
+    flat = _flatten(to_dict(cfg, resolve=False))
     return {
         key: value
         for key, value in flat.items()

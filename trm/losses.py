@@ -12,7 +12,7 @@ from torch import Tensor
 
 from trm.metric_names import METRIC_KEYS  # torch-free, so the sweep driver can validate metric names
 
-IGNORE_LABEL_ID = -100
+IGNORE_INDEX = -100  # label of a cell the loss skips (torch cross_entropy's default ignore_index); on disk: PAD_LABEL
 BLANK_TOKEN = 1
 Q_HALT_LOSS_WEIGHT = 0.5
 
@@ -28,7 +28,7 @@ def log_stablemax(logits: Tensor, dim: int = -1) -> Tensor:
 
 def token_cross_entropy(logits: Tensor, labels: Tensor, kind: str = "stablemax") -> Tensor:
     """Per-token loss [B, L]; 0 where the label is ignored."""
-    valid = labels != IGNORE_LABEL_ID
+    valid = labels != IGNORE_INDEX
     safe_labels = torch.where(valid, labels, 0)
     if kind == "stablemax":
         logprobs = log_stablemax(logits)
@@ -55,7 +55,7 @@ def act_loss(
     `valid` marks real rows of a padded eval batch; padded rows count nowhere."""
     if valid is None:
         valid = torch.ones_like(halted)
-    mask = (labels != IGNORE_LABEL_ID) & valid[:, None]
+    mask = (labels != IGNORE_INDEX) & valid[:, None]
     cells = mask.sum(-1)
     divisor = cells.clamp_min(1).unsqueeze(-1)
 

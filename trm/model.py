@@ -13,6 +13,9 @@ batches: a slot that halted takes a fresh example from the next batch, the other
 
 Shapes are static: the recursion depths are Python ints that change only at curriculum stages, and the
 exploration probability is a tensor, so an XLA step compiles once per stage.
+
+One module on purpose (~340 lines): the whole network and its ACT wrapper read in one place, in the order of
+the reference implementation it is checked against bit for bit (tests/test_fidelity.py, docs/fidelity.md).
 """
 
 from __future__ import annotations
@@ -124,6 +127,9 @@ class SwiGLU(nn.Module):
 class Rotary(nn.Module):
     """Precomputed RoPE tables for the whole (prefix + puzzle) sequence."""
 
+    cos: Tensor  # buffers (register_buffer), declared for the type checker
+    sin: Tensor
+
     def __init__(self, head_dim: int, length: int, theta: float):
         super().__init__()
         inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
@@ -196,6 +202,9 @@ class RecursiveNet(nn.Module):
 
 class TinyRecursiveModel(nn.Module):
     """One supervision step of TRM: embed, recurse, read out the answer and the Q-halt logit."""
+
+    y_init: Tensor  # buffers (register_buffer), declared for the type checker
+    z_init: Tensor
 
     def __init__(self, cfg: TRMConfig):
         super().__init__()

@@ -8,6 +8,7 @@ torch.optim.swa_utils, started and restricted as the reference's is (build_ema, 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -41,7 +42,12 @@ class SignSGD(Optimizer):
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay))
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> None:
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One update; `closure` (torch's optimizer protocol: re-evaluates the loss) is called first if given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         for group in self.param_groups:
             lr, wd = group["lr"], group["weight_decay"]
             for p in group["params"]:
@@ -50,6 +56,7 @@ class SignSGD(Optimizer):
                 touched = (p.grad != 0).any(dim=-1, keepdim=True).to(p.dtype)
                 p.mul_(1 - lr * wd * touched)
                 p.add_(torch.sign(p.grad), alpha=-lr)
+        return loss
 
 
 def build_optimizers(model: nn.Module, optim_cfg: Any) -> list[Optimizer]:

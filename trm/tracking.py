@@ -15,6 +15,9 @@ W&B never touches the network unless asked to: `wandb.mode=auto` is `online` onl
 (and `WANDB_MODE` does not say offline/disabled), else `offline` (upload later with `wandb sync <run dir>`).
 The run directory is `<out_dir>/wandb/` unless `wandb.dir` says otherwise. Tracking is never worth a training
 run: if wandb cannot be imported or a call fails, one warning is printed and the job continues untracked.
+
+One module (~350 lines) on purpose: everything a W&B run of this project is (ids, names, tags, config, summary)
+is decided here, next to the tracker that opens it; sweeps/wandb_summary.py reuses the ids and modes.
 """
 
 from __future__ import annotations
@@ -24,12 +27,16 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict, cast
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from trm.config import to_dict
+
 MODES = ("auto", "offline", "online", "disabled")
+Mode = Literal["offline", "online", "disabled"]  # what `auto` resolves to, and what wandb.init takes
+Console = Literal["auto", "off", "wrap", "redirect", "wrap_raw", "wrap_emu"]  # wandb.Settings(console=...)
 DEFAULT_PROJECT = "trm-sweeps"
 MANUAL_GROUP = "manual"
 # Keys of the training summary (trm.train) that go into the W&B run summary.
@@ -122,13 +129,13 @@ def finish_run(run: Any, exit_code: int = 0) -> None:
 # ------------------------------------------------------------------------------------------- settings
 
 
-def resolve_mode(mode: str | None, environ: dict[str, str] | os._Environ = os.environ) -> str:
+def resolve_mode(mode: str | None, environ: dict[str, str] | os._Environ = os.environ) -> Mode:
     """`auto`: online only with an API key in the environment (and no WANDB_MODE=offline/disabled), else offline."""
     mode = (mode or "auto").lower()
     if mode not in MODES:
         raise ValueError(f"wandb.mode={mode!r}: expected one of {list(MODES)}")
     if mode != "auto":
-        return mode
+        return cast(Mode, mode)  # one of MODES other than auto: checked above
     env_mode = (environ.get("WANDB_MODE") or "").lower()
     if env_mode in ("offline", "dryrun"):
         return "offline"
@@ -151,7 +158,13 @@ def summary_run_id(study_uid: str) -> str:
     return f"{str(study_uid)[:12]}-summary"
 
 
-def run_identity(cfg: DictConfig) -> dict[str, str]:
+class RunIdentity(TypedDict):
+    group: str
+    name: str
+    job_type: str
+
+
+def run_identity(cfg: DictConfig) -> RunIdentity:
     """W&B group, name and job type of this job's run."""
     sweep = cfg.get("sweep") or {}
     study = sweep.get("study")
@@ -180,12 +193,12 @@ def _mask_env(node: Any) -> Any:
 
 def safe_config(cfg: DictConfig) -> dict[str, Any]:
     """The resolved training config without secrets: env values masked, storage URL redacted."""
-    raw = OmegaConf.to_container(cfg, resolve=False)
-    masked = OmegaConf.create(_mask_env(raw))
+    masked = OmegaConf.create(_mask_env(to_dict(cfg, resolve=False)))
+    resolved: dict[str, Any]
     try:
-        resolved = OmegaConf.to_container(masked, resolve=True)
+        resolved = to_dict(masked)
     except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra app: resolve key by key
-        resolved = {key: _resolve_key(masked, key) for key in masked}
+        resolved = {str(key): _resolve_key(masked, str(key)) for key in masked}
     resolved.pop("wandb", None)  # the tracker's own settings are not a property of the trial
     sweep = resolved.get("sweep")
     if isinstance(sweep, dict) and sweep.get("storage"):
@@ -202,6 +215,8 @@ def _resolve_key(cfg: DictConfig, key: str) -> Any:
         return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
     except Exception:  # noqa: BLE001
         node = cfg._get_node(key)
+        if node is None:  # not a key of cfg (the caller iterates cfg's own keys)
+            raise KeyError(key) from None
         return OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else str(node._value())
 
 
@@ -311,7 +326,7 @@ def make_tracker(cfg: DictConfig, is_main: bool, extra: dict[str, Any] | None = 
         config["model"] = dict(extra or {})
         settings = wandb.Settings(
             silent=True,
-            console=str(wcfg.get("console") or "off"),
+            console=cast(Console, str(wcfg.get("console") or "off")),  # a bad value: Settings raises, untracked
             x_disable_stats=not wcfg.get("system_metrics", False),
             init_timeout=float(wcfg.get("init_timeout_s") or 60),
         )

@@ -10,6 +10,7 @@ the job asks the same pruner the driver configured.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -22,7 +23,15 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from storage import StorageError, open_storage
-from storage.record import CODE_VERSION_ATTR, OBJECTIVE_ATTR, PROGRESS_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
+from storage.record import (
+    CODE_VERSION_ATTR,
+    DETAILS_ATTR,
+    OBJECTIVE_ATTR,
+    PROGRESS_ATTR,
+    PRUNE_METRIC_ATTR,
+    PRUNER_ATTR,
+    merged_details,
+)
 from trm.fingerprint import code_fingerprint
 
 T = TypeVar("T")
@@ -114,27 +123,28 @@ class TrialLink:
         self.finished = True
         if not retry(self._still_running, "reading the trial state"):
             return  # already finished by the driver: nothing may be written to a finished trial
+        stored = retry(lambda: self.storage.get_trial(self.trial_id).user_attrs, "reading the trial's details")
+        details = merged_details(
+            stored or {}, self.prefix, final_metrics=summary.get("final") or {}, timing=summary.get("timing")
+        )
         attrs = {
+            DETAILS_ATTR: details,  # first: the driver acts once it sees `outcome`
             "outcome": outcome,
             "best_value": summary.get("best_value"),
             "best_step": summary.get("best_step"),
             "steps": summary.get("steps"),
-            "final_metrics": summary.get("final") or {},
             "params_count": summary.get("params"),
             "flops_per_sample_step": summary.get("flops_per_sample_step"),
             "compute_flops": summary.get("compute_flops"),
             "train_seconds": summary.get("seconds"),
-            "timing": summary.get("timing"),
             CODE_VERSION_ATTR: code_fingerprint(),  # which trm code trained it (sweeps/best.py shows it)
         }
         if summary.get("error"):
             attrs["error"] = str(summary["error"])[-2000:]
             attrs["retryable"] = bool(summary.get("retryable"))
         for key, value in attrs.items():
-            retry(
-                lambda key=key, value=value: self.storage.set_trial_user_attr(self.trial_id, self.prefix + key, value),
-                f"storing {key}",
-            )
+            store = functools.partial(self.storage.set_trial_user_attr, self.trial_id, self.prefix + key, value)
+            retry(store, f"storing {key}")
 
 
 def link_from_config(cfg: DictConfig) -> TrialLink | None:

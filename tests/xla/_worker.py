@@ -22,11 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.presets import TINY_MODEL  # noqa: E402
-from trm.info import compose_train_config  # noqa: E402
+from trm.config import compose_train_config  # noqa: E402
 from trm.model import ACTModel, TRMConfig  # noqa: E402
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema  # noqa: E402
 from trm.runtime import init_runtime  # noqa: E402
-from trm.train import autocast, carry_dtype, train_step  # noqa: E402
+from trm.step import autocast, carry_dtype, train_step  # noqa: E402
 
 # A 16-wide model; 16 slots per batch (divisible by 1, 2 and 4 devices).
 TINY = [
@@ -114,7 +114,18 @@ def main() -> None:
         if carry is None:
             carry = model.initial_carry(batch, carry_dtype(cfg.train.precision))
         before = counters()
-        carry, metrics = train_step(step_model, carry, batch, exploration, cycles, optimizers, cfg, loss_divisor)
+        carry, metrics = train_step(
+            step_model,
+            carry,
+            batch,
+            exploration,
+            cycles,
+            optimizers,
+            precision=cfg.train.precision,
+            loss=cfg.train.loss,
+            grad_clip=cfg.train.grad_clip,
+            loss_divisor=loss_divisor,
+        )
         if ema is not None:
             update_ema(ema, model)
         in_step = counters()  # nothing may have run yet: the step is one lazy graph

@@ -11,8 +11,9 @@ import torch
 from _lane import run_python, xla_env
 from omegaconf import OmegaConf
 
-from trm.info import compose_train_config
-from trm.runtime import DEFAULT_PORT, Runtime, resolve_control_plane, xla_available
+from trm.config import compose_train_config
+from trm.runtime import xla_available
+from trm.runtime.base import DEFAULT_PORT, Runtime, resolve_control_plane
 
 HOSTS = ",".join(f"t1v-n-0abc-w-{i}" for i in range(8))
 
@@ -74,7 +75,7 @@ def test_auto_picks_xla_only_when_pjrt_device_is_set(monkeypatch: pytest.MonkeyP
 
 
 def test_loss_divisor_and_metric_sums_per_backend() -> None:
-    from trm.xla import XlaRuntime
+    from trm.runtime.xla import XlaRuntime
 
     # DDP: each process divides its own share; gradients are then averaged over the processes.
     assert Runtime().loss_divisor(64) == 64
@@ -96,7 +97,7 @@ def test_guard_fails_loudly_when_the_xla_world_differs_from_the_launchers() -> N
         """
         import os
         from omegaconf import OmegaConf
-        from trm.info import compose_train_config
+        from trm.config import compose_train_config
         from trm.runtime import init_runtime
         base = compose_train_config([]).runtime
         def start(**kw):

@@ -13,7 +13,7 @@ _LAZY = {
     "TrainLoader": "loader",
     "EvalBatches": "loader",
     "eval_batches": "loader",
-    "IGNORE_LABEL_ID": "loader",
+    "IGNORE_INDEX": "loader",
     "build_from_csv": "build",
     "build_generated": "build",
     "ensure_generated": "build",

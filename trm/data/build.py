@@ -6,6 +6,9 @@ While it runs, a build holds an flock on ``.<out>.build-<token>.lock`` beside it
 build of ``out`` removes the temp dirs of builds whose lock is free (killed: the kernel released it),
 never those of a build that is still running.
 Same arguments give byte-identical arrays (only seeded numpy Generators are used).
+
+One module (~420 lines) on purpose: the atomic build, its locking and stale-build cleanup, and the CLI that
+drives them are one protocol (`python -m trm.data.build`), read and changed together.
 """
 
 from __future__ import annotations
@@ -103,16 +106,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _owner_is_gone(lock: Path) -> tuple[bool, int | None]:
-    """(True, a descriptor now holding the lock) if the build that owned ``lock`` is gone, (False, None) while
-    it runs. Raises OSError (FileNotFoundError: no such lock file) if the lock cannot be opened."""
+def _lock_of_gone_owner(lock: Path) -> int | None:
+    """A descriptor now holding ``lock`` if the build that owned it is gone, None while that build runs.
+    Raises OSError (FileNotFoundError: no such lock file) if the lock cannot be opened."""
     fd = os.open(lock, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        return False, None
-    return True, fd
+        return None
+    return fd
 
 
 def remove_stale_builds(out: str | os.PathLike) -> list[Path]:
@@ -142,13 +145,13 @@ def remove_stale_builds(out: str | os.PathLike) -> list[Path]:
         lock = _lock_path(out, token)
         if fcntl is not None:
             try:
-                gone, fd = _owner_is_gone(lock)
+                fd = _lock_of_gone_owner(lock)
             except FileNotFoundError:
                 pass  # no lock: an older version's build, or one that has just finished
             except OSError:
                 continue
             else:
-                if not gone:
+                if fd is None:
                     continue  # that build is running
                 try:
                     for d in dirs:

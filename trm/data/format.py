@@ -23,7 +23,9 @@ SEQ_LEN = 81
 VOCAB_SIZE = 11  # 0 pad, 1 blank, 2..10 digits 1..9
 PAD_ID = 0
 BLANK_ID = 1
-IGNORE_LABEL_ID = 0  # label value the loss must ignore (pad); the loader maps it to -100
+# Label value on disk of a cell the loss must ignore (pad). The loader maps it to trm.losses.IGNORE_INDEX (-100);
+# dataset.json records it as `ignore_label_id` (the file format's key, kept).
+PAD_LABEL = 0
 NUM_PUZZLE_IDENTIFIERS = 1
 SPLITS = ("train", "test")
 # Fixed order: the fingerprint depends on it.
@@ -51,7 +53,7 @@ class SplitMeta:
     vocab_size: int = VOCAB_SIZE
     seq_len: int = SEQ_LEN
     pad_id: int = PAD_ID
-    ignore_label_id: int = IGNORE_LABEL_ID
+    ignore_label_id: int = PAD_LABEL  # dataset.json's name for PAD_LABEL
     blank_id: int = BLANK_ID
     num_puzzle_identifiers: int = NUM_PUZZLE_IDENTIFIERS
 

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .format import IGNORE_LABEL_ID as DISK_IGNORE_LABEL_ID
-from .format import PAD_ID, DatasetError
+from trm.losses import IGNORE_INDEX
 
-IGNORE_LABEL_ID = -100  # torch cross_entropy's default ignore_index
+from .format import PAD_ID, PAD_LABEL, DatasetError
+
 Batch = dict[str, torch.Tensor]
 
 
@@ -24,10 +24,10 @@ def _check_rank(rank: int, world_size: int) -> None:
         raise DatasetError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
 
 
-def _to_batch(arrays: Mapping[str, np.ndarray], idx: np.ndarray, ignore_label_id: int) -> Batch:
-    """Gather rows ``idx`` as int64 tensors, with ignored labels mapped to -100."""
+def _to_batch(arrays: Mapping[str, np.ndarray], idx: np.ndarray, pad_label: int) -> Batch:
+    """Gather rows ``idx`` as int64 tensors, with the disk's pad label mapped to the loss's IGNORE_INDEX (-100)."""
     labels = np.asarray(arrays["labels"][idx], dtype=np.int64)
-    labels[labels == ignore_label_id] = IGNORE_LABEL_ID
+    labels[labels == pad_label] = IGNORE_INDEX
     return {
         "inputs": torch.from_numpy(np.asarray(arrays["inputs"][idx], dtype=np.int64)),
         "labels": torch.from_numpy(labels),
@@ -55,7 +55,7 @@ class TrainLoader:
         rank: int,
         world_size: int,
         seed: int,
-        ignore_label_id: int = DISK_IGNORE_LABEL_ID,
+        pad_label: int = PAD_LABEL,
     ) -> None:
         _check_rank(rank, world_size)
         if global_batch_size < 1 or global_batch_size % world_size:
@@ -79,7 +79,7 @@ class TrainLoader:
         self.global_batch_size = global_batch_size
         self.local_batch_size = global_batch_size // world_size
         self.rank, self.world_size, self.seed = rank, world_size, seed
-        self.ignore_label_id = ignore_label_id
+        self.pad_label = pad_label
         self.batches = 0  # global batches already taken
         self._orders: dict[int, np.ndarray] = {}
 
@@ -117,7 +117,7 @@ class TrainLoader:
         start = self.batches * self.global_batch_size + self.rank * self.local_batch_size
         idx = self._stream(start, start + self.local_batch_size)
         self.batches += 1
-        return _to_batch(self.arrays, idx, self.ignore_label_id)
+        return _to_batch(self.arrays, idx, self.pad_label)
 
     def state_dict(self) -> dict[str, int]:
         return {"batches": self.batches}
@@ -145,7 +145,7 @@ class EvalBatches:
         rank: int,
         world_size: int,
         max_examples: int | None = None,
-        ignore_label_id: int = DISK_IGNORE_LABEL_ID,
+        pad_label: int = PAD_LABEL,
         pad_id: int = PAD_ID,
     ) -> None:
         _check_rank(rank, world_size)
@@ -160,7 +160,7 @@ class EvalBatches:
         self.stop = min(self.start + per_rank, n)
         self.num_batches = -(-per_rank // batch_size_per_rank)
         self.arrays, self.batch_size = arrays, batch_size_per_rank
-        self.ignore_label_id, self.pad_id = ignore_label_id, pad_id
+        self.pad_label, self.pad_id = pad_label, pad_id
 
     def __len__(self) -> int:
         return self.num_batches
@@ -170,7 +170,7 @@ class EvalBatches:
         for b in range(self.num_batches):
             lo = min(self.start + b * bs, self.stop)
             hi = min(lo + bs, self.stop)
-            batch = _to_batch(self.arrays, np.arange(lo, hi), self.ignore_label_id)
+            batch = _to_batch(self.arrays, np.arange(lo, hi), self.pad_label)
             real = hi - lo
             if real < bs:  # pad to the fixed shape; padded rows are ignored by the loss and metrics
                 pad = bs - real
@@ -178,7 +178,7 @@ class EvalBatches:
                     [batch["inputs"], torch.full((pad, batch["inputs"].shape[1]), self.pad_id, dtype=torch.long)]
                 )
                 batch["labels"] = torch.cat(
-                    [batch["labels"], torch.full((pad, batch["labels"].shape[1]), IGNORE_LABEL_ID, dtype=torch.long)]
+                    [batch["labels"], torch.full((pad, batch["labels"].shape[1]), IGNORE_INDEX, dtype=torch.long)]
                 )
                 batch["puzzle_identifiers"] = torch.cat(
                     [batch["puzzle_identifiers"], torch.zeros(pad, dtype=torch.long)]
@@ -193,11 +193,11 @@ def eval_batches(
     rank: int,
     world_size: int,
     max_examples: int | None = None,
-    ignore_label_id: int = DISK_IGNORE_LABEL_ID,
+    pad_label: int = PAD_LABEL,
 ) -> EvalBatches:
     """Deterministic, unshuffled eval batches over the first ``max_examples`` examples (all if None).
 
     Rank r gets a contiguous shard; shards cover every example exactly once. Each batch has
-    ``batch_size_per_rank`` rows plus a bool ``valid`` [B]; padded rows have labels all -100.
+    ``batch_size_per_rank`` rows plus a bool ``valid`` [B]; padded rows have labels all IGNORE_INDEX (-100).
     """
-    return EvalBatches(arrays, batch_size_per_rank, rank, world_size, max_examples, ignore_label_id)
+    return EvalBatches(arrays, batch_size_per_rank, rank, world_size, max_examples, pad_label)

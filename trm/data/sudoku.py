@@ -2,6 +2,9 @@
 
 Grids are flat length-81 arrays in row-major order; 0 means blank, 1..9 are digits. Tokens
 (digit + 1) are only introduced by the builder, so everything here works in plain digits.
+
+One module (~380 lines) on purpose: small, torch-free functions over one grid encoding (the row/column/box
+tables and digit bitmasks below), which the solver, the generator and the validation all share.
 """
 
 from __future__ import annotations
@@ -272,7 +275,7 @@ def validate_pairs(
         )
     for s in range(0, puzzles.shape[0], _VALIDATE_CHUNK):
         p, a = puzzles[s : s + _VALIDATE_CHUNK], solutions[s : s + _VALIDATE_CHUNK]
-        problems: list[tuple[np.ndarray, str]] = [
+        problems: list[tuple[np.ndarray | np.bool_, str]] = [  # .any(1): numpy's stubs allow a scalar too
             (((p < 0) | (p > 9)).any(1), "puzzle has a value outside 0..9"),
             (((a < 1) | (a > 9)).any(1), "solution has a value outside 1..9"),
         ]

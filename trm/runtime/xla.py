@@ -1,6 +1,7 @@
 """The `xla` data plane (TPU, or XLA's CPU client in tests): torch_xla PJRT, one process per host, SPMD.
 
-Imported only when `runtime.backend` resolves to `xla`, so the rest of the project never needs torch_xla.
+Imported only when `runtime.backend` resolves to `xla` (trm/runtime/__init__.py), so the rest of the project
+never needs torch_xla.
 
 - SPMD (`xr.use_spmd()`): each process traces the program for the *global* batch once; a 1-D mesh with a
   `data` axis spans every device of the job (all chips of all hosts). Batches are sharded on dim 0 over
@@ -27,7 +28,7 @@ import torch_xla.distributed.spmd as xs
 import torch_xla.runtime as xr
 from torch import Tensor, nn
 
-from trm.runtime import Runtime
+from trm.runtime.base import Runtime
 
 MESH_AXIS = "data"
 

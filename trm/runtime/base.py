@@ -1,15 +1,14 @@
-"""The distributed runtime the training loop talks to: who am I, reduce, broadcast, barrier.
+"""The runtime the training loop talks to: who am I, reduce, broadcast, barrier; and the control plane.
 
 Two planes (DESIGN.md): a gloo *control plane* over the job's processes for everything that is not a model
 tensor (start-up agreement, prune verdicts, barriers), and a *data plane* for gradients: DDP for
-`torch`, nothing for `single`, SPMD for `xla` (trm/xla.py, one process per host). Every collective has a
-timeout so no rank waits forever on a dead peer.
+`torch`, nothing for `single` (both here), SPMD for `xla` (trm/runtime/xla.py, one process per host). Every
+collective has a timeout so no rank waits forever on a dead peer. `trm.runtime.init_runtime` picks one.
 """
 
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +17,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-BACKENDS = ("auto", "single", "torch", "xla")
 DEFAULT_PORT = 8476  # control-plane rendezvous port on TPU VMs (config runtime.port)
 
 
@@ -96,15 +94,10 @@ class Runtime:
             dist.destroy_process_group()
 
 
-def _opt(cfg: Any, key: str, default: Any = None) -> Any:
+def option(cfg: Any, key: str, default: Any = None) -> Any:
     """`cfg.key`, or `default` when the key is absent or null (older configs lack the newer keys)."""
     value = getattr(cfg, key, None)
     return default if value is None else value
-
-
-def xla_available() -> bool:
-    """`auto` picks `xla` only on a machine set up for it: torch_xla installed and PJRT_DEVICE chosen."""
-    return bool(os.environ.get("PJRT_DEVICE")) and importlib.util.find_spec("torch_xla") is not None
 
 
 @dataclass
@@ -131,7 +124,7 @@ def resolve_control_plane(cfg: Any, env: dict[str, str] | None = None) -> Contro
     (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES: the rendezvous is the first hostname), else, on a TPU
     (PJRT_DEVICE=TPU) without those vars, torch_xla's metadata helpers; else one process."""
     env = dict(os.environ) if env is None else env
-    port = int(_opt(cfg, "port", DEFAULT_PORT))
+    port = int(option(cfg, "port", DEFAULT_PORT))
     if "RANK" in env and "WORLD_SIZE" in env:
         rank, world, addr, source = (
             int(env["RANK"]),
@@ -143,17 +136,17 @@ def resolve_control_plane(cfg: Any, env: dict[str, str] | None = None) -> Contro
     elif "TPU_WORKER_ID" in env and env.get("TPU_WORKER_HOSTNAMES"):
         hosts = [h.strip() for h in env["TPU_WORKER_HOSTNAMES"].split(",") if h.strip()]
         rank, world, addr, source = int(env["TPU_WORKER_ID"]), len(hosts), hosts[0], "tpu-env"
-    elif env.get("PJRT_DEVICE", "").upper() == "TPU" and _opt(cfg, "world_size") is None:
+    elif env.get("PJRT_DEVICE", "").upper() == "TPU" and option(cfg, "world_size") is None:
         from torch_xla._internal import tpu  # queries the TPU VM's metadata server
 
         hosts = tpu.get_worker_ips()
         rank, world, addr, source = int(tpu.worker_id()), len(hosts), hosts[0], "tpu-metadata"
     else:
         rank, world, addr, source = 0, 1, "localhost", "single"
-    overridden = [k for k in ("rank", "world_size", "master_addr") if _opt(cfg, k) is not None]
-    rank = int(_opt(cfg, "rank", rank))
-    world = int(_opt(cfg, "world_size", world))
-    addr = str(_opt(cfg, "master_addr", addr))
+    overridden = [k for k in ("rank", "world_size", "master_addr") if option(cfg, k) is not None]
+    rank = int(option(cfg, "rank", rank))
+    world = int(option(cfg, "world_size", world))
+    addr = str(option(cfg, "master_addr", addr))
     if overridden:
         source += "+config"
     if world < 1 or not 0 <= rank < world:
@@ -171,38 +164,6 @@ def start_control_plane(plane: ControlPlane, cfg: Any) -> None:
             world_size=plane.world_size,
             timeout=datetime.timedelta(seconds=float(cfg.timeout_s)),
         )
-
-
-def _init_xla(cfg: Any) -> Runtime:
-    from trm import xla  # imports torch_xla: only on this path
-
-    plane = resolve_control_plane(cfg)
-    runtime = xla.start(plane.rank, plane.world_size, _opt(cfg, "expected_devices"))
-    start_control_plane(plane, cfg)
-    return runtime
-
-
-def init_runtime(cfg: Any) -> Runtime:
-    """Pick and start the runtime from config (`runtime.backend`) and the environment (torchrun's vars,
-    or the TPU VM's for `xla`)."""
-    backend = cfg.backend
-    if backend not in BACKENDS:
-        raise ValueError(f"runtime.backend={backend!r}: expected one of {list(BACKENDS)}")
-    if backend == "auto" and xla_available():
-        backend = "xla"
-    if backend == "xla":
-        return _init_xla(cfg)
-    plane = resolve_control_plane(cfg)  # torchrun's env, or a TPU VM's (tpu_pod launcher with backend torch)
-    if backend == "auto":
-        backend = "torch" if plane.world_size > 1 else "single"
-    if backend == "single":
-        if plane.world_size > 1:
-            raise ValueError(
-                f"runtime.backend=single but the job has {plane.world_size} processes ({plane.source}): use runtime.backend=torch or auto"
-            )
-        return Runtime()
-    start_control_plane(plane, cfg)
-    return Runtime(backend="torch", rank=plane.rank, world_size=plane.world_size)
 
 
 def check_agreement(runtime: Runtime, fingerprints: dict[str, str]) -> None:

@@ -1,0 +1,91 @@
+"""How a training run ends, and who hears about it.
+
+- `Outcome`: COMPLETE, PRUNED, ABANDONED, PREEMPTED or FAIL, with the error and whether a retry is worth it
+  (`NOT_RETRYABLE`: the failures running again would repeat).
+- `Reporter`: rank 0's link to whoever watches the run (trm/trial_link.py for a sweep trial): progress, the
+  verdict at each eval, the outcome at the end.
+- `RunLog`: rank 0's record of the run: every log/eval record to metrics.jsonl and the tracker (W&B,
+  trm/tracking.py) as the run goes; at the end summary.json, the `end` line on stdout and the tracker's summary.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+from trm.runtime.base import RuntimeMismatchError
+from trm.tracking import Tracker
+
+COMPLETE, PRUNED, ABANDONED, PREEMPTED, FAIL = "COMPLETE", "PRUNED", "ABANDONED", "PREEMPTED", "FAIL"
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss or the weights went non-finite: the run diverged (no checkpoint of it is written)."""
+
+
+# Failures that running again would repeat (bad config, bad data, divergence, workers that disagree); any
+# other failure (a lost peer, a dead connection, a full disk) is worth a retry from the last checkpoint.
+NOT_RETRYABLE = (ValueError, TypeError, KeyError, NonFiniteLossError, RuntimeMismatchError)
+
+
+@dataclass
+class Outcome:
+    status: str = COMPLETE
+    error: str | None = None
+    retryable: bool = False
+    rank_steps: list[int] | None = None  # every rank's last step: proof that they all stopped at the same one
+
+    def failed(self, err: BaseException) -> None:
+        """Record why the run failed (the error itself still propagates)."""
+        self.status, self.error = FAIL, f"{type(err).__name__}: {err}"
+        self.retryable = not isinstance(err, NOT_RETRYABLE)
+
+
+class Reporter(Protocol):
+    """Rank 0's link to whoever watches the run (a sweep trial).
+
+    `report` returns the verdict: "continue", "prune" (stop, with a checkpoint) or "abandon" (stop at once:
+    the trial was given to someone else). `progress` shows the run is alive (at start and every log point)."""
+
+    def report(self, step: int, metrics: dict[str, float]) -> str: ...
+
+    def progress(self, step: int) -> None: ...
+
+    def finish(self, outcome: str, summary: dict[str, Any]) -> None: ...
+
+
+class RunLog:
+    """Records to `metrics_file` (rank 0's `<out_dir>/metrics.jsonl`; None on other ranks) and the tracker."""
+
+    def __init__(self, out_dir: Path, metrics_file: TextIO | None, tracker: Tracker) -> None:
+        self.out_dir, self.metrics_file, self.tracker = out_dir, metrics_file, tracker
+
+    def log(self, record: dict[str, Any]) -> None:
+        """One log or eval point: `{"step": n, "<split>/<metric>": value, ...}`."""
+        if self.metrics_file is not None:
+            self.metrics_file.write(json.dumps(record) + "\n")
+            self.metrics_file.flush()
+        self.tracker.log(record["step"], {k: v for k, v in record.items() if k != "step"})
+
+    def close(self, summary: dict[str, Any]) -> None:
+        """Rank 0: close metrics.jsonl, write summary.json and print the `end` line; every rank: finish the tracker."""
+        if self.metrics_file is not None:
+            # Best-effort: a full or read-only out_dir must not replace the error that ended the run (nor keep the
+            # tracker and the trial from recording the real outcome); a failed write is a warning on stderr.
+            try:
+                self.metrics_file.close()
+                (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            except OSError as write_err:
+                error = summary["error"]
+                print(
+                    f"warning: could not write metrics.jsonl / summary.json in {self.out_dir} "
+                    f"({type(write_err).__name__}: {write_err}); the run ended {summary['outcome']}"
+                    + (f": {error}" if error else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
+            print(json.dumps({"event": "end", **summary}), flush=True)
+        self.tracker.finish(summary)

@@ -1,0 +1,56 @@
+"""The distributed runtime: `init_runtime` picks and starts one from config (`runtime.backend`) and the environment.
+
+- trm/runtime/base.py: the `Runtime` the loop talks to (`single`, and `torch`: DDP), the gloo control plane
+  (rank, world size, rendezvous) and the start-up agreement check.
+- trm/runtime/xla.py: the `xla` data plane (torch_xla SPMD), a subclass of that `Runtime`. Imported only when the
+  backend resolves to `xla` (below, at call time), so the rest of the project never needs torch_xla.
+
+Nothing is re-exported here: import `Runtime` and friends from trm.runtime.base.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any
+
+from trm.runtime.base import Runtime, option, resolve_control_plane, start_control_plane
+
+BACKENDS = ("auto", "single", "torch", "xla")
+
+
+def xla_available() -> bool:
+    """`auto` picks `xla` only on a machine set up for it: torch_xla installed and PJRT_DEVICE chosen."""
+    return bool(os.environ.get("PJRT_DEVICE")) and importlib.util.find_spec("torch_xla") is not None
+
+
+def _init_xla(cfg: Any) -> Runtime:
+    from trm.runtime import xla  # imports torch_xla: only on this path (an optional dependency, not a cycle)
+
+    plane = resolve_control_plane(cfg)
+    runtime = xla.start(plane.rank, plane.world_size, option(cfg, "expected_devices"))
+    start_control_plane(plane, cfg)
+    return runtime
+
+
+def init_runtime(cfg: Any) -> Runtime:
+    """Pick and start the runtime from config (`runtime.backend`) and the environment (torchrun's vars,
+    or the TPU VM's for `xla`)."""
+    backend = cfg.backend
+    if backend not in BACKENDS:
+        raise ValueError(f"runtime.backend={backend!r}: expected one of {list(BACKENDS)}")
+    if backend == "auto" and xla_available():
+        backend = "xla"
+    if backend == "xla":
+        return _init_xla(cfg)
+    plane = resolve_control_plane(cfg)  # torchrun's env, or a TPU VM's (tpu_pod launcher with backend torch)
+    if backend == "auto":
+        backend = "torch" if plane.world_size > 1 else "single"
+    if backend == "single":
+        if plane.world_size > 1:
+            raise ValueError(
+                f"runtime.backend=single but the job has {plane.world_size} processes ({plane.source}): use runtime.backend=torch or auto"
+            )
+        return Runtime()
+    start_control_plane(plane, cfg)
+    return Runtime(backend="torch", rank=plane.rank, world_size=plane.world_size)

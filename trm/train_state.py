@@ -1,0 +1,175 @@
+"""What a run resumes from: the training state, its checkpoint layout (capture/restore side by side), and the
+collective save and resume around trm/checkpoint.py's files.
+
+A checkpoint is one dict (trm/checkpoint.py writes and reads it atomically):
+
+    step        steps done                     model       the weights (state_dict)
+    ema         the EMA's state_dict or None   optimizers  one state_dict per optimizer
+    loader      the data position              ranks       every rank's {"carry": {...} on CPU, "rng": CPU RNG}
+    train_sums  metric sums since the last log point (CPU)
+    best        the best eval so far: {"value", "step", "metrics"}
+    last_eval   the latest eval's metrics      identity    what wrote it (checkpoint.IDENTITY)
+
+Rank 0 alone reads and writes the files (only it may see the path); every rank restores its own carry and RNG.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+from torch.optim.swa_utils import AveragedModel
+
+from trm import checkpoint
+from trm.data.loader import TrainLoader
+from trm.model import ACTModel, Carry
+from trm.outcome import NonFiniteLossError
+from trm.runtime.base import Runtime
+
+DIRECTIONS = ("maximize", "minimize")
+
+
+@dataclass
+class Best:
+    """The best eval so far by the run's objective (`train.objective`, in `train.objective_direction`)."""
+
+    maximize: bool
+    value: float
+    step: int | None = None  # None: no eval yet
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, direction: str) -> Best:
+        """Nothing yet: the worst value in `direction`."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"train.objective_direction={direction!r}: expected 'maximize' or 'minimize'")
+        maximize = direction == "maximize"
+        return cls(maximize=maximize, value=-math.inf if maximize else math.inf)
+
+    @property
+    def found_value(self) -> float | None:
+        """The best value, or None before the first eval."""
+        return self.value if self.step is not None else None
+
+    def update(self, value: float, step: int, metrics: dict[str, float]) -> bool:
+        """Keep the eval at `step` if its `value` is better (a NaN never is); True if it was."""
+        improved = value > self.value if self.maximize else value < self.value
+        if improved:
+            self.value, self.step, self.metrics = value, step, metrics
+        return improved
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "step": self.step, "metrics": self.metrics}
+
+    def load(self, saved: Mapping[str, Any]) -> None:
+        self.value, self.step, self.metrics = saved["value"], saved["step"], saved["metrics"]
+
+
+@dataclass
+class TrainState:
+    """Everything a checkpoint holds, live: the loop updates `step`, `carry`, `train_sums`, `best`, `last_eval`."""
+
+    model: ACTModel
+    optimizers: list[Optimizer]
+    ema: AveragedModel | None
+    loader: TrainLoader
+    identity: dict[str, Any]  # {"config": training_identity(cfg), "data": fingerprint}: what may resume it
+    best: Best
+    train_sums: Tensor  # on the device: read only at log points
+    step: int = 0
+    carry: Carry | None = None  # None until the first step builds it from the first batch
+    last_eval: dict[str, float] = field(default_factory=dict)
+
+    def rank_state(self) -> dict[str, Any]:
+        """This rank's part: its carry and RNG, so a resumed job continues exactly where each rank was."""
+        if self.carry is None:
+            raise RuntimeError("no carry to save before the first step")
+        return {"carry": {k: v.cpu() for k, v in self.carry._asdict().items()}, "rng": torch.get_rng_state()}
+
+    def capture(self, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+        """The checkpoint (rank 0), given every rank's `rank_state`."""
+        return {
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "ema": self.ema.state_dict() if self.ema is not None else None,
+            "optimizers": [opt.state_dict() for opt in self.optimizers],
+            "loader": self.loader.state_dict(),
+            "ranks": ranks,
+            "train_sums": self.train_sums.cpu(),
+            "best": self.best.to_dict(),
+            "last_eval": self.last_eval,
+            checkpoint.IDENTITY: self.identity,
+        }
+
+    def restore(self, saved: Mapping[str, Any], rank: int, device: torch.device) -> None:
+        """Continue from `saved` (a `capture`) as rank `rank`: weights, optimizers, data position, this rank's
+        carry and RNG, the sums since the last log point, the best so far and the latest eval."""
+        self.model.load_state_dict(saved["model"])
+        for opt, opt_state in zip(self.optimizers, saved["optimizers"]):
+            opt.load_state_dict(opt_state)
+        if self.ema is not None and saved.get("ema") is not None:
+            self.ema.load_state_dict(saved["ema"])
+        self.loader.load_state_dict(saved["loader"])
+        mine = saved["ranks"][rank]
+        self.carry = Carry(**{k: v.to(device) for k, v in mine["carry"].items()})
+        torch.set_rng_state(mine["rng"])
+        self.step = saved["step"]
+        self.best.load(saved["best"])
+        self.train_sums = saved["train_sums"].to(device)
+        # A run resumed at its last step (its job finished, then its outcome was lost) trains nothing more:
+        # its final eval is the one in the checkpoint, so the value a sweep reads is still that training's.
+        self.last_eval = saved.get("last_eval") or {}
+
+
+def resume(runtime: Runtime, state: TrainState, url: str) -> None:
+    """Restore `state` from the checkpoint at `url` if there is one (collective).
+
+    Rank 0 reads it: latest.pt, or previous.pt (with a warning naming both) when latest.pt cannot be read, and
+    hands it to every rank. If neither can be read, every rank raises rank 0's error, naming the files; a
+    checkpoint another run wrote is refused (checkpoint.check_identity)."""
+    saved, failure = None, None
+    if runtime.is_main:
+        try:
+            saved = checkpoint.load_latest(url)
+        except checkpoint.CheckpointError as err:
+            failure = err
+    saved, failure = runtime.broadcast_object((saved, failure))
+    if failure is not None:
+        raise failure
+    if saved is not None:
+        checkpoint.check_identity(saved, state.identity, f"{url.rstrip('/')}/{checkpoint.LATEST}")
+        state.restore(saved, runtime.rank, runtime.device)
+
+
+def save(runtime: Runtime, state: TrainState, url: str, best: bool) -> None:
+    """Write latest.pt, and best.pt too if `best` (collective: every rank sends its carry and RNG).
+
+    Rank 0 refuses to save non-finite weights (the last good checkpoint stays) and writes atomically; if it could
+    not save, every rank raises its error, so all stop together."""
+    ranks = runtime.all_gather_object(state.rank_state())
+    failure: tuple[bool, str] | None = None  # (non-finite weights?, message)
+    if runtime.is_main:
+        try:
+            _write(state, ranks, url, best)
+        except (checkpoint.CheckpointError, NonFiniteLossError) as err:
+            failure = (isinstance(err, NonFiniteLossError), str(err))
+    failure = runtime.broadcast_object(failure)
+    if failure is not None:
+        non_finite, message = failure
+        raise (NonFiniteLossError if non_finite else checkpoint.CheckpointError)(message)
+
+
+def _write(state: TrainState, ranks: list[dict[str, Any]], url: str, best: bool) -> None:
+    if not all(bool(torch.isfinite(p).all()) for p in state.model.parameters()):
+        raise NonFiniteLossError(
+            f"non-finite weights at step {state.step}: no checkpoint written (the last good one is kept)"
+        )
+    captured = state.capture(ranks)
+    checkpoint.save(url, checkpoint.LATEST, captured)
+    if best:
+        checkpoint.save(url, checkpoint.BEST, captured)
