@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning soak clean
+.PHONY: setup lint demo test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning soak clean
 
 setup: $(STAMP)
 
@@ -19,10 +19,16 @@ $(STAMP): pyproject.toml requirements.lock
 demo: setup
 	$(PY) -m sweeps.run study=model_scaling
 
+# What CI enforces before any test: ruff (lint + format) and mypy on the packages (settings in pyproject.toml).
+lint: setup               ## ruff check, ruff format --check, mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
 # tests/prereqs.py first: it installs Chromium / starts a PostgreSQL server where missing (or says in one
 # line what to run), then runs pytest with TRM_SWEEPS_TEST_PG pointing at the server.
 # Tests run many training processes at once on few cores: OpenMP must not spin-wait (docs/benchmarks.md).
-test: setup
+test: setup lint
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m tests.prereqs $(PY) -m pytest -q
 
 # The XLA lane: its own venv (torch_xla pins its own torch), XLA on the CPU (PJRT_DEVICE=CPU).

@@ -72,7 +72,7 @@ def arch_of(cfg: DictConfig) -> TRMConfig:
 
 @dataclass
 class StepRunner:
-    """One variant: its own model, optimizers and carry, stepped by the real `trm.train.train_step`."""
+    """One variant: its own model, optimizers and carry, stepped by the real `trm.step.train_step`."""
 
     name: str
     cfg: DictConfig

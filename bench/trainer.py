@@ -7,10 +7,10 @@
     python bench/trainer.py --render bench/results/trainer.json   # recompute + print the table of a saved run
 
 Each variant owns a real ACTModel, the optimizers of trm.optim.build_optimizers (Adam-atan2 + SignSGD), the
-model's own carry (kept across steps) and a Sudoku-shaped batch; one step is `trm.train.train_step` (autocast
+model's own carry (kept across steps) and a Sudoku-shaped batch; one step is `trm.step.train_step` (autocast
 from train.precision, stablemax loss, backward, optimizer step). After `--warmup` steps per variant, the
 variants and a dense matmul peak (fp32 and bf16 torch.matmul, n x n) are run round-robin `--repeats` times;
-every figure is a median (utilization and speedups: medians of same-round ratios). FLOPs per sample-step come from trm.info.flops_per_sample_step (FlopCounterMode on
+every figure is a median (utilization and speedups: medians of same-round ratios). FLOPs per sample-step come from trm.flops.flops_per_sample_step (FlopCounterMode on
 the real step); achieved FLOP/s = flops * batch / s_per_step, utilization = achieved / matmul peak of the
 same dtype. A markdown table is printed; JSON goes to bench/results/trainer.json.
 """

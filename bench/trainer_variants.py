@@ -3,7 +3,7 @@
     python bench/trainer_variants.py                  # MLP-t batch 64, bf16: profile + variants, 3 repeats
     python bench/trainer_variants.py --batch 16 --variants fp32:baseline,fp32:fused_rms,fp32:compile_net
 
-1. Profile: one real `trm.train.train_step` per precision under torch.profiler; self CPU time grouped into
+1. Profile: one real `trm.step.train_step` per precision under torch.profiler; self CPU time grouped into
    matmul / casts+copies / normalization / elementwise / optimizer / other, and the top ops.
 2. Phases: forward (incl. the no-grad H cycles) / loss / backward / optimizer, timed on a copy of the
    train_step body.
@@ -199,7 +199,7 @@ def profile_step(v: Variant) -> dict[str, Any]:
 
 
 def phase_times(v: Variant) -> dict[str, float]:
-    """A copy of trm.train.train_step's body with a clock between the phases."""
+    """A copy of trm.step.train_step's body with a clock between the phases."""
     model, carry, cfg = v.step_model, v.carry, v.cfg
     t0 = time.perf_counter()
     with patched(v.patches):

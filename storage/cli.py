@@ -7,6 +7,7 @@ error naming it and the accepted keys, and a reader never creates a database (a 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from optuna.storages import RDBStorage
@@ -65,7 +66,7 @@ def storage_from_args(args: dict[str, str], must_exist: bool = True) -> tuple[st
         raise ArgumentError(str(err)) from None
 
 
-def run_cli(main_body, argv: list[str] | None) -> int:  # type: ignore[no-untyped-def]
+def run_cli(main_body: Callable[[list[str]], int], argv: list[str] | None) -> int:
     """Run `main_body(argv)`: help to stdout (exit 0), an ArgumentError as one `error:` line (exit 2), and no
     traceback when the output is piped into `head` and closed early."""
     try:

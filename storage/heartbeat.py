@@ -25,7 +25,7 @@ _log = logging.getLogger(__name__)
 
 def trial_id_of(trial: BaseTrial | FrozenTrial) -> int:
     """Storage id of a trial (what ``record_heartbeat`` wants; Optuna keeps it private)."""
-    return int(trial._trial_id)  # type: ignore[attr-defined]
+    return int(trial._trial_id)  # type: ignore[union-attr]  # both kinds have it; Optuna keeps it private
 
 
 def retry_callback(max_retry: int | None = 3) -> RetryHeartbeatStaleTrialCallback:
@@ -74,11 +74,11 @@ def orphaned_trials(study: optuna.Study, grace_s: float) -> list[tuple[FrozenTri
         return []
     from optuna.storages._rdb import models  # Optuna's own tables; its heartbeat query reads the same
 
-    running = {t._trial_id: t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}  # type: ignore[attr-defined]
+    running = {trial_id_of(t): t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
     if not running:
         return []
     with storage.engine.connect() as conn:
-        now = conn.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar()
+        now = conn.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar_one()  # the database's clock
         rows = conn.execute(
             sqlalchemy.select(models.TrialHeartbeatModel.trial_id, models.TrialHeartbeatModel.heartbeat).where(
                 models.TrialHeartbeatModel.trial_id.in_(list(running))
