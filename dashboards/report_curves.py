@@ -8,7 +8,6 @@ only the time axes are estimates (a job records when its first and last steps ra
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +17,14 @@ from optuna.trial import FrozenTrial, TrialState
 from plotly.colors import qualitative
 
 from dashboards.report_view import Section, StudyView
+from trm.metrics_log import METRICS_FILE, read_metrics
 
 FIGURES: dict[str, str] = {
     "fig-intermediate-values": "Intermediate values (pruning curves)",
     "fig-curves": "Training and eval curves (every logged metric)",
 }
 # trm.train's out_dir under the trial's workdir, as the driver sets it (`out_dir=<run_root>/trial-<n>/run`).
-METRICS_FILE = ("run", "metrics.jsonl")
+RUN_DIR = "run"  # the trial workdir's training output (the driver's out_dir=<workdir>/run)
 MAX_LEGEND_TRIALS = 30  # beyond this the legend names the groups only (the hover still names every trial)
 MAX_POINTS = 400  # per curve from a metrics file: a long run logs thousands; every k-th point and the last are kept
 STATE_ORDER = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.FAIL, TrialState.WAITING)
@@ -48,23 +48,11 @@ def reported_curves(view: StudyView) -> list[Curve]:
             for t in view.trials if t.intermediate_values]  # fmt: skip
 
 
-def metrics_file(trial: FrozenTrial) -> Path | None:
-    """The trial's metrics file (trm.train writes every train/eval record there, the ones W&B gets), if here."""
+def metrics_dir(trial: FrozenTrial) -> Path | None:
+    """The trial's run directory if its metrics file (every train/eval record, the ones W&B gets) is here."""
     workdir = trial.user_attrs.get("workdir")
-    path = Path(str(workdir), *METRICS_FILE) if workdir else None
-    return path if path is not None and path.is_file() else None
-
-
-def read_metrics(path: Path) -> list[dict]:
-    records = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a job that is still writing
-        if isinstance(record, dict) and isinstance(record.get("step"), (int, float)):
-            records.append(record)
-    return records
+    run = Path(str(workdir), RUN_DIR) if workdir else None
+    return run if run is not None and (run / METRICS_FILE).is_file() else None
 
 
 def thin(steps: list[float], values: list[float]) -> tuple[list[float], list[float]]:
@@ -85,7 +73,7 @@ def file_curves(view: StudyView) -> tuple[dict[str, list[Curve]], int, bool]:
     by_metric: dict[str, list[Curve]] = {}
     files, thinned = 0, False
     for t in view.trials:
-        path = metrics_file(t)
+        path = metrics_dir(t)
         if path is None:
             continue
         files += 1

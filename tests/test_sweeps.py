@@ -132,7 +132,7 @@ def test_batch_not_divisible_by_launcher_world(tmp_path: Path) -> None:
 
 def test_tpu_launcher_without_name_or_zone_is_rejected(tmp_path: Path) -> None:
     cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "launcher=tpu_pod", "launcher.zone=z")
-    with pytest.raises(Exception, match=r"tpu_name"):
+    with pytest.raises(LauncherConfigError, match=r"tpu_name"):
         Driver(cfg).launcher.validate()
     cfg = sweep_config(
         f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "launcher=tpu_pod", "launcher.tpu_name=t", "launcher.zone=null"

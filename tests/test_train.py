@@ -13,6 +13,7 @@ from tests.presets import TINY_RUN
 from trm import checkpoint
 from trm.config import compose_train_config
 from trm.data.format import DatasetError
+from trm.metrics_log import read_metrics
 from trm.runtime.base import Runtime
 from trm.train import check_batch, run
 
@@ -27,10 +28,6 @@ FAST = [
 
 def config(tmp_path: Path, data_root: Path, *extra: str):
     return compose_train_config([*FAST, f"data.root={data_root}", f"out_dir={tmp_path}", *extra])
-
-
-def read_metrics(out_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def train_losses(records: list[dict]) -> dict[int, float]:

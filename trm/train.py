@@ -36,6 +36,7 @@ from trm.data.loader import TrainLoader, eval_batches
 from trm.fingerprint import code_fingerprint, config_fingerprint, training_identity
 from trm.flops import flops_per_sample_step
 from trm.losses import METRIC_KEYS, normalize_metrics
+from trm.metrics_log import open_metrics
 from trm.model import ACTModel, TRMConfig, count_params
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema
 from trm.outcome import ABANDONED, FAIL, PREEMPTED, PRUNED, NonFiniteLossError, Outcome, Reporter, RunLog
@@ -149,7 +150,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
         out_dir.mkdir(parents=True, exist_ok=True)
         start = {"event": "start", "resumed_from": state.step, "world_size": runtime.world_size, **params}
         print(json.dumps(start), flush=True)
-    metrics_file = open(out_dir / "metrics.jsonl", "a") if is_main else None
+    metrics_file = open_metrics(out_dir) if is_main else None
     total = train.steps
     bar = tqdm(
         total=total, initial=state.step, disable=not (is_main and train.progress), desc="train", dynamic_ncols=True

@@ -12,6 +12,7 @@ import pytest
 from _lane import run_python, xla_env
 
 from tests.presets import TINY_RUN
+from trm.metrics_log import read_metrics
 
 # tests/test_train.py's small run, made deterministic (no exploration: XLA's RNG is not the CPU's).
 FAST = [
@@ -21,10 +22,6 @@ FAST = [
     "train.steps=12",
     "halting.exploration_prob=0.0",
 ]
-
-
-def read_metrics(out_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")

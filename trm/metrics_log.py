@@ -1,0 +1,32 @@
+"""A run's metrics file, `<out_dir>/metrics.jsonl`: one JSON record per log or eval point (`{"step": n,
+"train/lm_loss": ..., "eval/exact_accuracy": ...}`), the same records W&B gets.
+
+Rank 0 writes it (trm.outcome.RunLog); the report, benchmarks and tests read it here. No torch: the report reads
+it without the model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def open_metrics(out_dir: Path) -> TextIO:
+    """Append: a resumed run continues its file (its records after the checkpoint's step repeat, later wins)."""
+    return open(out_dir / METRICS_FILE, "a")
+
+
+def read_metrics(out_dir: Path) -> list[dict[str, Any]]:
+    """Every record with a step; a last line cut short by a job that is still writing is skipped."""
+    records = []
+    for line in (Path(out_dir) / METRICS_FILE).read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), (int, float)):
+            records.append(record)
+    return records
