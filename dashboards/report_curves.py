@@ -200,7 +200,7 @@ def metric_curves(view: StudyView) -> Section:
     s = Section(view.prefix + "fig-curves", FIGURES["fig-curves"])
     by_metric, files, thinned = file_curves(view)
     if not by_metric:
-        where = "/".join(("<workdir>",) + METRICS_FILE)
+        where = f"<workdir>/{RUN_DIR}/{METRICS_FILE}"
         s.note = (f"No trial's metrics file ({where}, written by trm.train: the records W&B gets) is readable from this machine; "
                   "the reported metric's curves are the pruning curves above.")  # fmt: skip
         return s

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from storage.engine import close_storage, open_storage, schema_version
 from storage.errors import StorageError
-from storage.url import redact, resolve_url
-
-DEFAULT_SQLITE_PATH = Path("outputs/optuna.db")
+from storage.url import DEFAULT_SQLITE_PATH, ENV_VAR, redact, resolve_url
 
 
 def check(url: str, password_env: str | None = None, connect_timeout_s: int = 10) -> tuple[bool, str]:
@@ -39,13 +36,13 @@ def main(argv: list[str] | None = None) -> int:
         "url",
         nargs="?",
         default=None,
-        help="storage URL (default: $TRM_SWEEPS_STORAGE, else sqlite:///outputs/optuna.db)",
+        help=f"storage URL (default: ${ENV_VAR}, else sqlite:///{DEFAULT_SQLITE_PATH})",
     )
     parser.add_argument("--password-env", default=None, help="name of an env var holding the PostgreSQL password")
     parser.add_argument("--timeout", type=int, default=10, help="connect timeout in seconds")
     args = parser.parse_args(argv)
     try:
-        url = resolve_url(args.url, DEFAULT_SQLITE_PATH)
+        url = resolve_url(args.url)
     except StorageError as e:
         print(f"error: {e}")
         return 1

@@ -16,7 +16,6 @@ from storage.engine import open_storage
 from storage.errors import StorageError
 from storage.url import resolve_url
 
-DEFAULT_SQLITE = "outputs/optuna.db"  # the sweep's embedded default (conf/storage/sqlite.yaml)
 STORAGE_KEYS = {"storage.url": None, "storage.password_env": None}
 
 
@@ -60,7 +59,7 @@ def storage_from_args(args: dict[str, str], must_exist: bool = True) -> tuple[st
 
     A reader opens what exists (`must_exist`): a mistyped path is an error, not a new empty database."""
     try:
-        url = resolve_url(args.get("storage.url"), DEFAULT_SQLITE, create_dir=not must_exist)
+        url = resolve_url(args.get("storage.url"), create_dir=not must_exist)
         return url, open_storage(url, password_env=args.get("storage.password_env"), must_exist=must_exist)
     except StorageError as err:
         raise ArgumentError(str(err)) from None

@@ -16,6 +16,9 @@ from storage.errors import StorageConfigError
 from storage.secrets import password_in_url_message, redact_credentials
 
 ENV_VAR = "TRM_SWEEPS_STORAGE"
+# The embedded default, relative to where a command runs (Hydra's convention for outputs; every start says
+# which storage it uses): the sweep driver, sweeps.status/best, dashboards.* and storage.check all mean this file.
+DEFAULT_SQLITE_PATH = "outputs/optuna.db"
 CONFIG_KEY = "storage.url"
 ACCEPTED = "sqlite:///PATH, postgresql://USER@HOST:PORT/DB, postgresql+psycopg2://USER@HOST:PORT/DB"
 _SCHEMES = {"sqlite", "sqlite+pysqlite", "postgresql", "postgresql+psycopg2"}
@@ -53,7 +56,9 @@ def validate_url(url: str, key: str = CONFIG_KEY) -> URL:
     return parsed
 
 
-def resolve_url(url: str | None, default_sqlite_path: str | os.PathLike[str], *, create_dir: bool = True) -> str:
+def resolve_url(
+    url: str | None, default_sqlite_path: str | os.PathLike[str] = DEFAULT_SQLITE_PATH, *, create_dir: bool = True
+) -> str:
     """Pick the storage URL: explicit config value, else ``$TRM_SWEEPS_STORAGE``, else SQLite.
 
     The SQLite fallback keeps the laptop demo zero-setup; its parent directory is created (unless
