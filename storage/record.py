@@ -37,6 +37,7 @@ ATTEMPT_ATTRS = (
     "details",
     "final_metrics",
     "params_count",
+    "precision",
     "flops_per_sample_step",
     "compute_flops",
     "train_seconds",

@@ -53,16 +53,26 @@ def _flatten(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def training_identity(cfg: DictConfig) -> dict[str, Any]:
+def training_identity(cfg: DictConfig, precision: str | None = None) -> dict[str, Any]:
     """What a checkpoint must match to be resumed: every config key that changes the training, flattened
     (`optim.lr`: 0.001, ...), including the sweep study, its uid and storage. Kept as values, not a hash, so a
-    refusal can name the keys that differ."""
+    refusal can name the keys that differ.
+
+    `precision` is the mode the job resolved `train.precision` to (trm/precision.py). It replaces the config's
+    value there, and `train.bf16_mode` leaves: the mode is what trains, `auto` and bf16_mode only chose it. So a
+    bf16 checkpoint is refused where `auto` resolves to fp32 (another machine kind: that would change the training;
+    set train.precision explicitly to continue it), while `auto` and an explicit value that give the same mode, or a
+    checkpoint written before `auto` existed in that mode, resume."""
     flat = _flatten(to_dict(cfg, resolve=False))
-    return {
+    identity = {
         key: value
         for key, value in flat.items()
         if not any(key == skip or key.startswith(skip + ".") for skip in NOT_TRAINING_KEYS)
     }
+    if precision is not None:
+        identity["train.precision"] = precision
+        identity.pop("train.bf16_mode", None)
+    return identity
 
 
 @lru_cache(maxsize=1)

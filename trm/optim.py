@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from lion_pytorch import Lion
-from torch import nn
+from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from trm.adam_atan2 import AdamAtan2
+from trm.adam_atan2 import AdamAtan2, graph_scalars
 
 OPTIMIZERS = ("adam_atan2", "adamw", "lion")
 PUZZLE_EMB = "puzzle_emb"  # parameters with this in their name: SignSGD, and no EMA
@@ -54,6 +54,11 @@ class SignSGD(Optimizer):
                 if p.grad is None:
                     continue
                 touched = (p.grad != 0).any(dim=-1, keepdim=True).to(p.dtype)
+                if p.device.type == "xla":  # the same update with lr and wd as data (graph_scalars)
+                    lr_wd, step = graph_scalars(p, lr * wd, lr)
+                    p.mul_(1 - lr_wd * touched)
+                    p.sub_(torch.sign(p.grad) * step)  # sign is -1/0/1: the product is exact, as alpha=-lr's
+                    continue
                 p.mul_(1 - lr * wd * touched)
                 p.add_(torch.sign(p.grad), alpha=-lr)
         return loss
@@ -110,9 +115,32 @@ def build_ema(model: nn.Module, decay: float) -> AveragedModel:
 
     AveragedModel copies the weights at its first update; that update happens here, before training, so
     the average after n steps is decay^n * initial + ... (not decay^(n-1) * the step-1 weights)."""
-    ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True)
+    avg_fn = get_ema_multi_avg_fn(decay)  # also checks 0 <= decay <= 1
+    if any(p.device.type == "xla" for p in model.parameters()):
+        avg_fn = _ema_as_data(decay)
+    ema = AveragedModel(model, multi_avg_fn=avg_fn, use_buffers=True)
     ema.update_parameters(model)
     return ema
+
+
+def _ema_as_data(decay: float) -> Callable[..., None]:
+    """get_ema_multi_avg_fn's update (lerp towards the model by 1 - decay) with 1 - decay as an XLA tensor, made
+    once: torch's passes a Python float, which torch_xla shares with any equal scalar of the step (e.g. 1 - beta1
+    when decay == beta1), so another decay could trace another graph (trm/adam_atan2.py, graph_scalars)."""
+    weights: dict[tuple[torch.device, torch.dtype], Tensor] = {}
+
+    @torch.no_grad()
+    def ema_update(ema_params: list[Tensor], model_params: list[Tensor], _num_averaged: Any) -> None:
+        for ema_param, param in zip(ema_params, model_params):
+            if not (torch.is_floating_point(ema_param) or torch.is_complex(ema_param)):
+                ema_param.copy_(ema_param * decay + param * (1 - decay))  # as torch's, for integer buffers
+                continue
+            key = (ema_param.device, ema_param.dtype)
+            if key not in weights:
+                (weights[key],) = cast(tuple[Tensor], graph_scalars(ema_param, 1 - decay))
+            ema_param.lerp_(param, weights[key])
+
+    return ema_update
 
 
 @torch.no_grad()

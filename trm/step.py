@@ -16,7 +16,8 @@ from trm.losses import METRIC_KEYS, act_loss, normalize_metrics
 from trm.model import ACTModel, Carry
 from trm.runtime.base import Runtime
 
-# train.precision -> (autocast dtype or None, dtype of the carry and so of the residual stream).
+# The concrete train.precision -> (autocast dtype or None, dtype of the carry and so of the residual stream).
+# `auto` (the config's default) is not one of them: the trainer resolves it once per job (trm/precision.py).
 # "bf16": matmuls in bf16, the carry and residual sums in fp32 (autocast's own choice; our default for bf16).
 # "bf16_reference": the TRM reference's forward_dtype=bfloat16: the carry and every activation in bf16, RMSNorm
 # and RoPE computed in fp32 inside; the loss in fp32 either way (the reference uses float64, docs/fidelity.md).
@@ -28,6 +29,11 @@ PRECISIONS: dict[str, tuple[torch.dtype | None, torch.dtype]] = {
 
 
 def _precision(precision: str) -> tuple[torch.dtype | None, torch.dtype]:
+    if precision == "auto":
+        raise ValueError(
+            "train.precision='auto' reached the step unresolved: resolve it first "
+            f"(trm.precision.resolve_precision) to one of {list(PRECISIONS)}"
+        )
     if precision not in PRECISIONS:
         raise ValueError(f"train.precision={precision!r}: expected one of {list(PRECISIONS)}")
     return PRECISIONS[precision]

@@ -5,7 +5,8 @@ run is `manual-<out_dir name>` in group `manual` (job type `train`). `wandb.run_
 `trial_run_id`: one per study, retry chain and seed) opens the run with that id and `resume="allow"`, so a job
 resumed from its checkpoint (a retry resumes its chain's first attempt's) continues the run it started instead of
 adding one; without it W&B draws a random id. The run's config is the resolved training
-config (storage URL redacted, values read from environment variables replaced by `<env:NAME>`), the trial's
+config (storage URL redacted, values read from environment variables replaced by `<env:NAME>`; `train.precision`
+the mode the job resolved, `train.precision_reason` why: trm/precision.py), the trial's
 sampled parameters as `trial_params`, and the model size; tags name the study, sampler, pruner and launcher
 (read from the study record) plus `wandb.tags`. Metrics are logged against the training step at the loop's
 log/eval points only; the summary holds the outcome, objective, best value and step, parameter count and
@@ -27,12 +28,15 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Literal, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from trm.config import to_dict
+
+if TYPE_CHECKING:  # a type only: trm.precision imports torch, which this module does not need
+    from trm.precision import Precision
 
 MODES = ("auto", "offline", "online", "disabled")
 Mode = Literal["offline", "online", "disabled"]  # what `auto` resolves to, and what wandb.init takes
@@ -290,8 +294,11 @@ def run_summary(summary: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------- factory
 
 
-def make_tracker(cfg: DictConfig, is_main: bool, extra: dict[str, Any] | None = None) -> Tracker:
-    """The tracker for this process: a W&B run on rank 0 when enabled in config, else a no-op."""
+def make_tracker(
+    cfg: DictConfig, is_main: bool, extra: dict[str, Any] | None = None, precision: Precision | None = None
+) -> Tracker:
+    """The tracker for this process: a W&B run on rank 0 when enabled in config, else a no-op. `precision`: what
+    `train.precision` resolved to (the run's config shows that mode, not `auto`, and the reason beside it)."""
     if not is_main:
         return Tracker()  # other ranks never import wandb, let alone create a run
     wcfg = cfg.get("wandb")
@@ -322,6 +329,8 @@ def make_tracker(cfg: DictConfig, is_main: bool, extra: dict[str, Any] | None = 
         run_dir = Path(str(wcfg.get("dir") or cfg.out_dir)).resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
         config = safe_config(cfg)
+        if precision is not None and isinstance(config.get("train"), dict):
+            config["train"].update(precision=precision.mode, precision_reason=precision.reason)
         config["trial_params"] = params
         config["model"] = dict(extra or {})
         settings = wandb.Settings(

@@ -40,6 +40,7 @@ from trm.metrics_log import open_metrics
 from trm.model import ACTModel, TRMConfig, count_params
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema
 from trm.outcome import ABANDONED, FAIL, PREEMPTED, PRUNED, NonFiniteLossError, Outcome, Reporter, RunLog
+from trm.precision import Precision, device_facts, resolve_precision
 from trm.preemption import PreemptionFlag
 from trm.runtime import init_runtime
 from trm.runtime.base import Runtime, check_agreement
@@ -101,6 +102,9 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     is_main = runtime.is_main
     train = cfg.train
     check_batch(cfg, runtime)
+    # train.precision=auto: bf16 where this device has bf16 units, else fp32 (trm/precision.py); checked by every
+    # worker below (they must agree), held by the checkpoint's identity, shown on the start line and the summary.
+    chosen = resolve_precision(train.precision, device_facts(runtime.device), train.get("bf16_mode", "bf16"))
     loss_divisor = runtime.loss_divisor(train.global_batch_size)  # examples one step's loss sums over
     torch.manual_seed(cfg.seed)
 
@@ -115,7 +119,12 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     validate_curriculum(cfg.curriculum, arch.H_cycles, arch.L_cycles)
     check_agreement(
         runtime,
-        {"config": config_fingerprint(cfg), "code": code_fingerprint(), "data": train_meta.fingerprint},
+        {
+            "config": config_fingerprint(cfg),
+            "code": code_fingerprint(),
+            "data": train_meta.fingerprint,
+            "precision": chosen.mode,
+        },
     )
     model = ACTModel(arch).to(runtime.device)
     if train.compile and runtime.backend != "xla":
@@ -136,7 +145,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
         optimizers,
         ema,
         loader,
-        identity={"config": training_identity(cfg), "data": train_meta.fingerprint},
+        identity={"config": training_identity(cfg, chosen.mode), "data": train_meta.fingerprint},
         best=Best.start(train.objective_direction),
         train_sums=torch.zeros(len(METRIC_KEYS), device=runtime.device),
     )
@@ -148,18 +157,25 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     if is_main:  # measured once, for the trial's compute estimate (accuracy vs compute studies)
         params["flops_per_sample_step"] = flops_per_sample_step(arch, arch.H_cycles, arch.L_cycles)
         out_dir.mkdir(parents=True, exist_ok=True)
-        start = {"event": "start", "resumed_from": state.step, "world_size": runtime.world_size, **params}
+        start = {
+            "event": "start",
+            "resumed_from": state.step,
+            "world_size": runtime.world_size,
+            "precision": chosen.mode,
+            "precision_reason": chosen.reason,
+            **params,
+        }
         print(json.dumps(start), flush=True)
     metrics_file = open_metrics(out_dir) if is_main else None
     total = train.steps
     bar = tqdm(
         total=total, initial=state.step, disable=not (is_main and train.progress), desc="train", dynamic_ncols=True
     )
-    log = RunLog(out_dir, metrics_file, make_tracker(cfg, is_main, params))
+    log = RunLog(out_dir, metrics_file, make_tracker(cfg, is_main, params, chosen))
 
     # ---------------------------------------------------------------------------------- loop
     # The step's settings as plain values, read once (the step is the hot path).
-    precision, loss, grad_clip = train.precision, train.loss, train.grad_clip
+    precision, loss, grad_clip = chosen.mode, train.loss, train.grad_clip
     outcome = Outcome()
     preemption = PreemptionFlag()
     if is_main and reporter is not None:
@@ -235,7 +251,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     finally:
         preemption.restore()
         bar.close()
-        summary = summarize(cfg, state, outcome, clock, params)
+        summary = summarize(cfg, state, outcome, clock, params, chosen)
         log.close(summary)
         clock.stamp("end")  # after the W&B run is closed: what is left is the outcome write and exit
         if is_main and reporter is not None:
@@ -261,7 +277,12 @@ def train_record(
 
 
 def summarize(
-    cfg: DictConfig, state: TrainState, outcome: Outcome, clock: PhaseClock, params: dict[str, int]
+    cfg: DictConfig,
+    state: TrainState,
+    outcome: Outcome,
+    clock: PhaseClock,
+    params: dict[str, int],
+    precision: Precision,
 ) -> dict[str, Any]:
     """The run's summary: summary.json, the `end` line, the tracker's summary and what the trial stores."""
     return {
@@ -271,6 +292,8 @@ def summarize(
         "rank_steps": outcome.rank_steps,
         "retryable": outcome.retryable,
         "objective": cfg.train.objective,
+        "precision": precision.mode,  # what train.precision resolved to (auto: from the device), and why
+        "precision_reason": precision.reason,
         "best_value": state.best.found_value,
         "best_step": state.best.step,
         "final": state.last_eval,

@@ -137,6 +137,7 @@ class TrialLink:
             "flops_per_sample_step": summary.get("flops_per_sample_step"),
             "compute_flops": summary.get("compute_flops"),
             "train_seconds": summary.get("seconds"),
+            "precision": summary.get("precision"),  # the mode it trained in (auto: why is in its summary.json)
             CODE_VERSION_ATTR: code_fingerprint(),  # which trm code trained it (sweeps/best.py shows it)
         }
         if summary.get("error"):

@@ -74,6 +74,11 @@ def counters() -> dict[str, float]:
         "LocalScalarDense": count("aten::_local_scalar_dense"),  # .item(), bool(tensor), Python branches
         "ToCpu": count("xla::_to_cpu"),
         "TransfersFromDevice": samples("TransferFromDeviceTime"),
+        # runtime.compile_cache_dir: lookups of the persistent cache (a found entry that PJRT's CPU client cannot
+        # load counts as a DeserializeFailure, not a hit: see trm/runtime/xla.py)
+        "PersistentCacheMiss": count("PersistentCacheMiss"),
+        "PersistentCacheHit": count("PersistentCacheHit"),
+        "PersistentCacheDeserializeFailure": count("PersistentCacheDeserializeFailure"),
     }
 
 

@@ -24,11 +24,36 @@ def xla_available() -> bool:
     return bool(os.environ.get("PJRT_DEVICE")) and importlib.util.find_spec("torch_xla") is not None
 
 
+def compile_cache_dir(cfg: Any, create: bool) -> str | None:
+    """`runtime.compile_cache_dir` checked: None (off), or an absolute local path (`~` expanded); with `create`,
+    the directory is made and must be writable. A URL or a non-string is refused: XLA's cache is a local
+    directory, one per VM."""
+    value = option(cfg, "compile_cache_dir")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"runtime.compile_cache_dir={value!r}: expected a local directory path or null (off)")
+    if "://" in value:
+        raise ValueError(
+            f"runtime.compile_cache_dir={value!r}: XLA's compilation cache is a local directory on each VM, not a URL"
+        )
+    path = os.path.abspath(os.path.expanduser(value))
+    if create:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as err:
+            raise ValueError(f"runtime.compile_cache_dir={value!r}: cannot create {path}: {err}") from err
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"runtime.compile_cache_dir={value!r}: {path} is not a writable directory")
+    return path
+
+
 def _init_xla(cfg: Any) -> Runtime:
     from trm.runtime import xla  # imports torch_xla: only on this path (an optional dependency, not a cycle)
 
     plane = resolve_control_plane(cfg)
-    runtime = xla.start(plane.rank, plane.world_size, option(cfg, "expected_devices"))
+    cache = compile_cache_dir(cfg, create=True)
+    runtime = xla.start(plane.rank, plane.world_size, option(cfg, "expected_devices"), cache)
     start_control_plane(plane, cfg)
     return runtime
 
@@ -43,6 +68,7 @@ def init_runtime(cfg: Any) -> Runtime:
         backend = "xla"
     if backend == "xla":
         return _init_xla(cfg)
+    compile_cache_dir(cfg, create=False)  # only XLA has one: ignored here, but a bad value is still refused
     plane = resolve_control_plane(cfg)  # torchrun's env, or a TPU VM's (tpu_pod launcher with backend torch)
     if backend == "auto":
         backend = "torch" if plane.world_size > 1 else "single"

@@ -15,10 +15,15 @@ never needs torch_xla.
   returns it unchanged; summing it again over the processes would count it `process_count` times.
 - The gloo control plane (object broadcasts, barriers, start-up agreement) is the base class's, over the
   same processes; XLA collectives are never used for it.
+- Compile once per shape: with `runtime.compile_cache_dir` set, XLA's persistent compilation cache lives in that
+  (per-VM, local) directory, so a later trial on the VM loads the executables of an earlier one with the same
+  graphs. The optimizers' and EMA's hyperparameters are device data, not constants (trm/optim.py), so trials
+  that differ only in them have the same graphs (tests/xla/test_compile_cache.py).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -118,8 +123,31 @@ class XlaRuntime(Runtime):
             xm.mark_step()
 
 
-def start(rank: int, world_size: int, expected_devices: int | None) -> XlaRuntime:
-    """Enter SPMD mode (before any XLA tensor exists), build the mesh, check the world against the launcher's."""
+def init_compile_cache(path: str) -> None:
+    """Persist XLA's compilation cache in `path` (a local directory, created if missing).
+
+    torch_xla 2.9, torch_xla/runtime.py: `initialize_cache(path: str, readonly: bool = False)` "must be called
+    before any computations have been performed" (it asserts the computation cache is not initialized yet, then
+    sets XLA_PERSISTENT_CACHE_PATH / XLA_PERSISTENT_CACHE_READ_ONLY). Entries are named by the graph's hash;
+    the counters PersistentCacheMiss / PersistentCacheHit / PersistentCacheDeserializeFailure (torch_xla.debug.
+    metrics) say what happened to each lookup. One process per VM writes its own directory: not read-only.
+    PJRT's CPU client cannot deserialize executables (UNIMPLEMENTED in 2.9: every lookup that finds its entry
+    counts a DeserializeFailure and compiles again); TPU loads them."""
+    if torch_xla._XLAC._xla_computation_cache_is_initialized():
+        if os.environ.get("XLA_PERSISTENT_CACHE_PATH") == path:
+            return  # an earlier run in this process (a Hydra multirun) set this very cache
+        raise RuntimeError(
+            f"runtime.compile_cache_dir={path!r}: XLA has already compiled something in this process; the "
+            "persistent cache must be set before the first computation (init_runtime first)"
+        )
+    xr.initialize_cache(path, readonly=False)
+
+
+def start(rank: int, world_size: int, expected_devices: int | None, compile_cache_dir: str | None = None) -> XlaRuntime:
+    """Set the persistent compile cache and enter SPMD mode (both before any XLA tensor exists), build the mesh,
+    check the world against the launcher's."""
+    if compile_cache_dir is not None:
+        init_compile_cache(compile_cache_dir)
     xr.use_spmd()
     devices = xr.global_runtime_device_count()
     check_world(devices, xr.process_count(), world_size, expected_devices)
