@@ -5,27 +5,26 @@
     read the outcome the job stored on the trial -> tell COMPLETE / PRUNED / FAIL (reason kept)
 
 The driver never imports the model: it talks to the job through its command line and the study record.
+This module is the loop; the rest lives apart: opening and checking the study (sweeps.study), the budget and
+the baseline (sweeps.budget), trial paths (sweeps.paths), outcome decisions (sweeps.outcome), a running trial's
+state (sweeps.running), building Optuna objects (sweeps.optuna_parts), launchers (sweeps.launchers.base.Launcher)
+and progress (sweeps.progress).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
 import statistics
 import time
-import uuid
-import warnings
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optuna
 import sqlalchemy
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
-from optuna.storages import RetryHeartbeatStaleTrialCallback
+from omegaconf import DictConfig
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from storage import (
@@ -33,7 +32,6 @@ from storage import (
     StorageGoneError,
     database_gone,
     exclusive,
-    open_storage,
     orphaned_trials,
     redact,
     resolve_url,
@@ -43,33 +41,34 @@ from storage import (
 from storage.record import (
     CHECKPOINT_URL_ATTR,
     DETAILS_ATTR,
-    DRIVERS_ATTR,
     DUPLICATE_OF_ATTR,
-    OBJECTIVE_ATTR,
     PROGRESS_ATTR,
-    PRUNE_METRIC_ATTR,
-    PRUNER_ATTR,
-    STUDY_UID_ATTR,
     TRAIN_OVERRIDES_ATTR,
     attempt_attr,
     merged_details,
-    trial_detail,
 )
-from sweeps.launchers.base import JobHandle, JobSpec
-from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs, seed_prefix
-from sweeps.progress import ProgressView, route_optuna_logging
-from sweeps.space import SearchSpace, params_to_values, parse_space, to_overrides
+from sweeps.budget import TRAINS, baseline_params, budget_used, twin_of
+from sweeps.launchers.base import LAUNCHER_MEMBERS, JobSpec, Launcher, LauncherConfigError
+from sweeps.optuna_parts import build
+from sweeps.outcome import (
+    clip_reason,
+    job_verdict,
+    objective_values,
+    orphan_verdict,
+    seed_attrs,
+    seed_mean,
+    seed_prefix,
+)
+from sweeps.paths import StudyRoots, TrialPaths
+from sweeps.progress import ProgressView, print_best, route_optuna_logging
+from sweeps.running import RunningTrial
+from sweeps.space import SearchSpace, parse_space, to_overrides
+from sweeps.study import OpenStudy, StudyNotOpenError, open_study, quiet_optuna_warnings, reported_metric
 from sweeps.validate import trial_length, validate_sweep
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
 
 log = logging.getLogger("sweeps")
 
-# Optuna warns on every ask() once heartbeats are on (they are meant for study.optimize); the driver
-# records them itself, which is what the warning asks for.
-warnings.filterwarnings("ignore", message=".*Heartbeat of storage is supposed to be used with Study.optimize.*")
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 MAX_DUPLICATE_DRAWS = 20  # draws in a row that repeat a configuration before the space counts as exhausted
 STORAGE_ERRORS = (
     optuna.exceptions.StorageInternalError,
@@ -77,61 +76,20 @@ STORAGE_ERRORS = (
     sqlalchemy.exc.InterfaceError,
 )
 
-# What config may instantiate: `_target_` is code execution, so only these classes.
-TARGETS = ["optuna.samplers.*", "optuna.pruners.*", "sweeps.launchers.*"]
 
-
-def clip_reason(reason: str, limit: int = 2000) -> str:
-    """A failure reason short enough for a trial attribute: its first line (the error) and its end (the log tail)."""
-    if len(reason) <= limit:
-        return reason
-    head = reason.splitlines()[0][: limit // 4]
-    return f"{head}\n...\n{reason[-(limit - len(head) - 5) :]}"
-
-
-def build(node: DictConfig) -> Any:
-    return instantiate(node, _convert_="all", _execution_whitelist_=TARGETS)
-
-
-class StudyMismatchError(ValueError):
-    pass
-
-
-@dataclass
-class RunningTrial:
-    trial: optuna.Trial
-    handle: JobHandle | None
-    heartbeat: HeartbeatThread
-    workdir: Path
-    values: dict[str, Any] = field(default_factory=dict)  # the sampled training overrides
-    origin: int = 0  # first trial of its retry chain: owner of the checkpoints
-    seed_index: int = 0
-    seed_values: list[list[float]] = field(default_factory=list)
-    started: float = field(default_factory=time.time)
-    # Epoch seconds at which each seed's job was launched and seen to exit (bench/sweep_overhead.py): with
-    # the job's own stamps (`timing` attribute) they split a trial's wall time into set-up, training, teardown.
-    launched_at: list[float] = field(default_factory=list)
-    exited_at: list[float] = field(default_factory=list)
-    # The job's last reported progress and when this driver saw it change (its own clock: a pod VM's may differ).
-    progress: Any = None
-    progress_seen: float = field(default_factory=time.time)
-    stall_reason: str | None = None  # set when the driver stopped the job for showing no progress
-
-
-def study_directions(study_cfg: DictConfig) -> list[str]:
-    return [study_cfg.direction, *(o.direction for o in study_cfg.get("objectives") or [])]
-
-
-def pruner_spec(cfg: DictConfig, train_steps: int) -> dict[str, Any]:
-    """The pruner as a resolved `_target_` dict: stored on the study so every job builds the same one."""
-    spec = OmegaConf.to_container(cfg.pruner, resolve=True)
-    if spec.get("max_resource") == "auto":
-        spec["max_resource"] = train_steps
-    return spec
+def build_launcher(node: DictConfig) -> Launcher:
+    """The configured launcher, refused here unless it has the interface the driver uses (sweeps.launchers.base)."""
+    launcher = build(node)
+    # Looked up on the class: reading world_size on the instance would evaluate config that prepare() checks later.
+    missing = [name for name in LAUNCHER_MEMBERS if not hasattr(type(launcher), name)]
+    if missing:
+        raise LauncherConfigError(f"launcher._target_={node.get('_target_')!r}: not a launcher (it lacks {missing})")
+    return launcher
 
 
 class Driver:
     def __init__(self, cfg: DictConfig):
+        quiet_optuna_warnings()
         self.cfg = cfg
         self.study_cfg = cfg.study
         self.scale = cfg.scale
@@ -141,32 +99,47 @@ class Driver:
             where=f"study.space.{self.scale}",
         )
         self.base_overrides = [*cfg.trial.overrides, *(self.study_cfg.get("fixed") or {}).get(self.scale, [])]
-        self.launcher = build(cfg.launcher)
+        self.launcher = build_launcher(cfg.launcher)
         self.storage_url = resolve_url(cfg.storage.url, Path("outputs/optuna.db").resolve())
         self.running: dict[int, RunningTrial] = {}
         self.exhausted = False  # the sampler keeps drawing configurations the study already has
         self.outage_ended = 0.0  # when the database last came back after an outage (epoch seconds)
-        self.storage = None
-        self.study: optuna.Study | None = None
+        self.last_recover = 0.0  # when recover() and stop_stalled() last ran (epoch seconds)
+        self.opened: OpenStudy | None = None
         self.set_study_uid("UID")  # a dry run's stand-in; open_study sets the study's own
 
+    @property
+    def study(self) -> optuna.Study:
+        return self._open().study
+
+    @property
+    def storage(self) -> RDBStorage:
+        return self._open().storage
+
+    def _open(self) -> OpenStudy:
+        if self.opened is None:
+            raise StudyNotOpenError("the driver's study is not open yet: call open_study() (run() does) first")
+        return self.opened
+
     def set_study_uid(self, uid: str) -> None:
-        """Trial directories: <root>/<study name>/<first 8 of the study's uid>/trial-<n>. The uid keeps a new
-        study under an old name (a new storage, a deleted study) out of the old study's directories."""
+        """Trial directories: <root>/<study name>/<first 8 of the study's uid>/trial-<n> (sweeps.paths)."""
         self.study_uid = uid
-        study_dir = f"{self.study_cfg.name}/{uid[:8]}"
-        self.output_root = Path(self.cfg.output_root).resolve() / study_dir
-        # Where the *workers* write: this machine's output_root for local launchers; on a pod a path on
-        # each VM (relative to the launcher's remote_dir) and a checkpoint URL (gs://...) rank 0 can reach.
-        run_root = self.cfg.trial.get("run_root")
-        self.run_root = f"{run_root}/{study_dir}" if run_root else str(self.output_root)
-        ckpt_root = self.cfg.trial.get("checkpoint_root")
-        self.checkpoint_root = f"{ckpt_root}/{study_dir}" if ckpt_root else self.run_root
+        self.roots = StudyRoots.of(
+            str(self.cfg.output_root),
+            self.cfg.trial.get("run_root"),
+            self.cfg.trial.get("checkpoint_root"),
+            str(self.study_cfg.name),
+            uid,
+        )
+
+    @property
+    def output_root(self) -> Path:
+        return self.roots.output_root
 
     @property
     def reported_metric(self) -> str:
         """What the trials report to the pruner at each eval (study.prune_metric, else the objective)."""
-        return self.study_cfg.get("prune_metric") or self.study_cfg.objective
+        return reported_metric(self.study_cfg)
 
     # ----------------------------------------------------------------------------------- before running
 
@@ -177,90 +150,19 @@ class Driver:
 
     def validate(self) -> None:
         """Everything that can be wrong, before anything runs (see sweeps.validate)."""
-        validate_sweep(self.cfg, self.space, self.base_overrides)
+        validate_sweep(self.cfg, self.space, self.base_overrides, self.launcher)
 
     def open_study(self) -> optuna.Study:
-        hb = self.cfg.heartbeat
-        self.storage = open_storage(
-            self.storage_url,
-            password_env=self.cfg.storage.password_env,
-            heartbeat_interval=int(hb.interval_s),
-            grace_period=int(hb.grace_s),
-            failed_trial_callback=retry_callback(int(hb.max_retry)),
-        )
-        directions = study_directions(self.study_cfg)
-        objectives = [self.study_cfg.objective, *(o.name for o in self.study_cfg.get("objectives") or [])]
-        kwargs = dict(
-            study_name=self.study_cfg.name,
-            storage=self.storage,
-            sampler=build(self.cfg.sampler),
-            pruner=build(self.cfg.pruner),
-        )
-        study = optuna.create_study(**kwargs, directions=directions, load_if_exists=True)
-        stored = study.user_attrs
-        if (
-            stored.get(OBJECTIVE_ATTR) not in (None, self.study_cfg.objective)
-            or stored.get("objectives", objectives) != objectives
-        ):
-            raise StudyMismatchError(
-                f"study.name={self.study_cfg.name!r} already exists with objective(s) {stored.get('objectives')} "
-                f"but this config asks for {objectives}: choose another study.name"
-            )
-        reported = self.reported_metric
-        if stored.get(PRUNE_METRIC_ATTR) not in (None, reported) and study.get_trials(deepcopy=False):
-            raise StudyMismatchError(
-                f"study.name={self.study_cfg.name!r} already has trials that reported {stored[PRUNE_METRIC_ATTR]!r} to the "
-                f"pruner but this config reports {reported!r} (study.prune_metric): the pruner would compare the two; "
-                "choose another study.name or the same prune_metric"
-            )
-        if [d.name.lower() for d in study.directions] != [d.lower() for d in directions]:
-            raise StudyMismatchError(
-                f"study.name={self.study_cfg.name!r} already exists with direction(s) "
-                f"{[d.name.lower() for d in study.directions]} but this config asks for {directions}: choose another study.name"
-            )
-        attrs = {
-            OBJECTIVE_ATTR: self.study_cfg.objective,
-            "objectives": objectives,
-            PRUNER_ATTR: pruner_spec(self.cfg, self.train_steps),
-            PRUNE_METRIC_ATTR: reported,
-            "sampler": self.cfg.sampler._target_.rsplit(".", 1)[-1],
-            "launcher": self.cfg.launcher._target_.rsplit(".", 1)[-1],
-            "scale": self.scale,
-        }
-        for key, value in attrs.items():
-            if stored.get(key) != value:
-                study.set_user_attr(key, value)
-        if study.metric_names != objectives:
-            study.set_metric_names(
-                objectives
-            )  # optuna-dashboard and the CLI say eval/exact_accuracy, not "Objective 0"
-        with exclusive(self.storage, f"uid:{self.study_cfg.name}"):  # two drivers opening a new study agree
-            uid = study.user_attrs.get(STUDY_UID_ATTR)
-            if uid is None:
-                uid = uuid.uuid4().hex
-                study.set_user_attr(STUDY_UID_ATTR, uid)
-            driver_index = int(study.user_attrs.get(DRIVERS_ATTR, 0))
-            study.set_user_attr(DRIVERS_ATTR, driver_index + 1)
-        self.set_study_uid(uid)
-        if driver_index:
-            # A restarted or second driver with the study's seed would draw the first driver's parameters again:
-            # each driver of a study gets its own seed, derived from the configured one and its start order.
-            seed = int(np.random.SeedSequence([int(self.cfg.seed), driver_index]).generate_state(1)[0])
-            study.sampler = build(OmegaConf.merge(self.cfg.sampler, {"seed": seed}))
-            log.info("driver %d of this study: sampler seed %d (from seed=%s)", driver_index, seed, self.cfg.seed)
-        self.study = study
-        return study
+        """Open and check the study (sweeps.study); its uid places the trial directories."""
+        self.opened = open_study(self.cfg, self.storage_url, self.train_steps)
+        self.set_study_uid(self.opened.uid)
+        return self.opened.study
 
     # ------------------------------------------------------------------------------------------- budget
 
     def finished_count(self) -> int:
-        """Trials that used the budget: finished ones, less failures that were re-queued as a retry."""
-        trials = self.study.get_trials(deepcopy=False)
-        retried = {n for t in trials for n in RetryHeartbeatStaleTrialCallback.retry_history(t)}
-        used = [t for t in trials if DUPLICATE_OF_ATTR not in t.user_attrs]  # a refused duplicate trained nothing
-        return sum(1 for t in used if t.state in FINISHED and t.number not in retried) + sum(
-            1 for t in used if t.state == TrialState.RUNNING
-        )
+        """Trials that used the budget (sweeps.budget.budget_used)."""
+        return budget_used(self.study.get_trials(deepcopy=False))
 
     def study_done(self) -> bool:
         """Budget spent and nothing running anywhere: a trial RUNNING elsewhere may belong to a dead driver,
@@ -273,14 +175,7 @@ class Driver:
         if not self.study_cfg.get("enqueue_baseline") or self.study.get_trials(deepcopy=False):
             return
         baseline = dict((self.study_cfg.get("baseline") or {}).get(self.scale) or {})
-        params = {}
-        for key, value in baseline.items():
-            params[key] = value
-        for cond in self.space.conditionals:
-            if str(baseline.get(cond.parent)).lower() == str(cond.choice).lower():
-                for key in cond.params:
-                    if key in params:
-                        params[f"{key}@{cond.choice}"] = params.pop(key)
+        params = baseline_params(baseline, self.space.conditionals)
         self.study.enqueue_trial(params, user_attrs={"baseline": True})
         log.info("enqueued the baseline configuration as the first trial: %s", baseline)
 
@@ -302,16 +197,22 @@ class Driver:
 
     def checkpoint_url(self, origin: int) -> str:
         """A retry chain's checkpoints: under its first trial's directory."""
-        return f"{self.checkpoint_root}/trial-{origin}/checkpoints"
+        return self.roots.checkpoint_url(origin)
+
+    def trial_paths(self, number: int, origin: int, seed_index: int = 0) -> TrialPaths:
+        """Where the job of seed `seed_index` of trial `number` writes (its own directories when seeds > 1)."""
+        return self.roots.trial(number, origin, seed_index, int(self.study_cfg.seeds))
 
     def trial_overrides(
         self, trial: optuna.Trial, values: dict[str, Any], workdir: Path, origin: int, seed_index: int = 0
     ) -> list[str]:
+        """The job's command line for one seed of a trial (`workdir` is the launcher's, not the job's)."""
+        paths = self.trial_paths(trial.number, origin, seed_index)
         return [
             *self.training_overrides(values),
             *trial_wandb_overrides(self.cfg, self.study_uid, origin, seed_index),
-            f"out_dir={self.run_root}/trial-{trial.number}/run",
-            f"checkpoint.url={self.checkpoint_url(origin)}",
+            f"out_dir={paths.run_dir}",
+            f"checkpoint.url={paths.checkpoint_url}",
             f"sweep.study={self.study_cfg.name}",
             f"sweep.study_uid={self.study_uid}",
             f"sweep.trial_number={trial.number}",
@@ -348,14 +249,7 @@ class Driver:
     def same_configuration(self, trial: optuna.Trial) -> int | None:
         """The number of another trial with exactly these parameters that trained, trains or will train."""
         params = self.storage.get_trial(trial_id_of(trial)).params
-        if not params:
-            return None  # nothing searched: every trial is the same configuration by design
-        for other in self.study.get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
-        ):
-            if other.number != trial.number and other.params == params and DUPLICATE_OF_ATTR not in other.user_attrs:
-                return other.number
-        return None
+        return twin_of(trial.number, params, self.study.get_trials(deepcopy=False, states=TRAINS) if params else [])
 
     def start_trial(self, trial: optuna.Trial, values: dict[str, Any]) -> RunningTrial:
         frozen = self.storage.get_trial(trial_id_of(trial))
@@ -363,7 +257,7 @@ class Driver:
         for key, value in frozen.user_attrs.items():
             if attempt_attr(key) and value is not None:  # a retry: its predecessor's outcome is not its own
                 trial.set_user_attr(key, None)
-        workdir = self.output_root / f"trial-{trial.number}"
+        workdir = self.roots.workdir(trial.number)
         trial.set_user_attr("overrides", to_overrides(values))
         trial.set_user_attr("workdir", str(workdir))
         # A fresh `details` (a retry's predecessor's belong to its own attempt): the job and finish() add theirs.
@@ -378,20 +272,13 @@ class Driver:
         return running
 
     def launch_seed(self, running: RunningTrial, index: int) -> None:
-        """Start the job for one seed of the trial (a single job when study.seeds is 1)."""
-        trial, seeds = running.trial, int(self.study_cfg.seeds)
+        """Start the job for one seed of the trial (a single job when study.seeds is 1); with several seeds each
+        has its own output and checkpoint directories (sweeps.paths), and only seed 0 reports to the pruner."""
+        trial = running.trial
         overrides = self.trial_overrides(trial, running.values, running.workdir, running.origin, index)
-        workdir = running.workdir
-        if seeds > 1:
-            # Own output and checkpoint per seed; only seed 0 reports to the pruner.
-            overrides = [
-                o.replace("/run", f"/seed-{index}/run").replace("/checkpoints", f"/seed-{index}/checkpoints")
-                if o.startswith(("out_dir=", "checkpoint.url="))
-                else o
-                for o in overrides
-            ]
+        if int(self.study_cfg.seeds) > 1:
             overrides += [f"seed={index}", f"sweep.seed_index={index}"]
-            workdir = running.workdir / f"seed-{index}"
+        workdir = self.trial_paths(trial.number, running.origin, index).workdir
         running.seed_index = index
         running.launched_at.append(time.time())
         running.progress, running.progress_seen = None, time.time()
@@ -419,8 +306,8 @@ class Driver:
             values,
             self.study_cfg.objective,
             exit_code=exit_code,
-            launcher_failure=running.handle.failure,
-            cancelled=running.handle.cancelled,
+            launcher_failure=running.job.failure,
+            cancelled=running.job.cancelled,
         )
         if verdict.state == TrialState.COMPLETE:
             if len(running.seed_values) == running.seed_index:  # not twice when a database outage made us come back
@@ -447,7 +334,7 @@ class Driver:
             log.info("trial %d PRUNED at step %s%s", trial.number, last_step, self.best_line())
         else:
             per_seed = running.seed_values
-            values = [statistics.fmean(v[i] for v in per_seed) for i in range(len(per_seed[0]))]
+            values = seed_mean(per_seed)
             if len(per_seed) > 1:  # TRM's seed variance is large: keep the spread on the trial
                 trial.set_user_attr("seed_values", [v[0] for v in per_seed])
                 trial.set_user_attr("seed_std", statistics.pstdev(v[0] for v in per_seed))
@@ -458,15 +345,10 @@ class Driver:
         running.heartbeat.stop()
         return state
 
-    def objective_values(self, attrs: dict[str, Any]) -> list[float] | None:
-        final = trial_detail(attrs, "final_metrics") or {}
-        main = attrs.get("best_value") if self.study_cfg.value == "best" else final.get(self.study_cfg.objective)
-        values = [main]
-        for extra in self.study_cfg.get("objectives") or []:
-            values.append(attrs.get(extra.name, final.get(extra.name)))
-        if any(v is None or not math.isfinite(float(v)) for v in values):
-            return None
-        return [float(v) for v in values]
+    def objective_values(self, attrs: Mapping[str, Any]) -> list[float] | None:
+        """One seed's objective value(s) as this study measures them (sweeps.outcome.objective_values)."""
+        extra = [str(o.name) for o in self.study_cfg.get("objectives") or []]
+        return objective_values(attrs, self.study_cfg.objective, extra, self.study_cfg.value == "best")
 
     # ---------------------------------------------------------------------------------------- the loop
 
@@ -520,7 +402,7 @@ class Driver:
             log.warning("trial %d: %s", number, running.stall_reason)
             # At once (no SIGTERM grace: a hung or stopped job cannot checkpoint), every worker, remote ones too.
             # The next poll sees it gone and settles the trial (step_loop): a database outage now loses nothing.
-            running.handle.cancel(grace_s=0.0)
+            running.job.cancel(grace_s=0.0)
 
     def run(self) -> optuna.Study:
         route_optuna_logging()  # Optuna's lines in the driver's format and log file (sweeps/progress.py)
@@ -545,7 +427,7 @@ class Driver:
                     why = database_gone(err)
                     if why:  # dropped, or its tables deleted: waiting will not bring it back, and nothing can be told
                         for running in self.running.values():
-                            running.handle.cancel()
+                            running.job.cancel()
                             running.heartbeat.stop()
                         self.running.clear()
                         raise StorageGoneError(
@@ -570,37 +452,11 @@ class Driver:
         """One pass of the driver loop: start trials within budget, collect finished jobs, recover stale
         trials, show progress. True when the study is done (or out of time) and nothing of ours runs."""
         out_of_time = self.cfg.timeout is not None and time.time() - started > self.cfg.timeout
-        while not out_of_time and len(self.running) < self.cfg.max_concurrent:
-            asked = self.ask_within_budget()
-            if asked is None:
-                break
-            running = self.start_trial(*asked)
-            self.running[running.trial.number] = running
+        if not out_of_time:
+            self.start_within_budget()
         for number, running in list(self.running.items()):
-            code = running.handle.poll()
-            if code is None:
-                continue
-            if not running.exited_at or running.exited_at[-1] < running.launched_at[-1]:
-                running.exited_at.append(time.time())
-            try:
-                if running.stall_reason is not None:
-                    self.finish(running, TrialState.FAIL, running.stall_reason)
-                    self.requeue(running.trial)
-                    settled = True
-                else:
-                    settled = self.on_job_end(running, code) is not None
-            except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as err:
-                if not self.settled_elsewhere(running):
-                    raise
-                log.warning(
-                    "trial %d was settled by another driver (%s): it judged this driver gone; is "
-                    "heartbeat.grace_s shorter than a database outage?",
-                    number,
-                    err,
-                )
-                running.heartbeat.stop()
-                settled = True
-            if settled:
+            code = running.job.poll()
+            if code is not None and self.settle(running, code):
                 del self.running[number]
         if not self.running and (out_of_time or self.exhausted or self.study_done()):
             return True
@@ -611,6 +467,37 @@ class Driver:
         self.log_progress()
         time.sleep(self.cfg.poll_s)
         return False
+
+    def start_within_budget(self) -> None:
+        """Start trials until max_concurrent of ours run or the budget (or the search space) is spent."""
+        while len(self.running) < self.cfg.max_concurrent:
+            asked = self.ask_within_budget()
+            if asked is None:
+                break
+            running = self.start_trial(*asked)
+            self.running[running.trial.number] = running
+
+    def settle(self, running: RunningTrial, code: int) -> bool:
+        """Tell Optuna about a seed's job that exited with `code`; True when the trial is settled (no seed follows)."""
+        if not running.exited_at or running.exited_at[-1] < running.launched_at[-1]:
+            running.exited_at.append(time.time())
+        try:
+            if running.stall_reason is not None:
+                self.finish(running, TrialState.FAIL, running.stall_reason)
+                self.requeue(running.trial)
+                return True
+            return self.on_job_end(running, code) is not None
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as err:
+            if not self.settled_elsewhere(running):
+                raise
+            log.warning(
+                "trial %d was settled by another driver (%s): it judged this driver gone; is "
+                "heartbeat.grace_s shorter than a database outage?",
+                running.trial.number,
+                err,
+            )
+            running.heartbeat.stop()
+            return True
 
     def after_outage(self) -> None:
         """The database answers again. During the outage no heartbeat and no job progress could be stored: give
@@ -627,7 +514,7 @@ class Driver:
     def abandon_running(self) -> None:
         """Stop our jobs and fail their trials with a retry queued (they resume from their checkpoints)."""
         for running in self.running.values():
-            running.handle.cancel()
+            running.job.cancel()
             running.heartbeat.stop()
             self.tell_fail(
                 running.trial, "driver interrupted (the trial is queued again and resumes from its checkpoint)"
@@ -660,15 +547,4 @@ class Driver:
 
     def log_summary(self) -> None:
         self.progress_view.close(self.study)
-        if len(self.study.directions) == 1:
-            try:
-                best = self.study.best_trial
-            except ValueError:
-                log.info("no completed trial")
-                return
-            print(
-                f"best trial {best.number}: {self.study_cfg.objective} = {best.value:.4f} with {params_to_values(best.params)}"
-            )
-        else:
-            for t in self.study.best_trials:
-                print(f"Pareto trial {t.number}: {t.values} with {params_to_values(t.params)}")
+        print_best(self.study, str(self.study_cfg.objective))

@@ -11,12 +11,15 @@ finished work. Only a trial whose job recorded no usable outcome is failed and q
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from optuna.trial import TrialState
+
+from storage.record import trial_detail
 
 
 def seed_prefix(index: int) -> str:
@@ -57,7 +60,7 @@ def orphan_verdict(
     if all(seed.get("outcome") == "COMPLETE" for seed in per_seed):
         values = [values_of(seed) for seed in per_seed]
         if all(v is not None for v in values):
-            columns = list(zip(*values))  # type: ignore[arg-type]
+            columns = list(zip(*values))
             return Verdict(TrialState.COMPLETE, values=[statistics.fmean(c) for c in columns])
     return Verdict(
         TrialState.FAIL,
@@ -104,3 +107,30 @@ def job_verdict(
     # the configuration's fault: fail it with the worker named and queue it again, resuming from its checkpoint.
     reason = launcher_failure or f"the job exited with code {exit_code} without recording an outcome"
     return Verdict(TrialState.FAIL, reason=reason, requeue=not cancelled)
+
+
+def objective_values(attrs: Mapping[str, Any], objective: str, extra: list[str], use_best: bool) -> list[float] | None:
+    """One seed's objective value(s) from its (unprefixed) attributes: the objective (its best value when
+    `use_best`, else its final one), then each extra objective; None if any is missing or not finite."""
+    final = trial_detail(attrs, "final_metrics") or {}
+    values = [attrs.get("best_value") if use_best else final.get(objective)]
+    values += [attrs.get(name, final.get(name)) for name in extra]
+    out: list[float] = []
+    for value in values:
+        if value is None or not math.isfinite(float(value)):
+            return None
+        out.append(float(value))
+    return out
+
+
+def seed_mean(per_seed: list[list[float]]) -> list[float]:
+    """A trial's value(s): the mean over its seeds of each objective."""
+    return [statistics.fmean(v[i] for v in per_seed) for i in range(len(per_seed[0]))]
+
+
+def clip_reason(reason: str, limit: int = 2000) -> str:
+    """A failure reason short enough for a trial attribute: its first line (the error) and its end (the log tail)."""
+    if len(reason) <= limit:
+        return reason
+    head = reason.splitlines()[0][: limit // 4]
+    return f"{head}\n...\n{reason[-(limit - len(head) - 5) :]}"

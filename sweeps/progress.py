@@ -38,6 +38,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from storage.record import DUPLICATE_OF_ATTR
+from sweeps.space import params_to_values
 
 log = logging.getLogger("sweeps")
 
@@ -290,3 +291,17 @@ class ProgressView:
         if not self.failed_once:
             self.failed_once = True
             log.warning("study progress not shown (%s: %s)", type(err).__name__, err)
+
+
+def print_best(study: optuna.Study, objective: str) -> None:
+    """The study's result at the driver's end: its best trial, or (several objectives) its Pareto front."""
+    if len(study.directions) == 1:
+        try:
+            best = study.best_trial
+        except ValueError:
+            log.info("no completed trial")
+            return
+        print(f"best trial {best.number}: {objective} = {best.value:.4f} with {params_to_values(best.params)}")
+    else:
+        for t in study.best_trials:
+            print(f"Pareto trial {t.number}: {t.values} with {params_to_values(t.params)}")

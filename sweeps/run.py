@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shlex
 import signal
 import sys
 from collections import Counter
@@ -35,7 +34,7 @@ def dry_run(driver: Driver) -> None:
     for _ in range(driver.cfg.n_trials):
         trial = study.ask()
         values = driver.space.sample(trial)
-        workdir = driver.output_root / f"trial-{trial.number}"
+        workdir = driver.roots.workdir(trial.number)
         spec = JobSpec(
             f"{driver.study_cfg.name}-{trial.number}",
             driver.trial_overrides(trial, values, workdir, trial.number),
@@ -58,12 +57,7 @@ def dry_run(driver: Driver) -> None:
 
 
 def describe_command(driver: Driver, spec: JobSpec) -> str:
-    launcher = driver.launcher
-    if hasattr(launcher, "remote_command"):
-        return shlex.join(launcher.ssh_argv("all", launcher.remote_command(spec)))
-    if hasattr(launcher, "nnodes"):
-        return shlex.join(launcher.command(spec, 0, 29500))
-    return shlex.join(launcher.command(spec))
+    return driver.launcher.describe(spec)
 
 
 def _interrupt_on_sigterm(signum: int, frame: object) -> None:

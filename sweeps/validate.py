@@ -31,12 +31,12 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
+from sweeps.launchers.base import Launcher
+from sweeps.optuna_parts import TARGETS, build, pruner_spec, resolved_dict
 from sweeps.space import SearchSpace, to_overrides
 from trm.config import compose_train_config
 from trm.metric_names import EVAL_METRICS, MAXIMIZED, MINIMIZED, TRIAL_NUMBERS
 
-# Launchers whose jobs run on this machine: their interpreter can be checked here.
-LOCAL_LAUNCHERS = ("LocalLauncher", "TorchrunLauncher")
 # Counts in the trial's training config that must be >= 1 (0 steps trains nothing; a 0 interval divides by zero).
 POSITIVE_TRAIN_KEYS = (
     "train.steps",
@@ -220,7 +220,8 @@ def _fits(value: Any, reference: Any) -> bool:
 
 
 def _type_name(value: Any) -> str:
-    return _TYPE_NAMES.get(_kind(value), type(value).__name__)
+    kind = _kind(value)
+    return _TYPE_NAMES[kind] if kind is not None else type(value).__name__
 
 
 def _check_range_types(cfg: DictConfig, space: SearchSpace, base: list[str]) -> None:
@@ -333,8 +334,6 @@ def _check_arguments(key: str, cls: type, arguments: dict[str, Any]) -> None:
 def _check_optuna(cfg: DictConfig, train_steps: int) -> None:
     """Build the sampler and the pruner exactly as the driver does (the pruner with max_resource resolved), so a
     bad `_target_` or argument is refused here, named, and not at the second ask or in every trial's report."""
-    from sweeps.driver import TARGETS, build, pruner_spec  # the driver imports this module: import at call time
-
     for key, node in (("sampler", cfg.sampler), ("pruner", OmegaConf.create(pruner_spec(cfg, train_steps)))):
         target = node.get("_target_")
         try:
@@ -351,15 +350,15 @@ def _check_optuna(cfg: DictConfig, train_steps: int) -> None:
         except ValueError:  # a factory function, not a class: its arguments are its own business
             cls = None
         if cls is not None:
-            _check_arguments(key, cls, OmegaConf.to_container(node, resolve=True))
+            _check_arguments(key, cls, resolved_dict(node))
         if failure is not None:
             raise SweepConfigError(f"{key} ({target}): {type(failure).__name__}: {failure}")
 
 
-def _check_launcher_python(cfg: DictConfig) -> None:
+def _check_launcher_python(cfg: DictConfig, launcher: Launcher) -> None:
     """A local launcher's interpreter must exist and have this project: otherwise each trial's job dies at start."""
     python = cfg.launcher.get("python")
-    if python is None or cfg.launcher._target_.rsplit(".", 1)[-1] not in LOCAL_LAUNCHERS:
+    if python is None or not launcher.shares_filesystem:
         return  # the driver's own interpreter, or one on remote machines
     found = shutil.which(str(python))
     fix = f"give an interpreter that has this project installed, or null for the driver's own ({sys.executable})"
@@ -460,7 +459,7 @@ def _check_trial_keys(cfg: DictConfig, space: SearchSpace) -> None:
 
 
 def _check_no_ignored_keys(cfg: DictConfig) -> None:
-    ignored = sorted(set(cfg.keys()) - SWEEP_KEYS)
+    ignored = sorted({str(key) for key in cfg.keys()} - SWEEP_KEYS)
     if ignored:
         raise SweepConfigError(
             f"{ignored} are not sweep settings, so every trial would ignore them. Training keys for every trial go "
@@ -470,18 +469,16 @@ def _check_no_ignored_keys(cfg: DictConfig) -> None:
         )
 
 
-def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str]) -> None:
+def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str], launcher: Launcher) -> None:
     _check_no_ignored_keys(cfg)
     _check_trial_keys(cfg, space)
     _check_budget(cfg)
     _check_study(cfg.study, cfg.scale)
-    launcher = cfg.launcher._target_.rsplit(".", 1)[-1]
-    world_size = int(cfg.launcher.get("nnodes", 1)) * int(cfg.launcher.get("nproc_per_node", 1))
-    local_data = launcher in LOCAL_LAUNCHERS
+    name = type(launcher).__name__
     for values in space.representative():
         train_cfg = compose_trial(base_overrides, values, f"study.space.{cfg.scale}")
-        _check_trial_config(train_cfg, world_size, launcher, local_data)
+        _check_trial_config(train_cfg, launcher.world_size, name, launcher.shares_filesystem)
     _check_range_types(cfg, space, base_overrides)
     _check_optuna(cfg, trial_length(base_overrides))
-    _check_launcher_python(cfg)
+    _check_launcher_python(cfg, launcher)
     _check_output_root(cfg.output_root)  # last: the only check that touches the disk

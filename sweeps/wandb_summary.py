@@ -88,7 +88,7 @@ def trial_rows(trials: list[FrozenTrial]) -> tuple[list[str], list[list[Any]]]:
             else None
         )
         attrs = t.user_attrs
-        row = [
+        row: list[Any] = [
             t.number,
             t.state.name,
             _finite(t.values[0]) if t.values else None,
@@ -155,7 +155,7 @@ def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
         trials = study.get_trials(deepcopy=False)
         columns, rows = trial_rows(trials)
         attrs = study.user_attrs
-        config = {
+        config: dict[str, Any] = {
             "study": study.study_name,
             "directions": [d.name.lower() for d in study.directions],
             **{
@@ -194,7 +194,7 @@ def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
             reinit="create_new",
         )
         try:
-            run.log({"trials": wandb.Table(columns=columns, data=rows)})
+            run.log({"trials": wandb.Table(columns=list[str | int](columns), data=rows)})
             run.summary.update(study_summary(study))
             run_dir = Path(run.dir).parent
         finally:

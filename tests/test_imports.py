@@ -28,11 +28,6 @@ OPTIONAL = {"trm.runtime.xla": "torch_xla"}
 DEFERRED: dict[tuple[str, str], tuple[str, bool]] = {
     ("trm.runtime", "trm.runtime.xla"): ("torch_xla is optional: imported only when the backend is xla", False),
     ("trm.tracking", "storage"): ("only a tracked sweep trial reads the study storage (SQLAlchemy, Optuna)", False),
-    ("sweeps.validate", "sweeps.driver"): (
-        "sweeps.driver imports sweeps.validate; the check builds the sampler and pruner as the driver does "
-        "(a known cycle: moving TARGETS/build/pruner_spec out of the driver removes it)",
-        True,
-    ),
 }
 # Lazy names of a package (`__getattr__` + importlib): (package, module) -> why.
 DYNAMIC: dict[tuple[str, str], str] = {

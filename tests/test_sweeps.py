@@ -13,15 +13,16 @@ from pathlib import Path
 
 import optuna
 import pytest
-from omegaconf import open_dict
+from omegaconf import MissingMandatoryValue, open_dict
 from optuna.trial import TrialState
 
 from storage import open_storage
 from sweeps.config import compose_sweep_config
-from sweeps.driver import Driver, StudyMismatchError
+from sweeps.driver import Driver
 from sweeps.launchers.base import LauncherConfigError
 from sweeps.run import dry_run
 from sweeps.space import SearchSpaceError
+from sweeps.study import StudyMismatchError
 from sweeps.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir, trial_file_exists
 
@@ -132,7 +133,7 @@ def test_batch_not_divisible_by_launcher_world(tmp_path: Path) -> None:
 
 def test_tpu_launcher_without_name_or_zone_is_rejected(tmp_path: Path) -> None:
     cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "launcher=tpu_pod", "launcher.zone=z")
-    with pytest.raises(LauncherConfigError, match=r"tpu_name"):
+    with pytest.raises(MissingMandatoryValue, match=r"tpu_name"):  # `???` in conf/launcher/tpu_pod.yaml
         Driver(cfg).launcher.validate()
     cfg = sweep_config(
         f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "launcher=tpu_pod", "launcher.tpu_name=t", "launcher.zone=null"

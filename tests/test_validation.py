@@ -16,9 +16,10 @@ from omegaconf import DictConfig, open_dict
 from optuna.trial import TrialState
 
 from storage.record import ATTEMPT_ATTRS
-from sweeps.driver import Driver, pruner_spec
+from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, quote_literals
 from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.optuna_parts import pruner_spec
 from sweeps.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir
 from trm.config import compose_train_config

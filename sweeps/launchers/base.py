@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -89,6 +90,34 @@ class JobSpec:
     overrides: list[str]  # Hydra overrides for `python -m trm.train`
     workdir: Path  # local directory for this job's logs (and, for local workers, their cwd)
     env: dict[str, str] = field(default_factory=dict)  # extra environment for the workers
+
+
+class Launcher(Protocol):
+    """What the driver, a dry run and validation ask of a launcher (`conf/launcher/*.yaml` builds one)."""
+
+    def prepare(self) -> None:
+        """Check the config and reach (or deploy to) the workers, before the study is opened."""
+
+    def launch(self, spec: JobSpec) -> JobHandle:
+        """Start one job on the workers."""
+        ...
+
+    def describe(self, spec: JobSpec) -> str:
+        """The job's command line as a shell would run it (what a dry run prints)."""
+        ...
+
+    @property
+    def world_size(self) -> int:
+        """Training processes the global batch is split over, as far as the driver can count them before launch."""
+        ...
+
+    @property
+    def shares_filesystem(self) -> bool:
+        """Whether the workers run on this machine: its paths (data, interpreter) are theirs and can be checked here."""
+        ...
+
+
+LAUNCHER_MEMBERS = ("prepare", "launch", "describe", "world_size", "shares_filesystem")
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -9,11 +10,17 @@ from sweeps.launchers.base import JobHandle, JobSpec, quote_literals, start_work
 
 
 class LocalLauncher:
+    world_size = 1
+    shares_filesystem = True  # the job runs here: its data path and interpreter can be checked here
+
     def __init__(self, python: str | None = None):
         self.python = python or sys.executable
 
     def prepare(self) -> None:
         """Nothing to deploy or reach: the driver's own interpreter runs the job."""
+
+    def describe(self, spec: JobSpec) -> str:
+        return shlex.join(self.command(spec))
 
     def command(self, spec: JobSpec) -> list[str]:
         return [self.python, "-m", "trm.train", *quote_literals(spec.overrides)]

@@ -6,6 +6,7 @@ shape of a multi-VM job without a shared filesystem, on one machine.
 
 from __future__ import annotations
 
+import shlex
 import socket
 import sys
 
@@ -31,7 +32,13 @@ class TorchrunLauncher:
 
     @property
     def world_size(self) -> int:
-        return self.nnodes * self.nproc_per_node
+        return int(self.nnodes) * int(self.nproc_per_node)
+
+    shares_filesystem = True  # every node runs on this machine (each in its own directory when nnodes > 1)
+
+    def describe(self, spec: JobSpec) -> str:
+        """Node 0's command; the port is picked per job, so torchrun's default stands in for it."""
+        return shlex.join(self.command(spec, 0, 29500))
 
     def command(self, spec: JobSpec, node_rank: int, port: int) -> list[str]:
         return [

@@ -170,6 +170,14 @@ class TpuPodLauncher:
 
     # ---------------------------------------------------------------------------------------- launching
 
+    # The chips' processes are the pod runtime's (the job's own batch check counts them); the VMs are remote.
+    world_size = 1
+    shares_filesystem = False
+
+    def describe(self, spec: JobSpec) -> str:
+        """The command every worker runs, as one `--worker=all` ssh (the driver starts one session per worker)."""
+        return shlex.join(self.ssh_argv("all", self.remote_command(spec)))
+
     def remote_command(self, spec: JobSpec) -> str:
         env = {**self.env, **spec.env}
         exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())

@@ -7,12 +7,17 @@ failure names the whole pod rather than a worker.
 
 from __future__ import annotations
 
+import shlex
 import sys
 
 from sweeps.launchers.base import JobHandle, JobSpec, quote_literals, require, start_worker, worker_env
 
 
 class XlaDistLauncher:
+    # The pod's processes are xla_dist's business (the job's own batch check counts them); the VMs are remote.
+    world_size = 1
+    shares_filesystem = False
+
     def __init__(self, tpu_name: str | None = None, python: str | None = None, restart_server: bool = True):
         self.tpu_name = tpu_name
         self.python = python or sys.executable
@@ -20,6 +25,9 @@ class XlaDistLauncher:
 
     def prepare(self) -> None:
         require(self.tpu_name, "launcher.tpu_name", "the TPU pod name given to xla_dist --tpu")
+
+    def describe(self, spec: JobSpec) -> str:
+        return shlex.join(self.command(spec))
 
     def command(self, spec: JobSpec) -> list[str]:
         argv = [self.python, "-m", "torch_xla.distributed.xla_dist", f"--tpu={self.tpu_name}"]

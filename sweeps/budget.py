@@ -1,0 +1,50 @@
+"""What counts against a study's n_trials, which configuration a draw repeats, and the baseline's parameters.
+
+Pure functions of the study's trials: several drivers share one budget, so each decides from the record alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.trial import FrozenTrial, TrialState
+
+from storage.record import DUPLICATE_OF_ATTR
+from sweeps.space import Conditional
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+# States of a trial that trained, trains or will train: a draw with its parameters repeats it.
+TRAINS = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+
+
+def budget_used(trials: Sequence[FrozenTrial]) -> int:
+    """Trials that used the budget: finished or running ones, less failures re-queued as a retry and refused
+    duplicates (they trained nothing)."""
+    retried = {n for t in trials for n in RetryHeartbeatStaleTrialCallback.retry_history(t)}
+    used = [t for t in trials if DUPLICATE_OF_ATTR not in t.user_attrs]
+    return sum(1 for t in used if t.state in FINISHED and t.number not in retried) + sum(
+        1 for t in used if t.state == TrialState.RUNNING
+    )
+
+
+def twin_of(number: int, params: Mapping[str, Any], others: Iterable[FrozenTrial]) -> int | None:
+    """The number of another trial (from `others`, those in TRAINS) with exactly these parameters."""
+    if not params:
+        return None  # nothing searched: every trial is the same configuration by design
+    for other in others:
+        if other.number != number and other.params == params and DUPLICATE_OF_ATTR not in other.user_attrs:
+            return other.number
+    return None
+
+
+def baseline_params(baseline: Mapping[str, Any], conditionals: Iterable[Conditional]) -> dict[str, Any]:
+    """The baseline's values as Optuna parameters: a conditional one is named `key@choice` under its choice."""
+    params = dict(baseline)
+    for cond in conditionals:
+        if str(baseline.get(cond.parent)).lower() == str(cond.choice).lower():
+            for key in cond.params:
+                if key in params:
+                    params[f"{key}@{cond.choice}"] = params.pop(key)
+    return params

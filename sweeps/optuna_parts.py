@@ -1,0 +1,35 @@
+"""The Optuna objects config may build (sampler, pruner, launcher), built one way for the driver and validation.
+
+Its own module so that sweeps.validate can build them exactly as the driver does without importing the driver.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+# What config may instantiate: `_target_` is code execution, so only these classes.
+TARGETS = ["optuna.samplers.*", "optuna.pruners.*", "sweeps.launchers.*"]
+
+
+def build(node: DictConfig | dict[str, Any]) -> Any:
+    """Instantiate a `_target_` node, refusing any class outside TARGETS."""
+    return instantiate(node, _convert_="all", _execution_whitelist_=TARGETS)
+
+
+def resolved_dict(node: DictConfig) -> dict[str, Any]:
+    """A mapping node as a plain dict with its interpolations resolved."""
+    out = OmegaConf.to_container(node, resolve=True)
+    if not isinstance(out, dict):
+        raise TypeError(f"expected a mapping, got {type(out).__name__}")
+    return {str(key): value for key, value in out.items()}
+
+
+def pruner_spec(cfg: DictConfig, train_steps: int) -> dict[str, Any]:
+    """The pruner as a resolved `_target_` dict: stored on the study so every job builds the same one."""
+    spec = resolved_dict(cfg.pruner)
+    if spec.get("max_resource") == "auto":
+        spec["max_resource"] = train_steps
+    return spec
