@@ -230,8 +230,10 @@ class Collect(logging.Handler):
 
 @pytest.fixture
 def root_handler() -> Iterator[Collect]:
-    """A root handler for the test, with Optuna's logging as Optuna sets it up (an earlier test's driver may have
-    routed it) before and after."""
+    """A root handler for the test, with Optuna's logging as Optuna sets it up before and after (an earlier
+    test's driver may have routed it, another may have lowered its verbosity)."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.INFO)
     optuna.logging.disable_propagation()
     optuna.logging.enable_default_handler()
     handler, root = Collect(), logging.getLogger()
@@ -243,6 +245,7 @@ def root_handler() -> Iterator[Collect]:
     root.setLevel(level)
     optuna.logging.disable_propagation()
     optuna.logging.enable_default_handler()
+    optuna.logging.set_verbosity(verbosity)
 
 
 def optuna_lines(handler: Collect) -> list[str]:
