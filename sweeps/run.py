@@ -19,7 +19,7 @@ from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, LauncherConfigError
 from sweeps.space import SearchSpaceError, to_overrides
 from sweeps.validate import SweepConfigError
-from trm.config import CONFIG_PATH
+from trm.config import CONFIG_PATH, run_app
 
 CONFIG_ERRORS = (SweepConfigError, SearchSpaceError, LauncherConfigError, StorageError, MissingMandatoryValue)
 
@@ -102,5 +102,10 @@ def all_failed(study: optuna.Study) -> str | None:
     return f"study {study.study_name!r}: all {sum(reasons.values())} trials failed; most often ({count}x): {most}"
 
 
+def cli() -> None:
+    """The `trm-sweep` console script."""
+    run_app(main)
+
+
 if __name__ == "__main__":
-    main()
+    run_app(main)

@@ -208,3 +208,14 @@ def test_status_exports_csv_that_agrees_with_optunas_dataframe(tmp_path: Path, c
     frame = optuna.load_study(study_name="export", storage=url).trials_dataframe()  # needs pandas: the extra
     assert list(frame["number"]) == [0, 1, 2] and list(frame["state"]) == ["COMPLETE", "PRUNED", "FAIL"]
     assert float(frame["value"][0]) == pytest.approx(float(rows[0]["value"]))
+
+
+@pytest.mark.parametrize("module", ["sweeps.run", "trm.train"])
+def test_hydra_help_piped_into_a_reader_that_stops_early_ends_quietly(module: str) -> None:
+    """Issue: `python -m sweeps.run --help | head` ended in a BrokenPipeError traceback (Hydra prints the help)."""
+    proc = subprocess.Popen([sys.executable, "-m", module, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the help is written (as `| head` once it has its lines)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err

@@ -5,6 +5,9 @@ config package and `train.yaml`; the sweep's own config is composed in sweeps/co
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
 from typing import Any, cast
 
 from hydra import compose, initialize_config_module
@@ -15,6 +18,17 @@ from omegaconf import DictConfig, OmegaConf
 # installed wheel finds them wherever it is run from. Both apps' `hydra.main` use CONFIG_PATH.
 CONFIG_MODULE = "trm_sweeps_conf"
 CONFIG_PATH = f"pkg://{CONFIG_MODULE}"
+
+
+def run_app(main: Callable[[], object]) -> None:
+    """Run a Hydra app's `main` as a command (`python -m` and the console script): output piped into a reader
+    that stops early (`--help | head`) ends it quietly, as the key=value CLIs do, not with a traceback."""
+    try:
+        main()
+    except BrokenPipeError:
+        # Python would hit the closed pipe again flushing stdout at exit: point stdout at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
 
 
 def compose_config(config_name: str, overrides: list[str]) -> DictConfig:

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from trm import train_state
 from trm.clock import PhaseClock
-from trm.config import CONFIG_PATH, to_dict
+from trm.config import CONFIG_PATH, run_app, to_dict
 from trm.data.build import ensure_generated
 from trm.data.format import DatasetError, SplitMeta, load_split
 from trm.data.loader import TrainLoader, eval_batches
@@ -312,8 +312,13 @@ def main(cfg: DictConfig) -> float | None:
     return None if value is None else float(value)
 
 
+def cli() -> None:
+    """The `trm-train` console script."""
+    run_app(main)
+
+
 if __name__ == "__main__":
-    main()  # a failure exits inside (Hydra prints it and exits 1): past this line the run finished cleanly
+    run_app(main)  # a failure exits inside (Hydra prints it and exits 1): past this line the run finished cleanly
     # Leave without the interpreter's teardown: everything is written and closed, and (1) torch's gloo threads
     # sometimes aborted a finished rank of a multi-process job at exit ("terminate called without an active
     # exception", SIGABRT) during C++ static destructors, (2) the teardown of torch and W&B cost a sweep trial
