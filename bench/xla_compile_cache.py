@@ -23,21 +23,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _results import ROOT, fmt, median, run_header, write_results  # noqa: E402
 
-WORKER = ROOT / "tests" / "xla" / "_worker.py"
+from tests.xla._lane import FOREIGN_ENV, WORKER  # noqa: E402  (the XLA lane's worker and its environment)
+
 BASE = ["--steps", "3", "--ema", "--exploration", "0.3", "runtime.backend=xla"]
 OTHER = ["optim.lr=2.3e-3", "optim.weight_decay=0.37", "optim.betas=[0.9,0.99]", "optim.ema_decay=0.95"]
 KEYS = ("UncachedCompile", "PersistentCacheMiss", "PersistentCacheHit", "PersistentCacheDeserializeFailure")
-FOREIGN_ENV = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TPU_WORKER_ID",
-    "TPU_WORKER_HOSTNAMES",
-)
 
 
 def trial(args: list[str], devices: int, xla_flags: str) -> dict[str, Any]:

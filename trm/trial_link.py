@@ -121,11 +121,11 @@ class TrialLink:
         if self.finished:
             return
         self.finished = True
-        if not retry(self._still_running, "reading the trial state"):
+        trial = retry(lambda: self.storage.get_trial(self.trial_id), "reading the trial")
+        if trial.state != TrialState.RUNNING:
             return  # already finished by the driver: nothing may be written to a finished trial
-        stored = retry(lambda: self.storage.get_trial(self.trial_id).user_attrs, "reading the trial's details")
         details = merged_details(
-            stored or {}, self.prefix, final_metrics=summary.get("final") or {}, timing=summary.get("timing")
+            trial.user_attrs, self.prefix, final_metrics=summary.get("final") or {}, timing=summary.get("timing")
         )
         attrs = {
             DETAILS_ATTR: details,  # first: the driver acts once it sees `outcome`
