@@ -8,8 +8,8 @@ Two operation pairs, each op timed with time.perf_counter inside a client proces
                        "pruner" attribute. "optuna-defaults": optuna.load_study(name, storage=<url string>,
                        pruner=HyperbandPruner(100, 500, 3)), optuna.trial.Trial(study, id).report + should_prune.
   ask+tell             the sweep driver. "ours": storage.open_storage(url, heartbeat 5 s, grace 30 s, retry
-                       callback), ask through sweeps.driver.Driver.ask_within_budget itself (the budget advisory
-                       lock *and* its finished_count() over all trials, with a budget never reached), then tell.
+                       callback), ask through the driver's own sweeps.draw.draw_within_budget (the budget advisory
+                       lock *and* its count over all trials, with a budget never reached), then tell.
                        "optuna-defaults": optuna.load_study(name, storage=<url string>), ask + tell.
                        Both RandomSampler and no suggest calls: what is timed is storage cost.
 
@@ -46,8 +46,8 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -60,7 +60,7 @@ from sqlalchemy.engine import make_url  # noqa: E402
 
 import storage  # noqa: E402
 from storage.url import driver_url  # noqa: E402
-from sweeps.driver import Driver  # noqa: E402
+from sweeps.draw import draw_within_budget  # noqa: E402
 from trm.trial_link import TrialLink  # noqa: E402
 
 OPERATIONS = ("report+should_prune", "ask+tell")
@@ -85,20 +85,13 @@ def psycopg2_url(url: str) -> str:
     return driver_url(url).render_as_string(hide_password=False)
 
 
-class DriverAsk:
-    """The driver's own ask_within_budget/finished_count, bound to a stand-in holding only what they read:
-    the timed path is the driver's code, not a copy that could drift from it."""
+class OneFloat:
+    """One continuous parameter, as a real space has: the driver's duplicate check compares it."""
 
-    finished_count = Driver.finished_count
-    ask_within_budget = Driver.ask_within_budget
-    same_configuration = Driver.same_configuration
+    conditionals: list[Any] = []
 
-    def __init__(self, storage_obj: Any, study: optuna.Study, name: str):
-        self.storage, self.study = storage_obj, study
-        self.study_cfg = SimpleNamespace(name=name)
-        self.cfg = SimpleNamespace(n_trials=10**9)  # a budget never reached: every ask goes through
-        # One continuous parameter, as a real space has: the driver's duplicate check compares it.
-        self.space = SimpleNamespace(sample=lambda trial: {"x": trial.suggest_float("x", 0.0, 1.0)})
+    def sample(self, trial: optuna.Trial) -> dict[str, Any]:
+        return {"x": trial.suggest_float("x", 0.0, 1.0)}
 
 
 def build_op(spec: dict[str, Any]) -> tuple[Callable[[int], None], optuna.Study]:
@@ -131,12 +124,13 @@ def build_op(spec: dict[str, Any]) -> tuple[Callable[[int], None], optuna.Study]
             url, heartbeat_interval=5, grace_period=30, failed_trial_callback=storage.retry_callback(2)
         )
         study = optuna.load_study(study_name=name, storage=rdb, sampler=sampler)
-        ask = DriverAsk(rdb, study, name).ask_within_budget
+        # The driver's own draw (sweeps/draw.py), with a budget never reached: every ask goes through.
+        ask = partial(draw_within_budget, study, rdb, OneFloat(), 10**9)
     else:
         study = optuna.load_study(study_name=name, storage=plain, sampler=sampler)
         ask = study.ask
     if spec["setup"] == "ours":
-        return (lambda step: study.tell(ask()[0], rng.random())), study
+        return (lambda step: study.tell(ask().trial, rng.random())), study
     return (lambda step: study.tell(ask(), rng.random())), study
 
 

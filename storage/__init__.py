@@ -4,6 +4,7 @@ Public API (``python -m storage.up`` and ``python -m storage.check`` are the CLI
 """
 
 from storage.engine import close_storage, open_storage, schema_version
+from storage.engine_config import EngineSettings, engine_settings
 from storage.errors import StorageConfigError, StorageError, StorageGoneError, StorageUnavailableError, database_gone
 from storage.heartbeat import HeartbeatThread, fail_stale_trials, orphaned_trials, retry_callback, trial_id_of
 from storage.locks import exclusive
@@ -11,6 +12,7 @@ from storage.url import ENV_VAR, redact, resolve_url, validate_url
 
 __all__ = [
     "ENV_VAR",
+    "EngineSettings",
     "HeartbeatThread",
     "StorageConfigError",
     "StorageError",
@@ -18,6 +20,7 @@ __all__ = [
     "StorageUnavailableError",
     "close_storage",
     "database_gone",
+    "engine_settings",
     "exclusive",
     "fail_stale_trials",
     "open_storage",

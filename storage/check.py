@@ -11,15 +11,18 @@ import argparse
 import sys
 
 from storage.engine import close_storage, open_storage, schema_version
+from storage.engine_config import EngineSettings
 from storage.errors import StorageError
 from storage.url import DEFAULT_SQLITE_PATH, ENV_VAR, redact, resolve_url
 
 
-def check(url: str, password_env: str | None = None, connect_timeout_s: int = 10) -> tuple[bool, str]:
-    """Return (ok, one-line report) for ``url``."""
+def check(url: str, password_env: str | None = None, connect_timeout_s: int | None = None) -> tuple[bool, str]:
+    """Return (ok, one-line report) for ``url``; ``connect_timeout_s`` None: open_storage's default (the
+    ``storage.engine.connect_timeout_s`` of conf/storage/engine/default.yaml)."""
     shown = redact(url)
+    timeout: EngineSettings = {} if connect_timeout_s is None else {"connect_timeout_s": connect_timeout_s}
     try:
-        storage = open_storage(url, password_env=password_env, connect_timeout_s=connect_timeout_s)
+        storage = open_storage(url, password_env=password_env, **timeout)
         try:
             version = schema_version(storage)
             n_studies = len(storage.get_all_studies())
@@ -39,7 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"storage URL (default: ${ENV_VAR}, else sqlite:///{DEFAULT_SQLITE_PATH})",
     )
     parser.add_argument("--password-env", default=None, help="name of an env var holding the PostgreSQL password")
-    parser.add_argument("--timeout", type=int, default=10, help="connect timeout in seconds")
+    parser.add_argument(
+        "--timeout",
+        type=int,
+        default=None,
+        help="connect timeout in seconds (default: connect_timeout_s of conf/storage/engine/default.yaml)",
+    )
     args = parser.parse_args(argv)
     try:
         url = resolve_url(args.url)

@@ -27,10 +27,6 @@ from storage.url import driver_url, is_postgres, redact
 APPLICATION_NAME = "trm-sweeps"
 # Fixed key for pg_advisory_lock; advisory locks are per database, so one key is enough.
 SCHEMA_LOCK_KEY = 0x74726D5F73636865  # "trm_sche"
-# How long a driver waits for another one to finish creating the schema.
-SCHEMA_LOCK_TIMEOUT_S = 120
-# SQLite busy timeout: concurrent writers wait this long for the file lock instead of failing.
-SQLITE_BUSY_TIMEOUT_S = 60.0
 
 FailedTrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 
@@ -39,9 +35,13 @@ def open_storage(
     url: str,
     *,
     password_env: str | None = None,
+    # The engine settings (storage/engine_config.py reads them from a config): these defaults are
+    # conf/storage/engine/default.yaml's values, for callers without a config (tests/test_conf_defaults.py).
     pool_size: int = 2,
     max_overflow: int = 2,
     connect_timeout_s: int = 10,
+    schema_lock_timeout_s: int = 120,
+    sqlite_busy_timeout_s: float = 60.0,
     heartbeat_interval: int | None = None,
     grace_period: int | None = None,
     failed_trial_callback: FailedTrialCallback | None = None,
@@ -59,6 +59,9 @@ def open_storage(
     ``must_exist=True`` (a reader such as ``sweeps.status``) creates nothing: a SQLite file that is not there,
     or a database without Optuna's tables, is a :class:`StorageConfigError` saying so (a mistyped path must
     not leave an empty database behind).
+    ``pool_size``/``max_overflow``/``connect_timeout_s``/``schema_lock_timeout_s`` apply to PostgreSQL,
+    ``sqlite_busy_timeout_s`` to SQLite: the keys of ``storage.engine`` (conf/storage/engine/default.yaml says what
+    each does).
 
     Raises :class:`StorageConfigError` for a bad URL, a missing password variable, a heartbeat setting Optuna
     would refuse (named as the sweep's ``heartbeat.interval_s`` / ``heartbeat.grace_s``) or a SQLite location
@@ -87,9 +90,11 @@ def open_storage(
             "max_overflow": max_overflow,
             "connect_args": connect_args,
         }
-        lock = _pg_schema_lock(parsed, connect_args) if create_schema else contextlib.nullcontext()
+        lock = (
+            _pg_schema_lock(parsed, connect_args, schema_lock_timeout_s) if create_schema else contextlib.nullcontext()
+        )
     else:
-        engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+        engine_kwargs = {"connect_args": {"timeout": sqlite_busy_timeout_s}}
         lock = _sqlite_schema_lock(parsed, shown) if create_schema else contextlib.nullcontext()
     try:
         if must_exist:  # before RDBStorage, which writes its version rows into a database that has none
@@ -192,18 +197,19 @@ def _reason(error: BaseException, secret: str | None) -> str:
 
 
 @contextlib.contextmanager
-def _pg_schema_lock(url: URL, connect_args: dict[str, Any]) -> Iterator[None]:
+def _pg_schema_lock(url: URL, connect_args: dict[str, Any], timeout_s: int) -> Iterator[None]:
     """Hold a session advisory lock while Optuna creates tables and stamps the schema version.
 
     Optuna's create_all and version stamping are check-then-create, so concurrent first starts
-    fail with duplicate-key errors; serialising them on a fixed lock key avoids that.
+    fail with duplicate-key errors; serialising them on a fixed lock key avoids that. A driver waits
+    ``timeout_s`` for another one to finish (``storage.engine.schema_lock_timeout_s``).
     """
     engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=connect_args, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
             conn.execute(
                 sqlalchemy.text("SELECT set_config('lock_timeout', :v, false)"),
-                {"v": f"{SCHEMA_LOCK_TIMEOUT_S}s"},
+                {"v": f"{timeout_s}s"},
             )
             conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": SCHEMA_LOCK_KEY})
             try:

@@ -61,6 +61,7 @@ def attempt_attr(key: str) -> bool:
 # the job ran with and its checkpoint URL when it launches; the job stores its code version when it finishes.
 TRAIN_OVERRIDES_ATTR = "train_overrides"
 CHECKPOINT_URL_ATTR = "checkpoint_url"
+SLOT_ATTR = "slot"  # where the driver ran the trial's job (sweeps/slots.py: "pod", "vm-3", "vm-3/chips-0-1")
 CODE_VERSION_ATTR = "code_version"
 
 # A trial's wide, nested facts (timing stamps, every final metric, the full override list) live in one

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+# Not storage=postgres's 5432 on purpose: this private server runs beside a system one, and the URL it prints
+# (TRM_SWEEPS_STORAGE) is what points a sweep at it. Its one home: tests/prereqs.py and tests/conftest.py read it here.
 DEFAULT_PORT = 5433
 DATABASE = "trm_sweeps"
 SERVICE_USER = "postgres"  # OS user that runs the server when we are root; also the DB superuser
@@ -208,7 +210,9 @@ def stop(data_dir: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m storage.up", description=__doc__)
     parser.add_argument("--dir", type=Path, default=None, help=f"data directory (default {default_dir()})")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}: beside a system server on 5432)"
+    )
     parser.add_argument("--stop", action="store_true", help="stop the server instead")
     args = parser.parse_args(argv)
     data_dir = args.dir or default_dir()

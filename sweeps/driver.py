@@ -8,7 +8,12 @@ The driver never imports the model: it talks to the job through its command line
 This module is the loop; the rest lives apart: opening and checking the study (sweeps.study), the budget and
 the baseline (sweeps.budget), trial paths (sweeps.paths), outcome decisions (sweeps.outcome), a running trial's
 state (sweeps.running), building Optuna objects (sweeps.optuna_parts), launchers (sweeps.launchers.base.Launcher)
-and progress (sweeps.progress).
+and progress (sweeps.progress), slots (sweeps.slots), the job's command line (sweeps.job_command), drawing a
+trial within budget (sweeps.draw) and settling orphans and stalled jobs (sweeps.recovery).
+
+Why still ~480 lines: a trial's life from draw to tell (start, one job per seed, the job's verdict, tell,
+retry, its slot) and the loop's database-outage handling are one state machine over `self.running`; each
+decision in it is a pure function elsewhere (sweeps/outcome.py), tested branch by branch.
 """
 
 from __future__ import annotations
@@ -27,49 +32,33 @@ from omegaconf import DictConfig
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from storage import (
-    HeartbeatThread,
-    StorageGoneError,
-    database_gone,
-    exclusive,
-    orphaned_trials,
-    redact,
-    resolve_url,
-    retry_callback,
-    trial_id_of,
-)
+from storage import HeartbeatThread, StorageGoneError, database_gone, redact, resolve_url, trial_id_of
 from storage.record import (
     CHECKPOINT_URL_ATTR,
     DETAILS_ATTR,
-    DUPLICATE_OF_ATTR,
-    PROGRESS_ATTR,
+    SLOT_ATTR,
     TRAIN_OVERRIDES_ATTR,
     attempt_attr,
     merged_details,
 )
-from sweeps.budget import TRAINS, baseline_params, budget_used, twin_of
+from sweeps.budget import baseline_params, budget_used
+from sweeps.draw import draw_within_budget
+from sweeps.job_command import JobCommand, StudyLink, training_overrides
 from sweeps.launchers.base import LAUNCHER_MEMBERS, JobSpec, Launcher, LauncherConfigError
 from sweeps.optuna_parts import build
-from sweeps.outcome import (
-    clip_reason,
-    job_verdict,
-    objective_values,
-    orphan_verdict,
-    seed_attrs,
-    seed_mean,
-    seed_prefix,
-)
+from sweeps.outcome import clip_reason, job_verdict, objective_values, seed_attrs, seed_mean
 from sweeps.paths import StudyRoots, TrialPaths
 from sweeps.progress import ProgressView, print_best, route_optuna_logging
+from sweeps.recovery import requeue, settle_orphans, stop_stalled
 from sweeps.running import RunningTrial
+from sweeps.slots import Slot, SlotPool
 from sweeps.space import SearchSpace, parse_space, to_overrides
-from sweeps.study import OpenStudy, StudyNotOpenError, open_study, quiet_optuna_warnings, reported_metric
+from sweeps.study import OpenStudy, StudyNotOpenError, open_study, quiet_optuna_warnings
 from sweeps.validate import trial_length, validate_sweep
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
 
 log = logging.getLogger("sweeps")
 
-MAX_DUPLICATE_DRAWS = 20  # draws in a row that repeat a configuration before the space counts as exhausted
 STORAGE_ERRORS = (
     optuna.exceptions.StorageInternalError,
     sqlalchemy.exc.OperationalError,
@@ -104,7 +93,7 @@ class Driver:
         self.running: dict[int, RunningTrial] = {}
         self.exhausted = False  # the sampler keeps drawing configurations the study already has
         self.outage_ended = 0.0  # when the database last came back after an outage (epoch seconds)
-        self.last_recover = 0.0  # when recover() and stop_stalled() last ran (epoch seconds)
+        self.last_recover = 0.0  # when recover() last ran (epoch seconds)
         self.opened: OpenStudy | None = None
         self.set_study_uid("UID")  # a dry run's stand-in; open_study sets the study's own
 
@@ -132,15 +121,6 @@ class Driver:
             uid,
         )
 
-    @property
-    def output_root(self) -> Path:
-        return self.roots.output_root
-
-    @property
-    def reported_metric(self) -> str:
-        """What the trials report to the pruner at each eval (study.prune_metric, else the objective)."""
-        return reported_metric(self.study_cfg)
-
     # ----------------------------------------------------------------------------------- before running
 
     @functools.cached_property
@@ -160,14 +140,10 @@ class Driver:
 
     # ------------------------------------------------------------------------------------------- budget
 
-    def finished_count(self) -> int:
-        """Trials that used the budget (sweeps.budget.budget_used)."""
-        return budget_used(self.study.get_trials(deepcopy=False))
-
     def study_done(self) -> bool:
         """Budget spent and nothing running anywhere: a trial RUNNING elsewhere may belong to a dead driver,
         so we wait for it to finish or go stale (and then run its retry ourselves)."""
-        if self.finished_count() < self.cfg.n_trials:
+        if budget_used(self.study.get_trials(deepcopy=False)) < self.cfg.n_trials:
             return False
         return not self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
 
@@ -186,14 +162,11 @@ class Driver:
         history = RetryHeartbeatStaleTrialCallback.retry_history(trial)
         return history[0] if history else trial.number
 
-    def training_overrides(self, values: dict[str, Any]) -> list[str]:
+    def training_overrides(self, sampled: dict[str, Any]) -> list[str]:
         """What a trial trains: pasted after `python -m trm.train` they re-train it (sweeps/best.py)."""
-        return [
-            *self.base_overrides,
-            *to_overrides(values),
-            f"train.objective={self.study_cfg.objective}",
-            f"train.objective_direction={str(self.study_cfg.direction).lower()}",
-        ]
+        return training_overrides(
+            self.base_overrides, sampled, str(self.study_cfg.objective), str(self.study_cfg.direction)
+        )
 
     def checkpoint_url(self, origin: int) -> str:
         """A retry chain's checkpoints: under its first trial's directory."""
@@ -203,88 +176,69 @@ class Driver:
         """Where the job of seed `seed_index` of trial `number` writes (its own directories when seeds > 1)."""
         return self.roots.trial(number, origin, seed_index, int(self.study_cfg.seeds))
 
-    def trial_overrides(
-        self, trial: optuna.Trial, values: dict[str, Any], workdir: Path, origin: int, seed_index: int = 0
-    ) -> list[str]:
-        """The job's command line for one seed of a trial (`workdir` is the launcher's, not the job's)."""
-        paths = self.trial_paths(trial.number, origin, seed_index)
-        return [
-            *self.training_overrides(values),
-            *trial_wandb_overrides(self.cfg, self.study_uid, origin, seed_index),
-            f"out_dir={paths.run_dir}",
-            f"checkpoint.url={paths.checkpoint_url}",
-            f"sweep.study={self.study_cfg.name}",
-            f"sweep.study_uid={self.study_uid}",
-            f"sweep.trial_number={trial.number}",
-            f"sweep.storage={self.storage_url}",
-            *([f"sweep.password_env={self.cfg.storage.password_env}"] if self.cfg.storage.password_env else []),
-        ]
-
-    def ask_within_budget(self) -> tuple[optuna.Trial, dict[str, Any]] | None:
-        """Ask for a trial and its sampled values unless the study's budget is spent, refusing configurations
-        the study already has; atomic across drivers sharing the study (the check sees their running trials)."""
-        with exclusive(self.storage, f"budget:{self.study_cfg.name}"):
-            for _ in range(MAX_DUPLICATE_DRAWS):
-                if self.finished_count() >= self.cfg.n_trials:
-                    return None
-                trial = self.study.ask()
-                values = self.space.sample(trial)
-                twin = self.same_configuration(trial)
-                if twin is None:
-                    return trial, values
-                # Training it would spend a pod-hour on a result the study has (or will have): record why, not a value.
-                trial.set_user_attr(DUPLICATE_OF_ATTR, twin)
-                trial.set_user_attr(
-                    "fail_reason", f"same parameters as trial {twin}: not trained (repeats are what study.seeds is for)"
-                )
-                self.study.tell(trial, state=TrialState.FAIL)
-                log.info("trial %d drew trial %d's parameters again: not trained, drawing again", trial.number, twin)
-        self.exhausted = True
-        log.warning(
-            "%d draws in a row repeated configurations the study has: the search space looks exhausted",
-            MAX_DUPLICATE_DRAWS,
+    def job_command(
+        self, number: int, sampled: dict[str, Any], origin: int, seed_index: int = 0, slot: Slot | None = None
+    ) -> JobCommand:
+        """The job's command line for one seed of trial `number` on `slot` (sweeps/job_command.py)."""
+        paths = self.trial_paths(number, origin, seed_index)
+        link = StudyLink(
+            study=str(self.study_cfg.name),
+            study_uid=self.study_uid,
+            trial_number=number,
+            storage=self.storage_url,
+            password_env=self.cfg.storage.password_env or None,
+            seed_index=seed_index if int(self.study_cfg.seeds) > 1 else None,
         )
-        return None
+        return JobCommand(
+            training=self.training_overrides(sampled),
+            tracking=trial_wandb_overrides(self.cfg, self.study_uid, origin, seed_index),
+            out_dir=paths.run_dir,
+            checkpoint_url=paths.checkpoint_url,
+            link=link,
+            extra=slot.overrides if slot else (),
+        )
 
-    def same_configuration(self, trial: optuna.Trial) -> int | None:
-        """The number of another trial with exactly these parameters that trained, trains or will train."""
-        params = self.storage.get_trial(trial_id_of(trial)).params
-        return twin_of(trial.number, params, self.study.get_trials(deepcopy=False, states=TRAINS) if params else [])
-
-    def start_trial(self, trial: optuna.Trial, values: dict[str, Any]) -> RunningTrial:
+    def start_trial(self, trial: optuna.Trial, sampled: dict[str, Any], slot: Slot) -> RunningTrial:
         frozen = self.storage.get_trial(trial_id_of(trial))
         origin = self.origin_number(frozen)
         for key, value in frozen.user_attrs.items():
             if attempt_attr(key) and value is not None:  # a retry: its predecessor's outcome is not its own
                 trial.set_user_attr(key, None)
         workdir = self.roots.workdir(trial.number)
-        trial.set_user_attr("overrides", to_overrides(values))
+        trial.set_user_attr("overrides", to_overrides(sampled))
         trial.set_user_attr("workdir", str(workdir))
         # A fresh `details` (a retry's predecessor's belong to its own attempt): the job and finish() add theirs.
-        trial.set_user_attr(DETAILS_ATTR, {TRAIN_OVERRIDES_ATTR: self.training_overrides(values)})
+        trial.set_user_attr(DETAILS_ATTR, {TRAIN_OVERRIDES_ATTR: self.training_overrides(sampled)})
         trial.set_user_attr(CHECKPOINT_URL_ATTR, self.checkpoint_url(origin))
+        trial.set_user_attr(SLOT_ATTR, slot.name)
         heartbeat = HeartbeatThread(self.storage, trial_id_of(trial), float(self.cfg.heartbeat.interval_s))
         heartbeat.start()
-        running = RunningTrial(trial, None, heartbeat, workdir, values=values, origin=origin)
+        running = RunningTrial(trial, None, heartbeat, workdir, sampled=sampled, origin=origin, slot=slot)
         self.launch_seed(running, 0)
         resumed = f" (retry of trial {origin}, resuming from its checkpoint)" if origin != trial.number else ""
-        log.info("trial %d started%s: %s%s", trial.number, resumed, " ".join(to_overrides(values)), self.best_line())
+        where = "" if slot.whole else f" on {slot.name}"
+        log.info(
+            "trial %d started%s%s: %s%s",
+            trial.number,
+            where,
+            resumed,
+            " ".join(to_overrides(sampled)),
+            self.best_line(),
+        )
         return running
 
     def launch_seed(self, running: RunningTrial, index: int) -> None:
         """Start the job for one seed of the trial (a single job when study.seeds is 1); with several seeds each
         has its own output and checkpoint directories (sweeps.paths), and only seed 0 reports to the pruner."""
         trial = running.trial
-        overrides = self.trial_overrides(trial, running.values, running.workdir, running.origin, index)
-        if int(self.study_cfg.seeds) > 1:
-            overrides += [f"seed={index}", f"sweep.seed_index={index}"]
+        overrides = self.job_command(trial.number, running.sampled, running.origin, index, running.slot).overrides()
         workdir = self.trial_paths(trial.number, running.origin, index).workdir
         running.seed_index = index
         running.launched_at.append(time.time())
         running.progress, running.progress_seen = None, time.time()
         try:
             running.handle = self.launcher.launch(
-                JobSpec(name=f"{self.study_cfg.name}-{trial.number}", overrides=overrides, workdir=workdir)
+                JobSpec(f"{self.study_cfg.name}-{trial.number}", overrides, workdir, slot=running.slot)
             )
         except Exception as err:
             running.heartbeat.stop()
@@ -300,27 +254,27 @@ class Driver:
         """Tell Optuna what the job recorded (sweeps/outcome.py decides); None if more seeds follow."""
         trial = running.trial
         attrs = seed_attrs(self.storage.get_trial(trial_id_of(trial)).user_attrs, running.seed_index)
-        values = self.objective_values(attrs) if attrs.get("outcome") == "COMPLETE" else None
+        measured = self.objective_values(attrs) if attrs.get("outcome") == "COMPLETE" else None
         verdict = job_verdict(
             attrs,
-            values,
+            measured,
             self.study_cfg.objective,
             exit_code=exit_code,
             launcher_failure=running.job.failure,
             cancelled=running.job.cancelled,
         )
         if verdict.state == TrialState.COMPLETE:
-            if len(running.seed_values) == running.seed_index:  # not twice when a database outage made us come back
-                running.seed_values.append(verdict.values)
+            if len(running.seed_objectives) == running.seed_index:  # not twice after a database outage
+                running.seed_objectives.append(verdict.values)
             if running.seed_index + 1 < int(self.study_cfg.seeds):
                 self.launch_seed(running, running.seed_index + 1)
                 return None
-        state = self.finish(running, verdict.state, verdict.reason)
+        state = self.tell_outcome(running, verdict.state, verdict.reason)
         if verdict.requeue:
             self.requeue(trial)
         return state
 
-    def finish(self, running: RunningTrial, state: TrialState, reason: str = "") -> TrialState:
+    def tell_outcome(self, running: RunningTrial, state: TrialState, reason: str = "") -> TrialState:
         """Tell Optuna; the heartbeat stops only once that is stored (a database outage leaves the trial ours)."""
         trial = running.trial
         stored = self.storage.get_trial(trial_id_of(trial)).user_attrs
@@ -333,14 +287,14 @@ class Driver:
             self.study.tell(trial, state=TrialState.PRUNED)
             log.info("trial %d PRUNED at step %s%s", trial.number, last_step, self.best_line())
         else:
-            per_seed = running.seed_values
-            values = seed_mean(per_seed)
+            per_seed = running.seed_objectives
+            mean = seed_mean(per_seed)
             if len(per_seed) > 1:  # TRM's seed variance is large: keep the spread on the trial
                 trial.set_user_attr("seed_values", [v[0] for v in per_seed])
                 trial.set_user_attr("seed_std", statistics.pstdev(v[0] for v in per_seed))
-            self.study.tell(trial, values if len(values) > 1 else values[0])
+            self.study.tell(trial, mean if len(mean) > 1 else mean[0])
             log.info(
-                "trial %d COMPLETE: %s = %.4f%s", trial.number, self.study_cfg.objective, values[0], self.best_line()
+                "trial %d COMPLETE: %s = %.4f%s", trial.number, self.study_cfg.objective, mean[0], self.best_line()
             )
         running.heartbeat.stop()
         return state
@@ -353,56 +307,18 @@ class Driver:
     # ---------------------------------------------------------------------------------------- the loop
 
     def recover(self) -> None:
-        """Settle trials whose driver died (stale heartbeat, or none at all): tell the outcome their job stored,
-        or fail them and queue them again (sweeps/outcome.py decides)."""
+        """Settle trials whose driver died, and stop our jobs that stalled (sweeps/recovery.py)."""
         if time.time() - self.outage_ended < float(self.cfg.heartbeat.grace_s):
             return  # right after a database outage every heartbeat looks stale: wait until live drivers beat again
-        ours = {running.trial.number for running in self.running.values()}
-        for orphan, why in orphaned_trials(self.study, float(self.cfg.heartbeat.grace_s)):
-            if orphan.number in ours:
-                continue  # our own trial whose beat was late (a slow database): not an orphan
-            verdict = orphan_verdict(orphan.user_attrs, int(self.study_cfg.seeds), self.objective_values, why)
-            try:
-                if verdict.state == TrialState.FAIL:
-                    self.storage.set_trial_user_attr(trial_id_of(orphan), "fail_reason", clip_reason(verdict.reason))
-                    self.study.tell(orphan.number, state=TrialState.FAIL)
-                elif verdict.state == TrialState.PRUNED:
-                    self.study.tell(orphan.number, state=TrialState.PRUNED)
-                else:
-                    self.study.tell(orphan.number, verdict.values if len(verdict.values) > 1 else verdict.values[0])
-            except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
-                continue  # another driver settled it first
-            if verdict.requeue:
-                retry_callback(int(self.cfg.heartbeat.max_retry))(
-                    self.study, self.storage.get_trial(trial_id_of(orphan))
-                )
-            log.warning(
-                "trial %d: %s; told %s%s",
-                orphan.number,
-                why,
-                verdict.state.name,
-                " and queued again" if verdict.requeue else " (the outcome its job stored)",
-            )
-
-    def stop_stalled(self) -> None:
-        """Stop, fail and re-queue our trials whose job showed no progress for `stall_timeout_s` (a hung or
-        stopped worker: the driver's heartbeat alone would keep such a trial RUNNING forever)."""
-        limit = float(self.cfg.stall_timeout_s)
-        for number, running in list(self.running.items()):
-            attrs = self.storage.get_trial(trial_id_of(running.trial)).user_attrs
-            progress = attrs.get(seed_prefix(running.seed_index) + PROGRESS_ATTR)
-            if progress != running.progress:
-                running.progress, running.progress_seen = progress, time.time()
-                continue
-            silent = time.time() - running.progress_seen
-            if silent <= limit:
-                continue
-            where = f"step {progress['step']}" if isinstance(progress, dict) else "start-up"
-            running.stall_reason = f"no progress for {silent:.0f} s (stall_timeout_s={limit:g}; last at {where}): the job was stopped; queued again, resumes from its checkpoint"
-            log.warning("trial %d: %s", number, running.stall_reason)
-            # At once (no SIGTERM grace: a hung or stopped job cannot checkpoint), every worker, remote ones too.
-            # The next poll sees it gone and settles the trial (step_loop): a database outage now loses nothing.
-            running.job.cancel(grace_s=0.0)
+        settle_orphans(
+            self.study,
+            self.storage,
+            grace_s=float(self.cfg.heartbeat.grace_s),
+            max_retry=int(self.cfg.heartbeat.max_retry),
+            seeds=int(self.study_cfg.seeds),
+            objective_values=self.objective_values,
+            ours=self.running.keys(),
+        )
 
     def run(self) -> optuna.Study:
         route_optuna_logging()  # Optuna's lines in the driver's format and log file (sweeps/progress.py)
@@ -415,6 +331,7 @@ class Driver:
         started = time.time()
         self.last_recover = time.time()
         outage = 0.0
+        backoff = self.cfg.storage_outage_backoff
         try:
             while True:
                 try:
@@ -435,7 +352,7 @@ class Driver:
                         ) from None
                     # The database is restarting or unreachable: keep the jobs running (they retry their own
                     # reports) and come back with backoff; pool_pre_ping reconnects once it answers.
-                    outage = min(max(2 * outage, 1.0), 30.0)
+                    outage = min(max(2 * outage, float(backoff.first_s)), float(backoff.max_s))
                     log.warning("storage unavailable (%s); retrying in %.0f s", type(err).__name__, outage)
                     time.sleep(outage)
         except KeyboardInterrupt:
@@ -458,24 +375,44 @@ class Driver:
             code = running.job.poll()
             if code is not None and self.settle(running, code):
                 del self.running[number]
+                self.free_slot(running, code)
         if not self.running and (out_of_time or self.exhausted or self.study_done()):
             return True
         if time.time() - self.last_recover > self.cfg.heartbeat.interval_s:
             self.recover()  # another driver may have died meanwhile: its trials come back to us
-            self.stop_stalled()
+            stop_stalled(self.storage, self.running, float(self.cfg.stall_timeout_s))
             self.last_recover = time.time()
         self.log_progress()
         time.sleep(self.cfg.poll_s)
         return False
 
+    @functools.cached_property
+    def slot_pool(self) -> SlotPool:
+        """Where trials run (sweeps/slots.py): one per slot of launcher.slots, at most max_concurrent at once."""
+        return SlotPool(self.launcher.slots(), self.cfg.max_concurrent)
+
     def start_within_budget(self) -> None:
-        """Start trials until max_concurrent of ours run or the budget (or the search space) is spent."""
-        while len(self.running) < self.cfg.max_concurrent:
-            asked = self.ask_within_budget()
-            if asked is None:
+        """Start a trial on every free slot until the budget (or the search space) is spent."""
+        while (slot := self.slot_pool.take()) is not None:
+            draw = draw_within_budget(self.study, self.storage, self.space, int(self.cfg.n_trials))
+            self.exhausted = draw.exhausted
+            if draw.trial is None:
+                self.slot_pool.give_back(slot)
                 break
-            running = self.start_trial(*asked)
+            try:
+                running = self.start_trial(draw.trial, draw.sampled, slot)
+            except Exception:
+                self.slot_pool.give_back(slot)
+                raise
             self.running[running.trial.number] = running
+
+    def free_slot(self, running: RunningTrial, code: int) -> None:
+        """A settled trial's slot takes the next trial, unless its job failed because its machine is gone."""
+        if code != 0 and not self.launcher.slot_alive(running.slot):
+            log.warning("%s no longer answers: its slot takes no more trials", running.slot.name)
+            self.slot_pool.retire(running.slot)
+        else:
+            self.slot_pool.give_back(running.slot)
 
     def settle(self, running: RunningTrial, code: int) -> bool:
         """Tell Optuna about a seed's job that exited with `code`; True when the trial is settled (no seed follows)."""
@@ -483,7 +420,7 @@ class Driver:
             running.exited_at.append(time.time())
         try:
             if running.stall_reason is not None:
-                self.finish(running, TrialState.FAIL, running.stall_reason)
+                self.tell_outcome(running, TrialState.FAIL, running.stall_reason)
                 self.requeue(running.trial)
                 return True
             return self.on_job_end(running, code) is not None
@@ -523,8 +460,7 @@ class Driver:
         self.running.clear()
 
     def requeue(self, trial: optuna.Trial) -> None:
-        """Queue a copy of a failed trial (same params), as Optuna's stale-trial retry does."""
-        retry_callback(int(self.cfg.heartbeat.max_retry))(self.study, self.storage.get_trial(trial_id_of(trial)))
+        requeue(self.study, self.storage, trial_id_of(trial), int(self.cfg.heartbeat.max_retry))
 
     @functools.cached_property
     def progress_view(self) -> ProgressView:
@@ -532,7 +468,7 @@ class Driver:
         return ProgressView(
             self.study_cfg.name,
             int(self.cfg.n_trials),
-            int(self.cfg.max_concurrent),
+            self.slot_pool.limit,
             float(self.cfg.progress_interval_s),
         )
 

@@ -67,3 +67,44 @@ def describe_total(costs: list[Cost], cfg: DictConfig) -> str:
         for name, chips in est.pods.items()
     )
     return f"{len(costs)} trials, none pruned: {per_pod}"
+
+
+@dataclass(frozen=True)
+class Packing:
+    """The study on one division of the pod (launcher.slots): how many trials at once, and what it costs."""
+
+    slots: str  # "pod", "vm", "chips:1", ...
+    count: int  # slots: trials at once
+    chips: int  # chips per trial
+    per_chip_batch: float
+    chip_hours: float
+    wall_hours: float  # longest slot's queue (trials longest first onto the least-loaded slot)
+
+
+def packings(
+    costs: list[Cost], options: dict[str, tuple[int, int]], peak_flops: float, utilization: float
+) -> list[Packing]:
+    """Price the study (no trial pruned) on each division in `options` ({slots: (slot count, chips per slot)}).
+
+    At one assumed utilization the chip-hours are the same for every division; what changes is the wall time (more
+    trials at once) and the per-chip batch, which the utilization really depends on: a chip fed 24 examples a step
+    runs far below one fed 192, so measure the utilization at your per-chip batch and set estimate.utilization."""
+    out = []
+    for name, (count, chips) in options.items():
+        hours = sorted((c.hours(chips, peak_flops, utilization) for c in costs), reverse=True)
+        queues = [0.0] * count
+        for h in hours:
+            queues[queues.index(min(queues))] += h
+        batch = costs[0].global_batch if costs else 0
+        out.append(Packing(name, count, chips, batch / chips, sum(hours) * chips, max(queues, default=0.0)))
+    return out
+
+
+def describe_packings(rows: list[Packing], utilization: float) -> list[str]:
+    lines = [f"# packing (launcher.slots), every trial at {utilization:.0%} utilization; none pruned:"]
+    for p in rows:
+        lines.append(
+            f"#   slots={p.slots:<8} {p.count:>3} at once x {p.chips:>2} chips, {p.per_chip_batch:g} examples/chip/step: "
+            f"{p.chip_hours:.1f} chip-hours, wall {_hours(p.wall_hours)}"
+        )
+    return lines

@@ -25,8 +25,9 @@ class StudyRoots:
     ) -> StudyRoots:
         study_dir = f"{study}/{uid[:8]}"
         local = Path(output_root).resolve() / study_dir
-        runs = f"{run_root}/{study_dir}" if run_root else str(local)
-        checkpoints = f"{checkpoint_root}/{study_dir}" if checkpoint_root else runs
+        # A root written with a trailing slash (gs://bucket/) is the same place: no `//` in the paths.
+        runs = f"{run_root.rstrip('/')}/{study_dir}" if run_root else str(local)
+        checkpoints = f"{checkpoint_root.rstrip('/')}/{study_dir}" if checkpoint_root else runs
         return cls(local, runs, checkpoints)
 
     def workdir(self, number: int) -> Path:

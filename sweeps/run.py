@@ -17,11 +17,19 @@ from storage.record import DUPLICATE_OF_ATTR
 from sweeps import estimate
 from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, LauncherConfigError
+from sweeps.slots import SLOT_CHOICES, SlotConfigError
 from sweeps.space import SearchSpaceError, to_overrides
 from sweeps.validate import SweepConfigError
 from trm.config import CONFIG_PATH, run_app
 
-CONFIG_ERRORS = (SweepConfigError, SearchSpaceError, LauncherConfigError, StorageError, MissingMandatoryValue)
+CONFIG_ERRORS = (
+    SweepConfigError,
+    SearchSpaceError,
+    LauncherConfigError,
+    SlotConfigError,
+    StorageError,
+    MissingMandatoryValue,
+)
 
 
 def dry_run(driver: Driver) -> None:
@@ -33,27 +41,42 @@ def dry_run(driver: Driver) -> None:
     trials = []
     for _ in range(driver.cfg.n_trials):
         trial = study.ask()
-        values = driver.space.sample(trial)
+        sampled = driver.space.sample(trial)
         workdir = driver.roots.workdir(trial.number)
         spec = JobSpec(
             f"{driver.study_cfg.name}-{trial.number}",
-            driver.trial_overrides(trial, values, workdir, trial.number),
+            driver.job_command(trial.number, sampled, trial.number).overrides(),
             workdir,
         )
-        trials.append((trial.number, values, spec))
+        trials.append((trial.number, sampled, spec))
         study.tell(trial, 0.0)
     costs = []
     if driver.cfg.estimate.enabled:  # every trial's model priced from its FLOPs (trm.info, one process)
-        costs = estimate.trial_costs(
-            [spec.overrides[: len(driver.base_overrides) + len(values)] for _, values, spec in trials]
-        )
-    for i, (number, values, spec) in enumerate(trials):
-        print(f"trial {number}: {' '.join(to_overrides(values))}")
+        costs = estimate.trial_costs([[*driver.base_overrides, *to_overrides(sampled)] for _, sampled, _ in trials])
+    for i, (number, sampled, spec) in enumerate(trials):
+        print(f"trial {number}: {' '.join(to_overrides(sampled))}")
         print("  " + describe_command(driver, spec))
         if costs:
             print("  cost: " + estimate.describe(costs[i], driver.cfg))
     if costs:
         print("# study cost: " + estimate.describe_total(costs, driver.cfg))
+        print_packings(driver, costs)
+
+
+def print_packings(driver: Driver, costs: list[estimate.Cost]) -> None:
+    """The study priced on each way the launcher can divide its machines (launcher.slots), so a user can choose."""
+    options = {}
+    for kind in SLOT_CHOICES:
+        try:
+            slots = driver.launcher.slots(kind)
+        except SlotConfigError:
+            continue  # this launcher's machines do not divide that way
+        if slots[0].chips:
+            options[kind] = (len(slots), int(slots[0].chips))
+    if options:
+        est = driver.cfg.estimate
+        rows = estimate.packings(costs, options, float(est.peak_tflops) * 1e12, float(est.utilization))
+        print("\n".join(estimate.describe_packings(rows, float(est.utilization))))
 
 
 def describe_command(driver: Driver, spec: JobSpec) -> str:

@@ -14,6 +14,7 @@ import optuna
 
 from storage import HeartbeatThread
 from sweeps.launchers.base import JobHandle
+from sweeps.slots import WHOLE, Slot
 
 
 class JobNotLaunchedError(RuntimeError):
@@ -26,10 +27,11 @@ class RunningTrial:
     handle: JobHandle | None
     heartbeat: HeartbeatThread
     workdir: Path
-    values: dict[str, Any] = field(default_factory=dict)  # the sampled training overrides
+    sampled: dict[str, Any] = field(default_factory=dict)  # the sampled values: {override key: value}
     origin: int = 0  # first trial of its retry chain: owner of the checkpoints
+    slot: Slot = WHOLE  # where its jobs run (sweeps/slots.py); every seed of the trial runs there
     seed_index: int = 0
-    seed_values: list[list[float]] = field(default_factory=list)
+    seed_objectives: list[list[float]] = field(default_factory=list)  # each finished seed's objective value(s)
     started: float = field(default_factory=time.time)
     # Epoch seconds at which each seed's job was launched and seen to exit (bench/sweep_overhead.py): with
     # the job's own stamps (`timing` attribute) they split a trial's wall time into set-up, training, teardown.

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 
-from storage import exclusive, open_storage, retry_callback
+from storage import engine_settings, exclusive, open_storage, retry_callback
 from storage.record import DRIVERS_ATTR, OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, STUDY_UID_ATTR
 from sweeps.optuna_parts import build, pruner_spec, resolved_dict
 
@@ -96,6 +96,7 @@ def open_study(cfg: DictConfig, storage_url: str, train_steps: int) -> OpenStudy
         heartbeat_interval=int(hb.interval_s),
         grace_period=int(hb.grace_s),
         failed_trial_callback=retry_callback(int(hb.max_retry)),
+        **engine_settings(cfg.storage.get("engine"), "storage.engine"),
     )
     study = optuna.create_study(
         study_name=study_cfg.name,

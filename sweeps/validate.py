@@ -11,6 +11,9 @@ trial used up) while the driver itself exits 0. Checks:
   - the sampler and the pruner, built as the driver builds them, with the arguments Optuna accepts at
     construction but fails on later;
   - the machine: the interpreter of a local launcher, and an output_root this user can write.
+
+Why one module of ~500 lines: it is a list of independent checks, each a short function, run in order by
+validate_sweep at the end; splitting them by subject would scatter the one place a user's mistake is caught.
 """
 
 from __future__ import annotations
@@ -93,8 +96,10 @@ def _is_a(value: Any, kind: type) -> bool:
 def _check_budget(cfg: DictConfig) -> None:
     if not _is_int(cfg.n_trials) or cfg.n_trials <= 0:
         raise SweepConfigError(f"n_trials={cfg.n_trials!r}: expected an integer > 0")
-    if not _is_int(cfg.max_concurrent) or cfg.max_concurrent < 1:
-        raise SweepConfigError(f"max_concurrent={cfg.max_concurrent!r}: expected an integer >= 1")
+    if cfg.max_concurrent is not None and (not _is_int(cfg.max_concurrent) or cfg.max_concurrent < 1):
+        raise SweepConfigError(
+            f"max_concurrent={cfg.max_concurrent!r}: expected an integer >= 1, or null for one trial per slot"
+        )
     if cfg.timeout is not None and (
         isinstance(cfg.timeout, bool) or not isinstance(cfg.timeout, (int, float)) or cfg.timeout <= 0
     ):
@@ -103,6 +108,8 @@ def _check_budget(cfg: DictConfig) -> None:
         ("stall_timeout_s", cfg.stall_timeout_s),
         ("heartbeat.interval_s", cfg.heartbeat.interval_s),
         ("heartbeat.grace_s", cfg.heartbeat.grace_s),
+        ("storage_outage_backoff.first_s", cfg.storage_outage_backoff.first_s),
+        ("storage_outage_backoff.max_s", cfg.storage_outage_backoff.max_s),
     ):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise SweepConfigError(f"{key}={value!r}: expected seconds > 0")
@@ -273,7 +280,9 @@ def _check_range_types(cfg: DictConfig, space: SearchSpace, base: list[str]) -> 
             )
 
 
-def _check_trial_config(train_cfg: DictConfig, world_size: int, launcher_name: str, local_data: bool) -> None:
+def _check_trial_config(
+    train_cfg: DictConfig, world_size: int, launcher_name: str, local_data: bool, slot_chips: int | None
+) -> None:
     for key in POSITIVE_TRAIN_KEYS:
         value = OmegaConf.select(train_cfg, key)
         if not _is_int(value) or value < 1:
@@ -290,6 +299,12 @@ def _check_trial_config(train_cfg: DictConfig, world_size: int, launcher_name: s
         raise SweepConfigError(
             f"train.global_batch_size={batch} is not divisible by the world size {world_size} of launcher "
             f"{launcher_name}: use a multiple of {world_size}"
+        )
+    if slot_chips and batch % slot_chips:
+        raise SweepConfigError(
+            f"train.global_batch_size={batch} is not divisible by the {slot_chips} chips of each slot "
+            f"(launcher.slots): the global batch stays what the study says and each chip takes an equal share; "
+            f"use a multiple of {slot_chips} or other slots"
         )
     if local_data and train_cfg.data.source == "path":
         path = OmegaConf.select(train_cfg, "data.path", throw_on_missing=False)
@@ -417,6 +432,7 @@ SWEEP_KEYS = frozenset(
         "estimate",
         "stall_timeout_s",
         "poll_s",
+        "storage_outage_backoff",
         "progress_interval_s",
         "wandb",
         "trial",
@@ -475,9 +491,11 @@ def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str
     _check_budget(cfg)
     _check_study(cfg.study, cfg.scale)
     name = type(launcher).__name__
+    slots = launcher.slots()  # launcher.slots parsed and checked against the launcher's machines
+    slot_chips = slots[0].chips  # None: a launcher that counts no chips (local, torchrun: world_size above)
     for values in space.representative():
-        train_cfg = compose_trial(base_overrides, values, f"study.space.{cfg.scale}")
-        _check_trial_config(train_cfg, launcher.world_size, name, launcher.shares_filesystem)
+        train_cfg = compose_trial([*base_overrides, *slots[0].overrides], values, f"study.space.{cfg.scale}")
+        _check_trial_config(train_cfg, launcher.world_size, name, launcher.shares_filesystem, slot_chips)
     _check_range_types(cfg, space, base_overrides)
     _check_optuna(cfg, trial_length(base_overrides))
     _check_launcher_python(cfg, launcher)

@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 from optuna.trial import FrozenTrial, TrialState
 
 from storage.record import STUDY_UID_ATTR
-from trm.tracking import DEFAULT_PROJECT, finish_run, resolve_mode, summary_run_id, trial_run_id
+from trm.tracking import default_project, finish_run, resolve_mode, summary_run_id, trial_run_id
 
 JOB_TYPE = "study-summary"
 # Trial user attributes copied into the table (written by the job's trial link and the driver).
@@ -44,7 +44,10 @@ def trial_wandb_overrides(
     cfg: DictConfig, study_uid: str | None = None, origin: int | None = None, seed_index: int = 0
 ) -> list[str]:
     """Training overrides carrying the sweep's `wandb:` block to a trial (empty when there is none), and with the
-    study's uid and the trial's retry-chain origin, its run id (`wandb.run_id`)."""
+    study's uid and the trial's retry-chain origin, its run id (`wandb.run_id`).
+
+    Both apps take the defaults of these keys from one file (conf/wandb/default.yaml); the copy is still needed for
+    what a sweep changes (`sweeps.run wandb.project=mine`), which the trials' own composition cannot see."""
     w = _wandb_cfg(cfg)
     if not w:
         return []
@@ -177,7 +180,7 @@ def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
                 tags.append(f"{key}:{str(spec).rsplit('.', 1)[-1]}"[:64])
         tags += [str(t)[:64] for t in (w.get("tags") or [])]
         run = wandb.init(
-            project=str(w.get("project") or DEFAULT_PROJECT),
+            project=str(w.get("project") or default_project()),
             entity=w.get("entity"),
             id=summary_run_id(uid) if uid else None,
             resume="allow" if uid else None,  # a restarted driver updates this study's run

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from storage.up import DEFAULT_PORT
 from tests.prereqs import PG_DEFAULT, PG_ENV
 
 # --- PostgreSQL (storage) -------------------------------------------------------------------
@@ -18,7 +19,7 @@ from tests.prereqs import PG_DEFAULT, PG_ENV
 # PG_ENV, PG_DEFAULT: tests/prereqs.py, which `make test` runs first (it starts a server where none answers).
 _PG_HOWTO = (
     "`make test` starts one; by hand: `python -m storage.up` (it prints the URL; the tests need its "
-    f"`postgres` database), then `export {PG_ENV}=postgresql://postgres@127.0.0.1:5433/postgres`."
+    f"`postgres` database), then `export {PG_ENV}=postgresql://postgres@127.0.0.1:{DEFAULT_PORT}/postgres`."
 )
 
 

@@ -5,22 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from omegaconf import DictConfig
 
 from sweeps.config import compose_sweep_config
-from tests.presets import TINY_BATCHES, TINY_DATA
 
-# A trial that trains for real in seconds: 16-wide model, 20 steps, eval every 10.
+# A trial that trains for real in seconds: the test_tiny preset (conf/experiment/test_tiny.yaml) with one H cycle
+# and up to 2 halting steps, 20 steps, eval every 10. A trial keeps the default precision (auto), not the preset's fp32.
 FAST_TRIAL = [
-    "experiment=tiny_cpu",
-    "arch.hidden_size=16",
-    "arch.num_heads=2",
-    "arch.L_layers=1",
+    "experiment=test_tiny",
+    "train.precision=auto",
     "arch.H_cycles=1",
-    "arch.L_cycles=1",
     "arch.halt_max_steps=2",
-    *TINY_DATA,
-    *TINY_BATCHES,
     "train.log_interval=10",
     "train.eval_interval=10",
     "train.steps=20",
@@ -64,3 +60,12 @@ def trial_dir(study_root: Path, number: int) -> Path:
 def trial_file_exists(study_root: Path, number: int, relative: str) -> bool:
     """Whether <study>/<uid[:8]>/trial-<n>/<relative> exists yet (before the trial starts, its directory does not)."""
     return any(study_root.glob(f"*/trial-{number}/{relative}"))
+
+
+def fake_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> Path:
+    """The stand-in gcloud's pod (tests/fake_gcloud): `workers` VMs, each a directory under the returned root."""
+    root = tmp_path / "pod"
+    root.mkdir()
+    monkeypatch.setenv("FAKE_TPU_ROOT", str(root))
+    monkeypatch.setenv("FAKE_TPU_WORKERS", str(workers))
+    return root

@@ -15,13 +15,12 @@ import pytest
 
 from sweeps.launchers.base import JobHandle, JobSpec, start_worker
 from sweeps.launchers.torchrun import TorchrunLauncher, free_port
-from tests.presets import TINY_RUN
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # Exploration off: its random draws differ between a 1-process and an N-process run by design.
 JOB = [
-    *TINY_RUN,
+    "experiment=test_tiny",
     "train.log_interval=5",
     "train.eval_interval=10",
     "train.steps=20",

@@ -14,7 +14,6 @@ import yaml
 from optuna.trial import TrialState
 
 from sweeps.best import main as best_main
-from tests.presets import TINY_RUN
 from tests.sweep_helpers import sweep_config
 from tests.test_sweeps import with_space
 from trm import checkpoint
@@ -35,7 +34,7 @@ def test_hydra_optuna_sweeper_optimizes_trm_train(tmp_path: Path, data_root: Pat
         "hydra.sweeper.direction=maximize",
         "hydra.sweeper.sampler.seed=0",
         "optim.lr=tag(log, interval(1e-4, 1e-2))",
-        *TINY_RUN,
+        "experiment=test_tiny",
         "train.steps=10",
         "train.eval_interval=10",
         "train.log_interval=5",

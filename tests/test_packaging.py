@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.presets import TINY_RUN
-
 ROOT = Path(__file__).resolve().parent.parent
 CODE_ROOTS = ("trm", "sweeps", "storage", "dashboards")
 SCRIPTS = ("trm-train", "trm-sweep", "trm-status", "trm-best", "trm-report", "trm-dashboard")
@@ -139,7 +137,7 @@ def test_wheel_runs_from_a_fresh_venv(venv: Path, tmp_path: Path, data_root: Pat
         venv,
         work,
         "trm-train",
-        *TINY_RUN,
+        "experiment=test_tiny",  # conf/experiment/test_tiny.yaml, shipped in the wheel's trm_sweeps_conf
         "train.steps=4",
         "train.eval_interval=4",
         "train.log_interval=2",

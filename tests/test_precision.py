@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import trm.precision
-from tests.presets import TINY_RUN
 from tests.wandb_offline import find_runs, read_offline_run
 from trm import checkpoint
 from trm.config import compose_train_config
@@ -115,7 +114,7 @@ def test_the_checkpoint_identity_holds_the_resolved_mode() -> None:
 def tiny(tmp_path: Path, data_root: Path, *extra: str):
     return compose_train_config(
         [
-            *TINY_RUN,
+            "experiment=test_tiny",
             f"data.root={data_root}",
             f"out_dir={tmp_path}",
             "train.log_interval=2",
@@ -183,7 +182,7 @@ def test_the_trial_stores_the_precision(pg_url: str) -> None:
 
     study = optuna.create_study(study_name="precision_attr", storage=open_storage(pg_url), direction="maximize")
     trial = study.ask()
-    TrialLink("precision_attr", trial.number, pg_url).finish(
+    TrialLink("precision_attr", trial.number, pg_url).record_outcome(
         "COMPLETE", {"best_value": 0.5, "precision": "fp32", "precision_reason": "auto: no bf16 units: ..."}
     )
     assert study.trials[0].user_attrs["precision"] == "fp32"  # flat and short: what the attribute tables show

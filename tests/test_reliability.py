@@ -269,7 +269,7 @@ def test_a_failing_summary_write_does_not_hide_the_error_that_ended_the_run(
         def progress(self, step: int) -> None:
             pass
 
-        def finish(self, outcome: str, summary: dict) -> None:
+        def record_outcome(self, outcome: str, summary: dict) -> None:
             finished.append((outcome, summary))
 
     # The run itself fails for another reason: its first checkpoint cannot be written (as in the test above).

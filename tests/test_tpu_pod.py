@@ -21,7 +21,7 @@ from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec
 from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu_pod import TpuPodLauncher
-from tests.sweep_helpers import FAST_TRIAL, trial_dir, trial_list
+from tests.sweep_helpers import FAST_TRIAL, fake_pod, trial_dir, trial_list
 
 FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
 NOTE = """a b "c" [e,f] $HOME `x` ; end"""  # spaces, quotes, brackets, $, backticks: must arrive unchanged
@@ -29,11 +29,7 @@ NOTE = """a b "c" [e,f] $HOME `x` ; end"""  # spaces, quotes, brackets, $, backt
 
 @pytest.fixture
 def pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "pod"
-    root.mkdir()
-    monkeypatch.setenv("FAKE_TPU_ROOT", str(root))
-    monkeypatch.setenv("FAKE_TPU_WORKERS", "2")
-    return root
+    return fake_pod(tmp_path, monkeypatch, 2)
 
 
 def training_processes() -> dict[str, str]:

@@ -9,7 +9,6 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -179,7 +178,7 @@ def test_tracking_failure_is_one_warning_and_a_no_op(
     tracker = make_tracker(cfg, is_main=True, extra={"params": 1})
     assert type(tracker) is Tracker
     tracker.log(5, {"train/lm_loss": 1.0})
-    tracker.finish({"outcome": "COMPLETE"})
+    tracker.close({"outcome": "COMPLETE"})
     err = capsys.readouterr().err
     assert err.count("warning: W&B tracking is off") == 1 and "console" in err
     assert not find_runs(tmp_path)
@@ -197,7 +196,7 @@ def test_a_failing_run_is_recorded_as_fail(tmp_path: Path, offline_env: None) ->
     tracker = make_tracker(cfg, is_main=True, extra={"params": 7})
     assert isinstance(tracker, WandbTracker)
     tracker.log(3, {"train/lm_loss": 2.5, "train/lr": 0.1})
-    tracker.finish(
+    tracker.close(
         {
             "outcome": "FAIL",
             "error": "NonFiniteLossError: non-finite loss at step 3",
@@ -247,9 +246,9 @@ def test_the_driver_gives_every_attempt_of_a_trial_its_chains_run_id(tmp_path: P
     cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path)
     driver = Driver(cfg)
     driver.set_study_uid("abcdef0123456789abcdef0123456789")
-    first = driver.trial_overrides(SimpleNamespace(number=3), {}, tmp_path / "trial-3", origin=3)
-    retry = driver.trial_overrides(SimpleNamespace(number=7), {}, tmp_path / "trial-7", origin=3)
-    seed1 = driver.trial_overrides(SimpleNamespace(number=7), {}, tmp_path / "trial-7", origin=3, seed_index=1)
+    first = driver.job_command(3, {}, origin=3).overrides()
+    retry = driver.job_command(7, {}, origin=3).overrides()
+    seed1 = driver.job_command(7, {}, origin=3, seed_index=1).overrides()
     ids = [[o for o in overrides if o.startswith("wandb.run_id=")] for overrides in (first, retry, seed1)]
     assert ids == [
         ["wandb.run_id=abcdef012345-t3-s0"],
@@ -260,11 +259,7 @@ def test_the_driver_gives_every_attempt_of_a_trial_its_chains_run_id(tmp_path: P
         compose_train_config([o for o in seed1 if o.startswith("wandb.")]).wandb.run_id == "abcdef012345-t3-s1"
     )  # a valid override
     off = Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.enabled=false"))
-    assert not [
-        o
-        for o in off.trial_overrides(SimpleNamespace(number=0), {}, tmp_path, origin=0)
-        if o.startswith("wandb.run_id")
-    ]
+    assert not [o for o in off.job_command(0, {}, origin=0).overrides() if o.startswith("wandb.run_id")]
 
 
 def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: None) -> None:
@@ -276,7 +271,7 @@ def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: No
         tracker = make_tracker(cfg, is_main=True, extra={"params": 1})
         assert isinstance(tracker, WandbTracker)
         tracker.log(step, {"train/lm_loss": 1.0 / step})
-        tracker.finish({"outcome": outcome, "steps": step})
+        tracker.close({"outcome": outcome, "steps": step})
     runs = [read_offline_run(p) for p in find_runs(tmp_path / "job")]
     assert [r.run_id for r in runs] == [run_id, run_id]
     assert [sorted(r.series("train/lm_loss")) for r in runs] == [[10], [20]] and runs[1].summary[
@@ -285,7 +280,7 @@ def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: No
     # Without an id W&B draws a new one each time: two runs.
     plain = compose_train_config([f"out_dir={tmp_path / 'plain'}"])
     for _ in range(2):
-        make_tracker(plain, is_main=True).finish({"outcome": "COMPLETE"})
+        make_tracker(plain, is_main=True).close({"outcome": "COMPLETE"})
     plain_ids = [read_offline_run(p).run_id for p in find_runs(tmp_path / "plain")]
     assert len(set(plain_ids)) == 2 and run_id not in plain_ids
 

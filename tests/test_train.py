@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.presets import TINY_RUN
 from trm import checkpoint
 from trm.config import compose_train_config
 from trm.data.format import DatasetError
@@ -17,9 +16,9 @@ from trm.metrics_log import read_metrics
 from trm.runtime.base import Runtime
 from trm.train import check_batch, run
 
-# Small enough for CI: a 16-wide model on 200 generated puzzles.
+# Small enough for CI: a 16-wide model on 200 generated puzzles (conf/experiment/test_tiny.yaml).
 FAST = [
-    *TINY_RUN,
+    "experiment=test_tiny",
     "train.log_interval=5",
     "train.eval_interval=10",
     "halting.exploration_prob=0.5",  # exercise the RNG path, which resume must restore

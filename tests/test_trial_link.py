@@ -8,9 +8,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from storage import open_storage
+from storage import StorageUnavailableError, open_storage
 from storage.record import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
-from trm.trial_link import TrialLink
+from trm.config import compose_train_config
+from trm.trial_link import RetryPolicy, TrialLink, TrialLinkError, link_from_config, retry
 
 METRICS = {"eval/exact_accuracy": 0.5, "eval/blank_accuracy": 0.9}
 
@@ -35,7 +36,7 @@ def test_reports_continue_then_abandon_once_the_trial_was_failed(pg_url: str) ->
     assert link.report(30, {**METRICS, "eval/exact_accuracy": math.nan}) == "abandon"  # also when nothing is reported
     frozen = study.trials[0]
     assert frozen.intermediate_values == {10: 0.5}
-    link.finish("COMPLETE", {"best_value": 0.5})
+    link.record_outcome("COMPLETE", {"best_value": 0.5})
     assert "outcome" not in study.trials[0].user_attrs  # nothing may be written to a finished trial
 
 
@@ -55,3 +56,34 @@ def test_the_pruner_sees_the_prune_metric(pg_url: str) -> None:
         TrialLink("link_metric", second.number, pg_url).report(10, {**METRICS, "eval/blank_accuracy": 0.1}) == "prune"
     )
     assert study.trials[1].intermediate_values == {10: pytest.approx(0.1)}
+
+
+def test_retry_follows_its_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr("trm.trial_link.time.sleep", waits.append)
+
+    def down() -> None:
+        raise StorageUnavailableError("the database is restarting")
+
+    with pytest.raises(TrialLinkError, match="reporting step 5 failed after 5 attempts"):
+        retry(down, "reporting step 5", RetryPolicy(attempts=5, first_delay_s=1.0, max_delay_s=3.0))
+    assert waits == [1.0, 2.0, 3.0, 3.0]  # doubled up to max_delay_s, none after the last try
+
+
+def test_the_job_links_with_its_configs_retry_and_engine_settings(pg_url: str) -> None:
+    """sweep.report_retry and sweep.storage_engine of the job's config reach its link (link_from_config)."""
+    study = make_study(pg_url, "link_config", {"_target_": "optuna.pruners.NopPruner"})
+    trial = study.ask()
+    cfg = compose_train_config(
+        [
+            "sweep.study=link_config",
+            f"sweep.trial_number={trial.number}",
+            f"sweep.storage={pg_url}",
+            "sweep.report_retry.attempts=3",
+            "sweep.storage_engine.pool_size=1",
+        ]
+    )
+    link = link_from_config(cfg)
+    assert link is not None and link.retry_policy == RetryPolicy(attempts=3)
+    assert link.storage.engine.pool.size() == 1  # a QueuePool on PostgreSQL
+    assert link.report(10, METRICS) == "continue"

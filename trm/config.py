@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from importlib import resources
 from typing import Any, cast
 
+import yaml
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
@@ -43,6 +45,18 @@ def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
 def compose_train_config(overrides: list[str]) -> DictConfig:
     """The training config as `python -m trm.train <overrides>` would see it (without a Hydra run dir)."""
     return compose_config("train", overrides)
+
+
+def packaged_yaml(relative: str) -> dict[str, Any]:
+    """One YAML file of the config package as written (`wandb/default.yaml`), without composing: for a default
+    that code outside a composed config needs, so that the value has one home in conf/ and no copy in Python.
+
+    FileNotFoundError if the package has no such file; TypeError if its top level is not a mapping."""
+    text = resources.files(CONFIG_MODULE).joinpath(relative).read_text()
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise TypeError(f"{CONFIG_MODULE}/{relative}: expected a mapping at the top level, got {type(data).__name__}")
+    return cast(dict[str, Any], data)
 
 
 def to_dict(node: Any, resolve: bool = True) -> dict[str, Any]:

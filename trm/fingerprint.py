@@ -39,6 +39,8 @@ NOT_TRAINING_KEYS = (
     "sweep.trial_number",
     "sweep.job",
     "sweep.password_env",
+    "sweep.report_retry",  # how the job talks to the study storage, not what it trains
+    "sweep.storage_engine",
 )
 
 

@@ -54,7 +54,7 @@ class Reporter(Protocol):
 
     def progress(self, step: int) -> None: ...
 
-    def finish(self, outcome: str, summary: dict[str, Any]) -> None: ...
+    def record_outcome(self, outcome: str, summary: dict[str, Any]) -> None: ...
 
 
 class RunLog:
@@ -88,4 +88,4 @@ class RunLog:
                     flush=True,
                 )
             print(json.dumps({"event": "end", **summary}), flush=True)
-        self.tracker.finish(summary)
+        self.tracker.close(summary)

@@ -23,6 +23,7 @@ is decided here, next to the tracker that opens it; sweeps/wandb_summary.py reus
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from trm.config import to_dict
+from trm.config import packaged_yaml, to_dict
 
 if TYPE_CHECKING:  # a type only: trm.precision imports torch, which this module does not need
     from trm.precision import Precision
@@ -41,7 +42,6 @@ if TYPE_CHECKING:  # a type only: trm.precision imports torch, which this module
 MODES = ("auto", "offline", "online", "disabled")
 Mode = Literal["offline", "online", "disabled"]  # what `auto` resolves to, and what wandb.init takes
 Console = Literal["auto", "off", "wrap", "redirect", "wrap_raw", "wrap_emu"]  # wandb.Settings(console=...)
-DEFAULT_PROJECT = "trm-sweeps"
 MANUAL_GROUP = "manual"
 # Keys of the training summary (trm.train) that go into the W&B run summary.
 SUMMARY_KEYS = (
@@ -76,7 +76,7 @@ class Tracker:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         pass
 
-    def finish(self, summary: dict[str, Any]) -> None:
+    def close(self, summary: dict[str, Any]) -> None:
         pass
 
 
@@ -95,7 +95,7 @@ class WandbTracker(Tracker):
         except Exception as err:  # noqa: BLE001 - tracking never stops training
             self._give_up(err)
 
-    def finish(self, summary: dict[str, Any]) -> None:
+    def close(self, summary: dict[str, Any]) -> None:
         if self.run is None or self.finished:
             return
         self.finished = True
@@ -131,6 +131,13 @@ def finish_run(run: Any, exit_code: int = 0) -> None:
 
 
 # ------------------------------------------------------------------------------------------- settings
+
+
+@functools.cache
+def default_project() -> str:
+    """The W&B project of a run whose config names none (`wandb.project=null`): conf/wandb/default.yaml's, the
+    one both apps compose, read from the config package rather than repeated here."""
+    return str(packaged_yaml("wandb/default.yaml")["project"])
 
 
 def resolve_mode(mode: str | None, environ: dict[str, str] | os._Environ = os.environ) -> Mode:
@@ -243,11 +250,16 @@ def trial_record(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
 
     The driver stores the trial's training overrides as the trial user attribute `overrides`, and the
     sampler, pruner and launcher as study attributes; a job needs only its sweep.* keys to find them."""
-    from storage import close_storage, open_storage
+    from storage import close_storage, engine_settings, open_storage
 
     sweep = cfg.sweep
     # The driver created the schema: no table creation or version check here (~1 s of every trial's start).
-    storage = open_storage(str(sweep.storage), password_env=sweep.get("password_env"), create_schema=False)
+    storage = open_storage(
+        str(sweep.storage),
+        password_env=sweep.get("password_env"),
+        create_schema=False,
+        **engine_settings(sweep.get("storage_engine"), "sweep.storage_engine"),
+    )
     try:
         study_id = storage.get_study_id_from_name(str(sweep.study))
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, int(sweep.trial_number))
@@ -341,7 +353,7 @@ def make_tracker(
         )
         run_id = wcfg.get("run_id")
         run = wandb.init(
-            project=str(wcfg.get("project") or DEFAULT_PROJECT),
+            project=str(wcfg.get("project") or default_project()),
             entity=wcfg.get("entity"),
             id=str(run_id) if run_id else None,
             resume="allow" if run_id else None,  # the same id again: continue that run (online; offline see README)

@@ -90,7 +90,7 @@ def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     except BaseException as err:
         # Failures before the loop (bad data, workers that disagree) reach the trial too.
         if reporter is not None:
-            reporter.finish(FAIL, {"error": f"{type(err).__name__}: {err}"})
+            reporter.record_outcome(FAIL, {"error": f"{type(err).__name__}: {err}"})
         raise
     finally:
         runtime.close(clean)  # no barrier after a failure: a dead peer would make it wait for the timeout
@@ -255,7 +255,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
         log.close(summary)
         clock.stamp("end")  # after the W&B run is closed: what is left is the outcome write and exit
         if is_main and reporter is not None:
-            reporter.finish(outcome.status, summary)
+            reporter.record_outcome(outcome.status, summary)
     return summary
 
 

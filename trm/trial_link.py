@@ -14,7 +14,8 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 import optuna
@@ -22,7 +23,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from optuna.trial import TrialState
 
-from storage import StorageError, open_storage
+from storage import EngineSettings, StorageError, engine_settings, open_storage
 from storage.record import (
     CODE_VERSION_ATTR,
     DETAILS_ATTR,
@@ -42,17 +43,46 @@ class TrialLinkError(RuntimeError):
     pass
 
 
-def retry(action: Callable[[], T], what: str, attempts: int = 10, first_delay_s: float = 0.5) -> T:
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long rank 0 keeps trying one storage call: a database restart must not lose a report. The defaults
+    are `sweep.report_retry` of conf/train.yaml (tests/test_conf_defaults.py keeps the two equal)."""
+
+    attempts: int = 10  # tries of one call before it fails (TrialLinkError)
+    first_delay_s: float = 0.5  # wait after the first failed try, doubled after each further one ...
+    max_delay_s: float = 10.0  # ... up to this
+
+    @classmethod
+    def from_config(cls, node: Mapping[str, Any] | None, where: str = "sweep.report_retry") -> RetryPolicy:
+        """The policy a config block sets (None: the defaults); a ValueError names a bad key or value."""
+        accepted = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for name, value in (node or {}).items():
+            if name not in accepted:
+                raise ValueError(f"{where}.{name}: not a retry setting; accepted: {sorted(accepted)}")
+            whole = name == "attempts"
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or (whole and not isinstance(value, int)) or value < (1 if whole else 0):
+                expected = "a whole number >= 1" if whole else "seconds >= 0"
+                raise ValueError(f"{where}.{name}={value!r}: expected {expected}")
+            values[str(name)] = int(value) if whole else float(value)
+        return cls(**values)
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+def retry(action: Callable[[], T], what: str, policy: RetryPolicy = DEFAULT_RETRY) -> T:
     """Run a storage call, retrying with exponential backoff: a database restart must not lose a report."""
-    delay = first_delay_s
-    for attempt in range(attempts):
+    delay = policy.first_delay_s
+    for attempt in range(policy.attempts):
         try:
             return action()
         except (StorageError, optuna.exceptions.StorageInternalError, OSError) as err:
-            if attempt == attempts - 1:
-                raise TrialLinkError(f"{what} failed after {attempts} attempts: {err}") from err
+            if attempt == policy.attempts - 1:
+                raise TrialLinkError(f"{what} failed after {policy.attempts} attempts: {err}") from err
             time.sleep(delay)
-            delay = min(delay * 2, 10.0)
+            delay = min(delay * 2, policy.max_delay_s)
     raise AssertionError("unreachable")
 
 
@@ -60,9 +90,19 @@ class TrialLink:
     """Implements trm.train.Reporter for rank 0 of a sweep trial."""
 
     def __init__(
-        self, study_name: str, trial_number: int, storage_url: str, password_env: str | None = None, seed_index: int = 0
+        self,
+        study_name: str,
+        trial_number: int,
+        storage_url: str,
+        password_env: str | None = None,
+        seed_index: int = 0,
+        retry_policy: RetryPolicy = DEFAULT_RETRY,
+        engine: EngineSettings | None = None,
     ):
-        retry(lambda: self._attach(study_name, trial_number, storage_url, password_env), "attaching to the trial")
+        # `retry_policy` and `engine`: the job's sweep.report_retry and sweep.storage_engine (link_from_config).
+        self.retry_policy = retry_policy
+        self.engine: EngineSettings = engine or {}
+        self._retry(lambda: self._attach(study_name, trial_number, storage_url, password_env), "attaching to the trial")
         self.finished = False
         # With repeated seeds, seed 0 alone reports to the pruner; seed i > 0 stores its outcome under "seed{i}/".
         self.seed_index = seed_index
@@ -70,7 +110,7 @@ class TrialLink:
 
     def _attach(self, study_name: str, trial_number: int, storage_url: str, password_env: str | None) -> None:
         # The driver created the schema and checked its version: the job skips both (~1 s per trial).
-        self.storage = open_storage(storage_url, password_env=password_env, create_schema=False)
+        self.storage = open_storage(storage_url, password_env=password_env, create_schema=False, **self.engine)
         study_id = self.storage.get_study_id_from_name(study_name)
         attrs = self.storage.get_study_user_attrs(study_id)
         # The spec comes from the database: only Optuna's pruners may be instantiated from it.
@@ -82,6 +122,9 @@ class TrialLink:
         self.multi_objective = len(self.study.directions) > 1
         self.objective = attrs.get(OBJECTIVE_ATTR)
         self.reported = attrs.get(PRUNE_METRIC_ATTR) or self.objective
+
+    def _retry(self, action: Callable[[], T], what: str) -> T:
+        return retry(action, what, self.retry_policy)
 
     def _still_running(self) -> bool:
         return self.storage.get_trial(self.trial_id).state == TrialState.RUNNING
@@ -99,12 +142,12 @@ class TrialLink:
         if self.multi_objective or self.seed_index or value is None or not math.isfinite(value):
             # Optuna prunes single-objective studies only, later seeds never prune, and NaN is not reported: no
             # write to tell us the trial's state, so read it.
-            return "continue" if retry(self._still_running, "reading the trial state") else "abandon"
+            return "continue" if self._retry(self._still_running, "reading the trial state") else "abandon"
         try:
-            retry(lambda: self.trial.report(value, step), f"reporting step {step}")
+            self._retry(lambda: self.trial.report(value, step), f"reporting step {step}")
         except optuna.exceptions.UpdateFinishedTrialError:
             return "abandon"
-        return "prune" if retry(self.trial.should_prune, "asking the pruner") else "continue"
+        return "prune" if self._retry(self.trial.should_prune, "asking the pruner") else "continue"
 
     def progress(self, step: int) -> None:
         """Show the driver this job is alive and moving: one write, never retried (a database outage must
@@ -116,12 +159,12 @@ class TrialLink:
         except Exception as err:  # the trial finished elsewhere, or the database is briefly away
             log.warning("could not record progress at step %d: %s", step, err)
 
-    def finish(self, outcome: str, summary: dict[str, Any]) -> None:
+    def record_outcome(self, outcome: str, summary: dict[str, Any]) -> None:
         """Store the outcome on the trial (the driver reads it and tells Optuna); only the first call counts."""
         if self.finished:
             return
         self.finished = True
-        trial = retry(lambda: self.storage.get_trial(self.trial_id), "reading the trial")
+        trial = self._retry(lambda: self.storage.get_trial(self.trial_id), "reading the trial")
         if trial.state != TrialState.RUNNING:
             return  # already finished by the driver: nothing may be written to a finished trial
         details = merged_details(
@@ -145,7 +188,7 @@ class TrialLink:
             attrs["retryable"] = bool(summary.get("retryable"))
         for key, value in attrs.items():
             store = functools.partial(self.storage.set_trial_user_attr, self.trial_id, self.prefix + key, value)
-            retry(store, f"storing {key}")
+            self._retry(store, f"storing {key}")
 
 
 def link_from_config(cfg: DictConfig) -> TrialLink | None:
@@ -164,4 +207,6 @@ def link_from_config(cfg: DictConfig) -> TrialLink | None:
         sweep.storage,
         sweep.get("password_env"),
         int(sweep.get("seed_index") or 0),
+        retry_policy=RetryPolicy.from_config(sweep.get("report_retry")),
+        engine=engine_settings(sweep.get("storage_engine"), "sweep.storage_engine"),
     )

@@ -23,20 +23,10 @@ from typing import Protocol
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
-TERMINATE_GRACE_S = 10.0
+from sweeps.job_command import LITERAL_KEYS
+from sweeps.slots import WHOLE, Slot
 
-# Overrides whose values the driver builds from names and paths (study.name, output_root, the storage URL): plain
-# strings that must reach trm.train as they are, whatever characters they hold. Every other override is a Hydra
-# expression the user wrote (trial.overrides, a sampled `optim.betas=[0.9,0.95]`) and passes untouched.
-LITERAL_KEYS = (
-    "out_dir",
-    "checkpoint.url",
-    "sweep.study",
-    "sweep.study_uid",
-    "sweep.storage",
-    "sweep.password_env",
-    "sweep.job",
-)
+TERMINATE_GRACE_S = 10.0
 
 
 class LauncherConfigError(ValueError):
@@ -90,6 +80,7 @@ class JobSpec:
     overrides: list[str]  # Hydra overrides for `python -m trm.train`
     workdir: Path  # local directory for this job's logs (and, for local workers, their cwd)
     env: dict[str, str] = field(default_factory=dict)  # extra environment for the workers
+    slot: Slot = WHOLE  # where it runs (sweeps/slots.py): which workers, confined to which chips
 
 
 class Launcher(Protocol):
@@ -116,8 +107,16 @@ class Launcher(Protocol):
         """Whether the workers run on this machine: its paths (data, interpreter) are theirs and can be checked here."""
         ...
 
+    def slots(self, kind: str | None = None) -> list[Slot]:
+        """The machine divided as `launcher.slots` says (or as `kind` would): the driver runs a trial per slot."""
+        ...
 
-LAUNCHER_MEMBERS = ("prepare", "launch", "describe", "world_size", "shares_filesystem")
+    def slot_alive(self, slot: Slot) -> bool:
+        """Whether a slot whose job failed can take another trial (a dead VM takes only its own slots out)."""
+        ...
+
+
+LAUNCHER_MEMBERS = ("prepare", "launch", "describe", "world_size", "shares_filesystem", "slots", "slot_alive")
 
 
 @dataclass
@@ -227,8 +226,10 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def worker_env(spec: JobSpec) -> dict[str, str]:
-    env = {**os.environ, **spec.env}
+def worker_env(spec: JobSpec, with_slot: bool = True) -> dict[str, str]:
+    """A local worker's environment: ours, the slot's confinement (unless the worker is only a remote shell's
+    client: ssh does not carry its environment to the VM), then the job's own."""
+    env = {**os.environ, **(spec.slot.env if with_slot else {}), **spec.env}
     # Workers sharing a machine's cores: OpenMP's default spin-waiting made a step ~4x slower in
     # bench/omp_wait.py when another process was busy (docs/benchmarks.md).
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")

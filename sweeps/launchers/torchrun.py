@@ -11,6 +11,7 @@ import socket
 import sys
 
 from sweeps.launchers.base import JobHandle, JobSpec, LauncherConfigError, quote_literals, start_worker, worker_env
+from sweeps.slots import Slot, device_slots
 
 
 def free_port() -> int:
@@ -20,9 +21,25 @@ def free_port() -> int:
 
 
 class TorchrunLauncher:
-    def __init__(self, nnodes: int = 1, nproc_per_node: int = 2, master_port: int = 0, python: str | None = None):
+    def __init__(
+        self,
+        nnodes: int = 1,
+        nproc_per_node: int = 2,
+        master_port: int = 0,
+        python: str | None = None,
+        slots: str = "pod",
+        devices: int | None = None,
+    ):
         self.nnodes, self.nproc_per_node, self.master_port = nnodes, nproc_per_node, master_port
         self.python = python or sys.executable
+        self.slot_kind, self.devices = slots, devices
+
+    def slots(self, kind: str | None = None) -> list[Slot]:
+        """pod: trials share this machine; chips:N: each job's processes see N of its `devices` GPUs."""
+        return device_slots(kind or self.slot_kind, self.devices)
+
+    def slot_alive(self, slot: Slot) -> bool:
+        return True  # every node runs on this machine
 
     def prepare(self) -> None:
         for key in ("nnodes", "nproc_per_node"):

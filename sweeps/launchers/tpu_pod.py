@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sweeps.job_command import JOB_TAG_KEY
 from sweeps.launchers.base import (
     JobHandle,
     JobSpec,
@@ -29,6 +30,7 @@ from sweeps.launchers.base import (
     start_worker,
     worker_env,
 )
+from sweeps.slots import Slot, tpu_slots
 
 # Where this code runs from: a checkout (pyproject.toml beside the packages) or an installed wheel.
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -52,12 +54,16 @@ class TpuPodLauncher:
         deploy: bool = False,
         wheel: str | None = None,
         ssh_timeout_s: int = 60,
+        copy_timeout_s: int = 600,
+        slots: str = "pod",
+        chips_per_vm: int = 4,
     ):
         self.tpu_name, self.zone, self.project = tpu_name, zone, project
         self.num_workers, self.workers = num_workers, workers
         self.gcloud, self.python, self.remote_dir = gcloud, python, remote_dir
         self.env = dict(DEFAULT_ENV if env is None else env)
         self.deploy, self.wheel, self.ssh_timeout_s = deploy, wheel, ssh_timeout_s
+        self.copy_timeout_s, self.slot_kind, self.chips_per_vm = copy_timeout_s, slots, chips_per_vm
 
     # ------------------------------------------------------------------------------------------- setup
 
@@ -78,7 +84,7 @@ class TpuPodLauncher:
         require(self.zone, "launcher.zone", "the TPU's zone, e.g. us-central2-b")
         if not isinstance(self.num_workers, int) or self.num_workers < 1:
             raise LauncherConfigError(f"launcher.num_workers={self.num_workers!r}: expected an integer >= 1 (v4-64: 8)")
-        self.worker_ids()
+        self.slots()
         if shutil.which(self.gcloud) is None:
             raise LauncherConfigError(
                 f"launcher.gcloud={self.gcloud!r}: not found on PATH (install the Google Cloud CLI)"
@@ -129,12 +135,15 @@ class TpuPodLauncher:
         ]
 
     def _run_all(self, remote_command: str, what: str) -> None:
-        argv = self.ssh_argv("all", remote_command)
+        self._run_on("all", remote_command, what)
+
+    def _run_on(self, workers: str, remote_command: str, what: str) -> None:
+        argv = self.ssh_argv(workers, remote_command)
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.ssh_timeout_s)
         except subprocess.TimeoutExpired:
             raise LauncherConfigError(
-                f"{what}: `gcloud ... ssh --worker=all` did not answer in {self.ssh_timeout_s} s"
+                f"{what}: `gcloud ... ssh --worker={workers}` did not answer in {self.ssh_timeout_s} s"
             ) from None
         if proc.returncode != 0:
             raise LauncherConfigError(f"{what} failed (exit {proc.returncode}): {proc.stderr.strip()[-1000:]}")
@@ -158,7 +167,7 @@ class TpuPodLauncher:
             "--worker=all",
         ]
         self._run_all(f"mkdir -p {self.remote_dir}", "creating the remote directory")
-        proc = subprocess.run(scp, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(scp, capture_output=True, text=True, timeout=self.copy_timeout_s)
         if proc.returncode != 0:
             raise LauncherConfigError(
                 f"copying {Path(wheel).name} to the workers failed: {proc.stderr.strip()[-1000:]}"
@@ -175,33 +184,53 @@ class TpuPodLauncher:
     shares_filesystem = False
 
     def describe(self, spec: JobSpec) -> str:
-        """The command every worker runs, as one `--worker=all` ssh (the driver starts one session per worker)."""
-        return shlex.join(self.ssh_argv("all", self.remote_command(spec)))
+        """The command every worker of the job's slot runs, as one ssh (the driver starts a session per worker)."""
+        workers = ",".join(map(str, spec.slot.workers)) if spec.slot.workers else "all"
+        return shlex.join(self.ssh_argv(workers, self.remote_command(spec)))
+
+    def slots(self, kind: str | None = None) -> list[Slot]:
+        """pod: every VM runs each trial; vm: a trial per VM; chips:N: a trial per N chips of a VM."""
+        return tpu_slots(kind or self.slot_kind, self.worker_ids(), int(self.chips_per_vm))
+
+    def slot_alive(self, slot: Slot) -> bool:
+        """Whether every VM of the slot still answers ssh (a failed job on a dead VM retires only its slots)."""
+        workers = ",".join(map(str, slot.workers)) if slot.workers else "all"
+        try:
+            proc = subprocess.run(
+                self.ssh_argv(workers, "true"), capture_output=True, text=True, timeout=self.ssh_timeout_s
+            )
+        except subprocess.TimeoutExpired:
+            return False
+        return proc.returncode == 0
 
     def remote_command(self, spec: JobSpec) -> str:
-        env = {**self.env, **spec.env}
+        env = {**self.env, **spec.slot.env, **spec.env}
         exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
         train = shlex.join(
-            [self.python, "-m", "trm.train", *quote_literals([*spec.overrides, f"sweep.job={spec.name}"])]
+            [self.python, "-m", "trm.train", *quote_literals([*spec.overrides, f"{JOB_TAG_KEY}={spec.name}"])]
         )
         return f"mkdir -p {self.remote_dir} && cd {self.remote_dir} && {exports} exec {train}".replace("  ", " ")
 
     def cancel_command(self, spec: JobSpec) -> str:
         # "[s]weep.job=..." matches the workers' command lines but not this shell's own (which contains "[s]").
-        job = quote_literals([f"sweep.job={spec.name}"])[0]  # as it stands on their command lines
+        job = quote_literals([f"{JOB_TAG_KEY}={spec.name}"])[0]  # as it stands on their command lines
         pattern = "[s]" + re.escape(job[1:]) + "( |$)"
         return f"pkill -TERM -f -- {shlex.quote(pattern)} || true"
 
     def launch(self, spec: JobSpec) -> JobHandle:
         command = self.remote_command(spec)
+        vms = list(spec.slot.workers) or self.worker_ids()
         workers = [
             start_worker(
                 f"worker-{w}",
                 self.ssh_argv(str(w), command),
                 spec.workdir,
-                worker_env(spec),
+                worker_env(spec, with_slot=False),  # the slot's environment goes in the remote command
                 spec.workdir / f"worker-{w}.log",
             )
-            for w in self.worker_ids()
+            for w in vms
         ]
-        return JobHandle(workers, remote_cancel=lambda: self._run_all(self.cancel_command(spec), "cancelling the job"))
+        cancel_on = ",".join(map(str, spec.slot.workers)) if spec.slot.workers else "all"
+        return JobHandle(
+            workers, remote_cancel=lambda: self._run_on(cancel_on, self.cancel_command(spec), "cancelling the job")
+        )

@@ -10,7 +10,9 @@ from __future__ import annotations
 import shlex
 import sys
 
+from sweeps.job_command import JOB_TAG_KEY
 from sweeps.launchers.base import JobHandle, JobSpec, quote_literals, require, start_worker, worker_env
+from sweeps.slots import Slot, device_slots
 
 
 class XlaDistLauncher:
@@ -22,6 +24,13 @@ class XlaDistLauncher:
         self.tpu_name = tpu_name
         self.python = python or sys.executable
         self.restart_server = restart_server
+
+    def slots(self, kind: str | None = None) -> list[Slot]:
+        """Only the whole pod: xla_dist always starts every worker."""
+        return device_slots(kind or "pod", None)
+
+    def slot_alive(self, slot: Slot) -> bool:
+        return True
 
     def prepare(self) -> None:
         require(self.tpu_name, "launcher.tpu_name", "the TPU pod name given to xla_dist --tpu")
@@ -39,7 +48,7 @@ class XlaDistLauncher:
             self.python,
             "-m",
             "trm.train",
-            *quote_literals([*spec.overrides, f"sweep.job={spec.name}"]),
+            *quote_literals([*spec.overrides, f"{JOB_TAG_KEY}={spec.name}"]),
         ]
 
     def launch(self, spec: JobSpec) -> JobHandle:

@@ -21,18 +21,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.presets import TINY_MODEL  # noqa: E402
 from trm.config import compose_train_config  # noqa: E402
 from trm.model import ACTModel, TRMConfig  # noqa: E402
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema  # noqa: E402
 from trm.runtime import init_runtime  # noqa: E402
 from trm.step import autocast, carry_dtype, train_step  # noqa: E402
 
-# A 16-wide model; 16 slots per batch (divisible by 1, 2 and 4 devices).
+# The test_tiny preset (conf/experiment/test_tiny.yaml): a 16-wide model in fp32, 16 slots per batch (divisible by
+# 1, 2 and 4 devices); the worker makes its own batches, so the preset's data and eval settings go unread.
 TINY = [
-    *TINY_MODEL,
+    "experiment=test_tiny",
     "arch.puzzle_emb_len=2",
-    "train.global_batch_size=16",
     # The lr changes every step, as in a real warmup. Odd values on purpose: XLA passes Python-float scalars
     # as graph inputs and shares equal ones, so a step where e.g. lr*wd == 1e-5 (rms_norm_eps) or 1e-6
     # (clip_grad_norm_'s eps) has a different graph and compiles once more (see the lane's report).

@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 from _lane import run_python, xla_env
 
-from tests.presets import TINY_RUN
 from trm.metrics_log import read_metrics
 
 # tests/test_train.py's small run, made deterministic (no exploration: XLA's RNG is not the CPU's).
 FAST = [
-    *TINY_RUN,
+    "experiment=test_tiny",
     "train.log_interval=3",
     "train.eval_interval=6",
     "train.steps=12",

@@ -1,0 +1,90 @@
+"""Trials nobody is moving along: orphans of a dead driver, and our own jobs that stopped making progress.
+
+Both end the same way as a failed job: the outcome the job stored is told if it has one (sweeps/outcome.py
+decides), otherwise the trial is failed and a retry queued that resumes its checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+import optuna
+from optuna.storages import RDBStorage
+from optuna.trial import TrialState
+
+from storage import orphaned_trials, retry_callback, trial_id_of
+from storage.record import PROGRESS_ATTR
+from sweeps.outcome import clip_reason, orphan_verdict, seed_prefix
+from sweeps.running import RunningTrial
+
+log = logging.getLogger("sweeps")
+
+ObjectiveValues = Callable[[Mapping[str, Any]], "list[float] | None"]
+
+
+def requeue(study: optuna.Study, storage: RDBStorage, trial_id: int, max_retry: int) -> None:
+    """Queue a copy of a failed trial (same params), as Optuna's stale-trial retry does."""
+    retry_callback(max_retry)(study, storage.get_trial(trial_id))
+
+
+def settle_orphans(
+    study: optuna.Study,
+    storage: RDBStorage,
+    *,
+    grace_s: float,
+    max_retry: int,
+    seeds: int,
+    objective_values: ObjectiveValues,
+    ours: Collection[int],
+) -> None:
+    """Settle trials whose driver died (stale heartbeat, or none at all): tell the outcome their job stored, or
+    fail them and queue them again. `ours` are this driver's running trials: a late beat of ours is no orphan."""
+    for orphan, why in orphaned_trials(study, grace_s):
+        if orphan.number in ours:
+            continue
+        verdict = orphan_verdict(orphan.user_attrs, seeds, objective_values, why)
+        try:
+            if verdict.state == TrialState.FAIL:
+                storage.set_trial_user_attr(trial_id_of(orphan), "fail_reason", clip_reason(verdict.reason))
+                study.tell(orphan.number, state=TrialState.FAIL)
+            elif verdict.state == TrialState.PRUNED:
+                study.tell(orphan.number, state=TrialState.PRUNED)
+            else:
+                study.tell(orphan.number, verdict.values if len(verdict.values) > 1 else verdict.values[0])
+        except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+            continue  # another driver settled it first
+        if verdict.requeue:
+            requeue(study, storage, trial_id_of(orphan), max_retry)
+        log.warning(
+            "trial %d: %s; told %s%s",
+            orphan.number,
+            why,
+            verdict.state.name,
+            " and queued again" if verdict.requeue else " (the outcome its job stored)",
+        )
+
+
+def stop_stalled(storage: RDBStorage, running: Mapping[int, RunningTrial], limit_s: float) -> None:
+    """Stop our jobs that showed no progress for `limit_s` (a hung or stopped worker: the driver's heartbeat alone
+    would keep such a trial RUNNING forever). The loop's next poll sees the job gone and settles the trial with
+    the `stall_reason` set here, so a database outage in between loses nothing."""
+    for number, trial in running.items():
+        attrs = storage.get_trial(trial_id_of(trial.trial)).user_attrs
+        progress = attrs.get(seed_prefix(trial.seed_index) + PROGRESS_ATTR)
+        if progress != trial.progress:
+            trial.progress, trial.progress_seen = progress, time.time()
+            continue
+        silent = time.time() - trial.progress_seen
+        if silent <= limit_s:
+            continue
+        where = f"step {progress['step']}" if isinstance(progress, dict) else "start-up"
+        trial.stall_reason = (
+            f"no progress for {silent:.0f} s (stall_timeout_s={limit_s:g}; last at {where}): the job was stopped; "
+            "queued again, resumes from its checkpoint"
+        )
+        log.warning("trial %d: %s", number, trial.stall_reason)
+        # At once (no SIGTERM grace: a hung or stopped job cannot checkpoint), every worker, remote ones too.
+        trial.job.cancel(grace_s=0.0)

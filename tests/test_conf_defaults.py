@@ -1,0 +1,96 @@
+"""Config in one place: each knob's value lives in conf/, and where Python needs a default of its own (tests, the
+key=value CLIs) it is the same value, checked here so that the two cannot drift apart. No database, no training."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from storage import StorageConfigError, engine_settings, open_storage
+from storage.engine_config import RULES
+from sweeps.config import compose_sweep_config
+from sweeps.wandb_summary import trial_wandb_overrides
+from trm.config import compose_train_config, packaged_yaml, to_dict
+from trm.tracking import default_project
+from trm.trial_link import RetryPolicy
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def test_storage_engine_conf_and_open_storage_defaults_agree() -> None:
+    """conf/storage/engine/default.yaml is the sweep's storage.engine and a trial's sweep.storage_engine; open_storage's
+    keyword defaults (what a test or a key=value CLI gets) are the same values, and every key is one it reads."""
+    conf = packaged_yaml("storage/engine/default.yaml")
+    defaults = {name: p.default for name, p in inspect.signature(open_storage).parameters.items() if name in RULES}
+    assert conf == defaults and set(conf) == set(RULES)
+    assert to_dict(compose_sweep_config([]).storage.engine) == conf
+    assert to_dict(compose_sweep_config(["site=pod"]).storage.engine) == conf
+    assert to_dict(compose_train_config([]).sweep.storage_engine) == conf
+    assert engine_settings(conf, "storage.engine") == conf
+
+
+def test_report_retry_conf_and_retry_policy_defaults_agree() -> None:
+    conf = to_dict(compose_train_config([]).sweep.report_retry)
+    assert conf == dataclasses.asdict(RetryPolicy())
+    assert RetryPolicy.from_config(conf) == RetryPolicy()
+
+
+def test_the_wandb_keys_a_sweep_passes_on_are_the_shared_file() -> None:
+    """conf/wandb/default.yaml holds the keys both apps share; the driver copies exactly those to its trials (a sweep's
+    own values), and a run without a project gets that file's project."""
+    shared = packaged_yaml("wandb/default.yaml")
+    for cfg in (compose_train_config([]), compose_sweep_config([])):
+        assert {key: cfg.wandb[key] for key in shared} == shared
+    assert default_project() == shared["project"]
+    changed = compose_sweep_config(
+        ["wandb.mode=offline", "wandb.project=mine", "wandb.entity=team", "wandb.tags=[a]", "wandb.enabled=false"]
+    )
+    forwarded = {o.split("=", 1)[0] for o in trial_wandb_overrides(changed)}
+    assert forwarded == {f"wandb.{key}" for key in shared}
+
+
+@pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")))
+def test_every_experiment_sets_what_train_yaml_leaves_to_it(experiment: str) -> None:
+    """train.yaml marks the keys every experiment sets `???` (a value there would never take effect)."""
+    left = {f"train.{key}" for key, value in packaged_yaml("train.yaml")["train"].items() if value == "???"}
+    cfg = compose_train_config([f"experiment={experiment}", "out_dir=run"])  # out_dir: Hydra's run dir otherwise
+    assert left and not OmegaConf.missing_keys(cfg) & left
+
+
+@pytest.mark.parametrize("optim", sorted(p.stem for p in (CONF / "optim").glob("[!_]*.yaml")))
+def test_every_optimizer_sets_what_its_base_leaves_to_it(optim: str) -> None:
+    left = {f"optim.{key}" for key, value in packaged_yaml("optim/_base.yaml").items() if value == "???"}
+    cfg = compose_train_config([f"optim={optim}", "out_dir=run"])
+    assert left and not OmegaConf.missing_keys(cfg) & left and cfg.optim.name == optim
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        ({"pool_size": 0}, r"storage\.engine\.pool_size=0: expected a whole number >= 1"),
+        ({"max_overflow": 1.5}, r"storage\.engine\.max_overflow=1\.5: expected a whole number >= 0"),
+        ({"connect_timeout_s": True}, r"storage\.engine\.connect_timeout_s=True: expected a whole number >= 1"),
+        ({"sqlite_busy_timeout_s": "x"}, r"storage\.engine\.sqlite_busy_timeout_s='x': expected a number >= 0"),
+        ({"poolsize": 2}, r"storage\.engine\.poolsize: not an engine setting; accepted: \['connect_timeout_s'"),
+    ],
+)
+def test_a_bad_engine_setting_is_named(block: dict, expected: str) -> None:
+    with pytest.raises(StorageConfigError, match=expected):
+        engine_settings(block, "storage.engine")
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        ({"attempts": 0}, r"sweep\.report_retry\.attempts=0: expected a whole number >= 1"),
+        ({"first_delay_s": -1}, r"sweep\.report_retry\.first_delay_s=-1: expected seconds >= 0"),
+        ({"tries": 3}, r"sweep\.report_retry\.tries: not a retry setting; accepted: \['attempts'"),
+    ],
+)
+def test_a_bad_retry_setting_is_named(block: dict, expected: str) -> None:
+    with pytest.raises(ValueError, match=expected):
+        RetryPolicy.from_config(block)
