@@ -4,6 +4,7 @@ of a whole study's wall time spent outside training, for each launcher.
     python bench/sweep_overhead.py                          # local and torchrun, 10 trials each (~12 min here)
     python bench/sweep_overhead.py --launchers local --n-trials 5 --steps 40
     python bench/sweep_overhead.py --quick --out-dir /tmp/o # smoke run: 2 trials of 20 steps, local only
+    python bench/sweep_overhead.py --launchers local,local+launcher.warm=true   # a fresh interpreter vs a warm worker
 
 Each launcher runs a real study, `python -m sweeps.run study=<study> launcher=<name> pruner=none` (every
 trial trains to its last step, W&B offline as a user's would) on its own SQLite file. The phases come from the
@@ -16,6 +17,7 @@ start-up and shutdown: outside / (outside + n x 300 s). Writes bench/results/swe
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -32,7 +34,11 @@ GOAL_FRACTION, PROJECTED_TRIAL_S = 0.02, 300.0
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--launchers", default="local,torchrun", help="launcher configs (conf/launcher/)")
+    p.add_argument(
+        "--launchers",
+        default="local,torchrun",
+        help="comma list of launcher configs (conf/launcher/), each with optional +key=value overrides",
+    )
     p.add_argument("--study", default="model_scaling")
     p.add_argument("--n-trials", type=int, default=10)
     p.add_argument("--steps", type=int, default=100, help="training steps per trial (tiny preset)")
@@ -66,15 +72,17 @@ def trial_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def run_launcher(launcher: str, args: argparse.Namespace) -> dict[str, Any]:
-    db = args.work / f"{launcher}.db"
+    config, *extra = launcher.split("+")
+    label = re.sub(r"[^A-Za-z0-9]+", "_", launcher).strip("_")
+    db = args.work / f"{label}.db"
     db.unlink(missing_ok=True)
-    url, name = f"sqlite:///{db}", f"overhead_{launcher}"
+    url, name = f"sqlite:///{db}", f"overhead_{label}"
     overrides = [
-        f"study={args.study}", f"study.name={name}", f"launcher={launcher}", "pruner=none", f"n_trials={args.n_trials}",
-        f"storage.url={url}", f"output_root={args.work / 'runs' / launcher}", f"hydra.run.dir={args.work / 'hydra' / launcher}",
+        f"study={args.study}", f"study.name={name}", f"launcher={config}", *extra, "pruner=none", f"n_trials={args.n_trials}",
+        f"storage.url={url}", f"output_root={args.work / 'runs' / label}", f"hydra.run.dir={args.work / 'hydra' / label}",
         f"trial.overrides={hydra_list(trial_overrides(args))}", *args.overrides,
     ]  # fmt: skip
-    run = run_study(overrides, args.work / f"{launcher}.log")
+    run = run_study(overrides, args.work / f"{label}.log")
     trials = load_trials(url, name)
     summary = overhead_summary(trials, run)
     summary["projected_fraction_5min"] = projected_fraction(summary, PROJECTED_TRIAL_S, args.n_trials)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,21 @@ def test_a_bad_engine_setting_is_named(block: dict, expected: str) -> None:
 def test_a_bad_retry_setting_is_named(block: dict, expected: str) -> None:
     with pytest.raises(ValueError, match=expected):
         RetryPolicy.from_config(block)
+
+
+@pytest.mark.parametrize("name", ["local", "torchrun", "tpu_pod", "xla_dist"])
+def test_every_launcher_knob_in_conf_is_its_constructors_default(name: str) -> None:
+    """conf/launcher/<name>.yaml names every argument of its launcher (no knob left only in Python), and where the
+    constructor has a default of its own it is the conf's value (`???` marks what a user must give)."""
+    from hydra.utils import get_class
+
+    conf = packaged_yaml(f"launcher/{name}.yaml")
+    launcher = get_class(conf.pop("_target_"))
+    params = inspect.signature(launcher).parameters
+    assert set(conf) == set(params), f"conf/launcher/{name}.yaml vs the constructor"
+    for key, value in conf.items():
+        default = params[key].default
+        if key == "env" and default is None:  # tpu_pod: None stands for its module's DEFAULT_ENV
+            default = sys.modules[launcher.__module__].DEFAULT_ENV
+        if value != "???":
+            assert value == default, f"launcher.{key}: conf {value!r}, Python {default!r}"

@@ -9,7 +9,8 @@ import torch
 from lion_pytorch import Lion
 from omegaconf import OmegaConf
 
-from trm.adam_atan2 import AdamAtan2
+from trm import xla_optim
+from trm.adam_atan2 import AdamAtan2, device_scalars
 from trm.config import compose_train_config
 from trm.model import ACTModel, TRMConfig
 from trm.optim import SignSGD, build_ema, build_optimizers, lr_multiplier, set_lr, update_ema
@@ -100,6 +101,54 @@ def test_each_optimizer_config_builds(name: str, cls: type) -> None:
     assert main.param_groups[0]["lr"] == pytest.approx(cfg.optim.lr * 0.5)
     emb_params = {id(p) for p in emb.param_groups[0]["params"]}
     assert emb_params == {id(model.inner.puzzle_emb.weight)}
+
+
+@pytest.mark.parametrize(
+    "library,ours,settings",
+    [
+        (torch.optim.AdamW, xla_optim.AdamW, dict(lr=3e-3, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.37)),
+        (torch.optim.AdamW, xla_optim.AdamW, dict(lr=1e-3, betas=(0.85, 0.95), eps=1e-6, weight_decay=0.0)),
+        (Lion, xla_optim.Lion, dict(lr=3e-4, betas=(0.9, 0.99), weight_decay=3.0)),
+        (Lion, xla_optim.Lion, dict(lr=1e-4, betas=(0.95, 0.98), weight_decay=0.0)),
+    ],
+)
+def test_adamw_and_lion_with_scalars_as_data_match_the_libraries(
+    library: type, ours: type, settings: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """trm/xla_optim.py: off XLA the libraries' own step (bit for bit); its XLA update (forced on here, on the CPU,
+    with the scalars as tensors) the same numbers to 1e-6 of the weights, over steps with weight decay and an lr
+    that changes every step (set_lr's warmup)."""
+    uploads: list[tuple[float, ...]] = []
+
+    def counted(like: torch.Tensor, *values: float) -> tuple[torch.Tensor, ...]:
+        uploads.append(values)
+        return device_scalars(like, *values)
+
+    monkeypatch.setattr(xla_optim, "device_scalars", counted)
+    gen = torch.Generator().manual_seed(0)
+    init = [torch.randn(8, 5, generator=gen), torch.randn(5, generator=gen) * 0.1]
+    grads = [[torch.randn(p.shape, generator=gen) for p in init] for _ in range(6)]
+    runs = {}
+    for name, make in [
+        ("library", library),
+        ("default", ours),
+        ("as_data", lambda params, **kw: ours(params, **kw, scalars_as_data=True)),
+    ]:
+        params = [torch.nn.Parameter(p.clone()) for p in init]
+        opt = make(params, **settings)
+        for step, step_grads in enumerate(grads):
+            for group in opt.param_groups:
+                group["lr"] = settings["lr"] * (step + 1) / len(grads)
+            for p, g in zip(params, step_grads):
+                p.grad = g.clone()
+            opt.step()
+        runs[name] = [p.detach() for p in params]
+        assert len(uploads) == (len(grads) if name == "as_data" else 0), name  # one upload per step: the data path
+        uploads.clear()
+    for p, lib, default, as_data in zip(init, runs["library"], runs["default"], runs["as_data"]):
+        assert (lib - p).abs().max() > 1e-4 * p.abs().max()  # the steps moved the weights
+        assert torch.equal(default, lib)
+        assert (as_data - lib).abs().max() <= 1e-6 * lib.abs().max()
 
 
 def test_sign_sgd_decays_only_touched_rows() -> None:

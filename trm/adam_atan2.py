@@ -31,12 +31,17 @@ from torch.optim import Optimizer
 
 
 def graph_scalars(like: Tensor, *values: float) -> tuple[float | Tensor, ...]:
-    """`values` unchanged off XLA; on XLA the 0-dim elements of one 1-D tensor uploaded to `like`'s device and
-    dtype (one transfer). Not 0-dim uploads: torch_xla passes those, like Python floats, through its scalar
-    data cache (equal values share a parameter, 0 and 1 become constants); elements of a vector are data, each
-    its own. Same numbers: torch_xla rounds a Python float operand to the tensor's dtype too."""
+    """`values` unchanged off XLA; on XLA `device_scalars(like, *values)`."""
     if like.device.type != "xla":
         return values
+    return device_scalars(like, *values)
+
+
+def device_scalars(like: Tensor, *values: float) -> tuple[Tensor, ...]:
+    """`values` as the 0-dim elements of one 1-D tensor uploaded to `like`'s device and dtype (one transfer).
+    Not 0-dim uploads: torch_xla passes those, like Python floats, through its scalar data cache (equal values
+    share a parameter, 0 and 1 become constants); elements of a vector are data, each its own. Same numbers:
+    torch_xla rounds a Python float operand to the tensor's dtype too."""
     return tuple(torch.tensor(list(values), dtype=like.dtype, device=like.device).unbind())
 
 

@@ -1,8 +1,9 @@
 """Optimizers and the learning-rate schedule.
 
-The dense weights use Adam-atan2 (the reference's kernel, trm/adam_atan2.py), AdamW or Lion (one
-`conf/optim/*.yaml` each); the puzzle embedding uses SignSGD, as in the TRM reference. EMA comes from
-torch.optim.swa_utils, started and restricted as the reference's is (build_ema, update_ema).
+The dense weights use Adam-atan2 (the reference's kernel, trm/adam_atan2.py), AdamW or Lion (torch's and
+lion-pytorch's, with their scalars as data on XLA: trm/xla_optim.py; one `conf/optim/*.yaml` each); the puzzle
+embedding uses SignSGD, as in the TRM reference. EMA comes from torch.optim.swa_utils, started and restricted as
+the reference's is (build_ema, update_ema).
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import torch
-from lion_pytorch import Lion
 from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from trm.adam_atan2 import AdamAtan2, graph_scalars
+from trm.xla_optim import AdamW, Lion
 
 OPTIMIZERS = ("adam_atan2", "adamw", "lion")
 PUZZLE_EMB = "puzzle_emb"  # parameters with this in their name: SignSGD, and no EMA
@@ -75,7 +76,7 @@ def build_optimizers(model: nn.Module, optim_cfg: Any) -> list[Optimizer]:
     if name == "adam_atan2":
         main: Optimizer = AdamAtan2(dense, lr=lr, betas=(float(betas[0]), float(betas[1])), weight_decay=wd)
     elif name == "adamw":
-        main = torch.optim.AdamW(dense, lr=lr, betas=betas, weight_decay=wd, eps=float(optim_cfg.eps))
+        main = AdamW(dense, lr=lr, betas=betas, weight_decay=wd, eps=float(optim_cfg.eps))
     elif name == "lion":
         main = Lion(dense, lr=lr, betas=betas, weight_decay=wd)
     else:

@@ -26,7 +26,7 @@ from hydra.errors import HydraException
 from sweeps.job_command import LITERAL_KEYS
 from sweeps.slots import WHOLE, Slot
 
-TERMINATE_GRACE_S = 10.0
+TERMINATE_GRACE_S = 10.0  # launcher.kill_grace_s's default (conf/launcher/*.yaml): SIGTERM to SIGKILL
 
 
 class LauncherConfigError(ValueError):
@@ -119,10 +119,20 @@ class Launcher(Protocol):
 LAUNCHER_MEMBERS = ("prepare", "launch", "describe", "world_size", "shares_filesystem", "slots", "slot_alive")
 
 
+class Process(Protocol):
+    """What a JobHandle needs of a worker's process: subprocess.Popen, or a warm worker's forked job."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 @dataclass
 class Worker:
     name: str
-    process: subprocess.Popen
+    process: Process
     log_path: Path
 
 
@@ -155,9 +165,15 @@ def start_worker(name: str, argv: Sequence[str], cwd: Path, env: dict[str, str],
 class JobHandle:
     """The running job: poll / wait / cancel, and the first failure."""
 
-    def __init__(self, workers: list[Worker], remote_cancel: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        workers: list[Worker],
+        remote_cancel: Callable[[], None] | None = None,
+        grace_s: float = TERMINATE_GRACE_S,
+    ):
         self.workers = workers
         self.remote_cancel = remote_cancel
+        self.grace_s = grace_s  # SIGTERM to SIGKILL when the job is cancelled or a worker failed
         self.failure: str | None = None  # "worker-2 exited with 1: <last log lines>"
         self.failed_worker: str | None = None
         self.cancelled = False
@@ -188,15 +204,17 @@ class JobHandle:
             time.sleep(poll_s)
         return code
 
-    def cancel(self, grace_s: float = TERMINATE_GRACE_S) -> None:
+    def cancel(self, grace_s: float | None = None) -> None:
         """Stop every worker, remote ones included; idempotent. Workers get SIGTERM (a checkpoint) and `grace_s`
-        to exit before SIGKILL; a hung or stopped job cannot act on SIGTERM, so the driver gives it 0."""
+        (launcher.kill_grace_s) to exit before SIGKILL; a hung or stopped job cannot act on SIGTERM, so the
+        driver gives it 0."""
         self.cancelled = True
-        self._stop_all(grace_s)
+        self._stop_all(self.grace_s if grace_s is None else grace_s)
         if self._returncode is None:
             self._returncode = -signal.SIGTERM
 
-    def _stop_all(self, grace_s: float = TERMINATE_GRACE_S) -> None:
+    def _stop_all(self, grace_s: float | None = None) -> None:
+        grace_s = self.grace_s if grace_s is None else grace_s
         if self.remote_cancel is not None:
             try:
                 self.remote_cancel()
@@ -217,7 +235,7 @@ class JobHandle:
         return [w.log_path for w in self.workers]
 
 
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
+def _signal_group(process: Process, sig: int) -> None:
     if process.poll() is not None:
         return
     try:
@@ -226,11 +244,15 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
         pass
 
 
+def machine_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Ours, with `extra` on top, and OpenMP told not to spin: workers share this machine's cores, and OpenMP's
+    default spin-waiting made a step ~4x slower in bench/omp_wait.py when another process was busy."""
+    env = {**os.environ, **(extra or {})}
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
+
+
 def worker_env(spec: JobSpec, with_slot: bool = True) -> dict[str, str]:
     """A local worker's environment: ours, the slot's confinement (unless the worker is only a remote shell's
     client: ssh does not carry its environment to the VM), then the job's own."""
-    env = {**os.environ, **(spec.slot.env if with_slot else {}), **spec.env}
-    # Workers sharing a machine's cores: OpenMP's default spin-waiting made a step ~4x slower in
-    # bench/omp_wait.py when another process was busy (docs/benchmarks.md).
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    return env
+    return machine_env({**(spec.slot.env if with_slot else {}), **spec.env})

@@ -1,4 +1,10 @@
-"""One training process on this machine: the embedded default."""
+"""One training process on this machine: the embedded default.
+
+`warm=true` starts each job from a warm worker (trm/warm_worker.py: torch imported once, one forked process per
+job) instead of a fresh interpreter: for short trials on a laptop, where the start-up is a visible share. Each
+job is still its own process. The pod launchers keep a fresh interpreter per job: their start-up is small
+beside a pod trial, and a fresh process is the one sure way a TPU's runtime and chips are released.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,17 @@ import shlex
 import sys
 from pathlib import Path
 
-from sweeps.launchers.base import JobHandle, JobSpec, quote_literals, start_worker, worker_env
+from sweeps.launchers.base import (
+    TERMINATE_GRACE_S,
+    JobHandle,
+    JobSpec,
+    Worker,
+    machine_env,
+    quote_literals,
+    start_worker,
+    worker_env,
+)
+from sweeps.launchers.warm import WarmWorker
 from sweeps.slots import Slot, device_slots
 
 
@@ -14,9 +30,18 @@ class LocalLauncher:
     world_size = 1
     shares_filesystem = True  # the job runs here: its data path and interpreter can be checked here
 
-    def __init__(self, python: str | None = None, slots: str = "pod", devices: int | None = None):
+    def __init__(
+        self,
+        python: str | None = None,
+        slots: str = "pod",
+        devices: int | None = None,
+        warm: bool = False,
+        kill_grace_s: float = TERMINATE_GRACE_S,
+    ):
         self.python = python or sys.executable
         self.slot_kind, self.devices = slots, devices
+        self.warm, self.kill_grace_s = warm, kill_grace_s
+        self._warm_worker: WarmWorker | None = None
 
     def slots(self, kind: str | None = None) -> list[Slot]:
         """pod: trials share this machine (max_concurrent of them); chips:N: N of its `devices` GPUs each."""
@@ -38,5 +63,16 @@ class LocalLauncher:
         env = worker_env(spec)
         # One machine: every trial can share one generated dataset instead of building its own.
         env.setdefault("TRM_DATA_DIR", str(Path("outputs/data").resolve()))
-        worker = start_worker("worker-0", self.command(spec), spec.workdir, env, spec.workdir / "worker-0.log")
-        return JobHandle([worker])
+        log_path = spec.workdir / "worker-0.log"
+        if not self.warm:
+            worker = start_worker("worker-0", self.command(spec), spec.workdir, env, log_path)
+            return JobHandle([worker], grace_s=self.kill_grace_s)
+        job = self.warm_worker(spec.workdir.parent).fork(quote_literals(spec.overrides), spec.workdir, env, log_path)
+        return JobHandle([Worker("worker-0", job, log_path)], grace_s=self.kill_grace_s)
+
+    def warm_worker(self, logs: Path) -> WarmWorker:
+        """The warm worker, started at the first job (again if it died): its own log sits beside the trials'."""
+        if self._warm_worker is None or not self._warm_worker.alive:
+            # OMP_* are read when libgomp loads, in the server: its environment's are every job's.
+            self._warm_worker = WarmWorker(self.python, machine_env(), logs / "warm-worker.log")
+        return self._warm_worker

@@ -10,7 +10,15 @@ import shlex
 import socket
 import sys
 
-from sweeps.launchers.base import JobHandle, JobSpec, LauncherConfigError, quote_literals, start_worker, worker_env
+from sweeps.launchers.base import (
+    TERMINATE_GRACE_S,
+    JobHandle,
+    JobSpec,
+    LauncherConfigError,
+    quote_literals,
+    start_worker,
+    worker_env,
+)
 from sweeps.slots import Slot, device_slots
 
 
@@ -29,10 +37,11 @@ class TorchrunLauncher:
         python: str | None = None,
         slots: str = "pod",
         devices: int | None = None,
+        kill_grace_s: float = TERMINATE_GRACE_S,
     ):
         self.nnodes, self.nproc_per_node, self.master_port = nnodes, nproc_per_node, master_port
         self.python = python or sys.executable
-        self.slot_kind, self.devices = slots, devices
+        self.slot_kind, self.devices, self.kill_grace_s = slots, devices, kill_grace_s
 
     def slots(self, kind: str | None = None) -> list[Slot]:
         """pod: trials share this machine; chips:N: each job's processes see N of its `devices` GPUs."""
@@ -79,4 +88,4 @@ class TorchrunLauncher:
                     spec.workdir / f"node-{node}.log",
                 )
             )
-        return JobHandle(workers)
+        return JobHandle(workers, grace_s=self.kill_grace_s)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from sweeps.job_command import JOB_TAG_KEY
 from sweeps.launchers.base import (
+    TERMINATE_GRACE_S,
     JobHandle,
     JobSpec,
     LauncherConfigError,
@@ -57,6 +58,7 @@ class TpuPodLauncher:
         copy_timeout_s: int = 600,
         slots: str = "pod",
         chips_per_vm: int = 4,
+        kill_grace_s: float = TERMINATE_GRACE_S,
     ):
         self.tpu_name, self.zone, self.project = tpu_name, zone, project
         self.num_workers, self.workers = num_workers, workers
@@ -64,6 +66,7 @@ class TpuPodLauncher:
         self.env = dict(DEFAULT_ENV if env is None else env)
         self.deploy, self.wheel, self.ssh_timeout_s = deploy, wheel, ssh_timeout_s
         self.copy_timeout_s, self.slot_kind, self.chips_per_vm = copy_timeout_s, slots, chips_per_vm
+        self.kill_grace_s = kill_grace_s
 
     # ------------------------------------------------------------------------------------------- setup
 
@@ -232,5 +235,7 @@ class TpuPodLauncher:
         ]
         cancel_on = ",".join(map(str, spec.slot.workers)) if spec.slot.workers else "all"
         return JobHandle(
-            workers, remote_cancel=lambda: self._run_on(cancel_on, self.cancel_command(spec), "cancelling the job")
+            workers,
+            remote_cancel=lambda: self._run_on(cancel_on, self.cancel_command(spec), "cancelling the job"),
+            grace_s=self.kill_grace_s,
         )

@@ -11,7 +11,15 @@ import shlex
 import sys
 
 from sweeps.job_command import JOB_TAG_KEY
-from sweeps.launchers.base import JobHandle, JobSpec, quote_literals, require, start_worker, worker_env
+from sweeps.launchers.base import (
+    TERMINATE_GRACE_S,
+    JobHandle,
+    JobSpec,
+    quote_literals,
+    require,
+    start_worker,
+    worker_env,
+)
 from sweeps.slots import Slot, device_slots
 
 
@@ -20,8 +28,14 @@ class XlaDistLauncher:
     world_size = 1
     shares_filesystem = False
 
-    def __init__(self, tpu_name: str | None = None, python: str | None = None, restart_server: bool = True):
-        self.tpu_name = tpu_name
+    def __init__(
+        self,
+        tpu_name: str | None = None,
+        python: str | None = None,
+        restart_server: bool = True,
+        kill_grace_s: float = TERMINATE_GRACE_S,
+    ):
+        self.tpu_name, self.kill_grace_s = tpu_name, kill_grace_s
         self.python = python or sys.executable
         self.restart_server = restart_server
 
@@ -55,4 +69,4 @@ class XlaDistLauncher:
         worker = start_worker(
             "xla_dist", self.command(spec), spec.workdir, worker_env(spec), spec.workdir / "xla_dist.log"
         )
-        return JobHandle([worker])
+        return JobHandle([worker], grace_s=self.kill_grace_s)

@@ -1,7 +1,8 @@
 """Compile once per shape: `runtime.compile_cache_dir` persists XLA's compilation cache across processes (trials),
 and a trial that differs from an earlier one only in searched hyperparameters (lr, weight decay, betas, EMA
 decay, puzzle-embedding lr, halting exploration) traces the same graphs, so it finds every one of them in the
-cache: zero persistent-cache misses.
+cache: zero persistent-cache misses. With Adam-atan2 (the default), and with AdamW and Lion (trm/xla_optim.py),
+a weight decay of exactly 0 included.
 
 On XLA's CPU client a found entry cannot be loaded (PJRT CPU: "Deserializing serialized executable not
 supported", counted as PersistentCacheDeserializeFailure) and is compiled again; on TPU it is a
@@ -11,6 +12,7 @@ same. A run with another batch shape misses, so the check can fail."""
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -37,25 +39,61 @@ SECOND = [
     "optim.puzzle_emb_weight_decay=0.5",
 ]
 OTHER_SHAPE = ["--exploration", "0.3", "train.global_batch_size=8"]
+# AdamW and Lion (trm/xla_optim.py), each a pair of trials on its own cache, 1 device: the first with a weight decay
+# of exactly 0 (lr 1.1e-3 from TINY, the betas of its conf/optim/*.yaml), the second with another lr, a non-zero
+# weight decay and other betas (AdamW: the betas that coincided as Python floats, and another eps). Before
+# trm/xla_optim.py, each of a zero weight decay and AdamW's betas [0.9,0.99] was another graph (docs/benchmarks.md).
+OPTIMIZER_TRIALS = {
+    "adamw": {
+        "zero_weight_decay": ["optim=adamw", "optim.weight_decay=0"],
+        "other_values": [
+            "optim=adamw",
+            "optim.lr=2.3e-3",
+            "optim.weight_decay=0.37",
+            "optim.betas=[0.9,0.99]",
+            "optim.eps=1e-6",
+        ],
+    },
+    "lion": {
+        "zero_weight_decay": ["optim=lion", "optim.weight_decay=0"],
+        "other_values": ["optim=lion", "optim.lr=7e-5", "optim.weight_decay=0.37", "optim.betas=[0.95,0.98]"],
+    },
+}
+
+
+def trial(root: Path, cache: Path, name: str, args: list[str], devices: int) -> dict:
+    out = root / f"{name}.pt"
+    cmd = [str(WORKER), str(out), *COMMON, f"runtime.compile_cache_dir={cache}", *args]
+    proc = run_python(cmd, xla_env(devices))
+    assert proc.returncode == 0, f"{name} failed:\n{proc.stderr[-4000:]}"
+    return torch.load(out, weights_only=False)["info"]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("compile_cache")
     cache = root / "xla-cache"
-
-    def one(name: str, args: list[str]) -> dict:
-        out = root / f"{name}.pt"
-        cmd = [str(WORKER), str(out), *COMMON, f"runtime.compile_cache_dir={cache}", *args]
-        proc = run_python(cmd, xla_env(DEVICES))
-        assert proc.returncode == 0, f"{name} failed:\n{proc.stderr[-4000:]}"
-        return torch.load(out, weights_only=False)["info"]
-
     results = {}  # one after the other: each reads what the earlier ones wrote
     for name, args in (("first", FIRST), ("second", SECOND), ("other_shape", OTHER_SHAPE)):
-        results[name] = one(name, args)
+        results[name] = trial(root, cache, name, args, DEVICES)
     results["cache_files"] = {"count": len(list(cache.iterdir()))}
     return results
+
+
+@pytest.fixture(scope="module")
+def optimizer_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict]]:
+    root = tmp_path_factory.mktemp("compile_cache_optimizers")
+
+    def pair(optimizer: str) -> dict[str, dict]:  # one after the other, on this optimizer's cache
+        cache = root / f"{optimizer}-cache"
+        return {
+            name: trial(root, cache, f"{optimizer}-{name}", ["--exploration", "0.3", *args], 1)
+            for name, args in OPTIMIZER_TRIALS[optimizer].items()
+        }
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the two pairs side by side
+        futures = {optimizer: pool.submit(pair, optimizer) for optimizer in OPTIMIZER_TRIALS}
+        return {optimizer: future.result() for optimizer, future in futures.items()}
 
 
 def final(run: dict) -> dict[str, float]:
@@ -83,6 +121,18 @@ def test_second_trial_with_other_hyperparameters_compiles_nothing_new(runs: dict
     # Another lr really trained differently (the values reached the step as data).
     lm = [[r["metrics"][LM] for r in runs[name]["records"]] for name in ("first", "second")]
     assert lm[0] != lm[1]
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZER_TRIALS))
+def test_adamw_and_lion_trials_with_other_values_compile_nothing_new(optimizer: str, optimizer_runs: dict) -> None:
+    trials = optimizer_runs[optimizer]
+    first, second = (final(trials[name]) for name in ("zero_weight_decay", "other_values"))
+    print(f"\n{optimizer}: weight decay 0 {first}; then other values {second}")
+    assert first["UncachedCompile"] >= 1 and first["PersistentCacheMiss"] == first["UncachedCompile"], first
+    assert second["PersistentCacheMiss"] == 0, second  # another lr, weight decay (0 -> not 0) and betas: no new graph
+    assert second["LocalScalarDense"] == 0, second  # and no scalar read back to the host
+    lm = [[r["metrics"][LM] for r in trials[name]["records"]] for name in ("zero_weight_decay", "other_values")]
+    assert lm[0] != lm[1]  # the values reached the step as data
 
 
 def test_another_shape_misses_the_cache(runs: dict) -> None:
