@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup lint demo test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning soak clean
+.PHONY: setup lint demo test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning bench-reference ref-given soak clean
 
 setup: $(STAMP)
 
@@ -75,6 +75,26 @@ bench-sweep: setup        ## per-trial overhead of the local and torchrun launch
 
 bench-pruning: setup      ## the CPU proxy study with and without the Hyperband pruner
 	$(BENCH_ENV) $(PY) bench/pruning.py
+
+# Our train step vs the TRM reference's (a TinyRecursiveModels checkout at REF, imported from there, never copied),
+# side by side per mode. The reference's side runs under its own venv: torch pinned first, as in setup, then what
+# its model imports (einops, pydantic). REF_ARGS: this 2-core AVX2 machine's sizes (bf16 is ~20x slower there).
+REF_VENV  ?= .venv-ref
+REF_PY    := $(REF_VENV)/bin/python
+REF_STAMP := $(REF_VENV)/.installed
+REF_ARGS  ?= --compile --batch 8 --bf16-batch 2 --matmul-size 1024 --matmul-seconds 1
+
+ref-given:
+	@test -n "$(REF)" || { echo "bench-reference: REF=<path to a TinyRecursiveModels checkout> is required"; exit 2; }
+
+$(REF_STAMP): requirements.lock
+	$(PYTHON) -m venv $(REF_VENV)
+	$(REF_PY) -m pip install -q torch==2.13.0
+	$(REF_PY) -m pip install -q -c requirements.lock torch==2.13.0 einops==0.8.2 pydantic numpy
+	touch $(REF_STAMP)
+
+bench-reference: ref-given setup $(REF_STAMP)  ## ours vs the TRM reference: make bench-reference REF=path/to/TinyRecursiveModels
+	$(BENCH_ENV) $(PY) bench/trainer_vs_reference.py --ref $(REF) --ref-python $(REF_PY) $(REF_ARGS)
 
 # Fault-injection soak (docs/reliability.md, Soak): 20 trials, 2 drivers, a private PostgreSQL; kills jobs and a
 # driver, stops a job past the stall limit, restarts the database; checks the study record. Exits 1 if a check fails.

@@ -77,7 +77,8 @@ class StepRunner:
     name: str
     cfg: DictConfig
     batch_size: int
-    compile: bool = False
+    compile: bool = False  # torch.compile(ACTModel): every H/L cycle unrolled into one graph
+    compile_net: bool = False  # RecursiveNet.compile() in place: what train.compile=true does (trm/train.py)
     state_dtype: torch.dtype = torch.float32
     seed: int = 0
     times: list[float] = field(default_factory=list)
@@ -95,6 +96,8 @@ class StepRunner:
             self.optimizers,
             lr_multiplier(0, self.cfg.optim.warmup_steps, self.cfg.train.steps, self.cfg.optim.lr_min_ratio),
         )
+        if self.compile_net:
+            self.model.inner.net.compile()
         self.step_model = torch.compile(self.model) if self.compile else self.model
         self.batch = sudoku_batch(self.batch_size, self.seed)
         self.carry: Carry = self.model.initial_carry(self.batch, self.state_dtype)
@@ -125,15 +128,25 @@ class StepRunner:
         return seconds
 
 
-def matmul_rate(dtype: torch.dtype, n: int, min_seconds: float) -> float:
-    """Dense torch.matmul FLOP/s of an n x n x n product, averaged over >= min_seconds (after one warmup)."""
+MATMUL_LAYOUTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "nn": lambda a, b: torch.matmul(a, b),
+    "nt": lambda a, b: torch.matmul(a, b.t()),  # a Linear's forward: x @ W^T
+    "tn": lambda a, b: torch.matmul(a.t(), b),  # a Linear's weight gradient: dY^T @ X
+}
+
+
+def matmul_rate(dtype: torch.dtype, n: int, min_seconds: float, layout: str = "nn") -> float:
+    """Dense torch.matmul FLOP/s of an n x n x n product, averaged over >= min_seconds (after one warmup).
+    `layout` transposes an operand (MATMUL_LAYOUTS): fp32 runs every layout alike, but bf16 on a CPU without
+    avx512_bf16/amx_bf16 runs nn ~10x slower than nt/tn (docs/benchmarks.md, Trainer vs the reference)."""
     g = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=g).to(dtype)
     b = torch.randn(n, n, generator=g).to(dtype)
-    torch.matmul(a, b)
+    product = MATMUL_LAYOUTS[layout]
+    product(a, b)
     iters, start = 0, time.perf_counter()
     while True:
-        torch.matmul(a, b)
+        product(a, b)
         iters += 1
         elapsed = time.perf_counter() - start
         if elapsed >= min_seconds and iters >= 2:

@@ -120,63 +120,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"{prec} compile", train_config(args.arch, args.batch, prec, args.overrides), args.batch, compile=True
             )
         )
-    peaks: dict[str, list[float]] = {p: [] for p in DTYPES}
-    peak_rounds: dict[str, list[int]] = {p: [] for p in DTYPES}
 
-    # Warmup (and compilation) first, one variant after another: first-step time is reported, not measured.
-    for runner in runners:
-        for i in range(args.warmup):
-            try:
-                seconds = runner.step()
-            except Exception as err:  # a failing compile is a result, not a crash
-                runner.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-                print(f"  {runner.name}: FAILED in warmup: {runner.error}", flush=True)
-                traceback.print_exc(limit=3)
-                break
-            if i == 0:
-                runner.first_step_s = seconds
-            print(f"  warmup {runner.name}: {seconds:.2f} s", flush=True)
-    live = [r for r in runners if r.error is None]
+    warm_up(runners, args.warmup)
     if args.compile:
         import torch._dynamo.utils as dynamo_utils
 
         graphs_before = dict(dynamo_utils.counters["stats"])
-
-    def run(item: Any, rnd: int) -> None:
-        if isinstance(item, str):
-            rate = matmul_rate(DTYPES[item], args.matmul_size, args.matmul_seconds)
-            peaks[item].append(rate)
-            peak_rounds[item].append(rnd)
-            print(f"  round {rnd + 1} matmul {item}: {rate / 1e9:.1f} GFLOP/s", flush=True)
-            return
-        try:
-            seconds = item.step()
-        except Exception as err:
-            item.error = f"{type(err).__name__}: {err}"
-            print(f"  {item.name}: FAILED: {item.error}", flush=True)
-            return
-        item.times.append(seconds)
-        item.rounds.append(rnd)
-        print(f"  round {rnd + 1} {item.name}: {seconds:.2f} s", flush=True)
-
-    round_robin(
-        [*live, *DTYPES],
-        args.repeats,
-        lambda item, rnd: None if (not isinstance(item, str) and item.error) else run(item, rnd),
-    )
-
-    rows = [
-        {
-            "variant": r.name,
-            "precision": r.cfg.train.precision,
-            "compiled": r.compile,
-            "times_s": [round(t, 4) for t in r.times],
-            "rounds": r.rounds,
-            "first_step_s": r.first_step_s,
-            "error": r.error,
-        }
-        for r in runners
-    ]
+    matmul = measure(runners, args.repeats, args.matmul_size, args.matmul_seconds)
+    rows = [variant_row(r, r.cfg.train.precision, r.compile) for r in runners]
     if args.compile:
         after = dict(dynamo_utils.counters["stats"])
         recompiles = {
@@ -195,12 +146,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "flops_per_sample_step": flops,
         "flops_per_step": flops * args.batch,
         "params": runners[0].params,
-        "matmul": {
-            "n": args.matmul_size,
-            "seconds_each": args.matmul_seconds,
-            "flops_samples": {p: v for p, v in peaks.items()},
-            "rounds": peak_rounds,
-        },
+        "matmul": matmul,
         "variants": rows,
         "dynamo_stats_during_measurement": recompiles if args.compile else None,
         "wall_s": time.time() - started,
@@ -215,6 +161,86 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(markdown(result))
     print(f"\nwall {result['wall_s']:.0f} s; JSON: {args.out}")
     return result
+
+
+def warm_up(runners: list[Any], warmup: int) -> None:
+    """`warmup` unmeasured steps per runner, one runner after another (compilation happens here): the first
+    step's time is reported (runner.first_step_s), not measured. A runner that fails gets runner.error (a
+    failing compile is a result, not a crash) and is left out afterwards. Runners: StepRunner, or any object
+    with its name / step() / first_step_s / error / times / rounds."""
+    for runner in runners:
+        for i in range(warmup):
+            try:
+                seconds = runner.step()
+            except Exception as err:
+                runner.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                print(f"  {runner.name}: FAILED in warmup: {runner.error}", flush=True)
+                traceback.print_exc(limit=3)
+                break
+            if i == 0:
+                runner.first_step_s = seconds
+            print(f"  warmup {runner.name}: {seconds:.2f} s", flush=True)
+
+
+def measure(
+    runners: list[Any], repeats: int, matmul_size: int, matmul_seconds: float, layouts: tuple[str, ...] = ("nn",)
+) -> dict[str, Any]:
+    """The runners that have not failed and a dense matmul peak per dtype of DTYPES, round-robin `repeats`
+    times (step times go to runner.times / runner.rounds). A round's peak is the fastest of `layouts`
+    (_common.MATMUL_LAYOUTS). Returns the result's "matmul" part."""
+    peaks: dict[str, list[float]] = {p: [] for p in DTYPES}
+    peak_rounds: dict[str, list[int]] = {p: [] for p in DTYPES}
+    by_layout: dict[str, list[dict[str, float]]] = {p: [] for p in DTYPES}
+
+    def run(item: Any, rnd: int) -> None:
+        if isinstance(item, str):
+            rates = {layout: matmul_rate(DTYPES[item], matmul_size, matmul_seconds, layout) for layout in layouts}
+            peaks[item].append(max(rates.values()))
+            peak_rounds[item].append(rnd)
+            by_layout[item].append(rates)
+            shown = ", ".join(f"{layout} {rate / 1e9:.1f}" for layout, rate in rates.items())
+            print(f"  round {rnd + 1} matmul {item}: {shown} GFLOP/s", flush=True)
+            return
+        if item.error:
+            return
+        try:
+            seconds = item.step()
+        except Exception as err:
+            item.error = f"{type(err).__name__}: {err}"
+            print(f"  {item.name}: FAILED: {item.error}", flush=True)
+            return
+        item.times.append(seconds)
+        item.rounds.append(rnd)
+        print(f"  round {rnd + 1} {item.name}: {seconds:.2f} s", flush=True)
+
+    round_robin([*(r for r in runners if r.error is None), *DTYPES], repeats, run)
+    return {
+        "n": matmul_size,
+        "seconds_each": matmul_seconds,
+        "layouts": list(layouts),
+        "flops_samples": peaks,
+        "rounds": peak_rounds,
+        "flops_by_layout": by_layout,
+    }
+
+
+def variant_row(runner: Any, precision: str, compiled: bool) -> dict[str, Any]:
+    """A runner's raw times as a result row; `precision` (fp32 | bf16) picks the matmul peak it is read against."""
+    return {
+        "variant": runner.name,
+        "precision": precision,
+        "compiled": compiled,
+        "times_s": [round(t, 4) for t in runner.times],
+        "rounds": runner.rounds,
+        "first_step_s": runner.first_step_s,
+        "error": runner.error,
+    }
+
+
+def paired_ratio(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    """Median over the rounds both rows ran of a's time / b's time (> 1: b is faster)."""
+    ta, tb = dict(zip(a["rounds"], a["times_s"])), dict(zip(b["rounds"], b["times_s"]))
+    return median([ta[r] / tb[r] for r in ta if r in tb])
 
 
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
@@ -247,10 +273,6 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
             row["compile_s"] = row["first_step_s"] - s  # first call minus a steady step: an estimate
     eager = {r["precision"]: r for r in result["variants"] if not r["compiled"] and r["times_s"]}
     comp = {r["precision"]: r for r in result["variants"] if r["compiled"] and r["times_s"]}
-
-    def paired_ratio(a: dict, b: dict) -> float | None:  # median over shared rounds of a_time / b_time
-        ta, tb = dict(zip(a["rounds"], a["times_s"])), dict(zip(b["rounds"], b["times_s"]))
-        return median([ta[r] / tb[r] for r in ta if r in tb])
 
     result["bf16_speedup_eager"] = (
         paired_ratio(eager["fp32"], eager["bf16"]) if {"fp32", "bf16"} <= eager.keys() else None

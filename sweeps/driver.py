@@ -41,6 +41,7 @@ from storage.record import (
     attempt_attr,
     merged_details,
 )
+from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.budget import baseline_params, budget_used
 from sweeps.draw import draw_within_budget
 from sweeps.job_command import JobCommand, StudyLink, training_overrides
@@ -89,7 +90,7 @@ class Driver:
         )
         self.base_overrides = [*cfg.trial.overrides, *(self.study_cfg.get("fixed") or {}).get(self.scale, [])]
         self.launcher = build_launcher(cfg.launcher)
-        self.storage_url = resolve_url(cfg.storage.url, Path("outputs/optuna.db").resolve())
+        self.storage_url = resolve_url(cfg.storage.url, Path(DEFAULT_SQLITE_PATH).resolve())
         self.running: dict[int, RunningTrial] = {}
         self.exhausted = False  # the sampler keeps drawing configurations the study already has
         self.outage_ended = 0.0  # when the database last came back after an outage (epoch seconds)

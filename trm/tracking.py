@@ -17,7 +17,7 @@ W&B never touches the network unless asked to: `wandb.mode=auto` is `online` onl
 The run directory is `<out_dir>/wandb/` unless `wandb.dir` says otherwise. Tracking is never worth a training
 run: if wandb cannot be imported or a call fails, one warning is printed and the job continues untracked.
 
-One module (~350 lines) on purpose: everything a W&B run of this project is (ids, names, tags, config, summary)
+One module (~370 lines) on purpose: everything a W&B run of this project is (ids, names, tags, config, summary)
 is decided here, next to the tracker that opens it; sweeps/wandb_summary.py reuses the ids and modes.
 """
 
