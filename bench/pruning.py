@@ -7,13 +7,22 @@ best value found, wall time; against the unpruned arm: the compute ratio and the
     python bench/pruning.py --arms none,hyperband,hyperband+study.prune_metric=eval/blank_accuracy
     python bench/pruning.py --quick --out-dir /tmp/p     # smoke run: 3 trials of 20 steps per arm
     python bench/pruning.py --render bench/results/pruning.json
+    python bench/pruning.py --seeds 1,2,3 --jobs 2 --arms none,median+pruner.n_startup_trials=1+pruner.n_warmup_steps=100+study.prune_metric=eval/blank_accuracy
+
+An arm is a conf/pruner/ name, then `+key=value` overrides for that arm only (pruner.* or any sweeps.run key).
+`--seeds` runs every arm once per sampler seed, each a whole real study, and compares each arm with the
+unpruned (first) arm of the same seed: per seed and the median over seeds of the compute ratio and of the gap
+in best value, and whether the goal holds in every seed (one seed's study is mostly luck: when its best comes).
+`--jobs N` runs N studies at once (give each 1 thread: OMP_NUM_THREADS=1 on a 2-core machine); their wall times
+then share the cores and are not compared, trial-steps and FLOPs are unaffected.
 
 Each arm is `python -m sweeps.run study=<study> pruner=<arm> n_trials=N seed=S` on its own SQLite file
-(bench/results/pruning/), W&B off. Training is deterministic for given parameters and seed, so a configuration
+(bench/results/pruning/, with --seeds under seed<S>/), W&B off. Training is deterministic for given parameters and seed, so a configuration
 that both arms sampled must show the same reported curve up to where one arm pruned it: the script checks
 that (`paired`), which makes the comparison a fair one for the trials the arms share. TPE's later proposals
 differ between arms (it learns from the pruned trials too): that is part of what is being compared.
-Writes bench/results/pruning.json and pruning.md.
+Writes bench/results/pruning.json and pruning.md (with --seeds: one result per seed under `per_seed` and the
+per-arm summary under `aggregate`).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import argparse
 import json
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import optuna  # noqa: E402
-from _results import RESULTS, fmt, run_header, write_results  # noqa: E402
+from _results import RESULTS, ROOT, fmt, median, run_header, write_results  # noqa: E402
 from _sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, run_study, trial_record  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
 # The goal the issue sets: pruned best within 1% (absolute accuracy) of the unpruned best for <= 40% compute.
 GOAL_GAP, GOAL_COMPUTE = 0.01, 0.40
@@ -47,6 +58,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n-trials", type=int, default=10)
     p.add_argument("--seed", type=int, default=1, help="sampler seed, the same for every arm")
     p.add_argument(
+        "--seeds",
+        help="comma list of sampler seeds (e.g. 1,2,3): every arm runs once per seed, each a whole study; "
+        "the table adds per-seed and median compute ratios and gaps (overrides --seed)",
+    )
+    p.add_argument(
+        "--jobs", type=int, default=1, help="studies run at once (with OMP_NUM_THREADS=1 each takes one core)"
+    )
+    p.add_argument(
         "--out-dir", type=Path, default=RESULTS, help="results go here; the studies' files under <out-dir>/pruning/"
     )
     p.add_argument("--quick", action="store_true", help="3 trials of 20 steps per arm (a smoke run)")
@@ -56,7 +75,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="keep each arm's study file and runs: a driver restarted on a study "
         "continues up to n_trials, so an interrupted bench goes on where it stopped",
     )
-    p.add_argument("--render", type=Path, help="reprint the table of a saved pruning.json")
+    p.add_argument(
+        "--render",
+        type=Path,
+        help="reprint the table of a saved pruning.json (multi-seed: compared and summarized again from its arms)",
+    )
     p.add_argument(
         "--reuse",
         type=Path,
@@ -66,6 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("overrides", nargs="*", help="extra sweeps.run overrides for every arm")
     args = p.parse_args(argv)
     args.work = args.out_dir / "pruning"
+    args.seed_list = [int(x) for x in args.seeds.split(",") if x.strip()] if args.seeds else None
     if args.quick:
         args.n_trials = min(args.n_trials, 3)
         args.overrides = [
@@ -77,22 +101,41 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run_arm(index: int, arm: str, args: argparse.Namespace) -> dict[str, Any]:
+def pruner_keys(pruner: str) -> set[str]:
+    """The arguments conf/pruner/<pruner>.yaml sets: the only pruner.* keys a shared override may set for it."""
+    path = ROOT / "conf" / "pruner" / f"{pruner}.yaml"
+    return {str(k) for k in OmegaConf.load(path)} - {"_target_"} if path.exists() else set()
+
+
+def shared_overrides(pruner: str, overrides: list[str]) -> list[str]:
+    """The overrides for every arm, less the pruner.* ones this arm's pruner does not take (--quick's
+    min_resource means nothing to the median pruner and NopPruner takes no arguments)."""
+    keys = pruner_keys(pruner)
+    return [
+        o
+        for o in overrides
+        if not o.startswith("pruner=") and not (o.startswith("pruner.") and o.split("=")[0][7:] not in keys)
+    ]
+
+
+def run_arm(
+    index: int, arm: str, args: argparse.Namespace, seed: int | None = None, work: Path | None = None
+) -> dict[str, Any]:
+    seed = args.seed if seed is None else seed
+    work = args.work if work is None else work
     pruner, *arm_overrides = arm.split("+")
     key = f"{index}_{pruner}"  # file and study names
-    db = args.work / f"{key}.db"
+    db = work / f"{key}.db"
     if not args.resume:
         db.unlink(missing_ok=True)
     url = f"sqlite:///{db}"
     name = f"pruning_{key}"
     overrides = [
-        f"study={args.study}", f"study.name={name}", f"pruner={pruner}", f"n_trials={args.n_trials}", f"seed={args.seed}",
-        f"storage.url={url}", f"output_root={args.work / 'runs' / key}", "wandb.enabled=false",
-        f"hydra.run.dir={args.work / 'hydra' / key}", *(o for o in args.overrides if not o.startswith("pruner=")), *arm_overrides,
+        f"study={args.study}", f"study.name={name}", f"pruner={pruner}", f"n_trials={args.n_trials}", f"seed={seed}",
+        f"storage.url={url}", f"output_root={work / 'runs' / key}", "wandb.enabled=false",
+        f"hydra.run.dir={work / 'hydra' / key}", *shared_overrides(pruner, args.overrides), *arm_overrides,
     ]  # fmt: skip
-    if pruner == "none":  # NopPruner takes no arguments: drop pruner.* overrides meant for the others
-        overrides = [o for o in overrides if not o.startswith("pruner.")]
-    run = run_study(overrides, args.work / f"{key}.log")
+    run = run_study(overrides, work / f"{key}.log")
     trials = load_trials(url, name)
     if args.resume:  # the study may have run (partly) before this call: its wall time is its trials' span
         run["started_at"] = min(t.datetime_start.timestamp() for t in trials)
@@ -187,6 +230,7 @@ REPLAY_PRUNERS = {  # what-if pruners replayed on the reference arm's recorded c
         min_resource=300, reduction_factor=3
     ),
     "median(1 startup, 100 warmup)": lambda steps: optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=100),
+    "median(1 startup, 200 warmup)": lambda steps: optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=200),
 }
 
 
@@ -276,40 +320,161 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def seed_result(seed: int, arms: list[dict[str, Any]]) -> dict[str, Any]:
+    """One seed's arms, compared with its first (unpruned) arm, and the what-if replays on that arm's curves."""
+    return {"seed": seed, "arms": arms, "comparison": compare(arms), "replay": replay(arms[0])}
+
+
+def aggregate(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per arm (by position: the same spec in every seed): its compute ratio and best-value gap against the
+    unpruned arm of the same seed, per seed and the median over seeds, and whether the goal held in every seed
+    (measured in FLOPs, as `meets_goal`; `meets_goal_steps` measures the compute in trial-steps)."""
+    rows = []
+    for i, arm in enumerate(per_seed[0]["comparison"]):
+        cmps = [r["comparison"][i] for r in per_seed]
+        if any(c["arm"] != arm["arm"] for c in cmps):
+            raise ValueError(f"arm {i} differs between seeds: {[c['arm'] for c in cmps]}")
+        seeds = []
+        for r, c in zip(per_seed, cmps):
+            gap = c["best_gap"]
+            seeds.append({
+                "seed": r["seed"],
+                "steps_ratio": c["steps_ratio"],
+                "flops_ratio": c["flops_ratio"],
+                "best_gap": gap,
+                "best_value": r["arms"][i]["best_value"],
+                "reference_best": r["arms"][0]["best_value"],
+                "states": r["arms"][i]["states"],
+                "meets_goal": c["meets_goal"],
+                "meets_goal_steps": None if i == 0 or gap is None or c["steps_ratio"] is None else bool(gap <= GOAL_GAP and c["steps_ratio"] <= GOAL_COMPUTE),
+                "to_target_flops_ratio": c["to_target_flops_ratio"],
+            })  # fmt: skip
+
+        def med(key: str, seeds: list[dict[str, Any]] = seeds) -> float | None:
+            values = [s[key] for s in seeds if s[key] is not None]
+            return median(values) if len(values) == len(seeds) else None  # a seed without a value: no median
+
+        rows.append({
+            "arm": arm["arm"],
+            "per_seed": seeds,
+            "median_steps_ratio": med("steps_ratio"),
+            "median_flops_ratio": med("flops_ratio"),
+            "median_best_gap": med("best_gap"),
+            "goal_every_seed": None if i == 0 else all(s["meets_goal"] is True for s in seeds),
+            "goal_steps_every_seed": None if i == 0 else all(s["meets_goal_steps"] is True for s in seeds),
+            "goal_seeds": None if i == 0 else sum(s["meets_goal"] is True for s in seeds),
+        })  # fmt: skip
+    return rows
+
+
+def yes_no(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "no")
+
+
+def markdown_seeds(result: dict[str, Any]) -> str:
+    """The multi-seed summary (per arm: each seed, then the median over seeds), then each seed's own tables."""
+    n = len(result["per_seed"])
+    lines = [
+        "| arm | seed | complete / pruned / fail | best (unpruned best) | trial-steps vs ref | FLOPs vs ref | best gap | goal met (FLOPs / steps) |",
+        "|---|---|---|---|---:|---:|---:|---|",
+    ]
+    for row in result["aggregate"]:
+        for s in row["per_seed"]:
+            st = s["states"]
+            lines.append(
+                f"| {row['arm']} | {s['seed']} | {st['COMPLETE']} / {st['PRUNED']} / {st['FAIL']} "
+                f"| {fmt(s['best_value'], '.4f')} ({fmt(s['reference_best'], '.4f')}) | {fmt(s['steps_ratio'], '.0%')} "
+                f"| {fmt(s['flops_ratio'], '.0%')} | {fmt(s['best_gap'], '+.4f')} "
+                f"| {yes_no(s['meets_goal'])} / {yes_no(s['meets_goal_steps'])} |"
+            )
+        every = (
+            "-"
+            if row["goal_every_seed"] is None
+            else f"{yes_no(row['goal_every_seed'])} / {yes_no(row['goal_steps_every_seed'])} (in every seed)"
+        )
+        lines.append(
+            f"| **{row['arm']}** | **median of {n}** | | | **{fmt(row['median_steps_ratio'], '.0%')}** "
+            f"| **{fmt(row['median_flops_ratio'], '.0%')}** | **{fmt(row['median_best_gap'], '+.4f')}** | {every} |"
+        )
+    lines += [
+        "",
+        f"Goal: best within {GOAL_GAP:g} (absolute) of the unpruned best of the same seed for <= {GOAL_COMPUTE:.0%} "
+        f"of its compute (FLOPs; 'steps': in trial-steps). {result['n_trials']} trials per study"
+        + (
+            f"; {result['jobs']} studies ran at once, so wall times are not compared."
+            if result.get("jobs", 1) > 1
+            else "."
+        ),
+    ]
+    for r in result["per_seed"]:
+        lines += ["", f"### Seed {r['seed']}", "", markdown(r)]
+    return "\n".join(lines)
+
+
+def render(result: dict[str, Any]) -> str:
+    return markdown_seeds(result) if "per_seed" in result else markdown(result)
+
+
+def reusable(args: argparse.Namespace, seeds: list[int]) -> dict[tuple[int, str], dict[str, Any]]:
+    """Arms of a previous pruning.json (single- or multi-seed) with the same study and trial count, by (seed, arm)."""
+    if not args.reuse:
+        return {}
+    old = json.loads(args.reuse.read_text())
+    if (old["study"], old["n_trials"]) != (args.study, args.n_trials):
+        print(f"--reuse {args.reuse}: another study or trial count; running every arm", flush=True)
+        return {}
+    tag = f"{args.reuse} ({old['machine']['date']})"
+    runs = old.get("per_seed") or [{"seed": old["seed"], "arms": old["arms"]}]
+    return {
+        (r["seed"], a["arm"]): {**a, "reused": a.get("reused") or tag}
+        for r in runs
+        if r["seed"] in seeds
+        for a in r["arms"]
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.render:
         result = json.loads(args.render.read_text())
-        print(markdown(result))
+        if "per_seed" in result:  # comparisons and summary are computed again from each seed's arms
+            result["per_seed"] = [seed_result(r["seed"], r["arms"]) for r in result["per_seed"]]
+            result["aggregate"] = aggregate(result["per_seed"])
+        print(render(result))
         return result
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if len(arms) < 2:
         raise SystemExit(
             f"--arms={args.arms!r}: name at least two pruners (the first is the reference), e.g. none,hyperband"
         )
-    if not args.resume:
-        shutil.rmtree(args.work / "runs", ignore_errors=True)
-    args.work.mkdir(parents=True, exist_ok=True)
-    previous = {}
-    if args.reuse:
-        old = json.loads(args.reuse.read_text())
-        if (old["study"], old["n_trials"], old["seed"]) == (args.study, args.n_trials, args.seed):
-            previous = {a["arm"]: {**a, "reused": f"{args.reuse} ({old['machine']['date']})"} for a in old["arms"]}
-        else:
-            print(f"--reuse {args.reuse}: another study, trial count or seed; running every arm", flush=True)
-    results = [previous.get(arm) or run_arm(i, arm, args) for i, arm in enumerate(arms)]
-    result = {
+    seeds = args.seed_list or [args.seed]
+    works = {seed: args.work / f"seed{seed}" if args.seed_list else args.work for seed in seeds}
+    for work in works.values():
+        if not args.resume:
+            shutil.rmtree(work / "runs", ignore_errors=True)
+        work.mkdir(parents=True, exist_ok=True)
+    previous = reusable(args, seeds)
+
+    def one(seed: int, index: int, arm: str) -> dict[str, Any]:
+        return previous.get((seed, arm)) or run_arm(index, arm, args, seed, works[seed])
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:  # each study is a subprocess
+        futures = {(seed, i): pool.submit(one, seed, i, arm) for seed in seeds for i, arm in enumerate(arms)}
+        runs = {key: f.result() for key, f in futures.items()}
+    per_seed = [seed_result(seed, [runs[(seed, i)] for i in range(len(arms))]) for seed in seeds]
+    header = {
         **run_header("pruning", argv),
         "study": args.study,
         "n_trials": args.n_trials,
-        "seed": args.seed,
         "goal": {"max_best_gap": GOAL_GAP, "max_compute_ratio": GOAL_COMPUTE},
-        "arms": results,
-        "comparison": compare(results),
-        "replay": replay(results[0]),
+        "jobs": args.jobs,
     }
-    table = markdown(result)
-    write_results("pruning", result, table, args.out_dir)
+    if args.seed_list:
+        result = {**header, "seeds": seeds, "per_seed": per_seed, "aggregate": aggregate(per_seed)}
+    else:
+        (single,) = per_seed
+        result = {**header, "seed": single.pop("seed"), **single}
+    write_results("pruning", result, render(result), args.out_dir)
     return result
 
 

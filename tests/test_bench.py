@@ -4,6 +4,7 @@ Each runs as a user would (`python bench/<script>.py --quick --out-dir DIR`) and
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -66,6 +67,111 @@ def test_pruning_bench_pairs_the_arms(tmp_path: Path) -> None:
     assert cmp["steps_ratio"] == hyperband["trial_steps"] / none["trial_steps"]
 
 
+def _arm(spec: str, trials: list[tuple[str, int, float | None]]) -> dict:
+    """A pruning.json arm from (state, steps, value) per trial: 1 GFLOP per step, an eval every 100 steps."""
+    records = [
+        {
+            "number": n,
+            "state": state,
+            "params": {"arch.L_cycles": n},
+            "value": value,
+            "steps": steps,
+            "compute_flops": steps * 1e9,
+            "intermediate": {},
+            "eval": [
+                {"step": k, "eval/exact_accuracy": (value or 0.0) * k / steps, "eval/blank_accuracy": k / steps}
+                for k in range(100, steps + 1, 100)
+            ],
+        }
+        for n, (state, steps, value) in enumerate(trials)
+    ]
+    done = [r for r in records if r["state"] == "COMPLETE"]
+    best = max(done, key=lambda r: r["value"])
+    return {
+        "arm": spec,
+        "wall_s": sum(steps for _, steps, _ in trials) / 10,
+        "trials": records,
+        "states": {s: sum(r["state"] == s for r in records) for s in ("COMPLETE", "PRUNED", "FAIL")},
+        "trial_steps": sum(r["steps"] for r in records),
+        "compute_flops": sum(r["compute_flops"] for r in records),
+        "best_value": best["value"],
+        "best_trial": best["number"],
+    }
+
+
+def test_pruning_bench_summarizes_seeds_from_a_saved_result(tmp_path: Path) -> None:
+    """--render of a multi-seed pruning.json: each seed compared with its own unpruned arm, then the medians."""
+    pruned = "median+pruner.n_startup_trials=1"
+    full = [("COMPLETE", 500, v) for v in (0.90, 0.50, 0.60, 0.70)]
+    per_seed = [
+        {  # seed 1: the best kept (gap 0.005) for 800 of 2,000 trial-steps: goal met
+            "seed": 1,
+            "arms": [_arm("none", full), _arm(pruned, [("COMPLETE", 500, 0.895), *[("PRUNED", 100, None)] * 3])],
+        },
+        {  # seed 2: the best (trial 2, 0.80) pruned: gap 0.10 for 600 of 2,000 trial-steps: goal missed
+            "seed": 2,
+            "arms": [
+                _arm("none", [("COMPLETE", 500, v) for v in (0.70, 0.50, 0.80, 0.60)]),
+                _arm(pruned, [("COMPLETE", 300, 0.70), *[("PRUNED", 100, None)] * 3]),
+            ],
+        },
+    ]
+    saved = {"benchmark": "pruning", "study": "model_scaling", "n_trials": 4, "seeds": [1, 2], "per_seed": per_seed}
+    (tmp_path / "in.json").write_text(json.dumps(saved))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "pruning.py"), "--render", str(tmp_path / "in.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    spec = importlib.util.spec_from_file_location("pruning_bench", ROOT / "bench" / "pruning.py")
+    assert spec and spec.loader
+    pruning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pruning)  # the aggregation the table printed, on the same input
+
+    result = {**saved, "per_seed": [pruning.seed_result(r["seed"], r["arms"]) for r in per_seed]}
+    reference, arm = pruning.aggregate(result["per_seed"])
+    assert reference["arm"] == "none" and reference["goal_every_seed"] is None
+    assert reference["median_steps_ratio"] == 1.0 and reference["median_best_gap"] == 0.0
+    one, two = arm["per_seed"]
+    assert (one["seed"], one["steps_ratio"], one["flops_ratio"]) == (1, 0.4, 0.4)
+    assert one["best_gap"] == pytest.approx(0.005) and one["meets_goal"] and one["meets_goal_steps"]
+    assert (two["seed"], two["steps_ratio"], two["flops_ratio"]) == (2, 0.3, 0.3)
+    assert two["best_gap"] == pytest.approx(0.10) and two["meets_goal"] is False
+    assert arm["median_steps_ratio"] == pytest.approx(0.35) and arm["median_best_gap"] == pytest.approx(0.0525)
+    assert arm["goal_every_seed"] is False and arm["goal_seeds"] == 1
+    result["aggregate"] = [reference, arm]
+    # the summary table (the per-seed replays below it are not compared: Hyperband's brackets hash the study name)
+    summary = pruning.render(result).split("### Seed 1")[0]
+    assert proc.stdout.startswith(summary)
+    assert (
+        f"| **{pruned}** | **median of 2** | | | **35%** | **35%** | **+0.0525** | no / no (in every seed) |"
+        in proc.stdout
+    )
+    assert "### Seed 1" in proc.stdout and "### Seed 2" in proc.stdout
+
+
+@pytest.mark.slow
+def test_pruning_bench_runs_every_arm_once_per_seed(tmp_path: Path) -> None:
+    pruned = "median+pruner.n_startup_trials=1+study.prune_metric=eval/blank_accuracy"
+    result = run_bench(
+        "pruning.py", tmp_path, "--n-trials", "2", "--seeds", "1,2", "--jobs", "2", "--arms", f"none,{pruned}"
+    )
+    assert result["seeds"] == [1, 2] and [r["seed"] for r in result["per_seed"]] == [1, 2]
+    for r in result["per_seed"]:
+        none, median = r["arms"]
+        assert (none["arm"], median["arm"]) == ("none", pruned) and none["trial_steps"] == 2 * 20
+        assert f"seed={r['seed']}" in none["command"] and any(f"/seed{r['seed']}/" in o for o in none["command"])
+        assert r["comparison"][1]["max_abs_diff_of_eval_curves"] == 0.0  # same configurations, same curves
+    reference, arm = result["aggregate"]
+    assert [s["flops_ratio"] for s in arm["per_seed"]] == [
+        r["comparison"][1]["flops_ratio"] for r in result["per_seed"]
+    ]
+    assert arm["goal_every_seed"] == all(s["meets_goal"] for s in arm["per_seed"])
+
+
 @pytest.mark.slow
 def test_storage_latency_bench_counts_every_operation(tmp_path: Path, pg_server_url: str) -> None:
     result = run_bench("storage_latency.py", tmp_path, "--server-url", pg_server_url)
@@ -79,3 +185,34 @@ def test_storage_latency_bench_counts_every_operation(tmp_path: Path, pg_server_
     for r in rows:
         assert 0 < r["p50_ms"] <= r["p99_ms"] and r["ops_per_s"] > 0
         assert r["peak_connections"] >= r["clients"]  # every client process holds at least one connection
+
+
+@pytest.mark.slow
+def test_trainer_vs_reference_bench_runs_our_side_and_writes_the_table(tmp_path: Path) -> None:
+    """Without a reference checkout (CI has none): our side of the smallest mode, the matmul peaks, the table."""
+    result = run_bench("trainer_vs_reference.py", tmp_path)
+    (mode,) = result["modes"]
+    assert mode["mode"] == "fp32 eager" and mode["batch"] == 2 and mode["ours_samples_per_s"] > 0
+    assert 0 < mode["ours_utilization_vs_matmul_peak"]
+    assert mode["reference_samples_per_s"] is None and mode["speedup_vs_reference"] is None
+    assert result["reference"]["path"] is None
+    assert set(result["machine"]["bf16_flags"]) == {"avx512_bf16", "amx_bf16"}
+    assert result["matmul"]["layouts"] == ["nn", "nt", "tn"]
+    peaks = result["matmul"]["flops_samples"]["bf16"]
+    assert peaks == [max(rates.values()) for rates in result["matmul"]["flops_by_layout"]["bf16"]]
+    table = (tmp_path / "trainer_vs_reference.md").read_text()
+    assert "| fp32 eager | 2 |" in table and "Reference not run" in table
+
+
+@pytest.mark.slow
+def test_trainer_vs_reference_bench_refuses_a_directory_that_is_no_checkout(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "trainer_vs_reference.py"), "--quick", "--out-dir", str(tmp_path)]
+        + ["--ref", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode != 0 and "is not a TinyRecursiveModels checkout" in proc.stderr
+    assert not (tmp_path / "trainer_vs_reference.json").exists()
