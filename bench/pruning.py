@@ -243,11 +243,13 @@ def replay(
     rows = []
     for metric in metrics:
         for name, make in REPLAY_PRUNERS.items():
-            longest = max((rec["steps"] or 1) for rec in reference["trials"])
+            longest = max((rec["steps"] or 1) for rec in reference["trials"] if rec["eval"])
             study = optuna.create_study(direction="maximize", pruner=make(longest))
             steps = flops = 0
             best = None
             for rec in sorted(reference["trials"], key=lambda r: r["number"]):
+                if not rec["eval"]:  # a refused duplicate or a failed launch: nothing reported, nothing to replay
+                    continue
                 trial, per_step = study.ask(), (rec["compute_flops"] or 0) / max(1, rec["steps"] or 1)
                 done, pruned = 0, False
                 for r in rec["eval"]:

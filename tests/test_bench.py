@@ -111,7 +111,8 @@ def test_pruning_bench_summarizes_seeds_from_a_saved_result(tmp_path: Path) -> N
         {  # seed 2: the best (trial 2, 0.80) pruned: gap 0.10 for 600 of 2,000 trial-steps: goal missed
             "seed": 2,
             "arms": [
-                _arm("none", [("COMPLETE", 500, v) for v in (0.70, 0.50, 0.80, 0.60)]),
+                # and a refused duplicate (trained nothing, no eval): counted as FAIL, skipped by the replay
+                _arm("none", [*[("COMPLETE", 500, v) for v in (0.70, 0.50, 0.80, 0.60)], ("FAIL", 0, None)]),
                 _arm(pruned, [("COMPLETE", 300, 0.70), *[("PRUNED", 100, None)] * 3]),
             ],
         },
@@ -142,6 +143,7 @@ def test_pruning_bench_summarizes_seeds_from_a_saved_result(tmp_path: Path) -> N
     assert two["best_gap"] == pytest.approx(0.10) and two["meets_goal"] is False
     assert arm["median_steps_ratio"] == pytest.approx(0.35) and arm["median_best_gap"] == pytest.approx(0.0525)
     assert arm["goal_every_seed"] is False and arm["goal_seeds"] == 1
+    assert reference["per_seed"][1]["states"] == {"COMPLETE": 4, "PRUNED": 0, "FAIL": 1}
     result["aggregate"] = [reference, arm]
     # the summary table (the per-seed replays below it are not compared: Hyperband's brackets hash the study name)
     summary = pruning.render(result).split("### Seed 1")[0]
