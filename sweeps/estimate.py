@@ -90,12 +90,12 @@ def packings(
     trials at once) and the per-chip batch, which the utilization really depends on: a chip fed 24 examples a step
     runs far below one fed 192, so measure the utilization at your per-chip batch and set estimate.utilization."""
     out = []
+    batch = costs[0].global_batch if costs else 0  # every trial of a study has the same global batch
     for name, (count, chips) in options.items():
         hours = sorted((c.hours(chips, peak_flops, utilization) for c in costs), reverse=True)
         queues = [0.0] * count
         for h in hours:
             queues[queues.index(min(queues))] += h
-        batch = costs[0].global_batch if costs else 0
         out.append(Packing(name, count, chips, batch / chips, sum(hours) * chips, max(queues, default=0.0)))
     return out
 

@@ -22,7 +22,7 @@ from sweeps.running import RunningTrial
 
 log = logging.getLogger("sweeps")
 
-ObjectiveValues = Callable[[Mapping[str, Any]], "list[float] | None"]
+ObjectiveValues = Callable[[Mapping[str, Any]], list[float] | None]  # one seed's objective value(s) from its record
 
 
 def requeue(study: optuna.Study, storage: RDBStorage, trial_id: int, max_retry: int) -> None:
