@@ -37,8 +37,10 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from sweeps.launchers.base import Launcher
 from sweeps.optuna_parts import TARGETS, build, pruner_spec, resolved_dict
 from sweeps.space import SearchSpace, to_overrides
+from trm.compiling import compile_mode
 from trm.config import compose_train_config
 from trm.metric_names import EVAL_METRICS, MAXIMIZED, MINIMIZED, TRIAL_NUMBERS
+from trm.precision import check_choice
 
 # Counts in the trial's training config that must be >= 1 (0 steps trains nothing; a 0 interval divides by zero).
 POSITIVE_TRAIN_KEYS = (
@@ -289,6 +291,11 @@ def _check_trial_config(
             raise SweepConfigError(
                 f"{key}={value!r} in the trials' training config: expected an integer >= 1 (from trial.overrides, the study's fixed overrides or its search space)"
             )
+    try:  # the job would refuse these at start; a sweep refuses them before its first trial
+        check_choice(train_cfg.train.precision, train_cfg.train.bf16_mode)
+        compile_mode(train_cfg.train.compile)
+    except ValueError as e:
+        raise SweepConfigError(f"{e} (in the trials' training config)") from None
     examples = train_cfg.train.eval_examples
     if examples is not None and (not _is_int(examples) or examples < 1):
         raise SweepConfigError(

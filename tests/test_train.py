@@ -127,16 +127,24 @@ def test_unknown_override_is_one_clear_error(tmp_path: Path) -> None:
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
+def test_bad_compile_choice_names_key(tmp_path: Path, data_root: Path) -> None:
+    with pytest.raises(ValueError, match=r"train.compile='fast': expected one of \['off', 'net', 'model'\]"):
+        run(config(tmp_path, data_root, "train.compile=fast"))
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
 def test_bad_arch_value_names_key(tmp_path: Path, data_root: Path) -> None:
     with pytest.raises(ValueError, match=r"arch.mixer='conv'"):
         run(config(tmp_path, data_root, "arch.mixer=conv"))
 
 
-def test_compiled_network_trains_like_eager(tmp_path: Path, data_root: Path) -> None:
+@pytest.mark.parametrize("mode", ["net", "model"])
+def test_compiled_network_trains_like_eager(mode: str, tmp_path: Path, data_root: Path) -> None:
+    """train.compile=net compiles the recursed network, =model the whole ACTModel (trm/compiling.py): same losses."""
     eager, compiled = tmp_path / "eager", tmp_path / "compiled"
     extra = ("train.steps=10", "halting.exploration_prob=0.0", "train.ema=false")
     run(config(eager, data_root, *extra))
-    run(config(compiled, data_root, *extra, "train.compile=true"))
+    run(config(compiled, data_root, *extra, f"train.compile={mode}"))
     want, got = train_losses(read_metrics(eager)), train_losses(read_metrics(compiled))
     assert sorted(got) == sorted(want) == [5, 10]
     for step in want:

@@ -167,6 +167,26 @@ def test_sampler_and_pruner_are_built_before_launch(override: list[str], expecte
     refused(config(tmp_path, *override), expected)
 
 
+@pytest.mark.parametrize(
+    "trial,expected",
+    [
+        (["train.compile=fast"], r"train.compile='fast': expected one of \['off', 'net', 'model'\]"),
+        (["train.precision=fp16"], r"train.precision='fp16': expected one of \['auto', 'fp32', 'bf16'"),
+        (["train.bf16_mode=half"], r"train.bf16_mode='half': expected one of \['bf16', 'bf16_reference'\]"),
+    ],
+)
+def test_train_choices_are_refused_before_the_first_trial(trial: list[str], expected: str, tmp_path: Path) -> None:
+    """The job would refuse these at its start, after the driver had stored a trial and launched it."""
+    refused(config(tmp_path, trial=trial_with(*trial)), expected + r".*in the trials' training config")
+
+
+def test_the_sweep_driver_does_not_import_torch() -> None:
+    """The driver process stays light (start-up, memory beside the trials); torch is the trials' business."""
+    code = "import sys, sweeps.run, sweeps.driver, sweeps.validate; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
 # ------------------------------------------------------------------------- 4. counts
 
 

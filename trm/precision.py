@@ -19,9 +19,10 @@ refused). The resolved mode, not `auto`, is what a checkpoint's identity holds (
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import torch
+if TYPE_CHECKING:  # torch is read only where a device's facts are: the sweep driver checks a choice without it
+    import torch
 
 AUTO = "auto"
 MODES = ("fp32", "bf16", "bf16_reference")  # the keys of trm.step.PRECISIONS: what the step runs
@@ -119,6 +120,8 @@ def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str] | No
 
 
 def _cuda_capability(device: torch.device | None = None) -> tuple[int, int] | None:
+    import torch
+
     try:
         if not torch.cuda.is_available():
             return None

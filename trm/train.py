@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from trm import train_state
 from trm.clock import PhaseClock
+from trm.compiling import apply_compile, compile_mode
 from trm.config import CONFIG_PATH, run_app, to_dict
 from trm.data.build import ensure_generated
 from trm.data.format import DatasetError, SplitMeta, load_split
@@ -105,6 +106,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     # train.precision=auto: bf16 where this device has bf16 units, else fp32 (trm/precision.py); checked by every
     # worker below (they must agree), held by the checkpoint's identity, shown on the start line and the summary.
     chosen = resolve_precision(train.precision, device_facts(runtime.device), train.get("bf16_mode", "bf16"))
+    compiling = compile_mode(train.compile)
     loss_divisor = runtime.loss_divisor(train.global_batch_size)  # examples one step's loss sums over
     torch.manual_seed(cfg.seed)
 
@@ -127,10 +129,8 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
         },
     )
     model = ACTModel(arch).to(runtime.device)
-    if train.compile and runtime.backend != "xla":
-        # Compile the recursed network only: 1.36x per bf16 step on CPU (bench/trainer_variants.py), a third
-        # of the whole model's compile time, no recompile at curriculum stages, unchanged checkpoint keys.
-        model.inner.net.compile()
+    if runtime.backend != "xla":  # XLA compiles the whole step anyway
+        apply_compile(model, compiling)  # net or the whole model: trm/compiling.py says which to choose
     optimizers = build_optimizers(model, cfg.optim)
     ema = build_ema(model, cfg.optim.ema_decay) if train.ema else None
     loader = TrainLoader(train_arrays, train.global_batch_size, runtime.rank, runtime.world_size, seed=cfg.seed)

@@ -1,0 +1,39 @@
+"""`train.compile`: what torch.compile wraps, off XLA (XLA compiles the whole step anyway).
+
+Two choices with a real trade-off, measured on an AVX2 EPYC (docs/benchmarks.md, "Trainer vs the reference"):
+- `net`: the recursed network only (RecursiveNet.compile(), in place). Cold compile ~30 s, no recompile when a
+  curriculum changes H/L cycles, but the recursion loop and the ACT head stay eager: 0.77x (fp32) / 0.83x (bf16)
+  the reference's compiled samples/s for MLP-t.
+- `model`: the whole ACTModel (Module.compile(), in place, so checkpoint keys do not change). 1.07x the
+  reference's compiled step, but a cold compile of 99-286 s and one recompile per curriculum stage: worth it for
+  long trials (the paper's 50k steps), not for a laptop study's 5-minute ones.
+`true`/`false` are still accepted (true = `net`, what `train.compile=true` did before the choice existed).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # sweeps/validate.py checks the choice without importing the model
+    from trm.model import ACTModel
+
+CHOICES = ("off", "net", "model")  # what train.compile accepts (and true/false)
+
+
+def compile_mode(value: Any) -> str:
+    """The compile choice for `train.compile=value`; a clear error for anything else."""
+    if value is True:
+        return "net"
+    if value is False or value is None:
+        return "off"
+    if value not in CHOICES:
+        raise ValueError(f"train.compile={value!r}: expected one of {list(CHOICES)} (or true = net, false = off)")
+    return str(value)
+
+
+def apply_compile(model: ACTModel, mode: str) -> None:
+    """Compile `model` in place as `mode` says (see the module docstring for which to choose)."""
+    if mode == "net":
+        model.inner.net.compile()
+    elif mode == "model":
+        model.compile()
