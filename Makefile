@@ -29,7 +29,7 @@ lint: setup               ## ruff check, ruff format --check, mypy
 # line what to run), then runs pytest with TRM_SWEEPS_TEST_PG pointing at the server.
 # Tests run many training processes at once on few cores: OpenMP must not spin-wait (docs/benchmarks.md).
 test: setup lint
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m tests.prereqs $(PY) -m pytest -q
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m tests.prereqs $(PY) -m pytest -q --durations=20
 
 # The XLA lane: its own venv (torch_xla pins its own torch), XLA on the CPU (PJRT_DEVICE=CPU).
 # torch and torch_xla are named in the same install as the project so pip can never pick another torch.
@@ -70,8 +70,8 @@ bench-data: setup         ## 1,000 x 1,000 build from a CSV; loader headroom ove
 bench-storage: setup      ## report+should_prune and ask+tell latency, 1/8/32 clients, PostgreSQL (TRM_SWEEPS_TEST_PG)
 	$(BENCH_ENV) $(PY) bench/storage_latency.py
 
-bench-sweep: setup        ## per-trial overhead of the local and torchrun launchers
-	$(BENCH_ENV) $(PY) bench/sweep_overhead.py
+bench-sweep: setup        ## per-trial overhead of the local (fresh and warm) and torchrun launchers
+	$(BENCH_ENV) $(PY) bench/sweep_overhead.py --launchers local,local+launcher.warm=true,torchrun
 
 bench-pruning: setup      ## the CPU proxy study with and without the Hyperband pruner
 	$(BENCH_ENV) $(PY) bench/pruning.py

@@ -77,8 +77,8 @@ class StepRunner:
     name: str
     cfg: DictConfig
     batch_size: int
-    compile: bool = False  # torch.compile(ACTModel): every H/L cycle unrolled into one graph
-    compile_net: bool = False  # RecursiveNet.compile() in place: what train.compile=true does (trm/train.py)
+    compile: bool = False  # torch.compile(ACTModel): every H/L cycle unrolled into one graph (train.compile=model)
+    compile_net: bool = False  # RecursiveNet.compile() in place: train.compile=net (trm/compiling.py)
     state_dtype: torch.dtype = torch.float32
     seed: int = 0
     times: list[float] = field(default_factory=list)

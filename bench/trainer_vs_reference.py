@@ -10,7 +10,7 @@ forward through every H/L cycle, the ACT loss, backward and the optimizer step.
 - ours: `trm.step.train_step` (bench/_common.StepRunner) with the paper preset's optimizers (experiment=
   paper_sudoku: Adam-atan2 + SignSGD); bf16 is the preset's train.bf16_mode (bf16_reference: carry and
   activations in bf16, as the reference's forward_dtype=bfloat16; --bf16-mode bf16 for autocast with an fp32
-  carry); compile is what train.compile=true does (RecursiveNet.compile(), --our-compile model for
+  carry); compile is train.compile=net (RecursiveNet.compile(); --our-compile model is train.compile=model,
   torch.compile of the whole ACTModel as bench/trainer.py measures).
 - the reference (REF_DIR, a checkout of SamsungSAILMontreal/TinyRecursiveModels, imported from there, never
   copied): its ACTLossHead(TinyRecursiveReasoningModel_ACTV1) and the body of its pretrain.train_batch, with
