@@ -15,6 +15,7 @@ import torch
 from _results import RESULTS, ROOT, cpu_facts, median  # noqa: F401  (re-exported for the trainer scripts)
 from omegaconf import DictConfig, OmegaConf
 
+from trm.compiling import apply_compile, compile_mode
 from trm.config import compose_train_config
 from trm.data.format import NUM_PUZZLE_IDENTIFIERS, SEQ_LEN, VOCAB_SIZE
 from trm.model import ACTModel, Carry, TRMConfig, count_params
@@ -77,8 +78,7 @@ class StepRunner:
     name: str
     cfg: DictConfig
     batch_size: int
-    compile: bool = False  # torch.compile(ACTModel): every H/L cycle unrolled into one graph (train.compile=model)
-    compile_net: bool = False  # RecursiveNet.compile() in place: train.compile=net (trm/compiling.py)
+    compile: str = "off"  # a train.compile choice (trm/compiling.py): off | net | model (every H/L cycle in one graph)
     state_dtype: torch.dtype = torch.float32
     seed: int = 0
     times: list[float] = field(default_factory=list)
@@ -96,9 +96,8 @@ class StepRunner:
             self.optimizers,
             lr_multiplier(0, self.cfg.optim.warmup_steps, self.cfg.train.steps, self.cfg.optim.lr_min_ratio),
         )
-        if self.compile_net:
-            self.model.inner.net.compile()
-        self.step_model = torch.compile(self.model) if self.compile else self.model
+        apply_compile(self.model, compile_mode(self.compile))  # in place, as the trainer does
+        self.step_model = self.model
         self.batch = sudoku_batch(self.batch_size, self.seed)
         self.carry: Carry = self.model.initial_carry(self.batch, self.state_dtype)
         self.exploration = torch.tensor(float(self.cfg.halting.exploration_prob))

@@ -128,12 +128,10 @@ def make_variant(spec: str, arch: str, batch: int, overrides: list[str]) -> Vari
         f"{precision} " + ("+".join(mods) or "baseline"),
         train_config(arch, batch, precision, overrides),
         batch,
-        compile="compile" in mods,
+        compile="model" if "compile" in mods else "net" if "compile_net" in mods else "off",
         state_dtype=state_dtype,
     )
     v.patches = patches
-    if "compile_net" in mods:
-        v.model.inner.net.compile()  # in place: parameter names (checkpoints) unchanged
     return v
 
 

@@ -231,8 +231,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"ours {label}",
                 cfg,
                 batches[prec],
-                compile=compiled and args.our_compile == "model",
-                compile_net=compiled and args.our_compile == "net",
+                compile=args.our_compile if compiled else "off",
                 state_dtype=carry_dtype(precision),
             )
             ours[prec, compiled] = runner
