@@ -28,8 +28,12 @@ lint: setup               ## ruff check, ruff format --check, mypy
 # tests/prereqs.py first: it installs Chromium / starts a PostgreSQL server where missing (or says in one
 # line what to run), then runs pytest with TRM_SWEEPS_TEST_PG pointing at the server.
 # Tests run many training processes at once on few cores: OpenMP must not spin-wait (docs/benchmarks.md).
+# TEST_WORKERS pytest-xdist workers, a test file each at a time (--dist loadfile: a file's module fixtures and
+# process names stay in one worker). The suite mostly waits on its jobs (17 CPU-minutes in 25 wall minutes
+# serially on 2 cores), so 2 workers fit 2 cores; each worker gets its own PostgreSQL database. TEST_WORKERS=0: serial.
+TEST_WORKERS ?= 2
 test: setup lint
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m tests.prereqs $(PY) -m pytest -q --durations=20
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m tests.prereqs $(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile
 
 # The XLA lane: its own venv (torch_xla pins its own torch), XLA on the CPU (PJRT_DEVICE=CPU).
 # torch and torch_xla are named in the same install as the project so pip can never pick another torch.

@@ -44,7 +44,7 @@ from storage.record import (
 from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.budget import baseline_params, budget_used
 from sweeps.draw import draw_within_budget
-from sweeps.job_command import JobCommand, StudyLink, training_overrides
+from sweeps.job_command import JobCommand, StudyLink, job_name, training_overrides
 from sweeps.launchers.base import LAUNCHER_MEMBERS, JobSpec, Launcher, LauncherConfigError
 from sweeps.optuna_parts import build
 from sweeps.outcome import clip_reason, job_verdict, objective_values, seed_attrs, seed_mean
@@ -239,7 +239,9 @@ class Driver:
         running.progress, running.progress_seen = None, time.time()
         try:
             running.handle = self.launcher.launch(
-                JobSpec(f"{self.study_cfg.name}-{trial.number}", overrides, workdir, slot=running.slot)
+                JobSpec(
+                    job_name(self.study_cfg.name, self.study_uid, trial.number), overrides, workdir, slot=running.slot
+                )
             )
         except Exception as err:
             running.heartbeat.stop()

@@ -29,6 +29,13 @@ LITERAL_KEYS = (
 )
 
 
+def job_name(study: str, study_uid: str, trial_number: int) -> str:
+    """The launcher's name of a trial's job (JOB_TAG_KEY's value): the study's name, the first 8 of its uid, the
+    trial number. The uid keeps it unique on shared machines: two studies of the same name (a laptop's SQLite and
+    the team's PostgreSQL, or two tests at once) on one pod never match each other's cancel pattern."""
+    return f"{study}-{study_uid[:8]}-{trial_number}"
+
+
 def training_overrides(base: list[str], sampled: dict[str, Any], objective: str, direction: str) -> list[str]:
     """What a trial trains, and nothing about where: the study's fixed overrides, then the sampled values, then
     the objective the job tracks its best checkpoint by."""

@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 
 from storage.record import ATTEMPT_ATTRS
 from sweeps.driver import Driver
+from sweeps.job_command import job_name
 from sweeps.launchers.base import JobSpec, quote_literals
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.optuna_parts import pruner_spec
@@ -309,6 +310,17 @@ def test_a_pod_job_and_its_cancel_pattern_carry_an_odd_study_name(tmp_path: Path
     assert (job.sweep.job, job.out_dir) == ("a, b's-0", "runs/a, b's/trial-0/run")
     pattern = shlex.split(pod.cancel_command(spec))[4]  # pkill -TERM -f -- PATTERN || true
     assert re.search(pattern, " ".join(argv))  # pkill -f matches the process's command line
+
+
+def test_same_named_studies_never_cancel_each_others_pod_jobs(tmp_path: Path) -> None:
+    """Two studies called `halting` (two storages, or two tests at once) on the same machines: each job's cancel
+    pattern (pkill -f) matches its own command line and not the other's, though both are trial 0."""
+    pod = TpuPodLauncher(tpu_name="t", zone="z", python="python3")
+    specs = [JobSpec(job_name("halting", uid, 0), ["out_dir=o"], tmp_path) for uid in ("0123abcdef", "4567abcdef")]
+    lines = [pod.remote_command(spec).split(" exec ", 1)[1] for spec in specs]
+    patterns = [shlex.split(pod.cancel_command(spec))[4] for spec in specs]
+    assert [bool(re.search(patterns[0], line)) for line in lines] == [True, False]
+    assert [bool(re.search(patterns[1], line)) for line in lines] == [False, True]
 
 
 def test_a_study_with_a_comma_a_quote_and_non_ascii_in_its_name_and_output_root_runs(tmp_path: Path) -> None:
