@@ -108,7 +108,7 @@ def data_root(tmp_path_factory: pytest.TempPathFactory):
 
 # --- Order ------------------------------------------------------------------------------------
 # `make test` runs the files on pytest-xdist workers, a whole file per worker (--dist loadfile), in collection
-# order. The files below hold the suite's longest tests (soak 100-150 s, the wheel's fresh venv 100-160 s, the
+# order (--no-loadscope-reorder; xdist's default order is by test count, which put the one-test soak last). The files below hold the suite's longest tests (soak 100-150 s, the wheel's fresh venv 100-160 s, the
 # bench smoke runs 40-100 s each; `--durations=20`): started last, one of them alone kept a worker busy for
 # minutes after the other had finished, so they go first, longest first. The rest keep their order.
 LONGEST_FILES_FIRST = (
