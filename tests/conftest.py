@@ -104,24 +104,3 @@ def fresh_pg_url(pg_server_url: str) -> Iterator[str]:
 def data_root(tmp_path_factory: pytest.TempPathFactory):
     """One directory for generated datasets, shared by the session's training tests (built on first use)."""
     return tmp_path_factory.mktemp("data")
-
-
-# --- Order ------------------------------------------------------------------------------------
-# `make test` runs the files on pytest-xdist workers, a whole file per worker (--dist loadfile), in collection
-# order (--no-loadscope-reorder; xdist's default order is by test count, which put the one-test soak last). The files below hold the suite's longest tests (soak 100-150 s, the wheel's fresh venv 100-160 s, the
-# bench smoke runs 40-100 s each; `--durations=20`): started last, one of them alone kept a worker busy for
-# minutes after the other had finished, so they go first, longest first. The rest keep their order.
-LONGEST_FILES_FIRST = (
-    "test_bench.py",
-    "test_sweeps.py",
-    "test_packaging.py",
-    "test_soak.py",
-    "test_reliability.py",
-    "test_study_record.py",
-    "test_pod_packing.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
