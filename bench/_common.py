@@ -97,7 +97,6 @@ class StepRunner:
             lr_multiplier(0, self.cfg.optim.warmup_steps, self.cfg.train.steps, self.cfg.optim.lr_min_ratio),
         )
         apply_compile(self.model, compile_mode(self.compile))  # in place, as the trainer does
-        self.step_model = self.model
         self.batch = sudoku_batch(self.batch_size, self.seed)
         self.carry: Carry = self.model.initial_carry(self.batch, self.state_dtype)
         self.exploration = torch.tensor(float(self.cfg.halting.exploration_prob))
@@ -107,7 +106,7 @@ class StepRunner:
     def step(self) -> float:
         start = time.perf_counter()
         self.carry, metrics = train_step(
-            self.step_model,
+            self.model,
             self.carry,
             self.batch,
             self.exploration,

@@ -198,7 +198,7 @@ def profile_step(v: Variant) -> dict[str, Any]:
 
 def phase_times(v: Variant) -> dict[str, float]:
     """A copy of trm.step.train_step's body with a clock between the phases."""
-    model, carry, cfg = v.step_model, v.carry, v.cfg
+    model, carry, cfg = v.model, v.carry, v.cfg
     t0 = time.perf_counter()
     with patched(v.patches):
         with autocast(cfg.train.precision, carry.y.device):
