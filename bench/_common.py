@@ -81,6 +81,7 @@ class StepRunner:
     compile: str = "off"  # a train.compile choice (trm/compiling.py): off | net | model (every H/L cycle in one graph)
     state_dtype: torch.dtype = torch.float32
     seed: int = 0
+    device: str = "cpu"  # cpu | cuda: the model, optimizer state, carry and batch live there
     times: list[float] = field(default_factory=list)
     rounds: list[int] = field(default_factory=list)  # round index of each entry of times
     first_step_s: float | None = None
@@ -90,16 +91,16 @@ class StepRunner:
     def __post_init__(self) -> None:
         torch.manual_seed(self.seed)
         self.arch = arch_of(self.cfg)
-        self.model = ACTModel(self.arch).train()
+        self.model = ACTModel(self.arch).to(self.device).train()
         self.optimizers = build_optimizers(self.model, self.cfg.optim)
         set_lr(
             self.optimizers,
             lr_multiplier(0, self.cfg.optim.warmup_steps, self.cfg.train.steps, self.cfg.optim.lr_min_ratio),
         )
         apply_compile(self.model, compile_mode(self.compile))  # in place, as the trainer does
-        self.batch = sudoku_batch(self.batch_size, self.seed)
+        self.batch = {k: v.to(self.device) for k, v in sudoku_batch(self.batch_size, self.seed).items()}
         self.carry: Carry = self.model.initial_carry(self.batch, self.state_dtype)
-        self.exploration = torch.tensor(float(self.cfg.halting.exploration_prob))
+        self.exploration = torch.tensor(float(self.cfg.halting.exploration_prob), device=self.device)
         self.cycles = (self.arch.H_cycles, self.arch.L_cycles)
         self.params = count_params(self.model)
 
@@ -117,7 +118,7 @@ class StepRunner:
             grad_clip=self.cfg.train.grad_clip,
             loss_divisor=self.batch_size,
         )
-        metrics.sum().item()  # CPU is synchronous; this only makes the end of the step explicit
+        metrics.sum().item()  # waits for the step's last kernel on a GPU (the previous step's read did the same)
         seconds = time.perf_counter() - start
         if self.first_step_s is None:
             self.first_step_s = seconds  # includes compilation for compiled variants
@@ -133,18 +134,22 @@ MATMUL_LAYOUTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] 
 }
 
 
-def matmul_rate(dtype: torch.dtype, n: int, min_seconds: float, layout: str = "nn") -> float:
+def matmul_rate(dtype: torch.dtype, n: int, min_seconds: float, layout: str = "nn", device: str = "cpu") -> float:
     """Dense torch.matmul FLOP/s of an n x n x n product, averaged over >= min_seconds (after one warmup).
     `layout` transposes an operand (MATMUL_LAYOUTS): fp32 runs every layout alike, but bf16 on a CPU without
-    avx512_bf16/amx_bf16 runs nn ~10x slower than nt/tn (docs/benchmarks.md, Trainer vs the reference)."""
+    avx512_bf16/amx_bf16 runs nn ~10x slower than nt/tn (docs/benchmarks.md, Trainer vs the reference).
+    On a GPU every product is waited for (random data, never zeros: zeros run faster on some GPUs)."""
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=g).to(dtype)
-    b = torch.randn(n, n, generator=g).to(dtype)
+    a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
     product = MATMUL_LAYOUTS[layout]
+    sync = torch.cuda.synchronize if a.is_cuda else (lambda: None)
     product(a, b)
+    sync()
     iters, start = 0, time.perf_counter()
     while True:
         product(a, b)
+        sync()
         iters += 1
         elapsed = time.perf_counter() - start
         if elapsed >= min_seconds and iters >= 2:

@@ -1,6 +1,6 @@
 """The TRM reference's side of bench/trainer_vs_reference.py, in a process (and interpreter) of its own.
 
-    REF_PYTHON bench/_reference_worker.py REF_DIR THREADS     # started by the bench, never by hand
+    REF_PYTHON bench/_reference_worker.py REF_DIR THREADS [DEVICE]     # started by the bench, never by hand
 
 REF_DIR is a checkout of SamsungSAILMontreal/TinyRecursiveModels: its model, ACT loss head and sparse-embedding
 SignSGD are imported from there (sys.path), nothing of it is copied into this project. Its optimizer, the
@@ -18,9 +18,11 @@ torch prints goes to stderr); a failure answers {"error": "..."}.
       ACTLossHead, torch.compile'd as pretrain.create_model does when "compile"; its optimizers as
       create_model builds them (SignSGD on the puzzle embedding, Adam-atan2 on the parameters).
   {"op": "step", "name"} -> {"seconds", "lm_loss"}: one step, as pretrain.train_batch runs it on one process
-      (without .cuda() and the all-reduce): loss head forward on the kept carry, (loss / batch).backward(),
+      (without the all-reduce): loss head forward on the kept carry, (loss / batch).backward(),
       each optimizer's lr set, step() and zero_grad(), the metrics stacked and read.
   {"op": "quit"}
+DEVICE (cpu, or cuda): the model, its carry and the batch are made there as pretrain.py makes them (under a
+`torch.device` context).
 """
 
 from __future__ import annotations
@@ -39,7 +41,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class ReferenceStep:
-    def __init__(self, msg: dict[str, Any]) -> None:
+    def __init__(self, msg: dict[str, Any], device: str) -> None:
+        with torch.device(device):  # as pretrain.create_model and its train loop do with "cuda"
+            self._build(msg, device)
+
+    def _build(self, msg: dict[str, Any], device: str) -> None:
         from adam_atan2 import AdamATan2  # the stand-in registered by main()
         from models.losses import ACTLossHead
         from models.recursive_reasoning.trm import TinyRecursiveReasoningModel_ACTV1
@@ -48,7 +54,7 @@ class ReferenceStep:
         torch.manual_seed(msg["seed"])
         model: Any = ACTLossHead(TinyRecursiveReasoningModel_ACTV1(msg["config"]), loss_type="stablemax_cross_entropy")
         if msg.get("load_state"):
-            model.load_state_dict(torch.load(msg["load_state"]))
+            model.load_state_dict(torch.load(msg["load_state"], map_location=device))
         if msg.get("save_state"):
             torch.save(model.state_dict(), msg["save_state"])
         model.train()
@@ -67,7 +73,7 @@ class ReferenceStep:
         ]
         self.lrs = msg["lrs"]
         self.model = model
-        self.batch = {k: torch.tensor(v, dtype=torch.int32) for k, v in msg["batch"].items()}  # its loader's dtype
+        self.batch = {k: torch.tensor(v, dtype=torch.int32, device=device) for k, v in msg["batch"].items()}
         self.batch_size = self.batch["inputs"].shape[0]
         self.carry = model.initial_carry(self.batch)
         self.params = sum(p.numel() for p in model.parameters())
@@ -86,7 +92,7 @@ class ReferenceStep:
         return {"seconds": seconds, "lm_loss": values["lm_loss"] / self.batch_size}
 
 
-def serve(commands: TextIO, replies: TextIO) -> None:
+def serve(commands: TextIO, replies: TextIO, device: str) -> None:
     steps: dict[str, ReferenceStep] = {}
     for line in commands:
         msg = json.loads(line)
@@ -95,7 +101,7 @@ def serve(commands: TextIO, replies: TextIO) -> None:
             if msg["op"] == "quit":
                 return
             if msg["op"] == "build":
-                steps[msg["name"]] = ReferenceStep(msg)
+                steps[msg["name"]] = ReferenceStep(msg, device)
                 reply = {"params": steps[msg["name"]].params}
             elif msg["op"] == "step":
                 reply = steps[msg["name"]].step()
@@ -110,6 +116,7 @@ def serve(commands: TextIO, replies: TextIO) -> None:
 
 def main() -> None:
     reference, threads = Path(sys.argv[1]).resolve(), int(sys.argv[2])
+    device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
     sys.path[:0] = [str(reference), str(ROOT)]
     from trm.adam_atan2 import AdamAtan2
 
@@ -117,7 +124,7 @@ def main() -> None:
     stand_in.AdamATan2 = AdamAtan2  # type: ignore[attr-defined]
     torch.set_num_threads(threads)
     replies, sys.stdout = sys.stdout, sys.stderr
-    serve(sys.stdin, replies)
+    serve(sys.stdin, replies, device)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="let torch.compile use its on-disk cache (default: a fresh cache dir, so compile time is a cold compile)",
     )
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the steps and the peak run")
     p.add_argument("--quick", action="store_true", help="smoke run: batch 8, 2 repeats, short matmul timing")
     p.add_argument(
         "--out",
@@ -112,7 +113,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     runners: list[StepRunner] = []
     for prec in args.precisions:
         runners.append(
-            StepRunner(f"{prec} eager", train_config(args.arch, args.batch, prec, args.overrides), args.batch)
+            StepRunner(
+                f"{prec} eager",
+                train_config(args.arch, args.batch, prec, args.overrides),
+                args.batch,
+                device=args.device,
+            )
         )
     for prec in args.compile_precisions:
         runners.append(
@@ -121,6 +127,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 train_config(args.arch, args.batch, prec, args.overrides),
                 args.batch,
                 compile="model",
+                device=args.device,
             )
         )
 
@@ -129,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         import torch._dynamo.utils as dynamo_utils
 
         graphs_before = dict(dynamo_utils.counters["stats"])
-    matmul = measure(runners, args.repeats, args.matmul_size, args.matmul_seconds)
+    matmul = measure(runners, args.repeats, args.matmul_size, args.matmul_seconds, device=args.device)
     rows = [variant_row(r, r.cfg.train.precision, r.compile != "off") for r in runners]
     if args.compile:
         after = dict(dynamo_utils.counters["stats"])
@@ -138,7 +145,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
     result = {
         "benchmark": "trainer",
-        "machine": {**info, "loadavg_end": list(os.getloadavg())},
+        "machine": {
+            **info,
+            "loadavg_end": list(os.getloadavg()),
+            "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
+        },
         "compile_cache": "warm (default on-disk cache)" if args.warm_cache else "cold (fresh TORCHINDUCTOR_CACHE_DIR)",
         "arch": args.arch,
         "arch_config": vars(arch),
@@ -186,7 +197,12 @@ def warm_up(runners: list[Any], warmup: int) -> None:
 
 
 def measure(
-    runners: list[Any], repeats: int, matmul_size: int, matmul_seconds: float, layouts: tuple[str, ...] = ("nn",)
+    runners: list[Any],
+    repeats: int,
+    matmul_size: int,
+    matmul_seconds: float,
+    layouts: tuple[str, ...] = ("nn",),
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """The runners that have not failed and a dense matmul peak per dtype of DTYPES, round-robin `repeats`
     times (step times go to runner.times / runner.rounds). A round's peak is the fastest of `layouts`
@@ -197,7 +213,9 @@ def measure(
 
     def run(item: Any, rnd: int) -> None:
         if isinstance(item, str):
-            rates = {layout: matmul_rate(DTYPES[item], matmul_size, matmul_seconds, layout) for layout in layouts}
+            rates = {
+                layout: matmul_rate(DTYPES[item], matmul_size, matmul_seconds, layout, device) for layout in layouts
+            }
             peaks[item].append(max(rates.values()))
             peak_rounds[item].append(rnd)
             by_layout[item].append(rates)

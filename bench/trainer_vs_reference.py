@@ -89,6 +89,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--matmul-size", type=int, default=None, help="n of the n^3 peak matmul (2048; 256 with --quick)")
     p.add_argument("--matmul-seconds", type=float, default=None, help="per peak measurement (2; 0.2 with --quick)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="torch threads, both sides")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where both sides train (cuda: a GPU)")
     p.add_argument("--quick", action="store_true", help="smoke run: tiny arch, batch 2, fp32 eager, 1 repeat")
     p.add_argument("--out-dir", type=Path, default=RESULTS, help=f"where {NAME}.json/.md go")
     p.add_argument("--out-name", default=NAME, help="file name of the results (e.g. trainer_vs_reference_att)")
@@ -114,10 +115,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 class ReferenceWorker:
     """The reference's process (bench/_reference_worker.py): one JSON request, one JSON reply."""
 
-    def __init__(self, ref: Path, python: str, threads: int) -> None:
+    def __init__(self, ref: Path, python: str, threads: int, device: str) -> None:
         worker = Path(__file__).resolve().parent / "_reference_worker.py"
         self.proc = subprocess.Popen(
-            [python, str(worker), str(ref), str(threads)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [python, str(worker), str(ref), str(threads), device],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
 
     def call(self, **msg: Any) -> dict[str, Any]:
@@ -192,6 +196,18 @@ def reference_config(arch: TRMConfig, batch: int, exploration: float, forward_dt
     }
 
 
+def gpu_facts() -> dict[str, Any]:
+    """The GPU both sides ran on (--device cuda): what its numbers are read against."""
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "name": props.name,
+        "capability": list(torch.cuda.get_device_capability(0)),
+        "multiprocessors": props.multi_processor_count,
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "cuda": torch.version.cuda,
+    }
+
+
 def lscpu_model() -> str | None:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=30).stdout
@@ -210,15 +226,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         **info,
         "lscpu_model_name": lscpu_model(),
         "bf16_flags": {flag: flag in info["cpu_flags"] for flag in BF16_FLAGS},
+        "device": args.device,
+        "gpu": gpu_facts() if args.device == "cuda" else None,
     }
     overrides = ["experiment=paper_sudoku", *args.overrides]  # the paper's optimizer values, as the reference's
     batches = {"fp32": args.batch, "bf16": args.bf16_batch}
     modes = [(prec, compiled) for compiled in ([False, True] if args.compile else [False]) for prec in args.precisions]
     arch = arch_of(train_config(args.arch, args.batch, "fp32", overrides))
     flops = flops_per_sample_step(arch)
-    print(f"# {args.arch}: {flops / 1e9:.2f} GFLOP per sample-step; {info['cpu_model']}, {args.threads} threads")
+    where = (
+        result["machine"]["gpu"]["name"] if args.device == "cuda" else f"{info['cpu_model']}, {args.threads} threads"
+    )
+    print(f"# {args.arch}: {flops / 1e9:.2f} GFLOP per sample-step; {where}")
 
-    worker = ReferenceWorker(args.ref, args.ref_python, args.threads) if args.ref else None
+    worker = ReferenceWorker(args.ref, args.ref_python, args.threads, args.device) if args.ref else None
     state_path = Path(tempfile.mkdtemp(prefix="trm-ref-state-")) / "state.pt"
     ours: dict[tuple[str, bool], StepRunner] = {}
     theirs: dict[tuple[str, bool], ReferenceRunner] = {}
@@ -233,6 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 batches[prec],
                 compile=args.our_compile if compiled else "off",
                 state_dtype=carry_dtype(precision),
+                device=args.device,
             )
             ours[prec, compiled] = runner
             if worker is None:
@@ -251,10 +273,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 seed=0,
                 **({"load_state": str(state_path)} if state_path.exists() else {"save_state": str(state_path)}),
             )
-            load_reference_state(runner.model, torch.load(state_path))  # the same initial weights
+            load_reference_state(runner.model, torch.load(state_path, map_location=args.device))  # same weights
         runners: list[Any] = [r for key in ours for r in (ours[key], theirs.get(key)) if r is not None]
         warm_up(runners, args.warmup)
-        matmul = measure(runners, args.repeats, args.matmul_size, args.matmul_seconds, tuple(MATMUL_LAYOUTS))
+        matmul = measure(
+            runners, args.repeats, args.matmul_size, args.matmul_seconds, tuple(MATMUL_LAYOUTS), args.device
+        )
     finally:
         if worker is not None:
             worker.close()
@@ -359,6 +383,14 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['our_bf16_mode']}, compile = {'RecursiveNet.compile()' if result['our_compile'] == 'net' else 'torch.compile(ACTModel)'}; "
         "reference: forward_dtype float32/bfloat16, compile = torch.compile(loss head)."
         + ("" if result["reference"]["path"] else " **Reference not run (no --ref).**"),
+        *(
+            [
+                f"GPU: {mach['gpu']['name']} (capability {mach['gpu']['capability']}, CUDA {mach['gpu']['cuda']}); "
+                "both sides and the matmul peak ran there."
+            ]
+            if mach.get("gpu")
+            else []
+        ),
         f"Machine: {mach['lscpu_model_name'] or mach['cpu_model']} ({flags}; {mach['cpu_flags']}), "
         f"{mach['usable_cores']} cores, torch {mach['torch']}, {mach['torch_threads']} threads, "
         f"OMP_WAIT_POLICY={mach['env']['OMP_WAIT_POLICY']}; load average {mach['loadavg'][0]} at the start, "

@@ -161,6 +161,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             "event": "start",
             "resumed_from": state.step,
             "world_size": runtime.world_size,
+            "device": str(runtime.device),  # runtime.device resolved (auto: the GPU when torch sees one)
             "precision": chosen.mode,
             "precision_reason": chosen.reason,
             **params,

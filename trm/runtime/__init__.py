@@ -14,7 +14,10 @@ import importlib.util
 import os
 from typing import Any
 
-from trm.runtime.base import Runtime, option, resolve_control_plane, start_control_plane
+import torch
+
+from trm.runtime.base import Runtime, option, resolve_control_plane, start_control_plane, start_data_plane
+from trm.runtime.devices import DEVICE_CHOICES, resolve_device
 
 BACKENDS = ("auto", "single", "torch", "xla")
 
@@ -64,9 +67,12 @@ def init_runtime(cfg: Any) -> Runtime:
     backend = cfg.backend
     if backend not in BACKENDS:
         raise ValueError(f"runtime.backend={backend!r}: expected one of {list(BACKENDS)}")
+    device_choice = option(cfg, "device", "auto")
     if backend == "auto" and xla_available():
         backend = "xla"
     if backend == "xla":
+        if device_choice not in DEVICE_CHOICES:  # XLA picks its own devices, but a typo is still refused
+            raise ValueError(f"runtime.device={device_choice!r}: expected one of {list(DEVICE_CHOICES)}")
         return _init_xla(cfg)
     compile_cache_dir(cfg, create=False)  # only XLA has one: ignored here, but a bad value is still refused
     plane = resolve_control_plane(cfg)  # torchrun's env, or a TPU VM's (tpu_pod launcher with backend torch)
@@ -77,6 +83,20 @@ def init_runtime(cfg: Any) -> Runtime:
             raise ValueError(
                 f"runtime.backend=single but the job has {plane.world_size} processes ({plane.source}): use runtime.backend=torch or auto"
             )
-        return Runtime()
+        return Runtime(device=_start_device(resolve_device(device_choice, 1, os.environ)))
+    device = _start_device(resolve_device(device_choice, plane.world_size, os.environ))
     start_control_plane(plane, cfg)
-    return Runtime(backend="torch", rank=plane.rank, world_size=plane.world_size)
+    return Runtime(
+        backend="torch",
+        rank=plane.rank,
+        world_size=plane.world_size,
+        device=device,
+        data_group=start_data_plane(device, plane.world_size, cfg),
+    )
+
+
+def _start_device(device: torch.device) -> torch.device:
+    """Make a GPU this process's current one, so that kernels and NCCL land on it and not on GPU 0."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device

@@ -1,0 +1,38 @@
+"""Which torch device a `single` or `torch` job trains on: `runtime.device` = auto | cpu | cuda.
+
+`auto` takes the GPU when torch sees one (a slot's CUDA_VISIBLE_DEVICES decides which: sweeps/slots.py), the
+CPU otherwise, so the same study config runs on a laptop and on a GPU box. With several processes per job
+(torchrun), process `LOCAL_RANK` takes visible GPU `LOCAL_RANK`: one GPU per process, as DDP expects. The `xla`
+backend picks its devices itself (trm/runtime/xla.py) and ignores this key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(choice: str, world_size: int, env: Mapping[str, str]) -> torch.device:
+    """The device for this process, or a ValueError naming the key, the value and what would work."""
+    if choice not in DEVICE_CHOICES:
+        raise ValueError(f"runtime.device={choice!r}: expected one of {list(DEVICE_CHOICES)}")
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ValueError(
+            "runtime.device=cuda but torch sees no GPU (torch.cuda.is_available() is False; "
+            f"CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}): use runtime.device=auto or cpu"
+        )
+    local_rank = int(env.get("LOCAL_RANK", "0"))
+    local_world = int(env.get("LOCAL_WORLD_SIZE", str(world_size)))
+    if local_world > count:
+        raise ValueError(
+            f"runtime.device={choice}: {local_world} processes on this machine but {count} visible GPU(s) "
+            f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}); one GPU per process: start "
+            f"{count} process(es) per node, or use runtime.device=cpu"
+        )
+    return torch.device("cuda", local_rank)
