@@ -54,8 +54,9 @@ def test_each_process_of_a_node_takes_its_own_gpu(monkeypatch: pytest.MonkeyPatc
     assert resolve_device("cuda", 2, {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}) == torch.device("cuda", 1)
     two_nodes = {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}  # world 4 over 2 nodes: 2 GPUs each is enough
     assert resolve_device("auto", 4, two_nodes) == torch.device("cuda", 1)
-    with pytest.raises(ValueError, match=r"4 processes on this machine but 2 visible GPU\(s\).*start 2 process"):
+    with pytest.raises(ValueError, match=r"4 processes on this machine \(of 4 in the job\) but 2 visible GPU\(s\)"):
         resolve_device("auto", 4, {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4", "CUDA_VISIBLE_DEVICES": "2,3"})
+    assert resolve_device("auto", 8, {}) == torch.device("cuda", 0)  # one process per machine, 8 machines
 
 
 def test_a_run_says_which_device_it_trained_on(tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture) -> None:

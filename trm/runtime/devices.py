@@ -16,7 +16,8 @@ DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
 def resolve_device(choice: str, world_size: int, env: Mapping[str, str]) -> torch.device:
-    """The device for this process, or a ValueError naming the key, the value and what would work."""
+    """The device for this process, or a ValueError naming the key, the value and what would work.
+    `world_size` (every node's processes) only names the job in the error; the node's own count decides."""
     if choice not in DEVICE_CHOICES:
         raise ValueError(f"runtime.device={choice!r}: expected one of {list(DEVICE_CHOICES)}")
     if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
@@ -27,11 +28,13 @@ def resolve_device(choice: str, world_size: int, env: Mapping[str, str]) -> torc
             "runtime.device=cuda but torch sees no GPU (torch.cuda.is_available() is False; "
             f"CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}): use runtime.device=auto or cpu"
         )
+    # torchrun sets both; a job started one process per machine (a pod-style launcher) sets neither.
     local_rank = int(env.get("LOCAL_RANK", "0"))
-    local_world = int(env.get("LOCAL_WORLD_SIZE", str(world_size)))
-    if local_world > count:
+    local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
+    if local_world > count or local_rank >= count:
         raise ValueError(
-            f"runtime.device={choice}: {local_world} processes on this machine but {count} visible GPU(s) "
+            f"runtime.device={choice}: {max(local_world, local_rank + 1)} processes on this machine (of "
+            f"{world_size} in the job) but {count} visible GPU(s) "
             f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}); one GPU per process: start "
             f"{count} process(es) per node, or use runtime.device=cpu"
         )
