@@ -39,6 +39,7 @@ from sweeps.optuna_parts import TARGETS, build, pruner_spec, resolved_dict
 from sweeps.space import SearchSpace, to_overrides
 from trm.compiling import compile_mode
 from trm.config import compose_train_config
+from trm.devices import check_device_choice
 from trm.metric_names import EVAL_METRICS, MAXIMIZED, MINIMIZED, TRIAL_NUMBERS
 from trm.precision import check_choice
 
@@ -294,6 +295,7 @@ def _check_trial_config(
     try:  # the job would refuse these at start; a sweep refuses them before its first trial
         check_choice(train_cfg.train.precision, train_cfg.train.bf16_mode)
         compile_mode(train_cfg.train.compile)
+        check_device_choice(OmegaConf.select(train_cfg, "runtime.device", default="auto"))
     except ValueError as e:
         raise SweepConfigError(f"{e} (in the trials' training config)") from None
     examples = train_cfg.train.eval_examples

@@ -174,6 +174,7 @@ def test_sampler_and_pruner_are_built_before_launch(override: list[str], expecte
         (["train.compile=fast"], r"train.compile='fast': expected one of \['off', 'net', 'model'\]"),
         (["train.precision=fp16"], r"train.precision='fp16': expected one of \['auto', 'fp32', 'bf16'"),
         (["train.bf16_mode=half"], r"train.bf16_mode='half': expected one of \['bf16', 'bf16_reference'\]"),
+        (["runtime.device=gpu"], r"runtime.device='gpu': expected one of \['auto', 'cpu', 'cuda'\]"),
     ],
 )
 def test_train_choices_are_refused_before_the_first_trial(trial: list[str], expected: str, tmp_path: Path) -> None:

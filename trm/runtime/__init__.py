@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
+from trm.devices import check_device_choice, resolve_device
 from trm.runtime.base import Runtime, option, resolve_control_plane, start_control_plane, start_data_plane
-from trm.runtime.devices import DEVICE_CHOICES, resolve_device
 
 BACKENDS = ("auto", "single", "torch", "xla")
 
@@ -71,8 +71,7 @@ def init_runtime(cfg: Any) -> Runtime:
     if backend == "auto" and xla_available():
         backend = "xla"
     if backend == "xla":
-        if device_choice not in DEVICE_CHOICES:  # XLA picks its own devices, but a typo is still refused
-            raise ValueError(f"runtime.device={device_choice!r}: expected one of {list(DEVICE_CHOICES)}")
+        check_device_choice(device_choice)  # XLA picks its own devices, but a typo is still refused
         return _init_xla(cfg)
     compile_cache_dir(cfg, create=False)  # only XLA has one: ignored here, but a bad value is still refused
     plane = resolve_control_plane(cfg)  # torchrun's env, or a TPU VM's (tpu_pod launcher with backend torch)

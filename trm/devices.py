@@ -3,23 +3,33 @@
 `auto` takes the GPU when torch sees one (a slot's CUDA_VISIBLE_DEVICES decides which: sweeps/slots.py), the
 CPU otherwise, so the same study config runs on a laptop and on a GPU box. With several processes per job
 (torchrun), process `LOCAL_RANK` takes visible GPU `LOCAL_RANK`: one GPU per process, as DDP expects. The `xla`
-backend picks its devices itself (trm/runtime/xla.py) and ignores this key.
+backend picks its devices itself (trm/runtime/xla.py) and ignores this key. Used by trm/runtime/__init__.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # sweeps/validate.py checks the choice without importing torch (the driver stays light)
+    import torch
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
+
+
+def check_device_choice(value: Any) -> str:
+    """`runtime.device=value` if it is one of the choices, else a ValueError naming the key and the choices."""
+    if value not in DEVICE_CHOICES:
+        raise ValueError(f"runtime.device={value!r}: expected one of {list(DEVICE_CHOICES)}")
+    return str(value)
 
 
 def resolve_device(choice: str, world_size: int, env: Mapping[str, str]) -> torch.device:
     """The device for this process, or a ValueError naming the key, the value and what would work.
     `world_size` (every node's processes) only names the job in the error; the node's own count decides."""
-    if choice not in DEVICE_CHOICES:
-        raise ValueError(f"runtime.device={choice!r}: expected one of {list(DEVICE_CHOICES)}")
+    import torch
+
+    check_device_choice(choice)
     if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
