@@ -51,7 +51,7 @@ class Runtime:
         """Sum a (small, metrics) tensor over all processes; the result is on every rank."""
         if self.distributed:
             tensor = tensor.clone()
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.data_group)  # NCCL for GPU tensors
         return tensor
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
@@ -173,9 +173,9 @@ def start_control_plane(plane: ControlPlane, cfg: Any) -> None:
 def start_data_plane(device: torch.device, world_size: int, cfg: Any) -> Any:
     """The group DDP reduces gradients over: NCCL between GPUs, the control plane's gloo group on CPUs.
 
-    The control plane stays gloo on GPUs too (objects, barriers, the small metric sums: gloo takes CUDA
-    tensors for those). Not measured here: the lent GPU machine has one GPU, and NCCL refuses two ranks on
-    one GPU, so a job of several GPU processes has not run in this project's checks."""
+    The metric sums (GPU tensors) go over it too; the control plane (objects, barriers) stays gloo. Not
+    measured here: the lent GPU machine had one GPU, and NCCL refuses two ranks on one GPU, so a job of
+    several GPU processes has not run in this project's checks."""
     if world_size == 1 or device.type != "cuda":
         return None
     return dist.new_group(backend="nccl", timeout=datetime.timedelta(seconds=float(cfg.timeout_s)))
