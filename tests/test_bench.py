@@ -218,3 +218,27 @@ def test_trainer_vs_reference_bench_refuses_a_directory_that_is_no_checkout(tmp_
     )
     assert proc.returncode != 0 and "is not a TinyRecursiveModels checkout" in proc.stderr
     assert not (tmp_path / "trainer_vs_reference.json").exists()
+
+
+def test_pruning_replays_plain_median_rule_is_optunas_median_pruner(tmp_path: Path) -> None:
+    """bench/pruning_replays.py writes the median rule by hand (to group trials); ungrouped it must decide as
+    Optuna's MedianPruner (1 start-up trial) does in bench/pruning.py's replay, on the saved 1,000-step curves."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import pruning  # type: ignore[import-not-found]
+        import pruning_replays  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    saved = json.loads((ROOT / "bench" / "results" / "pruning_1000steps.json").read_text())
+    metric = "eval/blank_accuracy"
+    for seed in saved["per_seed"]:
+        unpruned = seed["arms"][0]
+        optuna_rows = {r["pruner"]: r for r in pruning.replay(unpruned, (metric,))}
+        for warmup in (100, 200):
+            ours = pruning_replays.replay(unpruned, pruning_replays.grouped_median(metric, warmup, lambda p: ()))
+            theirs = optuna_rows[f"median(1 startup, {warmup} warmup)"]
+            best = max(max(r["eval/exact_accuracy"] for r in t["eval"]) for t in pruning_replays.trained(unpruned))
+            assert ours["flops_ratio"] == pytest.approx(theirs["flops_ratio"], rel=1e-9), (seed["seed"], warmup)
+            assert best - ours["gap"] == pytest.approx(theirs["best_value"]), (seed["seed"], warmup)
+    result = pruning_replays.main(["--out-dir", str(tmp_path)])
+    assert len(result["rows"]) > 20 and (tmp_path / "pruning_replays.md").read_text().startswith("Replays")
