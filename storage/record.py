@@ -38,6 +38,7 @@ ATTEMPT_ATTRS = (
     "final_metrics",
     "params_count",
     "precision",
+    "device",
     "flops_per_sample_step",
     "compute_flops",
     "train_seconds",

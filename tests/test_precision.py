@@ -183,6 +183,8 @@ def test_the_trial_stores_the_precision(pg_url: str) -> None:
     study = optuna.create_study(study_name="precision_attr", storage=open_storage(pg_url), direction="maximize")
     trial = study.ask()
     TrialLink("precision_attr", trial.number, pg_url).record_outcome(
-        "COMPLETE", {"best_value": 0.5, "precision": "fp32", "precision_reason": "auto: no bf16 units: ..."}
+        "COMPLETE",
+        {"best_value": 0.5, "precision": "fp32", "precision_reason": "auto: no bf16 units: ...", "device": "cuda:0"},
     )
     assert study.trials[0].user_attrs["precision"] == "fp32"  # flat and short: what the attribute tables show
+    assert study.trials[0].user_attrs["device"] == "cuda:0"

@@ -252,7 +252,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     finally:
         preemption.restore()
         bar.close()
-        summary = summarize(cfg, state, outcome, clock, params, chosen)
+        summary = summarize(cfg, state, outcome, clock, params, chosen, str(runtime.device))
         log.close(summary)
         clock.stamp("end")  # after the W&B run is closed: what is left is the outcome write and exit
         if is_main and reporter is not None:
@@ -284,6 +284,7 @@ def summarize(
     clock: PhaseClock,
     params: dict[str, int],
     precision: Precision,
+    device: str,
 ) -> dict[str, Any]:
     """The run's summary: summary.json, the `end` line, the tracker's summary and what the trial stores."""
     return {
@@ -295,6 +296,7 @@ def summarize(
         "objective": cfg.train.objective,
         "precision": precision.mode,  # what train.precision resolved to (auto: from the device), and why
         "precision_reason": precision.reason,
+        "device": device,  # what runtime.device resolved to on rank 0 (cpu, cuda:0; xla for the XLA backend)
         "best_value": state.best.found_value,
         "best_step": state.best.step,
         "final": state.last_eval,

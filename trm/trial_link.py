@@ -181,6 +181,7 @@ class TrialLink:
             "compute_flops": summary.get("compute_flops"),
             "train_seconds": summary.get("seconds"),
             "precision": summary.get("precision"),  # the mode it trained in (auto: why is in its summary.json)
+            "device": summary.get("device"),  # where rank 0 trained (cpu, cuda:0, xla:0)
             CODE_VERSION_ATTR: code_fingerprint(),  # which trm code trained it (sweeps/best.py shows it)
         }
         if summary.get("error"):
