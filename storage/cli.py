@@ -10,11 +10,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import optuna
 from optuna.storages import RDBStorage
 
 from storage.engine import open_storage
 from storage.errors import StorageError
-from storage.url import resolve_url
+from storage.url import redact, resolve_url
 
 STORAGE_KEYS = {"storage.url": None, "storage.password_env": None}
 
@@ -79,3 +80,14 @@ def run_cli(main_body: Callable[[list[str]], int], argv: list[str] | None) -> in
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (`| head`): nothing left to say
         return 0
+
+
+def study_from_args(args: dict[str, str]) -> optuna.Study:
+    """The study `study=` names, in the storage the arguments name: a missing name or study is one error."""
+    if not args.get("study"):
+        raise ArgumentError("study=NAME is required (python -m sweeps.status lists the studies)")
+    url, storage = storage_from_args(args)
+    try:
+        return optuna.load_study(study_name=args["study"], storage=storage)
+    except KeyError:
+        raise ArgumentError(f"study={args['study']!r} not found in {redact(url)}") from None

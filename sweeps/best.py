@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, storage_from_args
+from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, study_from_args
 from storage.record import CHECKPOINT_URL_ATTR, CODE_VERSION_ATTR, TRAIN_OVERRIDES_ATTR, trial_detail
 from sweeps.space import params_to_values, to_overrides
 
@@ -85,15 +85,9 @@ def render_text(info: dict[str, Any]) -> str:
 
 def main_body(argv: list[str]) -> int:
     args = parse_args(argv, KNOWN, USAGE)
-    if "study" not in args:
-        raise ArgumentError("study=NAME is required")
     if args["format"] not in FORMATS:
         raise ArgumentError(f"format={args['format']!r}: expected one of {list(FORMATS)}")
-    _, storage = storage_from_args(args)
-    try:
-        study = optuna.load_study(study_name=args["study"], storage=storage)
-    except KeyError:
-        raise ArgumentError(f"study={args['study']!r} not found") from None
+    study = study_from_args(args)
     info = describe(study, pick(study, args.get("trial")))
     print(json.dumps(info) if args["format"] == "json" else render_text(info))
     return 0

@@ -2,19 +2,94 @@
 
 FLOPs per sample-step come from `python -m trm.info <the trial's overrides>` (torch's FlopCounterMode on the
 real model, in a subprocess: the driver never imports the model). Step time = FLOPs x global batch /
-(chips x peak x utilization); the peak and the utilization assumed are config (`estimate.*`), so the
-numbers are as good as those two and say so.
+(chips x peak x utilization); the peak and the utilization are config (`estimate.*`), so the numbers are as
+good as those two and say so. The utilization is one number, or one per per-chip batch (`{24: 0.08, 192: 0.3}`,
+what `python -m sweeps.utilization` measures from a study's trials): a chip fed 24 examples a step runs far
+below one fed 192, and that difference is what decides how to divide a pod (`launcher.slots`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+UTILIZATION_KEY = "estimate.utilization"
+UTILIZATION_ACCEPTED = (
+    "a fraction of the peak in (0, 1], e.g. 0.3, or one per per-chip batch, e.g. {24: 0.08, 192: 0.3} "
+    "(examples per chip per step: fraction); python -m sweeps.utilization study=NAME measures them"
+)
+
+
+class UtilizationError(ValueError):
+    """`estimate.utilization` is not a fraction or a {per-chip batch: fraction} mapping."""
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """The fraction of the chips' peak a trial runs at, as a function of its per-chip batch.
+
+    Between two measured batches it is interpolated linearly in log(batch) (utilization grows about that way
+    until the chip is busy: on an H100 the MLP-t step did 23%, 68% and 96% of its batch-768 throughput at 24,
+    96 and 384 examples); outside them it stays at the nearest measured value (no extrapolation)."""
+
+    points: tuple[tuple[float, float], ...]  # (examples per chip, fraction), batches ascending
+
+    @classmethod
+    def parse(cls, value: object) -> Utilization:
+        """From config: a number, or a mapping {examples per chip: fraction}. Errors name the key and the value."""
+        raw = OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
+        if isinstance(raw, Mapping):
+            items = list(raw.items())
+        elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            items = [(1, raw)]
+        else:
+            raise UtilizationError(f"{UTILIZATION_KEY}={raw!r}: expected {UTILIZATION_ACCEPTED}")
+        if not items:
+            raise UtilizationError(f"{UTILIZATION_KEY}={raw!r} is empty: expected {UTILIZATION_ACCEPTED}")
+        points = []
+        for batch, fraction in items:
+            try:
+                b, f = float(batch), float(fraction)
+            except (TypeError, ValueError):
+                raise UtilizationError(
+                    f"{UTILIZATION_KEY}: {batch!r}: {fraction!r} is not a number pair: expected {UTILIZATION_ACCEPTED}"
+                ) from None
+            if not (math.isfinite(b) and b > 0):
+                raise UtilizationError(f"{UTILIZATION_KEY}: per-chip batch {batch!r} must be > 0")
+            if isinstance(fraction, bool) or not (math.isfinite(f) and 0 < f <= 1):
+                where = f" at per-chip batch {batch!r}" if isinstance(raw, Mapping) else ""
+                raise UtilizationError(
+                    f"{UTILIZATION_KEY}={fraction!r}{where}: a fraction of the peak must be in (0, 1]"
+                )
+            points.append((b, f))
+        return cls(tuple(sorted(points)))
+
+    @property
+    def single(self) -> bool:
+        return len(self.points) == 1
+
+    def at(self, per_chip_batch: float) -> float:
+        """The fraction at this many examples per chip per step."""
+        pts = self.points
+        if per_chip_batch <= pts[0][0]:
+            return pts[0][1]
+        for (b0, f0), (b1, f1) in zip(pts, pts[1:], strict=False):
+            if per_chip_batch <= b1:
+                t = math.log(per_chip_batch / b0) / math.log(b1 / b0)
+                return f0 + t * (f1 - f0)
+        return pts[-1][1]
+
+    def describe(self) -> str:
+        if self.single:
+            return f"{self.points[0][1]:.0%}"
+        return "by per-chip batch " + ", ".join(f"{b:g}: {f:.0%}" for b, f in self.points)
 
 
 @dataclass
@@ -47,23 +122,25 @@ def _hours(h: float) -> str:
 
 
 def describe(cost: Cost, cfg: DictConfig) -> str:
-    est, peak = cfg.estimate, cfg.estimate.peak_tflops * 1e12
-    per_pod = ", ".join(
-        f"{name} {cost.step_s(chips, peak, est.utilization) * 1e3:.0f} ms/step = {_hours(cost.hours(chips, peak, est.utilization))}"
-        for name, chips in est.pods.items()
-    )
+    est, peak, util = cfg.estimate, cfg.estimate.peak_tflops * 1e12, Utilization.parse(cfg.estimate.utilization)
+    per_pod = []
+    for name, chips in est.pods.items():
+        fraction = util.at(cost.global_batch / chips)
+        shown = "" if util.single else f" at {fraction:.0%}"
+        step_ms = cost.step_s(chips, peak, fraction) * 1e3
+        per_pod.append(f"{name} {step_ms:.0f} ms/step = {_hours(cost.hours(chips, peak, fraction))}{shown}")
     return (
         f"{cost.params / 1e6:.2f}M params, {cost.flops_per_sample_step / 1e9:.1f} GFLOP/sample-step, "
-        f"batch {cost.global_batch} x {cost.steps} steps: {per_pod} "
-        f"(at {est.utilization:.0%} of {est.peak_tflops:g} TFLOP/s per chip)"
+        f"batch {cost.global_batch} x {cost.steps} steps: {', '.join(per_pod)} "
+        f"(utilization {util.describe()} of {est.peak_tflops:g} TFLOP/s per chip)"
     )
 
 
 def describe_total(costs: list[Cost], cfg: DictConfig) -> str:
     """The whole study if no trial is pruned (an upper bound): what launching it commits to."""
-    est, peak = cfg.estimate, cfg.estimate.peak_tflops * 1e12
+    est, peak, util = cfg.estimate, cfg.estimate.peak_tflops * 1e12, Utilization.parse(cfg.estimate.utilization)
     per_pod = ", ".join(
-        f"{name} {_hours(sum(c.hours(chips, peak, est.utilization) for c in costs))}"
+        f"{name} {_hours(sum(c.hours(chips, peak, util.at(c.global_batch / chips)) for c in costs))}"
         for name, chips in est.pods.items()
     )
     return f"{len(costs)} trials, none pruned: {per_pod}"
@@ -77,34 +154,41 @@ class Packing:
     count: int  # slots: trials at once
     chips: int  # chips per trial
     per_chip_batch: float
+    utilization: float  # the fraction of the peak assumed at that per-chip batch
     chip_hours: float
     wall_hours: float  # longest slot's queue (trials longest first onto the least-loaded slot)
 
 
 def packings(
-    costs: list[Cost], options: dict[str, tuple[int, int]], peak_flops: float, utilization: float
+    costs: list[Cost], options: dict[str, tuple[int, int]], peak_flops: float, utilization: Utilization
 ) -> list[Packing]:
     """Price the study (no trial pruned) on each division in `options` ({slots: (slot count, chips per slot)}).
 
-    At one assumed utilization the chip-hours are the same for every division; what changes is the wall time (more
-    trials at once) and the per-chip batch, which the utilization really depends on: a chip fed 24 examples a step
-    runs far below one fed 192, so measure the utilization at your per-chip batch and set estimate.utilization."""
+    Each division runs its trials at the utilization of its per-chip batch. With one number for every batch the
+    chip-hours come out equal and only the wall time differs (more trials at once); with the utilization measured
+    per batch (`sweeps.utilization`) the chip-hours show what a finer division saves."""
     out = []
     batch = costs[0].global_batch if costs else 0  # every trial of a study has the same global batch
     for name, (count, chips) in options.items():
-        hours = sorted((c.hours(chips, peak_flops, utilization) for c in costs), reverse=True)
+        fraction = utilization.at(batch / chips) if batch else utilization.points[0][1]
+        hours = sorted((c.hours(chips, peak_flops, fraction) for c in costs), reverse=True)
         queues = [0.0] * count
         for h in hours:
             queues[queues.index(min(queues))] += h
-        out.append(Packing(name, count, chips, batch / chips, sum(hours) * chips, max(queues, default=0.0)))
+        out.append(Packing(name, count, chips, batch / chips, fraction, sum(hours) * chips, max(queues, default=0.0)))
     return out
 
 
-def describe_packings(rows: list[Packing], utilization: float) -> list[str]:
-    lines = [f"# packing (launcher.slots), every trial at {utilization:.0%} utilization; none pruned:"]
+def describe_packings(rows: list[Packing], utilization: Utilization) -> list[str]:
+    lines = [f"# packing (launcher.slots), utilization {utilization.describe()}; none pruned:"]
     for p in rows:
         lines.append(
-            f"#   slots={p.slots:<8} {p.count:>3} at once x {p.chips:>2} chips, {p.per_chip_batch:g} examples/chip/step: "
-            f"{p.chip_hours:.1f} chip-hours, wall {_hours(p.wall_hours)}"
+            f"#   slots={p.slots:<8} {p.count:>3} at once x {p.chips:>2} chips, {p.per_chip_batch:g} examples/chip/step"
+            f" at {p.utilization:.0%}: {p.chip_hours:.1f} chip-hours, wall {_hours(p.wall_hours)}"
+        )
+    if utilization.single and len(rows) > 1:
+        lines.append(
+            "#   (one utilization for every per-chip batch: equal chip-hours by construction; measure yours per batch "
+            "with python -m sweeps.utilization and set estimate.utilization={batch: fraction, ...})"
         )
     return lines

@@ -75,8 +75,9 @@ def print_packings(driver: Driver, costs: list[estimate.Cost]) -> None:
             options[kind] = (len(slots), int(slots[0].chips))
     if options:
         est = driver.cfg.estimate
-        rows = estimate.packings(costs, options, float(est.peak_tflops) * 1e12, float(est.utilization))
-        print("\n".join(estimate.describe_packings(rows, float(est.utilization))))
+        utilization = estimate.Utilization.parse(est.utilization)
+        rows = estimate.packings(costs, options, float(est.peak_tflops) * 1e12, utilization)
+        print("\n".join(estimate.describe_packings(rows, utilization)))
 
 
 def describe_command(driver: Driver, spec: JobSpec) -> str:

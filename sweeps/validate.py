@@ -34,6 +34,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
+from sweeps.estimate import Utilization, UtilizationError
 from sweeps.launchers.base import Launcher
 from sweeps.optuna_parts import TARGETS, build, pruner_spec, resolved_dict
 from sweeps.space import SearchSpace, to_overrides
@@ -121,6 +122,17 @@ def _check_budget(cfg: DictConfig) -> None:
             f"heartbeat.grace_s={cfg.heartbeat.grace_s} must exceed heartbeat.interval_s={cfg.heartbeat.interval_s}: "
             "a live driver's trials would look dead between two beats"
         )
+
+
+def _check_estimate(estimate: DictConfig) -> None:
+    """The dry run's pricing inputs (a bad utilization would only fail after every trial's FLOPs were counted)."""
+    peak = estimate.peak_tflops
+    if isinstance(peak, bool) or not isinstance(peak, (int, float)) or peak <= 0:
+        raise SweepConfigError(f"estimate.peak_tflops={peak!r}: expected the chip's peak in TFLOP/s, > 0")
+    try:
+        Utilization.parse(estimate.utilization)
+    except UtilizationError as err:
+        raise SweepConfigError(str(err)) from None
 
 
 def _check_study(study: DictConfig, scale: str) -> None:
@@ -498,6 +510,7 @@ def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str
     _check_no_ignored_keys(cfg)
     _check_trial_keys(cfg, space)
     _check_budget(cfg)
+    _check_estimate(cfg.estimate)
     _check_study(cfg.study, cfg.scale)
     name = type(launcher).__name__
     slots = launcher.slots()  # launcher.slots parsed and checked against the launcher's machines

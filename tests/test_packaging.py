@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_ROOTS = ("trm", "sweeps", "storage", "dashboards")
-SCRIPTS = ("trm-train", "trm-sweep", "trm-status", "trm-best", "trm-report", "trm-dashboard")
+SCRIPTS = ("trm-train", "trm-sweep", "trm-status", "trm-best", "trm-utilization", "trm-report", "trm-dashboard")
 
 
 def test_every_package_on_disk_is_listed_in_pyproject() -> None:

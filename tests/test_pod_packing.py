@@ -207,12 +207,29 @@ def test_the_dry_run_prices_the_study_on_each_division_of_the_pod(
     driver = pod_study(tmp_path, 8, "pod", 16)
     print_packings(driver, costs)
     lines = capsys.readouterr().out.splitlines()
-    rows = {line.split()[1]: line for line in lines[1:]}
+    rows = {line.split()[1]: line for line in lines[1:] if "slots=" in line.split()[1]}
     assert set(rows) == {"slots=pod", "slots=vm", "slots=chips:2", "slots=chips:1"}
+    assert "equal chip-hours by construction" in lines[-1]  # one assumed utilization: said, not hidden
     assert " 8 at once x  4 chips, 192 examples/chip/step" in rows["slots=vm"]
     # 16 equal trials: 2 waves of 8 on 4 chips each take as long as 16 one after another on 32 chips.
-    by_name = {p.slots: p for p in estimate.packings(costs, {"pod": (1, 32), "vm": (8, 4)}, 1e12, 0.5)}
+    half = estimate.Utilization.parse(0.5)
+    by_name = {p.slots: p for p in estimate.packings(costs, {"pod": (1, 32), "vm": (8, 4)}, 1e12, half)}
     assert by_name["pod"].chip_hours == pytest.approx(by_name["vm"].chip_hours)
     assert by_name["pod"].wall_hours == pytest.approx(by_name["vm"].wall_hours)
-    uneven = estimate.packings(costs[:9], {"vm": (8, 4)}, 1e12, 0.5)[0]  # a 9th trial: a second wave
+    uneven = estimate.packings(costs[:9], {"vm": (8, 4)}, 1e12, half)[0]  # a 9th trial: a second wave
     assert uneven.wall_hours == pytest.approx(2 * costs[0].hours(4, 1e12, 0.5))
+    # Utilization measured per per-chip batch (sweeps.utilization): each division at its own, so the chip-hours
+    # say what packing buys. 24 examples/chip at 10%, 192 at 40%: slots=vm costs a quarter of slots=pod's.
+    measured = estimate.Utilization.parse({24: 0.1, 192: 0.4})
+    priced = {p.slots: p for p in estimate.packings(costs, {"pod": (1, 32), "vm": (8, 4)}, 1e12, measured)}
+    assert (priced["pod"].utilization, priced["vm"].utilization) == (0.1, 0.4)
+    assert priced["pod"].chip_hours == pytest.approx(4 * priced["vm"].chip_hours)
+    assert priced["pod"].chip_hours == pytest.approx(16 * costs[0].hours(32, 1e12, 0.1) * 32)
+    assert priced["pod"].wall_hours == pytest.approx(4 * priced["vm"].wall_hours)  # 16 trials: 2 waves of 8
+    driver.cfg.estimate.utilization = {24: 0.1, 192: 0.4}
+    print_packings(driver, costs)
+    lines = capsys.readouterr().out.splitlines()
+    assert not any("by construction" in line for line in lines)
+    rows = {line.split()[1]: line for line in lines[1:]}
+    assert "24 examples/chip/step at 10%:" in rows["slots=pod"] and "192 examples/chip/step at 40%:" in rows["slots=vm"]
+    assert "384 examples/chip/step at 40%:" in rows["slots=chips:2"]  # past the last measured batch: no extrapolation

@@ -202,10 +202,30 @@ def test_torchrun_study_completes_and_prunes_with_rank0_values(pg_url: str, tmp_
         # Issue: wide nested attributes overflowed the dashboard and CLI tables. What a user reads is flat and
         # short; the nested facts are in the one `details` attribute.
         details = trial.user_attrs["details"]
-        assert set(details) == {"train_overrides", "final_metrics", "timing", "driver_timing"}
+        # The steady-state step speed (trm/throughput.py) needs two log points: the complete trial has one, the
+        # trial pruned at its first log point (step 10) has none.
+        timed = {"throughput"} if trial.state == TrialState.COMPLETE else set()
+        assert set(details) == {"train_overrides", "final_metrics", "timing", "driver_timing", *timed}
         assert "optim.lr=" + str(trial.params["optim.lr"]) in details["train_overrides"]
         nested = {k for k, v in trial.user_attrs.items() if isinstance(v, (dict, list))}
         assert nested <= {"details", "progress", "overrides"}, nested
+    # Measured speed: 10 steps (from the log point at 10 to the one at 20) of batch 16 over the job's 2 processes.
+    speed = trials[0].user_attrs["details"]["throughput"]
+    assert (speed["steps"], speed["devices"], speed["examples_per_device"]) == (10, 2, 8.0)
+    job = trials[0].user_attrs["details"]["timing"]
+    assert 0 < speed["seconds"] < job["last_step_end"] - job["first_step_end"]  # the eval at 10 is taken out
+    assert speed["flops_per_s"] == pytest.approx(good["flops_per_sample_step"] * 16 * 10 / speed["seconds"], rel=1e-3)
+    # ... and what `sweeps.utilization` makes of it: the fraction of a given peak, and the override to paste.
+    out = subprocess.run(
+        [sys.executable, "-m", "sweeps.utilization", "study=prune_e2e", f"storage.url={pg_url}", "peak_tflops=0.5"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    fraction = speed["flops_per_s"] / 2 / 0.5e12
+    row = next(line.split() for line in out.splitlines() if line.strip().startswith("cpu "))
+    assert row[2:5] == ["8", "2", "1"], out  # examples/device, devices, trials (the pruned one measured nothing)
+    assert f"cpu: estimate.utilization={{8:{fraction:.3g}}}" in out, out
 
 
 def _start_driver(args: list[str], log: Path) -> subprocess.Popen:

@@ -116,6 +116,8 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(
     assert run.summary["params"] == attrs["params_count"] > 0
     assert run.summary["compute_flops"] == attrs["compute_flops"] > 0
     assert run.summary["steps"] == 20 and run.exit_code == 0
+    speed = attrs["details"]["throughput"]  # the step speed the trial stores, flat in the run's summary
+    assert run.summary["throughput/samples_per_s"] == pytest.approx(speed["samples_per_s"]) and speed["steps"] == 15
 
     # The study-summary run the driver logged at the end: one row per trial
     summary_dirs = [p for p in all_runs if p not in runs]

@@ -48,6 +48,12 @@ def test_run_writes_metrics_checkpoints_and_summary(tmp_path: Path, data_root: P
     assert summary["best_value"] == max(r["eval/exact_accuracy"] for r in evals)
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["outcome"] == "COMPLETE" and saved["params"] == summary["params"]
+    # Step speed from the first log point (5) on, the evals at 10 and 20 taken out (trm/throughput.py).
+    speed = saved["throughput"]
+    assert (speed["steps"], speed["devices"], speed["examples_per_device"]) == (15, 1, 16.0)
+    timing = saved["timing"]
+    assert 0 < speed["seconds"] < timing["last_step_end"] - timing["first_step_end"]
+    assert speed["samples_per_s"] == pytest.approx(16 * 15 / speed["seconds"], rel=1e-3)
     state = checkpoint.load(str(tmp_path / "checkpoints"))
     assert state["step"] == 20 and {"model", "ema", "optimizers", "loader", "ranks", "best"} <= set(state)
     assert checkpoint.load(str(tmp_path / "checkpoints"), checkpoint.BEST) is not None

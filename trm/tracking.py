@@ -300,6 +300,8 @@ def run_summary(summary: dict[str, Any]) -> dict[str, Any]:
         out["error"] = str(summary["error"])[-1000:]
     for key, value in (summary.get("final") or {}).items():
         out[f"final/{key}"] = value
+    for key, value in (summary.get("throughput") or {}).items():  # step speed, comparable across runs in W&B
+        out[f"throughput/{key}"] = value
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
 
 

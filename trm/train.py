@@ -47,6 +47,7 @@ from trm.runtime import init_runtime
 from trm.runtime.base import Runtime, check_agreement
 from trm.schedules import exploration_at, recursion_at, validate_curriculum
 from trm.step import carry_dtype, evaluate, train_step
+from trm.throughput import StepTimer
 from trm.tracking import make_tracker
 from trm.train_state import Best, TrainState
 from trm.trial_link import link_from_config
@@ -178,6 +179,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     # The step's settings as plain values, read once (the step is the hot path).
     precision, loss, grad_clip = chosen.mode, train.loss, train.grad_clip
     outcome = Outcome()
+    timer = StepTimer()  # steady-state step time, for the trial's `throughput` (trm/throughput.py)
     preemption = PreemptionFlag()
     if is_main and reporter is not None:
         reporter.progress(state.step)  # set up (data, model, resume): the first steps may compile for a while
@@ -213,25 +215,30 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             bar.update(1)
 
             if done % train.log_interval == 0 or done == total:
-                record = train_record(runtime, state, optimizers, cycles)
+                record = train_record(runtime, state, optimizers, cycles)  # waits for the device
+                timer.mark(done)
                 log.log({"step": done, **record})
                 if is_main and reporter is not None:
                     reporter.progress(done)
                 bar.set_postfix(loss=f"{record['train/lm_loss']:.3f}", acc=f"{record['train/accuracy']:.3f}")
 
             if done % train.eval_interval == 0 or done == total:
-                eval_model = cast(ACTModel, ema.module) if (ema is not None and train.eval_with_ema) else model
-                state.last_eval = evaluate(
-                    eval_model, eval_set(train.eval_examples), runtime, cycles, precision=precision, loss=loss
-                )
-                log.log({"step": done, **state.last_eval})
-                improved = state.best.update(state.last_eval[train.objective], done, state.last_eval)
-                verdict = reporter.report(done, state.last_eval) if (is_main and reporter is not None) else "continue"
-                verdict = runtime.broadcast_object(verdict)  # every rank stops at the same step
+                with timer.excluded():  # evals and checkpoints are not step time
+                    eval_model = cast(ACTModel, ema.module) if (ema is not None and train.eval_with_ema) else model
+                    state.last_eval = evaluate(
+                        eval_model, eval_set(train.eval_examples), runtime, cycles, precision=precision, loss=loss
+                    )
+                    log.log({"step": done, **state.last_eval})
+                    improved = state.best.update(state.last_eval[train.objective], done, state.last_eval)
+                    verdict = (
+                        reporter.report(done, state.last_eval) if (is_main and reporter is not None) else "continue"
+                    )
+                    verdict = runtime.broadcast_object(verdict)  # every rank stops at the same step
+                    if verdict != "abandon":
+                        train_state.save(runtime, state, cfg.checkpoint.url, best=improved and cfg.checkpoint.keep_best)
                 if verdict == "abandon":
                     outcome.status = ABANDONED
                     break
-                train_state.save(runtime, state, cfg.checkpoint.url, best=improved and cfg.checkpoint.keep_best)
                 if verdict == "prune":
                     outcome.status = PRUNED
                     break
@@ -252,7 +259,8 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     finally:
         preemption.restore()
         bar.close()
-        summary = summarize(cfg, state, outcome, clock, params, chosen, str(runtime.device))
+        throughput = timer.summary(params.get("flops_per_sample_step", 0), train.global_batch_size, runtime.devices)
+        summary = summarize(cfg, state, outcome, clock, params, chosen, str(runtime.device), throughput)
         log.close(summary)
         clock.stamp("end")  # after the W&B run is closed: what is left is the outcome write and exit
         if is_main and reporter is not None:
@@ -285,6 +293,7 @@ def summarize(
     params: dict[str, int],
     precision: Precision,
     device: str,
+    throughput: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The run's summary: summary.json, the `end` line, the tracker's summary and what the trial stores."""
     return {
@@ -303,6 +312,7 @@ def summarize(
         "seconds": clock.seconds(),
         "timing": clock.stamps,  # the live dict: `end` is stamped after the files are written
         "compute_flops": params.get("flops_per_sample_step", 0) * cfg.train.global_batch_size * state.step,
+        "throughput": throughput,  # steady-state step speed (trm/throughput.py); None for a run too short to time
         **params,
     }
 

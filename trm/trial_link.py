@@ -31,6 +31,7 @@ from storage.record import (
     PROGRESS_ATTR,
     PRUNE_METRIC_ATTR,
     PRUNER_ATTR,
+    THROUGHPUT_DETAIL,
     merged_details,
 )
 from trm.fingerprint import code_fingerprint
@@ -167,9 +168,10 @@ class TrialLink:
         trial = self._retry(lambda: self.storage.get_trial(self.trial_id), "reading the trial")
         if trial.state != TrialState.RUNNING:
             return  # already finished by the driver: nothing may be written to a finished trial
-        details = merged_details(
-            trial.user_attrs, self.prefix, final_metrics=summary.get("final") or {}, timing=summary.get("timing")
-        )
+        facts = {"final_metrics": summary.get("final") or {}, "timing": summary.get("timing")}
+        if summary.get("throughput"):  # steady-state step speed (sweeps.utilization); absent for a run too short
+            facts[THROUGHPUT_DETAIL] = summary["throughput"]
+        details = merged_details(trial.user_attrs, self.prefix, **facts)
         attrs = {
             DETAILS_ATTR: details,  # first: the driver acts once it sees `outcome`
             "outcome": outcome,

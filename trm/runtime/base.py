@@ -40,6 +40,11 @@ class Runtime:
     def distributed(self) -> bool:
         return self.world_size > 1
 
+    @property
+    def devices(self) -> int:
+        """Devices the global batch is spread over: one per process here (single, DDP); every chip under XLA."""
+        return self.world_size
+
     def loss_divisor(self, global_batch: int) -> int:
         """What the train step divides its summed loss by so the gradient is the global batch mean.
 

@@ -75,6 +75,10 @@ class XlaRuntime(Runtime):
         self.num_devices = int(np.prod(mesh.mesh_shape))
         self._specs: dict[int, Any] = {}
 
+    @property
+    def devices(self) -> int:
+        return self.num_devices
+
     def loss_divisor(self, global_batch: int) -> int:
         """Under SPMD the step's loss sums over the *global* batch (no gradient averaging afterwards)."""
         if global_batch % self.num_devices:

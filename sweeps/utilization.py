@@ -1,0 +1,141 @@
+"""`python -m sweeps.utilization study=NAME [peak_tflops=275] [format=table|json] [storage.url=...]`
+
+The fraction of the chips' peak a study's trials really reached, by per-chip batch: what `estimate.utilization`
+should say before the dry run prices a pod division (sweeps/estimate.py). Every job measures its steady-state
+step speed (trm/throughput.py: after the first log point, evals and checkpoints taken out) and stores it on its
+trial (`throughput`); this reads the finished trials (complete or pruned) and prints, per per-chip batch, the
+median over trials of flops_per_s / (devices x peak), and the override to paste:
+
+    estimate.utilization={24:0.081,192:0.29}
+
+Run a few short trials on each division first (e.g. `launcher.slots=pod` and `launcher.slots=vm`, a few hundred
+steps each), then price the whole study with what they measured. `peak_tflops` defaults to the sweep config's
+`estimate.peak_tflops` (a TPU v4 chip's bf16 peak); on another device give its own.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, study_from_args
+from storage.record import THROUGHPUT_DETAIL, trial_detail
+from sweeps.estimate import UTILIZATION_KEY
+from trm.config import compose_config
+
+FORMATS = ("table", "json")
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def default_peak_tflops() -> float:
+    """`estimate.peak_tflops` of conf/sweep.yaml: the one place the chip's peak is configured."""
+    return float(compose_config("sweep", []).estimate.peak_tflops)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The trials of one per-chip batch on one kind of device."""
+
+    examples_per_device: float
+    device: str  # the trial's `device` attribute without its index (cpu, cuda, xla)
+    precision: str | None
+    trials: list[int]
+    devices: int  # devices per trial (the most common, if they differ)
+    samples_per_s: float  # medians over the trials
+    tflops_per_device: float
+    utilization: float
+    utilization_range: tuple[float, float]
+
+
+def measured(trials: list[FrozenTrial], peak_flops: float) -> list[Measured]:
+    """The finished trials that carry a `throughput`, grouped by (per-chip batch, device kind, precision)."""
+    groups: dict[tuple[float, str, str | None], list[tuple[int, dict[str, Any]]]] = {}
+    for trial in trials:
+        speed = trial_detail(trial.user_attrs, THROUGHPUT_DETAIL)
+        if trial.state not in FINISHED or not isinstance(speed, dict) or not speed.get("flops_per_s"):
+            continue
+        device = str(trial.user_attrs.get("device") or "unknown").split(":")[0]
+        key = (float(speed["examples_per_device"]), device, trial.user_attrs.get("precision"))
+        groups.setdefault(key, []).append((trial.number, speed))
+    rows = []
+    for (batch, device, precision), members in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        speeds = [s for _, s in members]
+        per_device = [s["flops_per_s"] / s["devices"] for s in speeds]
+        fractions = [f / peak_flops for f in per_device]
+        rows.append(
+            Measured(
+                examples_per_device=batch,
+                device=device,
+                precision=precision,
+                trials=[n for n, _ in members],
+                devices=statistics.mode(int(s["devices"]) for s in speeds),
+                samples_per_s=statistics.median(float(s["samples_per_s"]) for s in speeds),
+                tflops_per_device=statistics.median(per_device) / 1e12,
+                utilization=statistics.median(fractions),
+                utilization_range=(min(fractions), max(fractions)),
+            )
+        )
+    return rows
+
+
+def override(rows: list[Measured]) -> str:
+    """`estimate.utilization={batch:fraction,...}` for the rows of one device kind (3 significant digits)."""
+    points = ",".join(f"{r.examples_per_device:g}:{r.utilization:.3g}" for r in rows)
+    return f"{UTILIZATION_KEY}={{{points}}}"
+
+
+def render_table(study: str, rows: list[Measured], peak_tflops: float) -> str:
+    lines = [f"study {study}: steady-state step speed of finished trials, against {peak_tflops:g} TFLOP/s per device"]
+    if not rows:
+        lines.append(
+            "  no finished trial has a measured throughput (trials shorter than two log points, or written by a "
+            "version before trm/throughput.py)"
+        )
+        return "\n".join(lines)
+    lines.append(
+        f"  {'device':<7} {'precision':<14} {'examples/device':>15} {'devices':>7} {'trials':>6} "
+        f"{'samples/s':>10} {'TFLOP/s/device':>14} {'utilization':>11}  range"
+    )
+    for r in rows:
+        low, high = r.utilization_range
+        lines.append(
+            f"  {r.device:<7} {r.precision or '?':<14} {r.examples_per_device:>15g} {r.devices:>7} {len(r.trials):>6} "
+            f"{r.samples_per_s:>10.3g} {r.tflops_per_device:>14.4g} {r.utilization:>11.2%}  {low:.2%}-{high:.2%}"
+        )
+    for device in dict.fromkeys(r.device for r in rows):
+        lines.append(f"  {device}: {override([r for r in rows if r.device == device])}")
+    return "\n".join(lines)
+
+
+def utilization(argv: list[str]) -> int:
+    args = parse_args(
+        argv, {"study": None, "peak_tflops": None, "format": "table", **STORAGE_KEYS}, (__doc__ or "").strip()
+    )
+    if args["format"] not in FORMATS:
+        raise ArgumentError(f"format={args['format']!r}: expected one of {list(FORMATS)}")
+    try:
+        peak_tflops = float(args["peak_tflops"]) if "peak_tflops" in args else default_peak_tflops()
+    except ValueError:
+        raise ArgumentError(f"peak_tflops={args['peak_tflops']!r}: expected the device's peak in TFLOP/s") from None
+    if not peak_tflops > 0:
+        raise ArgumentError(f"peak_tflops={args['peak_tflops']!r}: expected the device's peak in TFLOP/s, > 0")
+    study = study_from_args(args)
+    rows = measured(study.get_trials(deepcopy=False), peak_tflops * 1e12)
+    if args["format"] == "json":
+        print(json.dumps({"study": args["study"], "peak_tflops": peak_tflops, "rows": [asdict(r) for r in rows]}))
+    else:
+        print(render_table(args["study"], rows, peak_tflops))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(utilization, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
