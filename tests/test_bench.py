@@ -242,3 +242,22 @@ def test_pruning_replays_plain_median_rule_is_optunas_median_pruner(tmp_path: Pa
             assert best - ours["gap"] == pytest.approx(theirs["best_value"]), (seed["seed"], warmup)
     result = pruning_replays.main(["--out-dir", str(tmp_path)])
     assert len(result["rows"]) > 20 and (tmp_path / "pruning_replays.md").read_text().startswith("Replays")
+
+
+def test_cpu_profile_bench_accounts_for_every_matmul_flop(tmp_path: Path) -> None:
+    """The profile's matmuls, read from the profiler's input shapes, are exactly the FLOPs trm.flops counts for
+    the step (FlopCounterMode): no matmul is missed or double counted, so its per-shape shares can be trusted."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "cpu_profile.py"), "--quick", "--out-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads((tmp_path / "cpu_profile.json").read_text())
+    assert result["precision"] == "fp32" and result["compile"] == "off" and result["batch"] == 2
+    assert result["matmul_flops_per_step"] == pytest.approx(result["flops_per_step"], rel=1e-9)
+    assert {"matmul", "optimizer"} <= set(result["s_per_step_by_kind"])
+    assert all(s["op"] in ("aten::mm", "aten::bmm", "aten::addmm") for s in result["matmul_shapes"])
+    assert "| matmul |" in (tmp_path / "cpu_profile.md").read_text()
