@@ -10,6 +10,12 @@
    ungrouped it decides as MedianPruner does: tests/test_bench.py).
 2. Threshold: prune a trial whose value at a step is still below a floor (Optuna's ThresholdPruner rule), to
    drop only the hopeless (the attention trials of this tiny study stay at 0 exact accuracy for 1,000 steps).
+3. Successive halving on a budget in FLOPs (the issue's suggestion): rungs at r0, r0 x eta, r0 x eta^2 ... FLOPs
+   spent by the trial (not steps), so a cheap configuration is judged after more steps than a costly one; at each
+   rung a trial goes on only if its value there is in the top 1/eta of every value recorded at that rung
+   (Optuna's SuccessiveHalvingPruner rule, asynchronous: with fewer than eta values, only the best goes on).
+   Written by hand because Optuna's pruner counts its resource in reported steps; with one FLOP per step it
+   decides exactly as Optuna's does (tests/test_bench.py).
 
 Both are replays: the same trials in the same order as the unpruned study (TPE would have drawn differently
 after a pruned trial), so they rank ideas, they do not show a goal met. The goal is bench/pruning.py's: the best
@@ -84,6 +90,26 @@ def threshold(metric: str, at_step: int, floor: float) -> Callable:
     return lambda trial, row, completed: row["step"] >= at_step and row[metric] < floor
 
 
+def flop_halving(metric: str, first_rung_flops: float, eta: int, last_step: int) -> Callable:
+    """Rule 3; its rungs are shared by the trials of one replay, so build one per replay."""
+    rungs: dict[int, list[float]] = {}
+    next_rung: dict[int, int] = {}
+
+    def prune(trial: dict[str, Any], row: dict[str, Any], completed: list[dict[str, Any]]) -> bool:
+        per_step = (trial["compute_flops"] or 0) / max(1, trial["steps"] or 1)
+        value = row[metric]  # Optuna's rule: the value reported at the rung, not the best so far
+        k = next_rung.setdefault(trial["number"], 0)
+        while row["step"] < last_step and row["step"] * per_step >= first_rung_flops * eta**k:
+            values = sorted([*rungs.get(k, []), value], reverse=True)
+            rungs[k] = values
+            next_rung[trial["number"]] = k = k + 1
+            if value < values[max(0, len(values) // eta - 1)]:
+                return True
+        return False
+
+    return prune
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--results", type=Path, default=RESULTS / "pruning_1000steps.json")
@@ -92,19 +118,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     saved = json.loads(args.results.read_text())
     arms = [seed["arms"][0] for seed in saved["per_seed"]]  # each seed's unpruned study
-    rules: dict[str, Callable] = {}
+    # Each rule as a factory: a replay gets a fresh one (flop_halving keeps its rungs' values).
+    rules: dict[str, Callable[[], Callable]] = {}
     for metric in ("eval/blank_accuracy", "eval/exact_accuracy"):
         for warmup in (100, 200, 300):
             for name, group in GROUPS.items():
-                rules[f"median within {name}, {metric}, warm-up {warmup}"] = grouped_median(metric, warmup, group)
+                rules[f"median within {name}, {metric}, warm-up {warmup}"] = lambda m=metric, w=warmup, g=group: (
+                    grouped_median(m, w, g)
+                )
     for at_step in (200, 300, 400):
         for floor in (0.2, 0.3, 0.5):
-            rules[f"threshold eval/blank_accuracy < {floor} at step >= {at_step}"] = threshold(
-                "eval/blank_accuracy", at_step, floor
+            rules[f"threshold eval/blank_accuracy < {floor} at step >= {at_step}"] = lambda a=at_step, f=floor: (
+                threshold("eval/blank_accuracy", a, f)
             )
+    last_step = max(t["steps"] for arm in arms for t in trained(arm))
+    for metric in ("eval/blank_accuracy", "eval/exact_accuracy"):
+        for tflops in (0.5, 1, 2, 3):
+            for eta in (2, 3, 4):
+                rules[f"successive halving in FLOPs: first rung {tflops:g} TFLOP, eta {eta}, {metric}"] = (
+                    lambda m=metric, r=tflops * 1e12, e=eta: flop_halving(m, r, e, last_step)
+                )
     rows = []
-    for name, rule in rules.items():
-        per_seed = [replay(arm, rule) for arm in arms]
+    for name, make_rule in rules.items():
+        per_seed = [replay(arm, make_rule()) for arm in arms]
         met = sum(r["flops_ratio"] <= GOAL_COMPUTE and r["gap"] <= GOAL_GAP for r in per_seed)
         rows.append({"rule": name, "seeds": per_seed, "goal_met_in": met})
     result = {**run_header("pruning_replays", argv), "source": str(args.results), "rows": rows}

@@ -244,6 +244,32 @@ def test_pruning_replays_plain_median_rule_is_optunas_median_pruner(tmp_path: Pa
     assert len(result["rows"]) > 20 and (tmp_path / "pruning_replays.md").read_text().startswith("Replays")
 
 
+def test_pruning_replays_halving_in_flops_is_optunas_successive_halving_at_one_flop_per_step() -> None:
+    """The FLOP-budget successive halving is written by hand (Optuna's counts steps); when every trial costs one
+    FLOP per step its rungs are Optuna's, and it must decide as SuccessiveHalvingPruner(300, rf 3) does."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import pruning  # type: ignore[import-not-found]
+        import pruning_replays  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    saved = json.loads((ROOT / "bench" / "results" / "pruning_1000steps.json").read_text())
+    ratios = []
+    for seed in saved["per_seed"]:
+        arm = json.loads(json.dumps(seed["arms"][0]))
+        for trial in arm["trials"]:
+            trial["compute_flops"] = trial["steps"] or 0  # one FLOP per step: FLOP rungs = step rungs
+        arm["compute_flops"] = sum(t["compute_flops"] for t in arm["trials"] if t["eval"])
+        for metric in ("eval/blank_accuracy", "eval/exact_accuracy"):
+            theirs = next(r for r in pruning.replay(arm, (metric,)) if r["pruner"] == "successive_halving(300, rf 3)")
+            ours = pruning_replays.replay(arm, pruning_replays.flop_halving(metric, 300, 3, 1000))
+            best = max(max(r["eval/exact_accuracy"] for r in t["eval"]) for t in pruning_replays.trained(arm))
+            assert ours["flops_ratio"] == pytest.approx(theirs["flops_ratio"], rel=1e-9), (seed["seed"], metric)
+            assert best - ours["gap"] == pytest.approx(theirs["best_value"]), (seed["seed"], metric)
+            ratios.append(ours["flops_ratio"])
+    assert min(ratios) < 0.9  # trials were pruned: the two rules agree on real decisions, not only on none
+
+
 def test_cpu_profile_bench_accounts_for_every_matmul_flop(tmp_path: Path) -> None:
     """The profile's matmuls, read from the profiler's input shapes, are exactly the FLOPs trm.flops counts for
     the step (FlopCounterMode): no matmul is missed or double counted, so its per-shape shares can be trusted."""
