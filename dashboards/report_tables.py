@@ -20,6 +20,7 @@ from dashboards.report_view import (
     fmt_value,
     plain_params,
 )
+from storage.record import THROUGHPUT_DETAIL, trial_detail
 from sweeps.best import describe
 
 MAX_PARETO_SHOWN = 5  # Pareto trials described in full; the trials table has the rest
@@ -105,11 +106,21 @@ def best_block(view: StudyView) -> str:
     return "\n".join(parts)
 
 
+def samples_per_s(trial: FrozenTrial) -> float | None:
+    """The steady-state training speed the trial's job measured (trm/throughput.py), if it measured one."""
+    speed = trial_detail(trial.user_attrs, THROUGHPUT_DETAIL)
+    value = speed.get("samples_per_s") if isinstance(speed, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def trial_table(view: StudyView) -> str:
     """Every trial: state, value, best step, durations, plain parameters, checkpoint and W&B links, why it failed."""
     show_chips = any(view.chip_hours(t) is not None for t in view.trials)
+    speeds = {t.number: samples_per_s(t) for t in view.trials}
+    show_speed = any(v is not None for v in speeds.values())
     head = ["#", "state", view.objective if not view.multi else "values", "best step", "steps", "duration", "train time",
-            *(["chip-hours"] if show_chips else []), "parameters", "checkpoint", "W&B run", "code", "note"]  # fmt: skip
+            *(["samples/s"] if show_speed else []), *(["chip-hours"] if show_chips else []),
+            "parameters", "checkpoint", "W&B run", "code", "note"]  # fmt: skip
     rows = []
     for t in view.trials:
         info = describe(view.study, t)
@@ -125,6 +136,7 @@ def trial_table(view: StudyView) -> str:
             ("num", esc(t.number)), ("", f'<span class="state-{t.state.name.lower()}">{t.state.name.lower()}</span>'),
             ("num", value), ("num", esc(info["best_step"])), ("num", esc(t.user_attrs.get("steps"))),
             ("num", esc(fmt_seconds(took.total_seconds()) if took is not None else "")), ("num", esc(fmt_seconds(view.train_seconds(t)))),
+            *([("num", esc("" if speeds[t.number] is None else f"{speeds[t.number]:.4g}"))] if show_speed else []),
             *([("num", esc("" if hours is None else f"{hours:.3g}"))] if show_chips else []),
             ("params", " ".join(f'<span class="kv">{html.escape(k)}={esc(v)}</span>' for k, v in plain_params(t).items())),
             ("", link(info["best_checkpoint"], "best.pt")), ("num", wandb_cell(info, t)),
@@ -133,6 +145,8 @@ def trial_table(view: StudyView) -> str:
         rows.append("<tr>" + "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>" for c, v in cells) + "</tr>")
     header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     caption = ("duration: Optuna's start to finish (queueing and launch included); train time: the job's own "
-               "run time (`train_seconds`); checkpoint: the trial's best.pt.")  # fmt: skip
+               "run time (`train_seconds`); samples/s: its steady-state training speed (compile, evals and "
+               "checkpoints left out: python -m sweeps.utilization turns it into a fraction of the peak); "
+               "checkpoint: the trial's best.pt.")  # fmt: skip
     return (f'<table class="trials" id="{view.prefix}trials"><tr>{header}</tr>{"".join(rows)}</table>'
             f'<p class="caption">{html.escape(caption)}</p>')  # fmt: skip

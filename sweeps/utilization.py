@@ -2,9 +2,9 @@
 
 The fraction of the chips' peak a study's trials really reached, by per-chip batch: what `estimate.utilization`
 should say before the dry run prices a pod division (sweeps/estimate.py). Every job measures its steady-state
-step speed (trm/throughput.py: after the first log point, evals and checkpoints taken out) and stores it on its
-trial (`throughput`); this reads the finished trials (complete or pruned) and prints, per per-chip batch, the
-median over trials of flops_per_s / (devices x peak), and the override to paste:
+step speed (trm/throughput.py: after the first log point; evals, checkpoints and logging taken out) and stores
+it in its trial's `details` (`throughput`); this reads the finished trials (complete or pruned) and prints, per
+per-chip batch, the median over trials of flops_per_s / (devices x peak), and the override to paste:
 
     estimate.utilization={24:0.081,192:0.29}
 

@@ -99,6 +99,14 @@ def add_trials(
             "timing": timing,
             "train_overrides": train_overrides,
             "final_metrics": {"eval/exact_accuracy": accuracy * last / STEPS},
+            "throughput": {
+                "steps": last - 10,
+                "seconds": 2.0,
+                "samples_per_s": 100.0 + i,
+                "flops_per_s": 1e9,
+                "devices": 1,
+                "examples_per_device": 64.0,
+            },  # fmt: skip
         }
         attrs = {"workdir": str(workdir), "checkpoint_url": f"{checkpoint_root}/trial-{i}/checkpoints", "code_version": f"c0de{i:04d}feedbeef",
                  "overrides": [f"{k.split('@')[0]}={v}" for k, v in params.items()], "outcome": "PRUNED" if pruned else "COMPLETE",
@@ -283,6 +291,8 @@ def test_trials_table_has_durations_states_and_links(pages: dict[str, Path]) -> 
         "pruned" in cells[3][1] and cells[3][4] == "20" and "(last 0.165)" in cells[3][2]
     )  # its last report, not a value
     assert cells[5][header.index("chip-hours")] == f"{47 * CHIPS / 3600:.3g}"
+    assert header[7] == "samples/s" and cells[5][7] == "105"  # the speed its job measured (details or top level)
+    assert cells[14][7] == ""  # the failed trial never trained
     assert "@" not in "".join(c[header.index("parameters")] for c in cells)
     assert "best.pt" in cells[5][header.index("checkpoint")] and "href=" in cells[5][header.index("checkpoint")]
     assert "big/big-5" in cells[5][header.index("W&amp;B run")]

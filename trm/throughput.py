@@ -6,9 +6,9 @@ the wall time of its training steps between log points (the metrics read there w
 where a step is only dispatched, the time is still the device's), without
 
 - the steps before the first log point: they hold the compile (torch.compile, XLA's first graphs) and warm-up;
-- evals and checkpoints: they are timed apart and taken out.
+- evals, checkpoints, logging and the progress write to the study: they are timed apart and taken out.
 
-The result is stored on the trial (`throughput`) and read back by `python -m sweeps.utilization`.
+The result is stored in the trial's `details` (`throughput`) and read back by `python -m sweeps.utilization`.
 """
 
 from __future__ import annotations
@@ -24,17 +24,16 @@ class StepTimer:
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
-        self.origin: tuple[int, float] | None = None  # (step, time) of the first log point: where timing starts
-        self.steps = 0  # measured steps (after the origin)
+        self.steps = 0  # measured steps (after the first log point)
         self.seconds = 0.0  # their wall time, excluded blocks taken out
         self._excluded = 0.0  # excluded time since the last mark
-        self._last: tuple[int, float] | None = None
+        self._last: tuple[int, float] | None = None  # (step, time) of the latest log point
 
     def mark(self, step: int) -> None:
         """A log point, after the device was waited for: the steps since the last one count from here on."""
         now = self.clock()
         if self._last is None:
-            self.origin = self._last = (step, now)
+            self._last = (step, now)  # timing starts here: the steps before held the compile
         else:
             last_step, last_time = self._last
             self.steps += step - last_step

@@ -217,10 +217,11 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             if done % train.log_interval == 0 or done == total:
                 record = train_record(runtime, state, optimizers, cycles)  # waits for the device
                 timer.mark(done)
-                log.log({"step": done, **record})
-                if is_main and reporter is not None:
-                    reporter.progress(done)
-                bar.set_postfix(loss=f"{record['train/lm_loss']:.3f}", acc=f"{record['train/accuracy']:.3f}")
+                with timer.excluded():  # logging and the progress write to the study are not step time
+                    log.log({"step": done, **record})
+                    if is_main and reporter is not None:
+                        reporter.progress(done)
+                    bar.set_postfix(loss=f"{record['train/lm_loss']:.3f}", acc=f"{record['train/accuracy']:.3f}")
 
             if done % train.eval_interval == 0 or done == total:
                 with timer.excluded():  # evals and checkpoints are not step time
