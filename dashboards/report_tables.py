@@ -20,7 +20,7 @@ from dashboards.report_view import (
     fmt_value,
     plain_params,
 )
-from storage.record import THROUGHPUT_DETAIL, trial_detail
+from storage.record import samples_per_s
 from sweeps.best import describe
 
 MAX_PARETO_SHOWN = 5  # Pareto trials described in full; the trials table has the rest
@@ -106,17 +106,10 @@ def best_block(view: StudyView) -> str:
     return "\n".join(parts)
 
 
-def samples_per_s(trial: FrozenTrial) -> float | None:
-    """The steady-state training speed the trial's job measured (trm/throughput.py), if it measured one."""
-    speed = trial_detail(trial.user_attrs, THROUGHPUT_DETAIL)
-    value = speed.get("samples_per_s") if isinstance(speed, dict) else None
-    return float(value) if isinstance(value, (int, float)) else None
-
-
 def trial_table(view: StudyView) -> str:
     """Every trial: state, value, best step, durations, plain parameters, checkpoint and W&B links, why it failed."""
     show_chips = any(view.chip_hours(t) is not None for t in view.trials)
-    speeds = {t.number: samples_per_s(t) for t in view.trials}
+    speeds = {t.number: samples_per_s(t.user_attrs) for t in view.trials}
     show_speed = any(v is not None for v in speeds.values())
     head = ["#", "state", view.objective if not view.multi else "values", "best step", "steps", "duration", "train time",
             *(["samples/s"] if show_speed else []), *(["chip-hours"] if show_chips else []),

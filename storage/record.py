@@ -88,3 +88,10 @@ def merged_details(attrs: Mapping[str, Any], prefix: str = "", **facts: Any) -> 
     """The `details` attribute (under `prefix`, a seed's) with `facts` added to what it holds."""
     current = attrs.get(prefix + DETAILS_ATTR)
     return {**(current if isinstance(current, dict) else {}), **facts}
+
+
+def samples_per_s(attrs: Mapping[str, Any]) -> float | None:
+    """The steady-state training speed a trial's job measured (its `throughput` detail), if it measured one."""
+    speed = trial_detail(attrs, THROUGHPUT_DETAIL)
+    value = speed.get("samples_per_s") if isinstance(speed, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

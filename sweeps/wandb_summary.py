@@ -26,13 +26,23 @@ import optuna
 from omegaconf import DictConfig
 from optuna.trial import FrozenTrial, TrialState
 
-from storage.record import STUDY_UID_ATTR
+from storage.record import STUDY_UID_ATTR, samples_per_s
 from trm.tracking import default_project, finish_run, resolve_mode, summary_run_id, trial_run_id
 
 JOB_TYPE = "study-summary"
 # Trial user attributes copied into the table (written by the job's trial link and the driver).
 ATTR_COLUMNS = ("outcome", "best_step", "steps", "params_count", "compute_flops", "seed_std", "fail_reason")
-BASE_COLUMNS = ["number", "state", "value", "values", "params", "duration_s", "seed_values", *ATTR_COLUMNS]
+BASE_COLUMNS = [
+    "number",
+    "state",
+    "value",
+    "values",
+    "params",
+    "duration_s",
+    "seed_values",
+    *ATTR_COLUMNS,
+    "samples_per_s",
+]
 
 
 def _wandb_cfg(cfg: DictConfig) -> dict[str, Any]:
@@ -103,6 +113,7 @@ def trial_rows(trials: list[FrozenTrial]) -> tuple[list[str], list[list[Any]]]:
         for key in ATTR_COLUMNS:
             value = attrs.get(key)
             row.append(str(value)[:500] if key == "fail_reason" and value is not None else _finite(value))
+        row.append(_finite(samples_per_s(attrs)))  # the job's measured step speed (details: throughput)
         rows.append(row)
     param_columns = [_column([t.params.get(n) for t in trials]) for n in names]
     for i, row in enumerate(rows):

@@ -138,6 +138,7 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(
     row = dict(zip(table["columns"], table["data"][0]))
     assert row["number"] == 0 and row["state"] == "COMPLETE" and row["value"] == pytest.approx(trial.value)
     assert row["best_step"] == attrs["best_step"] and row["param/arch.halt_max_steps"] == 4
+    assert row["samples_per_s"] == pytest.approx(speed["samples_per_s"])  # comparable across studies in W&B
     assert json.loads(row["params"]) == trial.params
 
 
