@@ -397,14 +397,14 @@ class Driver:
     def start_within_budget(self) -> None:
         """Start a trial on every free slot until the budget (or the search space) is spent."""
         while (slot := self.slot_pool.take()) is not None:
-            draw = draw_within_budget(self.study, self.storage, self.space, int(self.cfg.n_trials))
-            self.exhausted = draw.exhausted
-            if draw.trial is None:
-                self.slot_pool.give_back(slot)
-                break
-            try:
+            try:  # a failed draw (the database restarting) or launch hands the slot back, or no trial would start again
+                draw = draw_within_budget(self.study, self.storage, self.space, int(self.cfg.n_trials))
+                self.exhausted = draw.exhausted
+                if draw.trial is None:
+                    self.slot_pool.give_back(slot)
+                    break
                 running = self.start_trial(draw.trial, draw.sampled, slot)
-            except Exception:
+            except BaseException:
                 self.slot_pool.give_back(slot)
                 raise
             self.running[running.trial.number] = running

@@ -304,6 +304,35 @@ def test_a_configuration_the_study_has_is_not_trained_again(pg_url: str, tmp_pat
     assert not any((Path(str(t.user_attrs.get("workdir", "/nonexistent")))).exists() for t in twins)  # no job ran
 
 
+@pytest.mark.timeout(180)
+def test_a_database_outage_during_a_draw_gives_the_slot_back(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue (the soak test hung, 2026-11-25): PostgreSQL restarted while the driver was drawing the next trial. The
+    draw's error left the slot taken, so the driver showed progress forever and never started another trial. The
+    outage is the error a restarting server gives SQLAlchemy, raised by the second draw; the rest is a real study."""
+    import sqlalchemy
+
+    from sweeps import driver as driver_module
+
+    real_draw, draws = driver_module.draw_within_budget, []
+
+    def draw_during_a_restart(*args: Any, **kwargs: Any) -> Any:
+        draws.append(len(draws))
+        if len(draws) == 2:  # trial 0 has run; the database goes away as the driver draws trial 1
+            raise sqlalchemy.exc.OperationalError("SELECT ...", {}, Exception("server closed the connection"))
+        return real_draw(*args, **kwargs)
+
+    monkeypatch.setattr(driver_module, "draw_within_budget", draw_during_a_restart)
+    study = _run_driver(
+        pg_url, tmp_path, "outage-draw", "n_trials=2", "storage_outage_backoff.first_s=0.1",
+        space={"optim.lr": "choice(0.01, 0.02)"},
+    )  # fmt: skip
+    trained = [t for t in study.get_trials(deepcopy=False) if "duplicate_of" not in t.user_attrs]
+    assert [t.state for t in trained] == [TrialState.COMPLETE, TrialState.COMPLETE]
+    assert sorted(t.params["optim.lr"] for t in trained) == [0.01, 0.02] and len(draws) >= 3
+
+
 @pytest.mark.timeout(300)
 def test_a_study_whose_trials_all_failed_exits_non_zero_saying_why(tmp_path: Path) -> None:
     """Issue: accepted input that failed every trial, and the driver exited 0."""
