@@ -31,7 +31,8 @@ lint: setup               ## ruff check, ruff format --check, mypy
 # TEST_WORKERS pytest-xdist workers, a test file each at a time (--dist loadfile: a file's module fixtures and
 # process names stay in one worker). The suite mostly waits on its jobs (17 CPU-minutes in 25 wall minutes
 # serially on 2 cores), so 2 workers fit 2 cores; each worker gets its own PostgreSQL database. TEST_WORKERS=0: serial.
-# Measured here: 25 min serial, 19-22 min on 2 workers (README, Tests); sending the longest files first did not help.
+# Measured: 25 min serial, 19-22 min on 2 workers on an older AMD EPYC; 7 min 20 s on 2 workers on an AMD EPYC family 26
+# (README, Tests); sending the longest files first did not help.
 TEST_WORKERS ?= 2
 test: setup lint
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m tests.prereqs $(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile

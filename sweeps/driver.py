@@ -356,7 +356,7 @@ class Driver:
                     # The database is restarting or unreachable: keep the jobs running (they retry their own
                     # reports) and come back with backoff; pool_pre_ping reconnects once it answers.
                     outage = min(max(2 * outage, float(backoff.first_s)), float(backoff.max_s))
-                    log.warning("storage unavailable (%s); retrying in %.0f s", type(err).__name__, outage)
+                    log.warning("storage unavailable (%s); retrying in %g s", type(err).__name__, outage)
                     time.sleep(outage)
         except KeyboardInterrupt:
             log.warning(
