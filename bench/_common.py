@@ -4,6 +4,7 @@ round-robin and reports medians."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 from collections.abc import Callable
@@ -162,3 +163,21 @@ def round_robin(items: list[Any], rounds: int, run: Callable[[Any, int], None]) 
         shift = r % len(items)
         for item in items[shift:] + items[:shift]:
             run(item, r)
+
+
+STEP_PROFILE_KEYS = ("arch", "batch", "precision", "compile", "steps")  # what a step profile's result records
+
+
+def step_profile_parser(doc: str | None, batch: int, warmup: int, steps: int, out_name: str) -> argparse.ArgumentParser:
+    """The arguments of the step profiles (bench/cpu_profile.py, bench/gpu_profile.py): the paper preset's step at
+    one precision and compile mode, profiled for --steps after --warmup."""
+    p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    p.add_argument("--arch", default="trm_mlp_t_sudoku")
+    p.add_argument("--batch", type=int, default=batch)
+    p.add_argument("--precision", default="bf16_reference", help="train.precision (fp32 | bf16 | bf16_reference)")
+    p.add_argument("--compile", default="model", choices=("off", "net", "model"), help="train.compile")
+    p.add_argument("--warmup", type=int, default=warmup)
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--out-dir", type=Path, default=RESULTS)
+    p.add_argument("--out-name", default=out_name)
+    return p

@@ -16,7 +16,6 @@ Results: <out-dir>/<out-name>.json and .md.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -25,8 +24,8 @@ from typing import Any
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
-from _common import StepRunner, machine_info, matmul_rate, train_config  # noqa: E402
-from _results import RESULTS, run_header, write_results  # noqa: E402
+from _common import STEP_PROFILE_KEYS, StepRunner, machine_info, matmul_rate, step_profile_parser, train_config  # noqa: E402
+from _results import run_header, write_results  # noqa: E402
 
 from trm.flops import flops_per_sample_step  # noqa: E402
 from trm.model import SwiGLU  # noqa: E402
@@ -112,16 +111,8 @@ def swiglu_elementwise(runner: StepRunner, shapes: list[dict[str, Any]], dtype: 
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--arch", default="trm_mlp_t_sudoku")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--precision", default="bf16_reference", help="train.precision (fp32 | bf16 | bf16_reference)")
-    p.add_argument("--compile", default="model", choices=("off", "net", "model"), help="train.compile")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--steps", type=int, default=3)
+    p = step_profile_parser(__doc__, batch=8, warmup=3, steps=3, out_name="cpu_profile")
     p.add_argument("--matmul-size", type=int, default=2048)
-    p.add_argument("--out-dir", type=Path, default=RESULTS)
-    p.add_argument("--out-name", default="cpu_profile")
     p.add_argument("--quick", action="store_true", help="smoke run: arch tiny, batch 2, fp32, eager, 1 step")
     args = p.parse_args(argv)
     if args.quick:
@@ -163,11 +154,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result.update(
         {
             "machine": machine_info(),
-            "arch": args.arch,
-            "batch": args.batch,
-            "precision": args.precision,
-            "compile": args.compile,
-            "steps": args.steps,
+            **{key: getattr(args, key) for key in STEP_PROFILE_KEYS},
             "wall_s_per_step": wall / args.steps,
             "matmul_peak_gflops": peak / 1e9,
             "flops_per_step": flops / args.steps,  # trm.flops (FlopCounterMode on the step)

@@ -13,7 +13,6 @@ never part of the test suite. Results: <out-dir>/<out-name>.json and .md.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -22,8 +21,8 @@ from typing import Any
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
-from _common import StepRunner, machine_info, train_config  # noqa: E402
-from _results import RESULTS, run_header, write_results  # noqa: E402
+from _common import STEP_PROFILE_KEYS, StepRunner, machine_info, step_profile_parser, train_config  # noqa: E402
+from _results import run_header, write_results  # noqa: E402
 
 from trm.flops import flops_per_sample_step  # noqa: E402
 from trm.step import carry_dtype  # noqa: E402
@@ -54,15 +53,7 @@ def kernel_times(prof: Any) -> dict[str, dict[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--arch", default="trm_mlp_t_sudoku")
-    p.add_argument("--batch", type=int, default=768)
-    p.add_argument("--precision", default="bf16_reference", help="train.precision (fp32 | bf16 | bf16_reference)")
-    p.add_argument("--compile", default="model", choices=("off", "net", "model"), help="train.compile")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--out-dir", type=Path, default=RESULTS)
-    p.add_argument("--out-name", default="gpu_profile")
+    p = step_profile_parser(__doc__, batch=768, warmup=2, steps=5, out_name="gpu_profile")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench/gpu_profile.py needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -91,11 +82,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result.update(
         {
             "machine": {**machine_info(), "gpu": torch.cuda.get_device_name(0)},
-            "arch": args.arch,
-            "batch": args.batch,
-            "precision": args.precision,
-            "compile": args.compile,
-            "steps": args.steps,
+            **{key: getattr(args, key) for key in STEP_PROFILE_KEYS},
             "wall_s_per_step": wall / args.steps,
             "profiled_tflops": flops / wall / 1e12,
             "kernel_s_per_step": {k: v / args.steps for k, v in by_kind.items()},
