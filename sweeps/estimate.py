@@ -121,8 +121,9 @@ def _hours(h: float) -> str:
     return f"{h:.1f} h" if h >= 1 else f"{h * 60:.0f} min"
 
 
-def describe(cost: Cost, cfg: DictConfig) -> str:
-    est, peak, util = cfg.estimate, cfg.estimate.peak_tflops * 1e12, Utilization.parse(cfg.estimate.utilization)
+def describe(cost: Cost, cfg: DictConfig, util: Utilization) -> str:
+    """One trial's cost on each pod of `estimate.pods`, at `util` (estimate.utilization, parsed once per dry run)."""
+    est, peak = cfg.estimate, cfg.estimate.peak_tflops * 1e12
     per_pod = []
     for name, chips in est.pods.items():
         fraction = util.at(cost.global_batch / chips)
@@ -136,9 +137,9 @@ def describe(cost: Cost, cfg: DictConfig) -> str:
     )
 
 
-def describe_total(costs: list[Cost], cfg: DictConfig) -> str:
+def describe_total(costs: list[Cost], cfg: DictConfig, util: Utilization) -> str:
     """The whole study if no trial is pruned (an upper bound): what launching it commits to."""
-    est, peak, util = cfg.estimate, cfg.estimate.peak_tflops * 1e12, Utilization.parse(cfg.estimate.utilization)
+    est, peak = cfg.estimate, cfg.estimate.peak_tflops * 1e12
     per_pod = ", ".join(
         f"{name} {_hours(sum(c.hours(chips, peak, util.at(c.global_batch / chips)) for c in costs))}"
         for name, chips in est.pods.items()

@@ -53,17 +53,18 @@ def dry_run(driver: Driver) -> None:
     costs = []
     if driver.cfg.estimate.enabled:  # every trial's model priced from its FLOPs (trm.info, one process)
         costs = estimate.trial_costs([[*driver.base_overrides, *to_overrides(sampled)] for _, sampled, _ in trials])
+    utilization = estimate.Utilization.parse(driver.cfg.estimate.utilization)  # validated already
     for i, (number, sampled, spec) in enumerate(trials):
         print(f"trial {number}: {' '.join(to_overrides(sampled))}")
         print("  " + describe_command(driver, spec))
         if costs:
-            print("  cost: " + estimate.describe(costs[i], driver.cfg))
+            print("  cost: " + estimate.describe(costs[i], driver.cfg, utilization))
     if costs:
-        print("# study cost: " + estimate.describe_total(costs, driver.cfg))
-        print_packings(driver, costs)
+        print("# study cost: " + estimate.describe_total(costs, driver.cfg, utilization))
+        print_packings(driver, costs, utilization)
 
 
-def print_packings(driver: Driver, costs: list[estimate.Cost]) -> None:
+def print_packings(driver: Driver, costs: list[estimate.Cost], utilization: estimate.Utilization) -> None:
     """The study priced on each way the launcher can divide its machines (launcher.slots), so a user can choose."""
     options = {}
     for kind in SLOT_CHOICES:
@@ -74,9 +75,7 @@ def print_packings(driver: Driver, costs: list[estimate.Cost]) -> None:
         if slots[0].chips:
             options[kind] = (len(slots), int(slots[0].chips))
     if options:
-        est = driver.cfg.estimate
-        utilization = estimate.Utilization.parse(est.utilization)
-        rows = estimate.packings(costs, options, float(est.peak_tflops) * 1e12, utilization)
+        rows = estimate.packings(costs, options, float(driver.cfg.estimate.peak_tflops) * 1e12, utilization)
         print("\n".join(estimate.describe_packings(rows, utilization)))
 
 

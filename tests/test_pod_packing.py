@@ -205,7 +205,7 @@ def test_the_dry_run_prices_the_study_on_each_division_of_the_pod(
 
     costs = [estimate.Cost(params=1, flops_per_sample_step=10**9, global_batch=768, steps=1000) for _ in range(16)]
     driver = pod_study(tmp_path, 8, "pod", 16)
-    print_packings(driver, costs)
+    print_packings(driver, costs, estimate.Utilization.parse(driver.cfg.estimate.utilization))
     lines = capsys.readouterr().out.splitlines()
     rows = {line.split()[1]: line for line in lines[1:] if "slots=" in line.split()[1]}
     assert set(rows) == {"slots=pod", "slots=vm", "slots=chips:2", "slots=chips:1"}
@@ -226,8 +226,7 @@ def test_the_dry_run_prices_the_study_on_each_division_of_the_pod(
     assert priced["pod"].chip_hours == pytest.approx(4 * priced["vm"].chip_hours)
     assert priced["pod"].chip_hours == pytest.approx(16 * costs[0].hours(32, 1e12, 0.1) * 32)
     assert priced["pod"].wall_hours == pytest.approx(4 * priced["vm"].wall_hours)  # 16 trials: 2 waves of 8
-    driver.cfg.estimate.utilization = {24: 0.1, 192: 0.4}
-    print_packings(driver, costs)
+    print_packings(driver, costs, measured)
     lines = capsys.readouterr().out.splitlines()
     assert not any("by construction" in line for line in lines)
     rows = {line.split()[1]: line for line in lines[1:]}

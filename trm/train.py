@@ -294,7 +294,7 @@ def summarize(
     params: dict[str, int],
     precision: Precision,
     device: str,
-    throughput: dict[str, Any] | None = None,
+    throughput: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The run's summary: summary.json, the `end` line, the tracker's summary and what the trial stores."""
     return {
