@@ -4,9 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup lint demo test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning bench-reference ref-given soak clean
+.PHONY: help setup check lint demo test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning bench-reference ref-given soak clean
 
-setup: $(STAMP)
+help:                     ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 20
+
+setup: $(STAMP)            ## the venv (.venv): pinned CPU torch first, then the project with its test extras
 
 # torch first and pinned: an unpinned torch resolved by pip is a multi-GB CUDA build.
 $(STAMP): pyproject.toml requirements.lock
@@ -16,11 +19,11 @@ $(STAMP): pyproject.toml requirements.lock
 	touch $(STAMP)
 
 # A real small study on this machine: SQLite, one local process per trial, the tiny CPU preset.
-demo: setup
+demo: setup               ## a real small study: SQLite, local processes, the tiny CPU preset
 	$(PY) -m sweeps.run study=model_scaling
 
 # What CI enforces before any test: ruff (lint + format) and mypy on the packages (settings in pyproject.toml).
-lint: setup               ## ruff check, ruff format --check, mypy
+lint: setup               ## ruff check, ruff format --check, mypy (strict on storage/ and sweeps/)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -29,13 +32,16 @@ lint: setup               ## ruff check, ruff format --check, mypy
 # line what to run), then runs pytest with TRM_SWEEPS_TEST_PG pointing at the server.
 # Tests run many training processes at once on few cores: OpenMP must not spin-wait (docs/benchmarks.md).
 # TEST_WORKERS pytest-xdist workers, a test file each at a time (--dist loadfile: a file's module fixtures and
-# process names stay in one worker). The suite mostly waits on its jobs (17 CPU-minutes in 25 wall minutes
-# serially on 2 cores), so 2 workers fit 2 cores; each worker gets its own PostgreSQL database. TEST_WORKERS=0: serial.
-# Measured: 25 min serial, 19-22 min on 2 workers on an older AMD EPYC; 7 min 20 s on 2 workers on an AMD EPYC family 26
-# (README, Tests); sending the longest files first did not help.
+# process names stay in one worker); each worker gets its own PostgreSQL database. TEST_WORKERS=0: serial.
 TEST_WORKERS ?= 2
-test: setup lint
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m tests.prereqs $(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile
+PYTEST := OMP_WAIT_POLICY=PASSIVE $(PY) -m tests.prereqs $(PY) -m pytest -q
+
+# The inner loop: lint, then the tests that start no process (tests/conftest.py makes starting one an error there).
+check: setup lint          ## lint + the fast lane (tests not marked slow)
+	TRM_SWEEPS_FAST_LANE=1 $(PYTEST) -m "not slow" -n $(TEST_WORKERS)
+
+test: setup lint           ## lint + the whole suite, as CI runs it
+	$(PYTEST) --durations=20 -n $(TEST_WORKERS) --dist loadfile
 
 # The XLA lane: its own venv (torch_xla pins its own torch), XLA on the CPU (PJRT_DEVICE=CPU).
 # torch and torch_xla are named in the same install as the project so pip can never pick another torch.
@@ -51,7 +57,7 @@ $(XLA_STAMP): pyproject.toml requirements.lock
 	$(XLA_PY) -c "import torch, torch_xla; assert torch.__version__.split('+')[0] == '2.9.0', torch.__version__"
 	touch $(XLA_STAMP)
 
-test-xla: $(XLA_STAMP)
+test-xla: $(XLA_STAMP)   ## the XLA lane: torch_xla on this CPU
 	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -q tests/xla
 
 STUDY ?= model_scaling
@@ -64,7 +70,7 @@ report: setup             ## one self-contained HTML report: make report STUDY=o
 # Benchmarks (docs/benchmarks.md): each prints a table and writes bench/results/<name>.json and .md.
 # Run them on a quiet machine, one at a time: they measure time on shared cores.
 BENCH_ENV := OMP_WAIT_POLICY=PASSIVE
-bench: bench-data bench-storage bench-sweep bench-pruning bench-trainer   ## all of them: about 90 min here
+bench: bench-data bench-storage bench-sweep bench-pruning bench-trainer   ## all of them, one at a time (docs/benchmarks.md)
 
 bench-trainer: setup      ## paper MLP-t / attention steps: fp32/bf16, eager/compile, vs matmul peak
 	$(BENCH_ENV) $(PY) bench/trainer.py --compile

@@ -129,7 +129,7 @@ class StepRunner:
 
 
 MATMUL_LAYOUTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "nn": lambda a, b: torch.matmul(a, b),
+    "nn": torch.matmul,
     "nt": lambda a, b: torch.matmul(a, b.t()),  # a Linear's forward: x @ W^T
     "tn": lambda a, b: torch.matmul(a.t(), b),  # a Linear's weight gradient: dY^T @ X
 }

@@ -32,14 +32,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-from _results import RESULTS, fmt, median, run_header, write_results  # noqa: E402
+import numpy as np
+from _results import RESULTS, fmt, median, run_header, write_results
 
-from sweeps.config import compose_sweep_config  # noqa: E402
-from trm.data.build import _arrays, build_from_csv  # noqa: E402
-from trm.data.format import load_split, write_split  # noqa: E402
-from trm.data.loader import TrainLoader  # noqa: E402
-from trm.data.sudoku import augment, generate, read_csv  # noqa: E402
+from sweeps.config import compose_sweep_config
+from trm.data.build import _arrays, build_from_csv
+from trm.data.format import load_split, write_split
+from trm.data.loader import TrainLoader
+from trm.data.sudoku import augment, generate, read_csv
 
 GLOBAL_BATCH = 768  # the paper's
 CHIPS_PER_HOST = 4  # TPU v4

@@ -38,10 +38,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import optuna  # noqa: E402
-from _results import RESULTS, ROOT, fmt, median, run_header, write_results  # noqa: E402
-from _sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, run_study, trial_record  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+import optuna
+from _results import RESULTS, ROOT, fmt, median, run_header, write_results
+from _sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, run_study, trial_record
+from omegaconf import OmegaConf
 
 # The goal the issue sets: pruned best within 1% (absolute accuracy) of the unpruned best for <= 40% compute.
 GOAL_GAP, GOAL_COMPUTE = 0.01, 0.40

@@ -64,7 +64,7 @@ def replay(arm: dict[str, Any], prune: Callable[[dict[str, Any], dict[str, Any],
         flops += last * per_step
         if not pruned:
             completed.append(trial)
-            best = max(best, max(r["eval/exact_accuracy"] for r in trial["eval"]))
+            best = max(best, *(r["eval/exact_accuracy"] for r in trial["eval"]))
     reference = max(max(r["eval/exact_accuracy"] for r in t["eval"]) for t in trained(arm))
     return {"flops_ratio": flops / arm["compute_flops"], "gap": reference - best}
 

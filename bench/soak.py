@@ -60,9 +60,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _results import RESULTS, ROOT, run_header, write_results  # noqa: E402
+import contextlib
 
-from storage.record import trial_detail  # noqa: E402
+from _results import RESULTS, ROOT, run_header, write_results
+
+from storage.record import trial_detail
 
 FAULT_KINDS = ("kill_job", "stop_job", "kill_driver", "restart_pg")
 TICK_S = 0.2
@@ -263,10 +265,8 @@ def logged_step(out_dir: Path) -> int:
         return 0
     steps = []
     for line in lines:
-        try:
+        with contextlib.suppress(ValueError, KeyError, TypeError):  # a line being written
             steps.append(int(json.loads(line)["step"]))
-        except (ValueError, KeyError, TypeError):
-            pass  # a line being written
     return max(steps, default=0)
 
 
@@ -568,10 +568,8 @@ class Soak:
         for job in self.jobs():
             left.append({"trial": job.trial, "pid": job.pid, "state": job.state, "step": logged_step(job.out_dir)})
             self.say(f"job of trial {job.trial} (pid {job.pid}, state {job.state}) still alive: killing it")
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(job.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.tick()
         return left
 

@@ -53,15 +53,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import optuna  # noqa: E402
-import psycopg2  # noqa: E402
-from _results import RESULTS, cpu_facts, fmt, percentile, write_results  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
+import optuna
+import psycopg2
+from _results import RESULTS, cpu_facts, fmt, percentile, write_results
+from sqlalchemy.engine import make_url
 
-import storage  # noqa: E402
-from storage.url import driver_url  # noqa: E402
-from sweeps.draw import draw_within_budget  # noqa: E402
-from trm.trial_link import TrialLink  # noqa: E402
+import storage
+from storage.url import driver_url
+from sweeps.draw import draw_within_budget
+from trm.trial_link import TrialLink
 
 OPERATIONS = ("report+should_prune", "ask+tell")
 SETUPS = ("ours", "optuna-defaults")

@@ -26,8 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _results import RESULTS, fmt, run_header, write_results  # noqa: E402
-from _sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, projected_fraction, run_study, trial_record  # noqa: E402
+from _results import RESULTS, fmt, run_header, write_results
+from _sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, projected_fraction, run_study, trial_record
 
 GOAL_FRACTION, PROJECTED_TRIAL_S = 0.02, 300.0
 

@@ -171,9 +171,8 @@ def categorize(name: str) -> str:
 
 def profile_step(v: Variant) -> dict[str, Any]:
     v.step()  # warm
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        with patched(v.patches):
-            v.step()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof, patched(v.patches):
+        v.step()
     events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in events)
     by_cat: dict[str, float] = defaultdict(float)

@@ -24,9 +24,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _results import ROOT, fmt, median, run_header, write_results  # noqa: E402
+from _results import ROOT, fmt, median, run_header, write_results
 
-from tests.xla._lane import FOREIGN_ENV, WORKER  # noqa: E402  (the XLA lane's worker and its environment)
+from tests.xla._lane import FOREIGN_ENV, WORKER
 
 BASE = ["--steps", "3", "--ema", "--exploration", "0.3", "runtime.backend=xla"]
 OTHER = ["optim.lr=2.3e-3", "optim.weight_decay=0.37", "optim.betas=[0.9,0.99]", "optim.ema_decay=0.95"]

@@ -240,7 +240,7 @@ def _sqlite_schema_lock(url: URL, shown: str) -> Iterator[None]:
         yield
         return
     try:
-        handle = open(f"{path}.lock", "a")
+        handle = open(f"{path}.lock", "a")  # noqa: SIM115 (held for the whole context, closed below)
     except OSError as err:
         raise StorageConfigError(
             f"storage.url = {shown!r}: cannot write next to the database {str(path)!r} "

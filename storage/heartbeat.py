@@ -84,7 +84,7 @@ def orphaned_trials(study: optuna.Study, grace_s: float) -> list[tuple[FrozenTri
                 models.TrialHeartbeatModel.trial_id.in_(list(running))
             )
         ).all()
-    beats = {trial_id: beat for trial_id, beat in rows}
+    beats = dict(rows)
     grace = timedelta(seconds=grace_s)
     orphans = []
     for trial_id, trial in running.items():
@@ -156,7 +156,7 @@ class HeartbeatThread:
                     self._storage.record_heartbeat(self._trial_id)
                     self.beats += 1
                     self.last_error = None
-                except Exception as e:  # keep beating; the driver decides what an outage means
+                except Exception as e:  # noqa: BLE001 (keep beating; the driver decides what an outage means)
                     self.last_error = e
                     _log.warning("heartbeat for trial id %s failed: %s", self._trial_id, e)
         finally:

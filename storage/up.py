@@ -43,7 +43,7 @@ def find_bindir() -> Path:
     """Directory with initdb and pg_ctl: ``pg_config --bindir``, Debian's layout, then PATH."""
     candidates: list[Path] = []
     if shutil.which("pg_config"):
-        out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True)
+        out = subprocess.run(["pg_config", "--bindir"], check=False, capture_output=True, text=True)
         if out.returncode == 0 and out.stdout.strip():
             candidates.append(Path(out.stdout.strip()))
     versions = glob.glob("/usr/lib/postgresql/*/bin")
@@ -80,7 +80,7 @@ def _as_server_user(cmd: list[str]) -> list[str]:
 
 def _run(cmd: list[str], what: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     # cwd: the postgres user may not be allowed into the caller's working directory.
-    proc = subprocess.run(_as_server_user(cmd), capture_output=True, text=True, cwd=cwd)
+    proc = subprocess.run(_as_server_user(cmd), check=False, capture_output=True, text=True, cwd=cwd)
     if proc.returncode != 0:
         raise UpError(f"{what} failed (exit {proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
     return proc
@@ -103,6 +103,7 @@ def _prepare_dir(data_dir: Path) -> None:
             if shutil.which("runuser")
             else ["su", SERVICE_USER, "-s", "/bin/sh", "-c", f"test -w {shlex.quote(str(data_dir))}"],
             cwd="/",
+            check=False,
         )
         if check.returncode != 0:
             raise UpError(
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stopped PostgreSQL in {data_dir}" if stop(data_dir) else f"no PostgreSQL running in {data_dir}")
             return 0
         url = start(data_dir, args.port)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001
         print(f"storage.up: {e}", file=sys.stderr)
         return 1
     print(f"PostgreSQL running in {data_dir}")

@@ -28,7 +28,7 @@ def redact(url: str) -> str:
     """Return ``url`` safe to print: password (userinfo or ``?password=``) replaced by ``***``."""
     try:
         parsed = make_url(url)
-    except Exception:  # malformed: fall back to storage.secrets' patterns, never echo the raw value
+    except Exception:  # noqa: BLE001 (malformed: fall back to storage.secrets' patterns, never echo the raw value)
         return redact_credentials(url, unparsed=True)
     if "password" in parsed.query:
         parsed = parsed.update_query_dict({"password": "***"})
@@ -43,7 +43,7 @@ def validate_url(url: str, key: str = CONFIG_KEY) -> URL:
     """Parse and check ``url``; raise :class:`StorageConfigError` naming ``key`` if unusable."""
     try:
         parsed = make_url(url)
-    except Exception:
+    except Exception:  # noqa: BLE001
         # The parser's message may quote parts of the URL; say only that it did not parse.
         raise _error(key, url, "it cannot be parsed as a URL") from None
     if parsed.drivername not in _SCHEMES:

@@ -69,7 +69,7 @@ STORAGE_ERRORS = (
 
 def build_launcher(node: DictConfig) -> Launcher:
     """The configured launcher, refused here unless it has the interface the driver uses (sweeps.launchers.base)."""
-    launcher = build(node)
+    launcher: Launcher = build(node)
     # Looked up on the class: reading world_size on the instance would evaluate config that prepare() checks later.
     missing = [name for name in LAUNCHER_MEMBERS if not hasattr(type(launcher), name)]
     if missing:

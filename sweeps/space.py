@@ -81,15 +81,15 @@ def _some_value(dist: BaseDistribution) -> Any:
 
 def _parse(params: Mapping[str, str], where: str) -> dict[str, BaseDistribution]:
     out: dict[str, BaseDistribution] = {}
-    for key, spec in params.items():
-        spec = str(spec).strip()
+    for key, raw in params.items():
+        spec = str(raw).strip()
         if spec.replace(" ", "") == "choice()":
             raise SearchSpaceError(
                 f"{where}[{key!r}]={spec!r}: an empty choice; give at least one value, e.g. choice(a, b)"
             )
         try:
             distributions, fixed, _ = create_params_from_overrides([f"{key}={spec}"])
-        except Exception as err:  # Hydra's grammar errors and Optuna's range checks alike
+        except Exception as err:  # noqa: BLE001 (Hydra's grammar errors and Optuna's range checks alike)
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise SearchSpaceError(
                 f"{where}[{key!r}]={spec!r} is not a valid search range ({reason}); accepted: {GRAMMAR}"

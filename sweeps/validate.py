@@ -18,6 +18,7 @@ validate_sweep at the end; splitting them by subject would scatter the one place
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import shutil
 import subprocess
@@ -379,7 +380,7 @@ def _check_optuna(cfg: DictConfig, train_steps: int) -> None:
             raise SweepConfigError(
                 f"{key}._target_={target!r}: {' '.join(str(err).split())} (accepted: {', '.join(TARGETS)})"
             ) from None
-        except Exception as err:  # the constructor refused an argument: name it below if we can
+        except Exception as err:  # noqa: BLE001 (the constructor refused an argument: name it below if we can)
             failure = err
         try:
             cls = get_class(target)  # safe now: build() let the target past the whitelist
@@ -403,7 +404,7 @@ def _check_launcher_python(cfg: DictConfig, launcher: Launcher) -> None:
     probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('trm') is None)"
     try:  # from another directory, as the jobs run in their trial directories
         answer = subprocess.run(
-            [found, "-c", probe], cwd=tempfile.gettempdir(), capture_output=True, text=True, timeout=60
+            [found, "-c", probe], check=False, cwd=tempfile.gettempdir(), capture_output=True, text=True, timeout=60
         )
         ok = answer.returncode == 0
     except (OSError, subprocess.TimeoutExpired):
@@ -427,10 +428,8 @@ def _check_output_root(output_root: Any) -> None:
         ) from None
     finally:
         for path in created:
-            try:
+            with contextlib.suppress(OSError):
                 path.rmdir()
-            except OSError:
-                pass
 
 
 # What `sweeps.run` reads at the top level (conf/sweep.yaml and its groups). Anything else there was added with `+`
@@ -496,7 +495,7 @@ def _check_trial_keys(cfg: DictConfig, space: SearchSpace) -> None:
 
 
 def _check_no_ignored_keys(cfg: DictConfig) -> None:
-    ignored = sorted({str(key) for key in cfg.keys()} - SWEEP_KEYS)
+    ignored = sorted({str(key) for key in cfg} - SWEEP_KEYS)
     if ignored:
         raise SweepConfigError(
             f"{ignored} are not sweep settings, so every trial would ignore them. Training keys for every trial go "

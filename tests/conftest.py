@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from collections.abc import Iterator
@@ -104,3 +105,45 @@ def fresh_pg_url(pg_server_url: str) -> Iterator[str]:
 def data_root(tmp_path_factory: pytest.TempPathFactory):
     """One directory for generated datasets, shared by the session's training tests (built on first use)."""
     return tmp_path_factory.mktemp("data")
+
+
+# --- The fast lane (`make check`) ------------------------------------------------------------
+# `make check` runs the tests not marked `slow` with FAST_LANE_ENV set. There, starting a process is an error
+# that names the test, so the marker stays true: a test (or a fixture it uses) that starts jobs, servers or
+# workers must be marked `slow`, and the inner loop never waits on one.
+FAST_LANE_ENV = "TRM_SWEEPS_FAST_LANE"
+
+
+def _refuse_process(*_args: object, **_kwargs: object) -> None:
+    raise RuntimeError(
+        f"a test in the fast lane ({FAST_LANE_ENV}=1) started a process: mark the test (or its module) "
+        "@pytest.mark.slow, or keep it in-process"
+    )
+
+
+@contextlib.contextmanager
+def _processes_refused() -> Iterator[None]:
+    import multiprocessing.process
+    import subprocess
+
+    saved = subprocess.Popen._execute_child, multiprocessing.process.BaseProcess.start, os.fork
+    subprocess.Popen._execute_child = _refuse_process  # type: ignore[method-assign,assignment]  # every subprocess API
+    multiprocessing.process.BaseProcess.start = _refuse_process  # type: ignore[method-assign,assignment]
+    os.fork = _refuse_process  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child, multiprocessing.process.BaseProcess.start, os.fork = saved  # type: ignore[method-assign]
+
+
+# Around each test's setup (its fixtures, module-scoped ones included) and call, not around pytest's own work.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _processes_refused() if os.environ.get(FAST_LANE_ENV) else contextlib.nullcontext():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with _processes_refused() if os.environ.get(FAST_LANE_ENV) else contextlib.nullcontext():
+        return (yield)

@@ -122,6 +122,7 @@ SHIPPED = ("conf/**/*", "trm/**/*.py", "sweeps/**/*.py", "storage/**/*.py", "das
            "bench/*.py", "docs/*.md")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_no_config_or_source_file_is_git_ignored(tmp_path: Path) -> None:
     """A file that exists here but matches .gitignore never reaches a clean checkout: `wandb/` once hid
     conf/wandb/default.yaml and CI failed 208 tests with "Could not find 'wandb/default'". The names are

@@ -120,6 +120,7 @@ def stop(proc: subprocess.Popen) -> tuple[str, str]:
 # --------------------------------------------------------------------------------------------- serve
 
 
+@pytest.mark.slow
 def test_dashboard_serves_our_studies_from_postgres(pg_url: str, studies: dict[str, str]) -> None:
     local, local_port = start_server(pg_url)
     remote, remote_port = start_server(pg_url, "host=0.0.0.0", "allow_remote=true")
@@ -144,6 +145,7 @@ def test_dashboard_serves_our_studies_from_postgres(pg_url: str, studies: dict[s
     assert "warning" in remote_err and "no authentication" in remote_err and "delete" in remote_err
 
 
+@pytest.mark.slow
 def test_non_loopback_host_needs_allow_remote() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "dashboards.serve", "host=0.0.0.0"],
@@ -210,6 +212,7 @@ def full_report(pg_url: str, studies: dict[str, str], tmp_path_factory: pytest.T
     return out
 
 
+@pytest.mark.slow
 def test_report_has_every_figure_once_with_plotly_inlined(full_report: Path) -> None:
     text = full_report.read_text()
     ids = parse(text)
@@ -225,6 +228,7 @@ def test_report_has_every_figure_once_with_plotly_inlined(full_report: Path) -> 
     assert "Could not be drawn" not in text
 
 
+@pytest.mark.slow
 def test_report_leaves_out_what_does_not_apply(
     pg_url: str, studies: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -270,6 +274,7 @@ CHROME_FLAGS = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_report_renders_in_headless_chromium_without_script_errors(full_report: Path, tmp_path: Path) -> None:
     browser = chromium()
     flags = [*CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
@@ -299,6 +304,7 @@ def test_report_renders_in_headless_chromium_without_script_errors(full_report: 
         shutil.copy(shot, os.environ["TRM_SWEEPS_KEEP_SCREENSHOT"])
 
 
+@pytest.mark.slow
 def test_report_of_a_real_sweep(pg_url: str, tmp_path: Path) -> None:
     """One real trial (the optimizer study's baseline): the report reads what the job and driver recorded."""
     study = Driver(

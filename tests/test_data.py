@@ -381,6 +381,7 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cli_prints_one_json_line(tmp_path):
     out = tmp_path / "cli"
     proc = _run_cli(
@@ -409,6 +410,7 @@ def test_cli_prints_one_json_line(tmp_path):
     assert Path(summary["out"]) == out
 
 
+@pytest.mark.slow
 def test_cli_reports_bad_input(tmp_path):
     bad = _write_csv(tmp_path / "bad.csv", [["s", "1" * 80, "1" * 81, "0"]])
     proc = _run_cli("--source", "csv", "--train-csv", str(bad), "--test-csv", str(bad), "--out", str(tmp_path / "o"))
@@ -433,6 +435,7 @@ def test_a_csv_with_a_utf8_byte_order_mark_is_read(tmp_path, small_set):
     assert summary["train"]["examples"] == 4
 
 
+@pytest.mark.slow
 def test_an_empty_split_is_refused_at_build_time_naming_the_file_or_flag(tmp_path, small_set):
     rows = _csv_rows(small_set[0][:6], small_set[1][:6])
     train = _write_csv(tmp_path / "train.csv", rows[:4])
@@ -459,6 +462,7 @@ def test_an_empty_split_is_refused_at_build_time_naming_the_file_or_flag(tmp_pat
         ensure_generated(tmp_path / "gen", 0, 2, 30, seed=0)
 
 
+@pytest.mark.slow
 def test_a_subsample_larger_than_the_file_is_refused_naming_both_numbers(tmp_path, small_set):
     rows = _csv_rows(small_set[0][:8], small_set[1][:8])
     train = _write_csv(tmp_path / "train.csv", rows[:5])
@@ -483,6 +487,7 @@ def test_a_subsample_larger_than_the_file_is_refused_naming_both_numbers(tmp_pat
     assert build_from_csv(tmp_path / "ds", train, test, subsample=5)["train"]["examples"] == 5  # all of them is fine
 
 
+@pytest.mark.slow
 def test_the_same_csv_for_train_and_test_is_a_warning_on_stderr(tmp_path, small_set):
     rows = _csv_rows(small_set[0][:6], small_set[1][:6])
     both = _write_csv(tmp_path / "both.csv", rows)
@@ -519,6 +524,7 @@ def _wait_for(predicate, what: str, proc: subprocess.Popen | None = None, timeou
     return found
 
 
+@pytest.mark.slow
 def test_a_killed_build_leaves_temp_dirs_the_next_build_removes_but_never_a_running_builds(tmp_path):
     """SIGKILL mid-build used to leave `.<out>.tmp-*` (100-200 MB on real data) forever. The next build removes
     a killed build's leftovers (its flock is free) and keeps those of a build that is still running."""

@@ -59,6 +59,7 @@ def test_each_process_of_a_node_takes_its_own_gpu(monkeypatch: pytest.MonkeyPatc
     assert resolve_device("auto", 8, {}) == torch.device("cuda", 0)  # one process per machine, 8 machines
 
 
+@pytest.mark.slow
 def test_a_run_says_which_device_it_trained_on(tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture) -> None:
     cfg = compose_train_config(
         [

@@ -16,6 +16,8 @@ import pytest
 from sweeps.launchers.base import JobHandle, JobSpec, start_worker
 from sweeps.launchers.torchrun import TorchrunLauncher, free_port
 
+pytestmark = pytest.mark.slow  # every test here starts processes or trains
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Exploration off: its random draws differ between a 1-process and an N-process run by design.

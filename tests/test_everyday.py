@@ -18,6 +18,8 @@ from tests.sweep_helpers import sweep_config
 from tests.test_sweeps import with_space
 from trm import checkpoint
 
+pytestmark = pytest.mark.slow  # every test here starts processes or trains
+
 
 @pytest.mark.timeout(300)
 def test_hydra_optuna_sweeper_optimizes_trm_train(tmp_path: Path, data_root: Path) -> None:

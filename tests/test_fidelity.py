@@ -67,6 +67,7 @@ def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
     return float((ours.double() - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", VARIANTS)
 def test_eval_matches_the_reference_over_16_act_steps(golden: dict[str, Any], name: str) -> None:
     variant = golden[name]

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("trm", "sweeps", "storage", "dashboards")
 
@@ -67,7 +69,8 @@ def _targets(importer: str, node: ast.Import | ast.ImportFrom) -> set[str]:
             base = ".".join([*package, base] if base else package)
         names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
     out = set()
-    for name in names:
+    for imported in names:
+        name = imported
         while name and name not in MODULES:  # `import a.b.c` of a non-module attribute: its module
             name = name.rpartition(".")[0]
         if name:
@@ -200,6 +203,7 @@ print(json.dumps(failures))
 """
 
 
+@pytest.mark.slow
 def test_every_module_imports_on_its_own_in_a_fresh_interpreter() -> None:
     """One new interpreter; before each module, every first-party module is dropped from sys.modules, so each
     imports from scratch in its own order (third-party ones such as torch stay loaded, which only saves time)."""

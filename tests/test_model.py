@@ -137,6 +137,7 @@ def test_metrics_count_halted_puzzles_only() -> None:
     assert m["train/steps"] == pytest.approx(3.5)
 
 
+@pytest.mark.slow
 def test_flops_grow_with_recursion_depth() -> None:
     arch = TRMConfig(**SMALL)
     base = flops_per_sample_step(arch, 2, 2)
@@ -168,6 +169,7 @@ def test_meta_device_flop_count_equals_a_real_step(mixer: str) -> None:
     assert flops_per_sample_step(arch, h_cycles, l_cycles) == counter.get_total_flops() + attention > 0
 
 
+@pytest.mark.slow
 def test_info_cli_prints_one_json_line() -> None:
     out = (
         subprocess.run(

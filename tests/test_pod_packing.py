@@ -119,9 +119,10 @@ def test_a_slot_pool_shares_the_whole_machine_or_hands_out_each_slot_once() -> N
     pool.give_back(taken[0])
     assert pool.take() == taken[0] and pool.take() is None  # the retired slot never comes back
     capped = SlotPool(tpu_slots("vm", range(8), 4), 3)
-    assert len([s for s in iter(capped.take, None)]) == 3
+    assert len(list(iter(capped.take, None))) == 3
 
 
+@pytest.mark.slow
 def test_slots_vm_runs_eight_trials_at_once_each_confined_to_its_vm(pod8: Path, tmp_path: Path) -> None:
     driver = pod_study(tmp_path, 8, "vm", 8)
     driver.run()
@@ -144,6 +145,7 @@ def test_slots_vm_runs_eight_trials_at_once_each_confined_to_its_vm(pod8: Path, 
         assert len(runs) == 1 and json.loads(runs[0].read_text())["outcome"] == "COMPLETE"  # trained on its VM
 
 
+@pytest.mark.slow
 def test_a_killed_slot_does_not_stop_the_others_and_a_dead_vm_takes_only_its_slots(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,7 +18,7 @@ from trm.precision import DeviceFacts, device_facts, read_cpu_flags, resolve_pre
 from trm.step import PRECISIONS, carry_dtype
 from trm.train import run
 
-AVX2 = frozenset("fpu sse sse2 avx fma avx2 bmi2".split())  # the AMD EPYC where bf16 was ~20x slower
+AVX2 = frozenset(["fpu", "sse", "sse2", "avx", "fma", "avx2", "bmi2"])  # the AMD EPYC where bf16 was ~20x slower
 AVX512_BF16 = AVX2 | {"avx512f", "avx512bw", "avx512_bf16"}  # the one where a bf16 matmul ran 7.8x faster
 AMX = AVX2 | {"avx512f", "amx_tile", "amx_bf16", "amx_int8"}  # Sapphire Rapids
 
@@ -126,6 +126,7 @@ def tiny(tmp_path: Path, data_root: Path, *extra: str):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("machine", ["avx2", "this machine"])
 def test_a_real_run_records_what_auto_chose_and_why(
     machine: str,
@@ -160,6 +161,7 @@ def test_a_real_run_records_what_auto_chose_and_why(
     assert state is not None and state["identity"]["config"]["train.precision"] == expected[0]
 
 
+@pytest.mark.slow
 def test_a_checkpoint_does_not_silently_change_precision(
     tmp_path: Path, data_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -174,6 +176,7 @@ def test_a_checkpoint_does_not_silently_change_precision(
     assert summary["outcome"] == "COMPLETE" and summary["steps"] == 4 and summary["precision"] == "bf16"
 
 
+@pytest.mark.slow
 def test_the_trial_stores_the_precision(pg_url: str) -> None:
     import optuna
 

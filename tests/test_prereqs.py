@@ -15,6 +15,8 @@ from storage import up
 from sweeps.launchers.torchrun import free_port
 from tests import prereqs
 
+pytestmark = pytest.mark.slow  # every test here starts processes or trains
+
 ROOT = Path(__file__).resolve().parents[1]
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/postgres"  # nothing listens on port 1
 # A bound, not a speed measurement: a check that installs or starts something would exceed it.

@@ -268,6 +268,7 @@ def offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
 
 
+@pytest.mark.slow
 def test_a_study_logs_one_line_per_trial_state_change_and_quiet_progress_lines(
     tmp_path: Path,
     data_root: Path,

@@ -16,6 +16,7 @@ from trm.outcome import NonFiniteLossError
 from trm.train import run
 
 
+@pytest.mark.slow
 def test_nan_loss_fails_fast_without_writing_a_nan_checkpoint(tmp_path: Path, data_root: Path) -> None:
     with pytest.raises((NonFiniteLossError, checkpoint.CheckpointError), match=r"non-finite"):
         run(config(tmp_path, data_root, "train.steps=40", "optim.lr=1e38", "optim.warmup_steps=1"))
@@ -26,6 +27,7 @@ def test_nan_loss_fails_fast_without_writing_a_nan_checkpoint(tmp_path: Path, da
     assert '"outcome": "FAIL"' in summary and "non-finite" in summary
 
 
+@pytest.mark.slow
 def test_a_checkpoint_write_that_fails_keeps_the_previous_one(tmp_path: Path, data_root: Path) -> None:
     run(config(tmp_path, data_root, "train.steps=20", "train.stop_after=10"))
     before = checkpoint.load(str(tmp_path / "checkpoints"))
@@ -40,6 +42,7 @@ def test_a_checkpoint_write_that_fails_keeps_the_previous_one(tmp_path: Path, da
     assert '"outcome": "FAIL"' in (tmp_path / "summary.json").read_text()
 
 
+@pytest.mark.slow
 def test_unreachable_storage_is_one_clear_error_and_nothing_launches(tmp_path: Path) -> None:
     started = time.monotonic()
     proc = subprocess.run(
@@ -54,6 +57,7 @@ def test_unreachable_storage_is_one_clear_error_and_nothing_launches(tmp_path: P
     print(f"[fault] unreachable storage: error after {elapsed:.1f} s")  # reported in docs/reliability.md, not asserted
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_then_stops_and_the_run_resumes_from_there(tmp_path: Path, data_root: Path) -> None:
     from tests.test_train import FAST
     from trm.metrics_log import read_metrics
@@ -110,6 +114,7 @@ def private_pg():
         shutil.rmtree(parent, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_postgres_restart_mid_study_loses_nothing(private_pg, tmp_path: Path) -> None:
     import optuna
     from optuna.trial import TrialState
@@ -146,6 +151,7 @@ def test_postgres_restart_mid_study_loses_nothing(private_pg, tmp_path: Path) ->
         assert sorted(trial.intermediate_values) == [10, 20, 30, 40, 50, 60], trial.intermediate_values
 
 
+@pytest.mark.slow
 def test_two_drivers_fifty_trials_four_at_a_time(pg_url: str, tmp_path: Path) -> None:
     """Two drivers, max_concurrent=4 each, one study, 50 (very short) trials: no duplicate, none lost, no
     deadlock, and the database connections stay bounded. The jobs come from warm workers (four at once per
@@ -209,6 +215,7 @@ def _start_event(out: str) -> dict:
     return next(json.loads(line) for line in out.splitlines() if line.startswith('{"event": "start"'))
 
 
+@pytest.mark.slow
 def test_an_unreadable_latest_checkpoint_is_named_and_the_previous_one_resumed(
     tmp_path: Path, data_root: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -225,6 +225,7 @@ def test_metric_curves_come_from_the_metrics_files(storage_url: str) -> None:
     assert len(steps) <= MAX_POINTS and steps[0] == 0 and steps[-1] == 4999 and values == [s / 2 for s in steps]
 
 
+@pytest.mark.slow
 def test_importances_need_enough_completed_trials_and_say_so(storage_url: str, pages: dict[str, Path]) -> None:
     big = sections(load(storage_url, "big"))["fig-param-importances"]
     assert big.figure is not None and "11 completed trials" in big.caption and "Caveat" in big.caption
@@ -353,6 +354,7 @@ def png_rows(path: Path) -> tuple[int, int, int]:
     return width, height, len({raw[i : i + stride] for i in range(0, len(raw), stride)})
 
 
+@pytest.mark.slow
 def test_the_comparison_page_renders_in_headless_chromium(pages: dict[str, Path], tmp_path: Path) -> None:
     browser = chromium()
     flags = [*CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]

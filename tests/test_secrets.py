@@ -115,10 +115,11 @@ DB_REFUSALS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(DB_REFUSALS))
 def test_a_password_in_a_storage_url_is_refused_in_one_line_and_leaves_no_copy(tmp_path: Path, case: str) -> None:
     args, password_env_key = DB_REFUSALS[case]
-    proc = run_app(tmp_path, case.split()[0], *args)
+    proc = run_app(tmp_path, case.split(maxsplit=1)[0], *args)
     assert_refused_without_a_trace(tmp_path, proc, password_env_key, *PG_FIX)
 
 
@@ -194,6 +195,7 @@ def test_a_password_in_a_storage_url_is_refused_in_one_line_and_leaves_no_copy(t
         "sweep-checkpoint-root",
     ],
 )
+@pytest.mark.slow
 def test_other_secrets_are_refused_in_one_line_and_leave_no_copy(
     tmp_path: Path, module: str, args: list[str], names: list[str]
 ) -> None:
@@ -201,6 +203,7 @@ def test_other_secrets_are_refused_in_one_line_and_leave_no_copy(
     assert_refused_without_a_trace(tmp_path, proc, *names)
 
 
+@pytest.mark.slow
 def test_a_refused_sweep_creates_no_study(tmp_path: Path) -> None:
     db = tmp_path / "work" / "study.db"
     proc = run_app(

@@ -171,6 +171,7 @@ close_storage(s)
 """
 
 
+@pytest.mark.slow
 def test_concurrent_first_open_creates_schema_once(fresh_pg_url):
     racers = [
         subprocess.Popen(
@@ -231,6 +232,7 @@ def test_unreachable_server_raises_unavailable_with_reason(monkeypatch):
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
+@pytest.mark.slow
 def test_stale_trial_fails_and_is_requeued_with_same_params(pg_url):
     storage = open_storage(
         pg_url, heartbeat_interval=1, grace_period=2, failed_trial_callback=retry_callback(max_retry=3)
@@ -260,6 +262,7 @@ def test_stale_trial_fails_and_is_requeued_with_same_params(pg_url):
         close_storage(storage)
 
 
+@pytest.mark.slow
 def test_check_cli(pg_url):
     ok = _py("-m", "storage.check", pg_url)
     assert ok.returncode == 0, ok.stderr
@@ -281,6 +284,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_storage_up_starts_and_stops_a_private_cluster():
     # Not pytest's tmp_path: its parents are 0700 root, and as root the server runs as postgres.
     parent = Path(tempfile.mkdtemp(prefix="trm-sweeps-pg-", dir="/tmp"))
@@ -322,6 +326,7 @@ def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_status_on_a_mistyped_path_says_it_does_not_exist_and_creates_nothing(tmp_path):
     """`python -m sweeps.status` used to create an empty SQLite database (and its lock file, and outputs/) at
     whatever path it was given. The driver starting a study still creates its database."""
@@ -355,6 +360,7 @@ def test_status_on_a_mistyped_path_says_it_does_not_exist_and_creates_nothing(tm
     assert [s["study"] for s in __import__("json").loads(ok.stdout)] == ["fresh"]
 
 
+@pytest.mark.slow
 def test_status_on_a_postgres_database_that_does_not_exist_creates_nothing(pg_server_url, fresh_pg_url):
     missing = fresh_pg_url + "_typo"
     line = _one_error_line(_py("-m", "sweeps.status", f"storage.url={missing}"))
@@ -373,6 +379,7 @@ def test_status_on_a_postgres_database_that_does_not_exist_creates_nothing(pg_se
 UNWRITABLE_SQLITE = "/sys/trm-sweeps-test.db"
 
 
+@pytest.mark.slow
 def test_an_unwritable_sqlite_location_is_one_error_line_naming_the_path(tmp_path):
     """A SQLite file on a read-only filesystem was a 20-line traceback (the OSError of its lock file)."""
     for url, named in (
@@ -396,6 +403,7 @@ def test_an_unwritable_sqlite_location_is_one_error_line_naming_the_path(tmp_pat
     assert not Path(UNWRITABLE_SQLITE).exists() and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "key, value", [("heartbeat.interval_s", "0"), ("heartbeat.grace_s", "0"), ("heartbeat.interval_s", "-5")]
 )
@@ -465,7 +473,7 @@ def test_a_dropped_database_is_told_apart_from_an_outage(pg_server_url, fresh_pg
         else:
             _drop_tables(fresh_pg_url)
         calls = {  # what the driver's loop and its heartbeats do
-            "ask": lambda: study.ask(),
+            "ask": study.ask,
             "get_trials": lambda: study.get_trials(deepcopy=False),
             "record_heartbeat": lambda: storage.record_heartbeat(trial_id_of(trial)),
             "tell": lambda: study.tell(trial, 1.0),

@@ -160,6 +160,7 @@ def _storage(url: str):
     return open_storage(url, heartbeat_interval=1, grace_period=2)
 
 
+@pytest.mark.slow
 def test_a_trial_without_any_heartbeat_is_found_orphaned(pg_url: str) -> None:
     """Optuna's own stale check skips a RUNNING trial with no heartbeat row: it stayed RUNNING forever."""
     storage = _storage(pg_url)
@@ -200,6 +201,7 @@ def _run_driver(url: str, tmp_path: Path, study_name: str, *extra: str, space: d
     return optuna.load_study(study_name=study_name, storage=open_storage(url))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_trial_whose_driver_died_before_its_first_heartbeat_does_not_block_the_next_driver(
     pg_url: str, tmp_path: Path
@@ -215,6 +217,7 @@ def test_a_trial_whose_driver_died_before_its_first_heartbeat_does_not_block_the
     assert not any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("value_mode", ["best", "last"])
 def test_an_outcome_stored_before_the_driver_died_is_told_not_retrained(
@@ -231,6 +234,7 @@ def test_an_outcome_stored_before_the_driver_died_is_told_not_retrained(
     assert trials[number].value == (0.625 if value_mode == "best" else 0.5)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_retry_does_not_inherit_its_predecessors_outcome(pg_url: str, tmp_path: Path) -> None:
     """Issue: a retry showed the first attempt's `outcome` and `fail_reason`; a COMPLETE retry kept a stale
@@ -244,6 +248,7 @@ def test_a_retry_does_not_inherit_its_predecessors_outcome(pg_url: str, tmp_path
     assert retry.user_attrs.get("fail_reason") is None and retry.user_attrs.get("error") is None
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_hung_job_is_stopped_failed_and_requeued(pg_url: str, tmp_path: Path) -> None:
     """Issue: a SIGSTOPped training process kept its trial RUNNING forever (the driver, not the job, beats).
@@ -275,6 +280,7 @@ def test_a_hung_job_is_stopped_failed_and_requeued(pg_url: str, tmp_path: Path) 
         os.kill(stopped[0], 0)  # the stopped worker was killed, not left behind
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_restarted_driver_draws_new_configurations(pg_url: str, tmp_path: Path) -> None:
     """Issue: with the fixed default seed a restarted driver drew the same parameters again (random sampler:
@@ -288,6 +294,7 @@ def test_a_restarted_driver_draws_new_configurations(pg_url: str, tmp_path: Path
     assert study.user_attrs["drivers"] == 2
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_configuration_the_study_has_is_not_trained_again(pg_url: str, tmp_path: Path) -> None:
     """A draw that repeats a finished, running or queued trial's parameters is recorded as such and not
@@ -304,6 +311,7 @@ def test_a_configuration_the_study_has_is_not_trained_again(pg_url: str, tmp_pat
     assert not any((Path(str(t.user_attrs.get("workdir", "/nonexistent")))).exists() for t in twins)  # no job ran
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_database_outage_during_a_draw_gives_the_slot_back(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -333,6 +341,7 @@ def test_a_database_outage_during_a_draw_gives_the_slot_back(
     assert sorted(t.params["optim.lr"] for t in trained) == [0.01, 0.02] and len(draws) >= 3
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_study_whose_trials_all_failed_exits_non_zero_saying_why(tmp_path: Path) -> None:
     """Issue: accepted input that failed every trial, and the driver exited 0."""
@@ -353,6 +362,7 @@ def test_a_study_whose_trials_all_failed_exits_non_zero_saying_why(tmp_path: Pat
     assert last.startswith("error: study 'doomed': all 1 trials failed; most often (1x): NonFiniteLossError"), last
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_dropped_database_stops_the_driver_saying_so(fresh_pg_url: str, pg_server_url: str, tmp_path: Path) -> None:
     """Issue: a dropped database made the driver retry forever ("invalid data in the commit")."""

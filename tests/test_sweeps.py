@@ -37,6 +37,7 @@ def load(pg_url: str, name: str) -> optuna.Study:
 # ------------------------------------------------------------------------------- validation, dry run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("site", ["laptop", "pod"])
 @pytest.mark.parametrize("study", STUDIES)
 def test_every_study_validates_and_dry_runs(
@@ -152,6 +153,7 @@ def test_existing_study_with_other_direction_is_rejected(pg_url: str, tmp_path: 
 # ------------------------------------------------------------------------------------- real studies
 
 
+@pytest.mark.slow
 def test_torchrun_study_completes_and_prunes_with_rank0_values(pg_url: str, tmp_path: Path) -> None:
     """Two 2-process trials: a good lr (COMPLETE) then a useless one, pruned at its first eval on both ranks."""
     cfg = sweep_config(
@@ -242,6 +244,7 @@ def _wait_for(predicate, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_killed_driver_is_recovered_and_the_trial_resumes_from_its_checkpoint(pg_url: str, tmp_path: Path) -> None:
     slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=60"]
     args = sweep_overrides(
@@ -280,6 +283,7 @@ def test_killed_driver_is_recovered_and_the_trial_resumes_from_its_checkpoint(pg
     assert resumed and resumed[0]["resumed_from"] >= 10, log_text[-2000:]
 
 
+@pytest.mark.slow
 def test_two_drivers_share_a_study_without_duplicates_or_losses(pg_url: str, tmp_path: Path) -> None:
     fast = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=10"]
     args = sweep_overrides(
@@ -301,6 +305,7 @@ def test_two_drivers_share_a_study_without_duplicates_or_losses(pg_url: str, tmp
 # --------------------------------------------------------------------------- other readers of studies
 
 
+@pytest.mark.slow
 def test_optuna_cli_and_dashboard_read_our_study(pg_url: str, tmp_path: Path) -> None:
     cfg = sweep_config(pg_url, tmp_path, "study.name=readable")
     study = Driver(cfg).open_study()
@@ -336,6 +341,7 @@ def test_optuna_cli_and_dashboard_read_our_study(pg_url: str, tmp_path: Path) ->
         server.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_repeated_seeds_tell_the_mean_and_keep_the_spread(tmp_path: Path) -> None:
     cfg = sweep_config(
         f"sqlite:///{tmp_path}/db.sqlite",
@@ -355,6 +361,7 @@ def test_repeated_seeds_tell_the_mean_and_keep_the_spread(tmp_path: Path) -> Non
     assert trial.user_attrs["seed_std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2)
 
 
+@pytest.mark.slow
 def test_a_new_study_under_an_old_name_trains_instead_of_resuming_the_old_checkpoints(tmp_path: Path) -> None:
     """Issue: a new storage (or a deleted study) under the same study name and output_root resumed the old
     trial 0's latest.pt and was COMPLETE in seconds with no training. Trial directories carry the study's uid."""
@@ -375,6 +382,7 @@ def test_a_new_study_under_an_old_name_trains_instead_of_resuming_the_old_checkp
     assert summary_of(first_dir)["steps"] == summary_of(second_dir)["steps"] == 20
 
 
+@pytest.mark.slow
 def test_trials_report_the_prune_metric_and_are_valued_by_the_objective(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/db.sqlite"
     cfg = sweep_config(
@@ -401,6 +409,7 @@ def test_trials_report_the_prune_metric_and_are_valued_by_the_objective(tmp_path
 SECRET = "pw-s3cr3t-4242"
 
 
+@pytest.mark.slow
 def test_a_password_appears_nowhere(pg_url: str, tmp_path: Path) -> None:
     """A study run with a database password: not in logs, outputs, trial attributes or command lines."""
     args = sweep_overrides(
@@ -437,6 +446,7 @@ def test_a_password_appears_nowhere(pg_url: str, tmp_path: Path) -> None:
     assert study.trials[0].state == TrialState.COMPLETE and SECRET not in dumped
 
 
+@pytest.mark.slow
 def test_a_password_in_the_url_is_refused_without_echoing_it(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
@@ -455,6 +465,7 @@ def test_a_password_in_the_url_is_refused_without_echoing_it(tmp_path: Path) -> 
     assert SECRET not in proc.stderr + proc.stdout
 
 
+@pytest.mark.slow
 def test_pareto_study_tells_accuracy_and_compute(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/db.sqlite"
     cfg = sweep_config(
@@ -478,6 +489,7 @@ def test_pareto_study_tells_accuracy_and_compute(tmp_path: Path) -> None:
     assert study.best_trials  # the Pareto front
 
 
+@pytest.mark.slow
 def test_a_killed_worker_fails_the_trial_named_and_its_retry_resumes(tmp_path: Path) -> None:
     """SIGKILL of a worker mid-trial: FAIL with the worker named, then a retry that continues from the checkpoint."""
     slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=300"]
@@ -518,6 +530,7 @@ def test_a_killed_worker_fails_the_trial_named_and_its_retry_resumes(tmp_path: P
     assert resumed and resumed[0]["resumed_from"] >= 10  # its metrics continue from the checkpoint's step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "override,expected",
     [

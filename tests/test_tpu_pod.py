@@ -72,6 +72,7 @@ def job(tmp_path: Path, *extra: str) -> JobSpec:
     return JobSpec("pod-job-1", overrides, tmp_path / "local")
 
 
+@pytest.mark.slow
 def test_every_worker_runs_the_job_in_its_own_directory_with_quoting_intact(pod: Path, tmp_path: Path) -> None:
     pods = launcher()
     pods.prepare()  # reaches every worker
@@ -89,6 +90,7 @@ def test_every_worker_runs_the_job_in_its_own_directory_with_quoting_intact(pod:
     assert "'--worker=0'" in calls and "'--worker=1'" in calls and "'--zone=us-central2-b'" in calls
 
 
+@pytest.mark.slow
 def test_a_killed_worker_ends_the_job_named_and_cancel_reaches_every_vm(pod: Path, tmp_path: Path) -> None:
     handle = launcher().launch(job(tmp_path, "train.steps=100000", "train.eval_interval=100000"))
     metrics = pod / "test-pod" / "worker-0" / "trm" / "run" / "metrics.jsonl"
@@ -122,6 +124,7 @@ def test_missing_tpu_name_or_zone_and_unknown_workers_are_config_errors(pod: Pat
         launcher(gcloud="no-such-gcloud").validate()
 
 
+@pytest.mark.slow
 def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/optuna.db"
     cfg = compose_sweep_config(
@@ -152,6 +155,7 @@ def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path) -> None:
     assert ckpt.exists()  # on worker 0's own disk, where its retry would find it
 
 
+@pytest.mark.slow
 def test_deploy_installs_one_wheel_on_every_worker(pod: Path, tmp_path: Path) -> None:
     """launcher.deploy=true with launcher.wheel: the wheel a user installed is copied to and installed on every VM
     (each its own venv here, `$HOME/venv`, as each VM has its own disk)."""

@@ -14,7 +14,6 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-import trm.tracking as tracking
 from storage import redact
 from storage.record import STUDY_UID_ATTR
 from sweeps.driver import Driver
@@ -22,6 +21,7 @@ from sweeps.launchers.torchrun import free_port
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, trial_dir
 from tests.wandb_offline import find_runs, read_offline_run
+from trm import tracking
 from trm.config import compose_train_config
 from trm.tracking import Tracker, WandbTracker, make_tracker, resolve_mode, summary_run_id, trial_run_id
 
@@ -44,6 +44,7 @@ def metrics_jsonl(out_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(
     pg_url: str, tmp_path: Path, offline_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -142,6 +143,7 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(
     assert json.loads(row["params"]) == trial.params
 
 
+@pytest.mark.slow
 def test_two_process_torchrun_job_creates_exactly_one_run(tmp_path: Path, offline_env: None) -> None:
     out, cwd = tmp_path / "out", tmp_path / "cwd"
     cwd.mkdir()
@@ -194,6 +196,7 @@ def test_tracking_failure_is_one_warning_and_a_no_op(
     assert capsys.readouterr().err == "" and not find_runs(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_failing_run_is_recorded_as_fail(tmp_path: Path, offline_env: None) -> None:
     cfg = compose_train_config([f"out_dir={tmp_path}", "wandb.project=p-fail", "wandb.tags=[extra]"])
     tracker = make_tracker(cfg, is_main=True, extra={"params": 7})
@@ -265,6 +268,7 @@ def test_the_driver_gives_every_attempt_of_a_trial_its_chains_run_id(tmp_path: P
     assert not [o for o in off.job_command(0, {}, origin=0).overrides() if o.startswith("wandb.run_id")]
 
 
+@pytest.mark.slow
 def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: None) -> None:
     """Two starts of one job (preempted, then resumed from its checkpoint) with the run id the driver passes: one
     W&B run. Offline, each start writes its own directory under that id; `wandb sync` uploads them into one run."""
@@ -288,6 +292,7 @@ def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: No
     assert len(set(plain_ids)) == 2 and run_id not in plain_ids
 
 
+@pytest.mark.slow
 def test_a_restarted_driver_updates_the_one_study_summary_run(tmp_path: Path, offline_env: None) -> None:
     storage = f"sqlite:///{tmp_path}/db.sqlite"
     cfg = sweep_config(storage, tmp_path, "study.name=summary_twice")

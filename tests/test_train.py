@@ -33,6 +33,7 @@ def train_losses(records: list[dict]) -> dict[int, float]:
     return {r["step"]: r["train/lm_loss"] for r in records if "train/lm_loss" in r}
 
 
+@pytest.mark.slow
 def test_run_writes_metrics_checkpoints_and_summary(tmp_path: Path, data_root: Path) -> None:
     summary = run(config(tmp_path, data_root, "train.steps=20"))
     assert summary["outcome"] == "COMPLETE" and summary["steps"] == 20
@@ -59,6 +60,7 @@ def test_run_writes_metrics_checkpoints_and_summary(tmp_path: Path, data_root: P
     assert checkpoint.load(str(tmp_path / "checkpoints"), checkpoint.BEST) is not None
 
 
+@pytest.mark.slow
 def test_resume_continues_with_the_same_losses(tmp_path: Path, data_root: Path) -> None:
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run(config(straight, data_root, "train.steps=30"))
@@ -78,6 +80,7 @@ def test_resume_continues_with_the_same_losses(tmp_path: Path, data_root: Path) 
     assert evals(read_metrics(resumed)) == pytest.approx(evals(read_metrics(straight)), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_run_is_refused_not_resumed(tmp_path: Path, data_root: Path) -> None:
     """Resuming what another config wrote would record a result for training that never happened (issue:
     `optim.lr=0.5 seed=7` over a step-20 run trained nothing; `train.steps=10` over it was COMPLETE with no eval)."""
@@ -102,6 +105,7 @@ def test_a_checkpoint_of_another_run_is_refused_not_resumed(tmp_path: Path, data
     assert summary["steps"] == 10 and checkpoint.load(str(tmp_path / "checkpoints"))["step"] == 10
 
 
+@pytest.mark.slow
 def test_a_checkpoint_without_identity_is_refused(tmp_path: Path, data_root: Path) -> None:
     run(config(tmp_path, data_root, "train.steps=10"))
     state = checkpoint.load(str(tmp_path / "checkpoints"))
@@ -124,6 +128,7 @@ def test_missing_dataset_names_the_path(tmp_path: Path) -> None:
         run(cfg)
 
 
+@pytest.mark.slow
 def test_unknown_override_is_one_clear_error(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "trm.train", "train.stepz=5", f"out_dir={tmp_path}"], capture_output=True, text=True
@@ -144,6 +149,7 @@ def test_bad_arch_value_names_key(tmp_path: Path, data_root: Path) -> None:
         run(config(tmp_path, data_root, "arch.mixer=conv"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["net", "model"])
 def test_compiled_network_trains_like_eager(mode: str, tmp_path: Path, data_root: Path) -> None:
     """train.compile=net compiles the recursed network, =model the whole ACTModel (trm/compiling.py): same losses."""
@@ -157,6 +163,7 @@ def test_compiled_network_trains_like_eager(mode: str, tmp_path: Path, data_root
         assert got[step] == pytest.approx(want[step], rel=1e-3), step
 
 
+@pytest.mark.slow
 def test_best_tracking_follows_the_objective_direction(tmp_path: Path, data_root: Path) -> None:
     summary = run(
         config(

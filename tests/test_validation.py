@@ -81,6 +81,7 @@ def test_an_objective_the_trainer_does_not_produce_is_refused(override: str, exp
     refused(config(tmp_path, override), expected)
 
 
+@pytest.mark.slow
 def test_extra_objectives_name_a_stored_number_or_an_eval_metric(tmp_path: Path) -> None:
     cfg = config(tmp_path, "study=model_scaling_pareto", "sampler=nsga2", "pruner=none")
     Driver(cfg).validate()  # compute_flops: a number the job stores on its trial
@@ -136,6 +137,7 @@ def test_extra_objectives_name_a_stored_number_or_an_eval_metric(tmp_path: Path)
         ),
     ],
 )
+@pytest.mark.slow
 def test_a_range_that_does_not_fit_the_keys_type_is_refused(
     space: dict, conditional: dict | None, expected: str, tmp_path: Path
 ) -> None:
@@ -164,6 +166,7 @@ def test_a_range_that_does_not_fit_the_keys_type_is_refused(
         (["sampler._target_=os.system"], r"sampler._target_='os.system': .*whitelist"),
     ],
 )
+@pytest.mark.slow
 def test_sampler_and_pruner_are_built_before_launch(override: list[str], expected: str, tmp_path: Path) -> None:
     refused(config(tmp_path, *override), expected)
 
@@ -182,6 +185,7 @@ def test_train_choices_are_refused_before_the_first_trial(trial: list[str], expe
     refused(config(tmp_path, trial=trial_with(*trial)), expected + r".*in the trials' training config")
 
 
+@pytest.mark.slow
 def test_the_sweep_driver_does_not_import_torch() -> None:
     """The driver process stays light (start-up, memory beside the trials); torch is the trials' business."""
     code = "import sys, sweeps.run, sweeps.driver, sweeps.validate; print('torch' in sys.modules)"
@@ -227,6 +231,7 @@ def test_counts_that_are_not_positive_integers_are_refused(
     refused(config(tmp_path, *([override] if override else []), trial=trial_with(*trial) if trial else None), expected)
 
 
+@pytest.mark.slow
 def test_eval_examples_null_is_the_whole_split(tmp_path: Path) -> None:
     Driver(config(tmp_path, trial=trial_with("train.eval_examples=null"))).validate()
     refused(config(tmp_path, trial=trial_with("train.eval_examples=true")), r"train.eval_examples=True")
@@ -235,6 +240,7 @@ def test_eval_examples_null_is_the_whole_split(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------- 5. the machine
 
 
+@pytest.mark.slow
 def test_the_local_launchers_interpreter_must_exist_and_have_the_project(tmp_path: Path) -> None:
     Driver(config(tmp_path, f"launcher.python={sys.executable}")).validate()
     refused(
@@ -252,6 +258,7 @@ def test_the_local_launchers_interpreter_must_exist_and_have_the_project(tmp_pat
     refused(config(tmp_path, f"launcher.python={bare}"), r"launcher.python='.*/bin/python': it cannot import trm")
 
 
+@pytest.mark.slow
 def test_an_output_root_that_cannot_be_written_is_refused_and_a_new_one_left_as_it_was(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -324,6 +331,7 @@ def test_same_named_studies_never_cancel_each_others_pod_jobs(tmp_path: Path) ->
     assert [bool(re.search(patterns[1], line)) for line in lines] == [False, True]
 
 
+@pytest.mark.slow
 def test_a_study_with_a_comma_a_quote_and_non_ascii_in_its_name_and_output_root_runs(tmp_path: Path) -> None:
     """The study name and output_root end up in every trial's overrides (out_dir, checkpoint.url, sweep.study,
     sweep.storage): each must arrive as itself, or the trial fails at its first line."""
@@ -345,6 +353,7 @@ def test_a_study_with_a_comma_a_quote_and_non_ascii_in_its_name_and_output_root_
 # ------------------------------------------------------------------------- the command line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "override,expected",
     [
@@ -403,6 +412,7 @@ def test_an_override_every_trial_would_ignore_is_refused_naming_the_right_form(
 # ------------------------------------------------------------------------- the trial length, said once
 
 
+@pytest.mark.slow
 def test_the_trial_length_is_train_steps_in_trial_overrides(tmp_path: Path) -> None:
     """Issue: the site stated the length twice (train.steps in trial.overrides and trial.train_steps); a user
     who changed one got trials and a pruner that disagreed. Now the pruner's max resource comes from the trial's

@@ -8,12 +8,15 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec
 from sweeps.launchers.local import LocalLauncher
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, trial_list
+
+pytestmark = pytest.mark.slow  # every test here starts processes or trains
 
 
 def print_config_job(workdir: Path, **env: str) -> JobSpec:

@@ -92,7 +92,7 @@ def save(url: str, name: str, state: dict[str, Any]) -> str:
         try:
             if fs.isfile(tmp):
                 fs.rm(tmp)
-        except Exception:  # best-effort cleanup; the error that matters is the write's
+        except Exception:  # noqa: BLE001 (best-effort cleanup; the error that matters is the write's)
             pass
         raise CheckpointError(f"could not write checkpoint {_join(url, name)}: {err}") from err
     return _join(url, name)

@@ -135,7 +135,8 @@ def _xla_hardware() -> str | None:
     try:
         import torch_xla.runtime as xr  # an optional dependency: only under the xla backend
 
-        return xr.device_type()
+        kind: str | None = xr.device_type()
+        return kind
     except Exception:  # noqa: BLE001 - torch_xla missing or not set up: no facts, so fp32
         return None
 

@@ -91,8 +91,8 @@ def evaluate(
     was_training = model.training
     model.eval()
     sums = torch.zeros(len(METRIC_KEYS), device=runtime.device)
-    for batch in batches:
-        batch = runtime.to_device(batch)
+    for host_batch in batches:
+        batch = runtime.to_device(host_batch)
         carry = model.initial_carry(batch, carry_dtype(precision))
         for _ in range(model.cfg.halt_max_steps):
             with autocast(precision, carry.y.device):

@@ -23,11 +23,13 @@ is decided here, next to the tracker that opens it; sweeps/wandb_summary.py reus
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
@@ -62,7 +64,7 @@ _warned = False
 
 def warn(message: str) -> None:
     """One warning per process: tracking problems must not drown the training log."""
-    global _warned
+    global _warned  # noqa: PLW0603 (one flag per process is the contract)
     if not _warned:
         _warned = True
         print(f"warning: W&B tracking is off for this run: {message}", file=sys.stderr, flush=True)
@@ -111,10 +113,8 @@ class WandbTracker(Tracker):
     def _give_up(self, err: BaseException) -> None:
         warn(f"{type(err).__name__}: {err}")
         run, self.run = self.run, None
-        try:
+        with contextlib.suppress(Exception):
             run.finish(exit_code=1)
-        except Exception:  # noqa: BLE001
-            pass
 
 
 def finish_run(run: Any, exit_code: int = 0) -> None:
@@ -140,7 +140,7 @@ def default_project() -> str:
     return str(packaged_yaml("wandb/default.yaml")["project"])
 
 
-def resolve_mode(mode: str | None, environ: dict[str, str] | os._Environ = os.environ) -> Mode:
+def resolve_mode(mode: str | None, environ: Mapping[str, str] = os.environ) -> Mode:
     """`auto`: online only with an API key in the environment (and no WANDB_MODE=offline/disabled), else offline."""
     mode = (mode or "auto").lower()
     if mode not in MODES:

@@ -157,7 +157,7 @@ class TrialLink:
             self.storage.set_trial_user_attr(
                 self.trial_id, self.prefix + PROGRESS_ATTR, {"step": step, "at": time.time()}
             )
-        except Exception as err:  # the trial finished elsewhere, or the database is briefly away
+        except Exception as err:  # noqa: BLE001 (the trial finished elsewhere, or the database is briefly away)
             log.warning("could not record progress at step %d: %s", step, err)
 
     def record_outcome(self, outcome: str, summary: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-import torch  # noqa: F401  (the point of this process: imported once, inherited by every job)
+import torch
 import torch._dynamo  # noqa: F401  (torch imports it when the first optimizer is built: ~1.8 s, docs/benchmarks.md)
 import wandb  # noqa: F401  (the tracker imports it in every job that logs to W&B)
 
@@ -49,7 +49,7 @@ def run_job(request: dict[str, Any]) -> NoReturn:
         run_app(train.main)
     except SystemExit as err:  # Hydra exits 1 on a failed run, argparse 2 on a bad command line
         code = err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
-    except BaseException:  # noqa: B036 (the child must end here, whatever happened, and say so in its log)
+    except BaseException:  # noqa: BLE001, B036 (the child must end here, whatever happened, and say so in its log)
         traceback.print_exc()
         code = 1
     logging.shutdown()

@@ -77,7 +77,7 @@ class AdamW(torch.optim.AdamW):
             beta1, beta2 = group["betas"]
             scalars: dict[float, tuple[Tensor, ...]] = {}  # per step count t (in practice one per group)
             for p, grad, exp_avg, exp_avg_sq, step_t in zip(params_with_grad, grads, exp_avgs, exp_avg_sqs, steps):
-                step_t += 1
+                step_t += 1  # noqa: PLW2901 (in place: the optimizer state's own step tensor)
                 t = step_t.item()  # a CPU tensor, as in torch's non-capturable AdamW: no device sync
                 if t not in scalars:  # each computed in double as torch's step computes it
                     scalars[t] = device_scalars(

@@ -8,6 +8,7 @@ at once instead of waiting on a collective timeout, so a dead worker stops the w
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -148,7 +149,7 @@ def start_worker(name: str, argv: Sequence[str], cwd: Path, env: dict[str, str],
     """Start one worker process in its own session (so cancel reaches its children too)."""
     cwd.mkdir(parents=True, exist_ok=True)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = open(log_path, "ab")
+    log = open(log_path, "ab")  # noqa: SIM115 (the child writes to it; closed when the worker is reaped)
     process = subprocess.Popen(
         list(argv),
         cwd=cwd,
@@ -216,10 +217,8 @@ class JobHandle:
     def _stop_all(self, grace_s: float | None = None) -> None:
         grace_s = self.grace_s if grace_s is None else grace_s
         if self.remote_cancel is not None:
-            try:
+            with contextlib.suppress(Exception):  # best effort: the local sessions are stopped below either way
                 self.remote_cancel()
-            except Exception:  # best effort: the local sessions are stopped below either way
-                pass
         for worker in self.workers:
             _signal_group(worker.process, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
@@ -238,10 +237,8 @@ class JobHandle:
 def _signal_group(process: Process, sig: int) -> None:
     if process.poll() is not None:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def machine_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -25,7 +25,8 @@ from sweeps.slots import Slot, device_slots
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 class TorchrunLauncher:

@@ -143,7 +143,7 @@ class TpuPodLauncher:
     def _run_on(self, workers: str, remote_command: str, what: str) -> None:
         argv = self.ssh_argv(workers, remote_command)
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.ssh_timeout_s)
+            proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=self.ssh_timeout_s)
         except subprocess.TimeoutExpired:
             raise LauncherConfigError(
                 f"{what}: `gcloud ... ssh --worker={workers}` did not answer in {self.ssh_timeout_s} s"
@@ -170,7 +170,7 @@ class TpuPodLauncher:
             "--worker=all",
         ]
         self._run_all(f"mkdir -p {self.remote_dir}", "creating the remote directory")
-        proc = subprocess.run(scp, capture_output=True, text=True, timeout=self.copy_timeout_s)
+        proc = subprocess.run(scp, check=False, capture_output=True, text=True, timeout=self.copy_timeout_s)
         if proc.returncode != 0:
             raise LauncherConfigError(
                 f"copying {Path(wheel).name} to the workers failed: {proc.stderr.strip()[-1000:]}"
@@ -200,7 +200,7 @@ class TpuPodLauncher:
         workers = ",".join(map(str, slot.workers)) if slot.workers else "all"
         try:
             proc = subprocess.run(
-                self.ssh_argv(workers, "true"), capture_output=True, text=True, timeout=self.ssh_timeout_s
+                self.ssh_argv(workers, "true"), check=False, capture_output=True, text=True, timeout=self.ssh_timeout_s
             )
         except subprocess.TimeoutExpired:
             return False

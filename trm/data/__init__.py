@@ -32,7 +32,13 @@ __all__ = [
     "solve",
     "solve_count",
     "validate_pairs",
-    *_LAZY,
+    "TrainLoader",
+    "EvalBatches",
+    "eval_batches",
+    "IGNORE_INDEX",
+    "build_from_csv",
+    "build_generated",
+    "ensure_generated",
 ]
 
 

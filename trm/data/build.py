@@ -89,10 +89,9 @@ def _hold_build_lock(out: Path, token: str) -> int | None:
 def _release_build_lock(out: Path, token: str, fd: int | None) -> None:
     if fd is None:
         return
-    try:
+    # OSError: removed by a cleaner that found it in the instant before our flock: nothing to undo
+    with contextlib.suppress(OSError):
         os.unlink(_lock_path(out, token))
-    except OSError:
-        pass  # removed by a cleaner that found it in the instant before our flock: nothing to undo
     os.close(fd)
 
 
