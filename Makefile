@@ -23,10 +23,11 @@ demo: setup               ## a real small study: SQLite, local processes, the ti
 	$(PY) -m sweeps.run study=model_scaling
 
 # What CI enforces before any test: ruff (lint + format) and mypy on the packages (settings in pyproject.toml).
-lint: setup               ## ruff check, ruff format --check, mypy (strict on storage/ and sweeps/)
+lint: setup               ## ruff, mypy (strict on storage/ and sweeps/), the import layers (lint-imports)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 # tests/prereqs.py first: it installs Chromium / starts a PostgreSQL server where missing (or says in one
 # line what to run), then runs pytest with TRM_SWEEPS_TEST_PG pointing at the server.
@@ -73,20 +74,20 @@ BENCH_ENV := OMP_WAIT_POLICY=PASSIVE
 bench: bench-data bench-storage bench-sweep bench-pruning bench-trainer   ## all of them, one at a time (docs/benchmarks.md)
 
 bench-trainer: setup      ## paper MLP-t / attention steps: fp32/bf16, eager/compile, vs matmul peak
-	$(BENCH_ENV) $(PY) bench/trainer.py --compile
-	$(BENCH_ENV) $(PY) bench/trainer.py --compile --arch trm_att_sudoku --out bench/results/trainer_att.json
+	$(BENCH_ENV) $(PY) -m bench.trainer --compile
+	$(BENCH_ENV) $(PY) -m bench.trainer --compile --arch trm_att_sudoku --out bench/results/trainer_att.json
 
 bench-data: setup         ## 1,000 x 1,000 build from a CSV; loader headroom over the trainer
-	$(BENCH_ENV) $(PY) bench/data_pipeline.py
+	$(BENCH_ENV) $(PY) -m bench.data_pipeline
 
 bench-storage: setup      ## report+should_prune and ask+tell latency, 1/8/32 clients, PostgreSQL (TRM_SWEEPS_TEST_PG)
-	$(BENCH_ENV) $(PY) bench/storage_latency.py
+	$(BENCH_ENV) $(PY) -m bench.storage_latency
 
 bench-sweep: setup        ## per-trial overhead of the local (fresh and warm) and torchrun launchers
-	$(BENCH_ENV) $(PY) bench/sweep_overhead.py --launchers local,local+launcher.warm=true,torchrun
+	$(BENCH_ENV) $(PY) -m bench.sweep_overhead --launchers local,local+launcher.warm=true,torchrun
 
 bench-pruning: setup      ## the CPU proxy study with and without the Hyperband pruner
-	$(BENCH_ENV) $(PY) bench/pruning.py
+	$(BENCH_ENV) $(PY) -m bench.pruning
 
 # Our train step vs the TRM reference's (a TinyRecursiveModels checkout at REF, imported from there, never copied),
 # side by side per mode. The reference's side runs under its own venv: torch pinned first, as in setup, then what
@@ -106,12 +107,12 @@ $(REF_STAMP): requirements.lock
 	touch $(REF_STAMP)
 
 bench-reference: ref-given setup $(REF_STAMP)  ## ours vs the TRM reference: make bench-reference REF=path/to/TinyRecursiveModels
-	$(BENCH_ENV) $(PY) bench/trainer_vs_reference.py --ref $(REF) --ref-python $(REF_PY) $(REF_ARGS)
+	$(BENCH_ENV) $(PY) -m bench.trainer_vs_reference --ref $(REF) --ref-python $(REF_PY) $(REF_ARGS)
 
 # Fault-injection soak (docs/reliability.md, Soak): 20 trials, 2 drivers, a private PostgreSQL; kills jobs and a
 # driver, stops a job past the stall limit, restarts the database; checks the study record. Exits 1 if a check fails.
 soak: setup               ## SOAK_ARGS="--trials 40 --seed 7" for another run
-	$(BENCH_ENV) $(PY) bench/soak.py $(SOAK_ARGS)
+	$(BENCH_ENV) $(PY) -m bench.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(XLA_VENV) outputs .pytest_cache

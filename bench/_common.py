@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _results import RESULTS, ROOT, cpu_facts, median  # noqa: F401  (re-exported for the trainer scripts)
 from omegaconf import DictConfig, OmegaConf
 
-from trm.compiling import apply_compile, compile_mode
-from trm.config import compose_train_config
+from bench._results import RESULTS, ROOT, cpu_facts, median  # noqa: F401  (re-exported for the trainer scripts)
+from contracts.choices import compile_mode
+from contracts.hydra_app import compose_train_config
+from trm.compiling import apply_compile
 from trm.data.format import NUM_PUZZLE_IDENTIFIERS, SEQ_LEN, VOCAB_SIZE
 from trm.model import ACTModel, Carry, TRMConfig, count_params
 from trm.optim import build_optimizers, lr_multiplier, set_lr

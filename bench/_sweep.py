@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from _results import ROOT, median
 from optuna.trial import FrozenTrial, TrialState
 
+from bench._results import ROOT, median
 from storage import open_storage
 from storage.record import trial_detail
 from sweeps.space import params_to_values
-from tests.sweep_helpers import FAST_TRIAL
+from sweeps.testing import FAST_TRIAL
 
 # A trial that trains for real in seconds (the smoke runs of the sweep benches): the test suite's.
 QUICK_TRIAL = FAST_TRIAL

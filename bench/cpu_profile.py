@@ -1,8 +1,8 @@
 """Where a CPU train step's time goes: operator time by kind, and every matmul shape against the CPU's peak.
 
-    python bench/cpu_profile.py                                  # MLP-t, batch 8, bf16 (the paper preset's), compiled
-    python bench/cpu_profile.py --precision fp32 --out-name cpu_profile_fp32
-    python bench/cpu_profile.py --quick --out-dir /tmp/x                   # smoke run: tiny MLP-t, fp32, eager, 1 step
+    python -m bench.cpu_profile                                  # MLP-t, batch 8, bf16 (the paper preset's), compiled
+    python -m bench.cpu_profile --precision fp32 --out-name cpu_profile_fp32
+    python -m bench.cpu_profile --quick --out-dir /tmp/x                   # smoke run: tiny MLP-t, fp32, eager, 1 step
 
 The real step (bench/_common.StepRunner: `trm.step.train_step` with the paper preset's optimizers) after --warmup
 steps (compilation happens there), then --steps steps under torch.profiler (CPU activity, input shapes). Self
@@ -16,20 +16,16 @@ Results: <out-dir>/<out-name>.json and .md.
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
-from _common import STEP_PROFILE_KEYS, StepRunner, machine_info, matmul_rate, step_profile_parser, train_config  # noqa: E402
-from _results import run_header, write_results  # noqa: E402
-
-from trm.flops import flops_per_sample_step  # noqa: E402
-from trm.model import SwiGLU  # noqa: E402
-from trm.step import carry_dtype  # noqa: E402
+from bench._common import STEP_PROFILE_KEYS, StepRunner, machine_info, matmul_rate, step_profile_parser, train_config
+from bench._results import run_header, write_results
+from trm.flops import flops_per_sample_step
+from trm.model import SwiGLU
+from trm.step import carry_dtype
 
 MATMULS = ("aten::mm", "aten::bmm", "aten::addmm")
 KINDS = (  # first match wins

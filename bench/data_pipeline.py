@@ -1,8 +1,8 @@
 """The data path: how long the paper's Sudoku training set takes to build from a CSV, and whether the loader
 can ever be what a trainer waits on.
 
-    python bench/data_pipeline.py                  # 1,000 puzzles x 1,000 augmentations, 3 repeats
-    python bench/data_pipeline.py --quick --out-dir /tmp/d   # smoke run: 50 x 20, 1 repeat
+    python -m bench.data_pipeline                  # 1,000 puzzles x 1,000 augmentations, 3 repeats
+    python -m bench.data_pipeline --quick --out-dir /tmp/d   # smoke run: 50 x 20, 1 repeat
 
 Build: `trm.data.build.build_from_csv` (what `python -m trm.data.build --source csv` runs) on a CSV in the
 Sudoku-Extreme format (source,question,answer,rating) of `--csv-rows` valid puzzles, subsampled to `--puzzles`
@@ -23,18 +23,14 @@ from __future__ import annotations
 import argparse
 import csv
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import numpy as np
-from _results import RESULTS, fmt, median, run_header, write_results
 
+from bench._results import RESULTS, fmt, median, run_header, write_results
 from sweeps.config import compose_sweep_config
 from trm.data.build import _arrays, build_from_csv
 from trm.data.format import load_split, write_split
@@ -147,9 +143,8 @@ def bench_loader(args: argparse.Namespace, dataset: Path, local_batches: list[in
 
 def trainer_demand(args: argparse.Namespace) -> dict[str, Any]:
     """Steps/s the trainer asks for: measured for the tiny CPU preset, estimated for the paper config on pods."""
-    from _common import StepRunner, train_config  # torch: imported only here
-
-    from trm.config import compose_train_config
+    from bench._common import StepRunner, train_config  # torch: imported only here
+    from contracts.hydra_app import compose_train_config
     from trm.flops import flops_per_sample_step
     from trm.info import arch_config
 

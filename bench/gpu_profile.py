@@ -1,7 +1,7 @@
 """Where a GPU train step's time goes: kernel time by kind, and how much of the step the GPU is busy at all.
 
-    python bench/gpu_profile.py --batch 768                  # MLP-t, bf16 (the paper preset's bf16_reference), compiled
-    python bench/gpu_profile.py --arch trm_att_sudoku --compile off --out-name gpu_profile_att
+    python -m bench.gpu_profile --batch 768                  # MLP-t, bf16 (the paper preset's bf16_reference), compiled
+    python -m bench.gpu_profile --arch trm_att_sudoku --compile off --out-name gpu_profile_att
 
 The real step (bench/_common.StepRunner: `trm.step.train_step` with the paper preset's optimizers) after
 --warmup steps (compilation happens there), then --steps steps under torch.profiler (CPU + CUDA activity).
@@ -13,19 +13,15 @@ never part of the test suite. Results: <out-dir>/<out-name>.json and .md.
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
-from _common import STEP_PROFILE_KEYS, StepRunner, machine_info, step_profile_parser, train_config  # noqa: E402
-from _results import run_header, write_results  # noqa: E402
-
-from trm.flops import flops_per_sample_step  # noqa: E402
-from trm.step import carry_dtype  # noqa: E402
+from bench._common import STEP_PROFILE_KEYS, StepRunner, machine_info, step_profile_parser, train_config
+from bench._results import run_header, write_results
+from trm.flops import flops_per_sample_step
+from trm.step import carry_dtype
 
 KINDS = (  # first match wins; names are lower-cased
     ("matmul", ("gemm", "cutlass", "nvjet", "xmma", "cublas", "wgmma")),

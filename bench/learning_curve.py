@@ -1,8 +1,8 @@
 """Learning curve of the default tiny preset: runs `python -m trm.train` and tabulates its eval metrics.
 
-    python bench/learning_curve.py                                  # the full default run (experiment=tiny_cpu)
-    python bench/learning_curve.py train.steps=40 train.eval_interval=20   # smoke run
-    python bench/learning_curve.py --resume                         # continue bench/results/tiny_run
+    python -m bench.learning_curve                                  # the full default run (experiment=tiny_cpu)
+    python -m bench.learning_curve train.steps=40 train.eval_interval=20   # smoke run
+    python -m bench.learning_curve --resume                         # continue bench/results/tiny_run
 
 Extra arguments are Hydra overrides passed to trm.train unchanged. The run writes to bench/results/tiny_run
 (out_dir and hydra.run.dir) with its generated data under bench/results/data; an existing tiny_run is

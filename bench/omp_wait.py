@@ -1,7 +1,7 @@
 """Does libgomp's spin-waiting hurt the train step on a busy (oversubscribed) CPU? OMP_WAIT_POLICY side by side.
 
     OMP_WAIT_POLICY must be set before torch loads libgomp, so each measurement is a child process:
-    python bench/omp_wait.py                          # MLP-t bf16 batch 16, default vs PASSIVE, 4 rounds
+    python -m bench.omp_wait                          # MLP-t bf16 batch 16, default vs PASSIVE, 4 rounds
 
 Each round starts one child per policy (order alternating), each child builds the real step (bench/_common),
 takes one warmup step and then `--steps` measured steps with torch's default thread count and with 1 thread
@@ -22,8 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CHILD = """
 import json, sys, torch
-sys.path[:0] = [{here!r}, {root!r}]
-from _common import StepRunner, train_config
+from bench._common import StepRunner, train_config
 r = StepRunner("x", train_config({arch!r}, {batch}, {precision!r}), {batch})
 r.step()
 default, out = torch.get_num_threads(), {{"default_threads": [], "one_thread": []}}
@@ -45,8 +44,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=HERE / "results" / "omp_wait.json")
     args = p.parse_args(argv)
     code = CHILD.format(
-        here=str(HERE),
-        root=str(HERE.parent),
         arch=args.arch,
         batch=args.batch,
         precision=args.precision,
@@ -61,7 +58,9 @@ def main(argv: list[str] | None = None) -> None:
             env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
             if policies[name]:
                 env["OMP_WAIT_POLICY"] = policies[name]
-            proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+            proc = subprocess.run(
+                [sys.executable, "-c", code], cwd=HERE.parent, env=env, capture_output=True, text=True, check=True
+            )
             line = next(out for out in proc.stdout.splitlines() if out.startswith("RESULT"))
             for key, values in json.loads(line[6:]).items():
                 times[name][key].extend(values)

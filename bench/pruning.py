@@ -2,12 +2,12 @@
 seed) run once per pruner, as real studies of real training jobs. Per arm: trial-steps and FLOPs spent, the
 best value found, wall time; against the unpruned arm: the compute ratio and the gap in best value.
 
-    python bench/pruning.py                              # arms none,hyperband; 10 trials each (~35 min here)
-    python bench/pruning.py --arms none,hyperband,median --n-trials 12
-    python bench/pruning.py --arms none,hyperband,hyperband+study.prune_metric=eval/blank_accuracy
-    python bench/pruning.py --quick --out-dir /tmp/p     # smoke run: 3 trials of 20 steps per arm
-    python bench/pruning.py --render bench/results/pruning.json
-    python bench/pruning.py --seeds 1,2,3 --jobs 2 --arms none,median+pruner.n_startup_trials=1+pruner.n_warmup_steps=100+study.prune_metric=eval/blank_accuracy
+    python -m bench.pruning                              # arms none,hyperband; 10 trials each (~35 min here)
+    python -m bench.pruning --arms none,hyperband,median --n-trials 12
+    python -m bench.pruning --arms none,hyperband,hyperband+study.prune_metric=eval/blank_accuracy
+    python -m bench.pruning --quick --out-dir /tmp/p     # smoke run: 3 trials of 20 steps per arm
+    python -m bench.pruning --render bench/results/pruning.json
+    python -m bench.pruning --seeds 1,2,3 --jobs 2 --arms none,median+pruner.n_startup_trials=1+pruner.n_warmup_steps=100+study.prune_metric=eval/blank_accuracy
 
 An arm is a conf/pruner/ name, then `+key=value` overrides for that arm only (pruner.* or any sweeps.run key).
 `--seeds` runs every arm once per sampler seed, each a whole real study, and compares each arm with the
@@ -30,18 +30,15 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import optuna
-from _results import RESULTS, ROOT, fmt, median, run_header, write_results
-from _sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, run_study, trial_record
 from omegaconf import OmegaConf
+
+from bench._results import RESULTS, ROOT, fmt, median, run_header, write_results
+from bench._sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, run_study, trial_record
 
 # The goal the issue sets: pruned best within 1% (absolute accuracy) of the unpruned best for <= 40% compute.
 GOAL_GAP, GOAL_COMPUTE = 0.01, 0.40

@@ -1,7 +1,7 @@
 """Two pruning ideas the 1,000-step studies pointed to, replayed on their unpruned curves before anything is built.
 
-    python bench/pruning_replays.py                                   # reads bench/results/pruning_1000steps.json
-    python bench/pruning_replays.py --results other.json --out-name pruning_replays_other
+    python -m bench.pruning_replays                                   # reads bench/results/pruning_1000steps.json
+    python -m bench.pruning_replays --results other.json --out-name pruning_replays_other
 
 1. Depth-grouped median: a trial is compared only with completed trials of the same group (recursion depth, by
    one of several keys), so deeper recursion, which starts slower (docs/benchmarks.md, Pruning), is not judged
@@ -27,14 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path[:0] = [str(Path(__file__).resolve().parent)]
-from _results import RESULTS, run_header, write_results  # noqa: E402
-from pruning import GOAL_COMPUTE, GOAL_GAP  # noqa: E402
+from bench._results import RESULTS, run_header, write_results
+from bench.pruning import GOAL_COMPUTE, GOAL_GAP
 
 GROUPS: dict[str, Callable[[dict[str, Any]], tuple[Any, ...]]] = {
     "the same H and L cycles": lambda p: (p["arch.H_cycles"], p["arch.L_cycles"]),

@@ -3,9 +3,9 @@ by several drivers at once, while this script SIGKILLs running training jobs, SI
 limit, SIGKILLs a driver and starts it again with the same arguments, and restarts PostgreSQL. At the end it
 checks that the study's record is true, and says what each fault did and what recovered it.
 
-    python bench/soak.py                           # 20 trials, 2 drivers, a private PostgreSQL (~10-15 min here)
-    python bench/soak.py --trials 40 --job-kills 4 --job-stops 2 --driver-kills 2 --pg-restarts 2 --seed 7
-    python bench/soak.py --pg-url postgresql://postgres@127.0.0.1:5433/trm_sweeps   # no PostgreSQL restart then
+    python -m bench.soak                           # 20 trials, 2 drivers, a private PostgreSQL (~10-15 min here)
+    python -m bench.soak --trials 40 --job-kills 4 --job-stops 2 --driver-kills 2 --pg-restarts 2 --seed 7
+    python -m bench.soak --pg-url postgresql://postgres@127.0.0.1:5433/trm_sweeps   # no PostgreSQL restart then
 
 Faults land at random points (seeded): each is due once the study has launched a random number of jobs, after a
 random delay, on a random target (a job that reached a random step, a driver that runs a job). Faults are
@@ -42,6 +42,7 @@ tests/test_soak.py runs the same machinery with 8 trials and each fault once at 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -57,13 +58,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import contextlib
-
-from _results import RESULTS, ROOT, run_header, write_results
-
+from bench._results import RESULTS, ROOT, run_header, write_results
 from storage.record import trial_detail
 
 FAULT_KINDS = ("kill_job", "stop_job", "kill_driver", "restart_pg")
@@ -346,7 +341,7 @@ class Soak:
         self.say_(f"[soak {self.now():6.1f}s] {message}")
 
     def driver_argv(self, index: int) -> list[str]:
-        from tests.sweep_helpers import FAST_TRIAL, sweep_overrides
+        from sweeps.testing import FAST_TRIAL, sweep_overrides
 
         s = self.s
         trial = [

@@ -26,8 +26,8 @@ order rotated per round; latencies are pooled over rounds. During each timed pha
 pg_stat_activity every 50 ms for the peak number of connections to the bench database; each client also reports
 the connections its SQLAlchemy pool holds at the end.
 
-    python bench/storage_latency.py                              # clients 1,8,32; 40 ops; 3 rounds
-    python bench/storage_latency.py --quick --out-dir /tmp/sl    # smoke run: clients 1,2; 5 ops; 1 round
+    python -m bench.storage_latency                              # clients 1,8,32; 40 ops; 3 rounds
+    python -m bench.storage_latency --quick --out-dir /tmp/sl    # smoke run: clients 1,2; 5 ops; 1 round
 
 Server: --server-url, else $TRM_SWEEPS_TEST_PG, else postgresql://postgres@127.0.0.1:5432/postgres (it needs
 CREATE DATABASE). Writes <out-dir>/storage_latency.json and storage_latency.md.
@@ -50,15 +50,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import optuna
 import psycopg2
-from _results import RESULTS, cpu_facts, fmt, percentile, write_results
 from sqlalchemy.engine import make_url
 
 import storage
+from bench._results import RESULTS, cpu_facts, fmt, percentile, write_results
 from storage.url import driver_url
 from sweeps.draw import draw_within_budget
 from trm.trial_link import TrialLink
@@ -234,7 +231,7 @@ class Clients:
     """Client processes started once per run; a phase uses the first N of them."""
 
     def __init__(self, count: int):
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--client"]
+        cmd = [sys.executable, "-m", "bench.storage_latency", "--client"]
         self.procs = [
             subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(count)
         ]

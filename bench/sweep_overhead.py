@@ -1,10 +1,10 @@
 """What the sweep costs on top of training: per trial, launch to first step and last step to tell, and the share
 of a whole study's wall time spent outside training, for each launcher.
 
-    python bench/sweep_overhead.py                          # local and torchrun, 10 trials each (~12 min here)
-    python bench/sweep_overhead.py --launchers local --n-trials 5 --steps 40
-    python bench/sweep_overhead.py --quick --out-dir /tmp/o # smoke run: 2 trials of 20 steps, local only
-    python bench/sweep_overhead.py --launchers local,local+launcher.warm=true   # a fresh interpreter vs a warm worker
+    python -m bench.sweep_overhead                          # local and torchrun, 10 trials each (~12 min here)
+    python -m bench.sweep_overhead --launchers local --n-trials 5 --steps 40
+    python -m bench.sweep_overhead --quick --out-dir /tmp/o # smoke run: 2 trials of 20 steps, local only
+    python -m bench.sweep_overhead --launchers local,local+launcher.warm=true   # a fresh interpreter vs a warm worker
 
 Each launcher runs a real study, `python -m sweeps.run study=<study> launcher=<name> pruner=none` (every
 trial trains to its last step, W&B offline as a user's would) on its own SQLite file. The phases come from the
@@ -19,15 +19,19 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from _results import RESULTS, fmt, run_header, write_results
-from _sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, projected_fraction, run_study, trial_record
+from bench._results import RESULTS, fmt, run_header, write_results
+from bench._sweep import (
+    QUICK_TRIAL,
+    hydra_list,
+    load_trials,
+    overhead_summary,
+    projected_fraction,
+    run_study,
+    trial_record,
+)
 
 GOAL_FRACTION, PROJECTED_TRIAL_S = 0.02, 300.0
 

@@ -1,10 +1,10 @@
 """Trainer benchmark: seconds per real train step of a paper TRM config, fp32 vs bf16, eager vs torch.compile.
 
-    python bench/trainer.py                       # MLP-t (trm_mlp_t_sudoku), batch 64, fp32+bf16, eager, 3 repeats
-    python bench/trainer.py --compile             # ... plus torch.compile variants (compile time reported apart)
-    python bench/trainer.py --arch trm_att_sudoku --batch 32
-    python bench/trainer.py --quick               # smoke run: batch 8, 2 repeats, -> results/trainer_quick.json
-    python bench/trainer.py --render bench/results/trainer.json   # recompute + print the table of a saved run
+    python -m bench.trainer                       # MLP-t (trm_mlp_t_sudoku), batch 64, fp32+bf16, eager, 3 repeats
+    python -m bench.trainer --compile             # ... plus torch.compile variants (compile time reported apart)
+    python -m bench.trainer --arch trm_att_sudoku --batch 32
+    python -m bench.trainer --quick               # smoke run: batch 8, 2 repeats, -> results/trainer_quick.json
+    python -m bench.trainer --render bench/results/trainer.json   # recompute + print the table of a saved run
 
 Each variant owns a real ACTModel, the optimizers of trm.optim.build_optimizers (Adam-atan2 + SignSGD), the
 model's own carry (kept across steps) and a Sudoku-shaped batch; one step is `trm.step.train_step` (autocast
@@ -30,10 +30,8 @@ from typing import Any
 
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
-from _common import RESULTS, StepRunner, arch_of, machine_info, matmul_rate, median, round_robin, train_config  # noqa: E402
-
-from trm.flops import flops_per_sample_step  # noqa: E402
+from bench._common import RESULTS, StepRunner, arch_of, machine_info, matmul_rate, median, round_robin, train_config
+from trm.flops import flops_per_sample_step
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -164,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "variants": rows,
         "dynamo_stats_during_measurement": recompiles if args.compile else None,
         "wall_s": time.time() - started,
-        "command": "python bench/trainer.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m bench.trainer " + " ".join(sys.argv[1:] if argv is None else argv),
     }
     summarize(result)
     if cache_dir:

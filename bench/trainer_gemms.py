@@ -1,7 +1,7 @@
 """How fast the train step's own matmul shapes run, against the square-matmul peak (fp32 and bf16, interleaved).
 
-    python bench/trainer_gemms.py                     # trm_mlp_t_sudoku shapes at batch 64
-    python bench/trainer_gemms.py --arch trm_att_sudoku --batch 16
+    python -m bench.trainer_gemms                     # trm_mlp_t_sudoku shapes at batch 64
+    python -m bench.trainer_gemms --arch trm_att_sudoku --batch 16
 
 For each Linear of one Block (forward y = x W^T and the two backward products dX = dY W, dW = dY^T X) the
 script times torch.mm of exactly that shape, round-robin with the n x n peak, and reports GFLOP/s, the
@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
-from _common import RESULTS, arch_of, machine_info, median, round_robin, train_config  # noqa: E402
+from bench._common import RESULTS, arch_of, machine_info, median, round_robin, train_config
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

@@ -1,7 +1,7 @@
 """Where the train step's time goes, and what candidate code changes would buy (measured, trm/ untouched).
 
-    python bench/trainer_variants.py                  # MLP-t batch 64, bf16: profile + variants, 3 repeats
-    python bench/trainer_variants.py --batch 16 --variants fp32:baseline,fp32:fused_rms,fp32:compile_net
+    python -m bench.trainer_variants                  # MLP-t batch 64, bf16: profile + variants, 3 repeats
+    python -m bench.trainer_variants --batch 16 --variants fp32:baseline,fp32:fused_rms,fp32:compile_net
 
 1. Profile: one real `trm.step.train_step` per precision under torch.profiler; self CPU time grouped into
    matmul / casts+copies / normalization / elementwise / optimizer / other, and the top ops.
@@ -42,12 +42,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
-from _common import RESULTS, StepRunner, machine_info, median, round_robin, train_config  # noqa: E402
-
-import trm.model as M  # noqa: E402
-from trm.losses import act_loss  # noqa: E402
-from trm.step import autocast  # noqa: E402
+import trm.model as M
+from bench._common import RESULTS, StepRunner, machine_info, median, round_robin, train_config
+from trm.losses import act_loss
+from trm.step import autocast
 
 # ----------------------------------------------------------------------------------------- patches
 
@@ -291,7 +289,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "phases_s": phases,
         "variants": rows,
         "wall_s": time.time() - started,
-        "command": "python bench/trainer_variants.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m bench.trainer_variants " + " ".join(sys.argv[1:] if argv is None else argv),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))

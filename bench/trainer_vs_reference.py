@@ -1,8 +1,8 @@
 """Our trainer's step vs the TRM reference's, side by side: samples/s per mode (fp32/bf16, eager/compile).
 
-    python bench/trainer_vs_reference.py --ref REF_DIR --ref-python REF_VENV/bin/python --compile
-    python bench/trainer_vs_reference.py --ref ... --compile --arch trm_att_sudoku --out-name trainer_vs_reference_att
-    python bench/trainer_vs_reference.py --quick --out-dir /tmp/r    # our side only, tiny arch: no checkout needed
+    python -m bench.trainer_vs_reference --ref REF_DIR --ref-python REF_VENV/bin/python --compile
+    python -m bench.trainer_vs_reference --ref ... --compile --arch trm_att_sudoku --out-name trainer_vs_reference_att
+    python -m bench.trainer_vs_reference --quick --out-dir /tmp/r    # our side only, tiny arch: no checkout needed
     make bench-reference REF=REF_DIR                                   # builds REF_VENV first (below)
 
 Both sides run the same step on the same config, batch and initial weights, the carry kept across steps:
@@ -53,16 +53,14 @@ from typing import IO, Any
 
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
-from _common import MATMUL_LAYOUTS, StepRunner, arch_of, machine_info, train_config  # noqa: E402
-from _results import RESULTS, fmt, run_header, write_results  # noqa: E402
-from trainer import measure, paired_ratio, summarize, variant_row, warm_up  # noqa: E402
-
-from trm.flops import flops_per_sample_step  # noqa: E402
-from trm.model import TRMConfig  # noqa: E402
-from trm.optim import lr_multiplier  # noqa: E402
-from trm.reference_weights import load_reference_state  # noqa: E402
-from trm.step import carry_dtype  # noqa: E402
+from bench._common import MATMUL_LAYOUTS, StepRunner, arch_of, machine_info, train_config
+from bench._results import RESULTS, fmt, run_header, write_results
+from bench.trainer import measure, paired_ratio, summarize, variant_row, warm_up
+from trm.flops import flops_per_sample_step
+from trm.model import TRMConfig
+from trm.optim import lr_multiplier
+from trm.reference_weights import load_reference_state
+from trm.step import carry_dtype
 
 NAME = "trainer_vs_reference"
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")

@@ -1,6 +1,6 @@
 """First-step time of a trial on XLA with no compile cache, a cold one and a warm one (`runtime.compile_cache_dir`).
 
-    PJRT_DEVICE=CPU .venv-xla/bin/python bench/xla_compile_cache.py      # 3 rounds, medians
+    PJRT_DEVICE=CPU .venv-xla/bin/python -m bench.xla_compile_cache      # 3 rounds, medians
 
 Each round uses a fresh cache directory and starts three trials, each its own process (tests/xla/_worker.py: the
 real train step, tiny model, 3 steps, EMA): `off` (no cache), `cold` (empty cache: compiles and writes) and `warm`
@@ -22,11 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _results import ROOT, fmt, median, run_header, write_results
+from bench._results import ROOT, fmt, median, run_header, write_results
+from sweeps.testing import LAUNCHER_ENV
 
-from tests.xla._lane import FOREIGN_ENV, WORKER
+WORKER = ROOT / "tests" / "xla" / "_worker.py"  # the XLA lane's step worker, run as a script
 
 BASE = ["--steps", "3", "--ema", "--exploration", "0.3", "runtime.backend=xla"]
 OTHER = ["optim.lr=2.3e-3", "optim.weight_decay=0.37", "optim.betas=[0.9,0.99]", "optim.ema_decay=0.95"]
@@ -37,7 +36,7 @@ def trial(args: list[str], devices: int, xla_flags: str) -> dict[str, Any]:
     """One trial in a fresh process; its per-step seconds and final counters."""
     import torch  # the worker's output is a torch file; torch is in the venv this runs in
 
-    env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}
     env.update(PJRT_DEVICE="CPU", PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", CPU_NUM_DEVICES=str(devices))
     if xla_flags:
         env["XLA_FLAGS"] = xla_flags

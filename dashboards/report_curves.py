@@ -16,8 +16,8 @@ import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 from plotly.colors import qualitative
 
+from contracts.metrics_log import METRICS_FILE, read_metrics
 from dashboards.report_view import Section, StudyView
-from trm.metrics_log import METRICS_FILE, read_metrics
 
 FIGURES: dict[str, str] = {
     "fig-intermediate-values": "Intermediate values (pruning curves)",

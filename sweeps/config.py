@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from trm.config import compose_config
+from contracts.hydra_app import compose_config
 
 
 def compose_sweep_config(overrides: list[str]) -> DictConfig:

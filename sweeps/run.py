@@ -12,15 +12,16 @@ import optuna
 from omegaconf import DictConfig, MissingMandatoryValue
 from optuna.trial import TrialState
 
+from contracts.hydra_app import CONFIG_PATH, run_app
 from storage import StorageError, redact
 from storage.record import DUPLICATE_OF_ATTR
 from sweeps import estimate
 from sweeps.driver import Driver
+from sweeps.help import help_text
 from sweeps.launchers.base import JobSpec, LauncherConfigError
 from sweeps.slots import SLOT_CHOICES, SlotConfigError
 from sweeps.space import SearchSpaceError, to_overrides
 from sweeps.validate import SweepConfigError
-from trm.config import CONFIG_PATH, run_app
 
 CONFIG_ERRORS = (
     SweepConfigError,
@@ -127,8 +128,15 @@ def all_failed(study: optuna.Study) -> str | None:
 
 def cli() -> None:
     """The `trm-sweep` console script."""
+    _entry()
+
+
+def _entry() -> None:
+    if {"--help", "-h"} & set(sys.argv[1:]):  # the sweep's groups, not every group on the search path
+        print(help_text())
+        return
     run_app(main)
 
 
 if __name__ == "__main__":
-    run_app(main)
+    _entry()

@@ -23,10 +23,10 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from contracts.hydra_app import compose_config
 from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, study_from_args
 from storage.record import THROUGHPUT_DETAIL, trial_detail
 from sweeps.estimate import UTILIZATION_KEY
-from trm.config import compose_config
 
 FORMATS = ("table", "json")
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)

@@ -28,22 +28,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, InstantiationException
 from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
+from contracts.choices import check_device_choice, check_precision_choice, compile_mode
+from contracts.hydra_app import compose_train_config
+from contracts.metric_names import EVAL_METRICS, MAXIMIZED, MINIMIZED, TRIAL_NUMBERS
+from contracts.overrides import parse_override
 from sweeps.estimate import Utilization, UtilizationError
 from sweeps.launchers.base import Launcher
 from sweeps.optuna_parts import TARGETS, build, pruner_spec, resolved_dict
 from sweeps.space import SearchSpace, to_overrides
-from trm.compiling import compile_mode
-from trm.config import compose_train_config
-from trm.devices import check_device_choice
-from trm.metric_names import EVAL_METRICS, MAXIMIZED, MINIMIZED, TRIAL_NUMBERS
-from trm.precision import check_choice
 
 # Counts in the trial's training config that must be >= 1 (0 steps trains nothing; a 0 interval divides by zero).
 POSITIVE_TRAIN_KEYS = (
@@ -228,7 +226,7 @@ def _ranges(cfg: DictConfig, space: SearchSpace) -> Iterator[tuple[str, str, str
 def _as_the_job_reads(key: str, value: Any) -> Any:
     """A sampled value as trm.train will read it from its command line (choice("[0.9,0.95]") is a list there)."""
     override = to_overrides({key: value})[0]
-    parsed = OverridesParser.create().parse_override(override)
+    parsed = parse_override(override)
     if parsed.is_sweep_override():
         raise HydraException(
             f"`{override}` is a list of several values on a command line; quote the value inside the choice"
@@ -306,7 +304,7 @@ def _check_trial_config(
                 f"{key}={value!r} in the trials' training config: expected an integer >= 1 (from trial.overrides, the study's fixed overrides or its search space)"
             )
     try:  # the job would refuse these at start; a sweep refuses them before its first trial
-        check_choice(train_cfg.train.precision, train_cfg.train.bf16_mode)
+        check_precision_choice(train_cfg.train.precision, train_cfg.train.bf16_mode)
         compile_mode(train_cfg.train.compile)
         check_device_choice(OmegaConf.select(train_cfg, "runtime.device", default="auto"))
     except ValueError as e:

@@ -10,7 +10,7 @@
                                     so trials and the summary run land in the same project, and the trial's
                                     run id (`wandb.run_id`, `trial_run_id`: a retry continues its chain's run).
 
-Same rules as the trials' tracking (trm.tracking): offline unless WANDB_API_KEY is set, files under the
+Same rules as the trials' tracking (contracts/wandb_runs.py): offline unless WANDB_API_KEY is set, files under the
 study's output directory, and a tracking failure is one warning, never a failed sweep.
 """
 
@@ -26,8 +26,8 @@ import optuna
 from omegaconf import DictConfig
 from optuna.trial import FrozenTrial, TrialState
 
+from contracts.wandb_runs import default_project, finish_run, resolve_mode, summary_run_id, trial_run_id
 from storage.record import STUDY_UID_ATTR, samples_per_s
-from trm.tracking import default_project, finish_run, resolve_mode, summary_run_id, trial_run_id
 
 JOB_TYPE = "study-summary"
 # Trial user attributes copied into the table (written by the job's trial link and the driver).

@@ -9,37 +9,9 @@ import pytest
 from omegaconf import DictConfig
 
 from sweeps.config import compose_sweep_config
+from sweeps.testing import FAST_TRIAL, sweep_overrides, trial_list
 
-# A trial that trains for real in seconds: the test_tiny preset (conf/experiment/test_tiny.yaml) with one H cycle
-# and up to 2 halting steps, 20 steps, eval every 10. A trial keeps the default precision (auto), not the preset's fp32.
-FAST_TRIAL = [
-    "experiment=test_tiny",
-    "train.precision=auto",
-    "arch.H_cycles=1",
-    "arch.halt_max_steps=2",
-    "train.log_interval=10",
-    "train.eval_interval=10",
-    "train.steps=20",
-    "optim.warmup_steps=1",
-]
-
-
-def trial_list(overrides: list[str]) -> str:
-    """A Hydra list override value: ['a=1','b=2'] (quoted, since the items contain '=')."""
-    return "[" + ",".join(f"'{o}'" for o in overrides) + "]"
-
-
-def sweep_overrides(storage_url: str, out: Path, *extra: str, trial: list[str] | None = None) -> list[str]:
-    return [
-        f"storage.url={storage_url}",
-        f"output_root={out}",
-        f"trial.overrides={trial_list(trial or FAST_TRIAL)}",
-        "heartbeat.interval_s=1",
-        "heartbeat.grace_s=4",
-        "poll_s=0.2",
-        "progress_interval_s=2",
-        *extra,
-    ]
+__all__ = ["FAST_TRIAL", "sweep_overrides", "trial_list"]  # the suite imports them from here too
 
 
 def sweep_config(storage_url: str, out: Path, *extra: str, trial: list[str] | None = None) -> DictConfig:

@@ -4,7 +4,6 @@ Each runs as a user would (`python bench/<script>.py --quick --out-dir DIR`) and
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from bench import pruning, pruning_replays
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_bench(script: str, out: Path, *args: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / script), "--quick", "--out-dir", str(out), *args],
+        [sys.executable, "-m", f"bench.{script.removesuffix('.py')}", "--quick", "--out-dir", str(out), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -121,17 +122,14 @@ def test_pruning_bench_summarizes_seeds_from_a_saved_result(tmp_path: Path) -> N
     saved = {"benchmark": "pruning", "study": "model_scaling", "n_trials": 4, "seeds": [1, 2], "per_seed": per_seed}
     (tmp_path / "in.json").write_text(json.dumps(saved))
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "pruning.py"), "--render", str(tmp_path / "in.json")],
+        [sys.executable, "-m", "bench.pruning", "--render", str(tmp_path / "in.json")],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    spec = importlib.util.spec_from_file_location("pruning_bench", ROOT / "bench" / "pruning.py")
-    assert spec and spec.loader
-    pruning = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pruning)  # the aggregation the table printed, on the same input
+    # the aggregation the table printed, on the same input
 
     result = {**saved, "per_seed": [pruning.seed_result(r["seed"], r["arms"]) for r in per_seed]}
     reference, arm = pruning.aggregate(result["per_seed"])
@@ -210,7 +208,7 @@ def test_trainer_vs_reference_bench_runs_our_side_and_writes_the_table(tmp_path:
 @pytest.mark.slow
 def test_trainer_vs_reference_bench_refuses_a_directory_that_is_no_checkout(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "trainer_vs_reference.py"), "--quick", "--out-dir", str(tmp_path)]
+        [sys.executable, "-m", "bench.trainer_vs_reference", "--quick", "--out-dir", str(tmp_path)]
         + ["--ref", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
@@ -224,12 +222,6 @@ def test_trainer_vs_reference_bench_refuses_a_directory_that_is_no_checkout(tmp_
 def test_pruning_replays_plain_median_rule_is_optunas_median_pruner(tmp_path: Path) -> None:
     """bench/pruning_replays.py writes the median rule by hand (to group trials); ungrouped it must decide as
     Optuna's MedianPruner (1 start-up trial) does in bench/pruning.py's replay, on the saved 1,000-step curves."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import pruning  # type: ignore[import-not-found]
-        import pruning_replays  # type: ignore[import-not-found]
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
     saved = json.loads((ROOT / "bench" / "results" / "pruning_1000steps.json").read_text())
     metric = "eval/blank_accuracy"
     for seed in saved["per_seed"]:
@@ -248,12 +240,6 @@ def test_pruning_replays_plain_median_rule_is_optunas_median_pruner(tmp_path: Pa
 def test_pruning_replays_halving_in_flops_is_optunas_successive_halving_at_one_flop_per_step() -> None:
     """The FLOP-budget successive halving is written by hand (Optuna's counts steps); when every trial costs one
     FLOP per step its rungs are Optuna's, and it must decide as SuccessiveHalvingPruner(300, rf 3) does."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import pruning  # type: ignore[import-not-found]
-        import pruning_replays  # type: ignore[import-not-found]
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
     saved = json.loads((ROOT / "bench" / "results" / "pruning_1000steps.json").read_text())
     ratios = []
     for seed in saved["per_seed"]:
@@ -276,7 +262,7 @@ def test_cpu_profile_bench_accounts_for_every_matmul_flop(tmp_path: Path) -> Non
     """The profile's matmuls, read from the profiler's input shapes, are exactly the FLOPs trm.flops counts for
     the step (FlopCounterMode): no matmul is missed or double counted, so its per-shape shares can be trusted."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "cpu_profile.py"), "--quick", "--out-dir", str(tmp_path)],
+        [sys.executable, "-m", "bench.cpu_profile", "--quick", "--out-dir", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from contracts.hydra_app import compose_train_config, packaged_yaml, to_dict
+from contracts.wandb_runs import default_project
 from storage import StorageConfigError, engine_settings, open_storage
 from storage.engine_config import RULES
 from sweeps.config import compose_sweep_config
 from sweeps.wandb_summary import trial_wandb_overrides
-from trm.config import compose_train_config, packaged_yaml, to_dict
-from trm.tracking import default_project
 from trm.trial_link import RetryPolicy
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

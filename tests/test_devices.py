@@ -13,7 +13,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from trm.config import compose_train_config
+from contracts.hydra_app import compose_train_config
 from trm.devices import resolve_device
 from trm.runtime import init_runtime
 from trm.train import run

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from trm.config import compose_train_config
+from contracts.hydra_app import compose_train_config
 from trm.flops import flops_per_sample_step
 from trm.losses import IGNORE_INDEX, METRIC_KEYS, act_loss, log_stablemax, normalize_metrics, token_cross_entropy
 from trm.model import ACTModel, TRMConfig, count_params

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CODE_ROOTS = ("trm", "sweeps", "storage", "dashboards")
+CODE_ROOTS = ("contracts", "trm", "sweeps", "storage", "dashboards")
 SCRIPTS = ("trm-train", "trm-sweep", "trm-status", "trm-best", "trm-utilization", "trm-report", "trm-dashboard")
 
 

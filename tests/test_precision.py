@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
+import contracts.choices
 import trm.precision
+from contracts.hydra_app import compose_train_config
 from tests.wandb_offline import find_runs, read_offline_run
 from trm import checkpoint
-from trm.config import compose_train_config
 from trm.fingerprint import training_identity
 from trm.precision import DeviceFacts, device_facts, read_cpu_flags, resolve_precision
 from trm.step import PRECISIONS, carry_dtype
@@ -74,7 +75,7 @@ def test_unknown_values_are_refused_with_the_key_and_the_accepted_values() -> No
     with pytest.raises(ValueError, match=r"train.bf16_mode='bf61'"):  # checked even where auto is not asked for
         resolve_precision("fp32", cpu, "bf61")
     # The step runs concrete modes only: `auto` reaching it is a bug, said as such.
-    assert set(PRECISIONS) == set(trm.precision.MODES)
+    assert set(PRECISIONS) == set(contracts.choices.PRECISION_MODES)
     with pytest.raises(ValueError, match=r"train.precision='auto' reached the step unresolved"):
         carry_dtype("auto")
 

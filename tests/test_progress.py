@@ -16,12 +16,12 @@ import pytest
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from contracts.wandb_runs import summary_run_id, trial_run_id
 from storage.record import DUPLICATE_OF_ATTR, STUDY_UID_ATTR
 from sweeps.driver import Driver
 from sweeps.progress import ProgressView, duration, measure, route_optuna_logging
 from tests.sweep_helpers import sweep_config
 from tests.wandb_offline import find_runs, read_offline_run
-from trm.tracking import summary_run_id, trial_run_id
 
 T0 = datetime(2026, 1, 1, 12, 0, 0)
 MAX, MIN = [StudyDirection.MAXIMIZE], [StudyDirection.MINIMIZE]

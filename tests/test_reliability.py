@@ -59,8 +59,8 @@ def test_unreachable_storage_is_one_clear_error_and_nothing_launches(tmp_path: P
 
 @pytest.mark.slow
 def test_sigterm_checkpoints_then_stops_and_the_run_resumes_from_there(tmp_path: Path, data_root: Path) -> None:
+    from contracts.metrics_log import read_metrics
     from tests.test_train import FAST
-    from trm.metrics_log import read_metrics
 
     args = [*FAST, f"data.root={data_root}", f"out_dir={tmp_path}", "train.steps=100000", "train.eval_interval=100000"]
     proc = subprocess.Popen(
@@ -222,7 +222,7 @@ def test_an_unreadable_latest_checkpoint_is_named_and_the_previous_one_resumed(
     """A truncated or garbage latest.pt was refused by torch without the file named, and the previous good
     checkpoint was gone. The last two are kept; an unreadable latest.pt is named and previous.pt resumed
     (with a warning naming both), still through the identity check."""
-    from trm.metrics_log import read_metrics
+    from contracts.metrics_log import read_metrics
 
     ckpt = tmp_path / "checkpoints"
     latest, previous = ckpt / checkpoint.LATEST, ckpt / checkpoint.PREVIOUS

@@ -9,9 +9,9 @@ import torch
 from lion_pytorch import Lion
 from omegaconf import OmegaConf
 
+from contracts.hydra_app import compose_train_config
 from trm import xla_optim
 from trm.adam_atan2 import AdamAtan2, device_scalars
-from trm.config import compose_train_config
 from trm.model import ACTModel, TRMConfig
 from trm.optim import SignSGD, build_ema, build_optimizers, lr_multiplier, set_lr, update_ema
 from trm.schedules import curriculum_stage, exploration_at, recursion_at, validate_curriculum

@@ -18,6 +18,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from contracts.hydra_app import CONFIG_MODULE
 from storage.hydra_secrets import RefuseSecrets
 from storage.secrets import (
     find_secret,
@@ -27,7 +28,6 @@ from storage.secrets import (
 )
 from storage.url import redact
 from tests.sweep_helpers import FAST_TRIAL, trial_list
-from trm.config import CONFIG_MODULE
 
 SECRET = "Zq9-s3cr3t-w0rd-7781"
 PG_URL = f"postgresql+psycopg2://postgres:{SECRET}@127.0.0.1:5432/somedb"

@@ -8,29 +8,16 @@ value traceable to a summary.json and a checkpoint of exactly its parameters, no
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_soak():
-    """bench/soak.py as a module (bench/ is scripts, not a package)."""
-    if "trm_bench_soak" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("trm_bench_soak", ROOT / "bench" / "soak.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["trm_bench_soak"] = module  # dataclasses look their module up while the class is built
-        spec.loader.exec_module(module)
-    return sys.modules["trm_bench_soak"]
+from bench import soak
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_every_fault_once_and_the_study_record_stays_true(tmp_path: Path) -> None:
-    soak = load_soak()
     # stall_timeout_s: a trial's start-up (imports, data, model, attaching to its trial) took up to ~25 s on this
     # 2-core machine under a loaded suite; 20 s failed healthy jobs there. grace_s above the PostgreSQL outage (5 s
     # down, ~8 s with stop and start): no heartbeat can be written during it, and a shorter grace let a driver judge

@@ -14,6 +14,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
+from contracts.hydra_app import compose_train_config
+from contracts.wandb_runs import resolve_mode, summary_run_id, trial_run_id
 from storage import redact
 from storage.record import STUDY_UID_ATTR
 from sweeps.driver import Driver
@@ -22,8 +24,7 @@ from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, trial_dir
 from tests.wandb_offline import find_runs, read_offline_run
 from trm import tracking
-from trm.config import compose_train_config
-from trm.tracking import Tracker, WandbTracker, make_tracker, resolve_mode, summary_run_id, trial_run_id
+from trm.tracking import Tracker, WandbTracker, make_tracker
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD_ENV = "TRM_TEST_WANDB_DB_PASSWORD"

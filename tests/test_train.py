@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from contracts.hydra_app import compose_train_config
+from contracts.metrics_log import read_metrics
 from trm import checkpoint
-from trm.config import compose_train_config
 from trm.data.format import DatasetError
-from trm.metrics_log import read_metrics
 from trm.runtime.base import Runtime
 from trm.train import check_batch, run
 

@@ -8,9 +8,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from contracts.hydra_app import compose_train_config
 from storage import StorageUnavailableError, open_storage
 from storage.record import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
-from trm.config import compose_train_config
 from trm.trial_link import RetryPolicy, TrialLink, TrialLinkError, link_from_config, retry
 
 METRICS = {"eval/exact_accuracy": 0.5, "eval/blank_accuracy": 0.9}

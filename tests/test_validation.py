@@ -15,6 +15,8 @@ import pytest
 from omegaconf import DictConfig, open_dict
 from optuna.trial import TrialState
 
+from contracts.hydra_app import compose_train_config
+from contracts.metric_names import EVAL_METRICS, METRIC_KEYS, TRIAL_NUMBERS
 from storage.record import ATTEMPT_ATTRS
 from sweeps.driver import Driver
 from sweeps.job_command import job_name
@@ -23,8 +25,6 @@ from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.optuna_parts import pruner_spec
 from sweeps.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir
-from trm.config import compose_train_config
-from trm.metric_names import EVAL_METRICS, METRIC_KEYS, TRIAL_NUMBERS
 
 
 def config(tmp_path: Path, *extra: str, trial: list[str] | None = None) -> DictConfig:

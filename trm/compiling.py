@@ -13,23 +13,10 @@ Two choices with a real trade-off, measured on an AVX2 EPYC (docs/benchmarks.md,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # sweeps/validate.py checks the choice without importing the model
+if TYPE_CHECKING:
     from trm.model import ACTModel
-
-CHOICES = ("off", "net", "model")  # what train.compile accepts (and true/false)
-
-
-def compile_mode(value: Any) -> str:
-    """The compile choice for `train.compile=value`; a clear error for anything else."""
-    if value is True:
-        return "net"
-    if value is False or value is None:
-        return "off"
-    if value not in CHOICES:
-        raise ValueError(f"train.compile={value!r}: expected one of {list(CHOICES)} (or true = net, false = off)")
-    return str(value)
 
 
 def apply_compile(model: ACTModel, mode: str) -> None:

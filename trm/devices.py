@@ -9,19 +9,12 @@ backend picks its devices itself (trm/runtime/xla.py) and ignores this key. Used
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # sweeps/validate.py checks the choice without importing torch (the driver stays light)
+from contracts.choices import check_device_choice
+
+if TYPE_CHECKING:
     import torch
-
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
-
-
-def check_device_choice(value: Any) -> str:
-    """`runtime.device=value` if it is one of the choices, else a ValueError naming the key and the choices."""
-    if value not in DEVICE_CHOICES:
-        raise ValueError(f"runtime.device={value!r}: expected one of {list(DEVICE_CHOICES)}")
-    return str(value)
 
 
 def resolve_device(choice: str, world_size: int, env: Mapping[str, str]) -> torch.device:

@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from trm.config import to_dict
+from contracts.hydra_app import to_dict
 
 # Keys that legitimately differ between workers (each VM has its own output directory) or between a run
 # and its resumption.

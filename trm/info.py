@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from trm.config import compose_train_config, to_dict
+from contracts.hydra_app import compose_train_config, to_dict
 from trm.flops import flops_per_sample_step
 from trm.model import ACTModel, TRMConfig, count_params
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trm.metric_names import METRIC_KEYS  # torch-free, so the sweep driver can validate metric names
+from contracts.metric_names import METRIC_KEYS  # torch-free, so the sweep driver can validate metric names
 
 IGNORE_INDEX = -100  # label of a cell the loss skips (torch cross_entropy's default ignore_index); on disk: PAD_LABEL
 BLANK_TOKEN = 1

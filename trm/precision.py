@@ -21,13 +21,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from contracts.choices import AUTO, BF16_MODES, check_precision_choice
+
 if TYPE_CHECKING:  # torch is read only where a device's facts are: the sweep driver checks a choice without it
     import torch
 
-AUTO = "auto"
-MODES = ("fp32", "bf16", "bf16_reference")  # the keys of trm.step.PRECISIONS: what the step runs
-BF16_MODES = ("bf16", "bf16_reference")  # what train.bf16_mode may ask `auto` for
-REQUESTS = (AUTO, *MODES)  # what train.precision accepts
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of CPU bf16 units
 MIN_CUDA_CAPABILITY = (8, 0)  # Ampere: the first NVIDIA GPUs with bf16 tensor cores
 
@@ -86,17 +84,9 @@ def bf16_units(facts: DeviceFacts) -> tuple[bool, str]:
     return False, f"no bf16 units known for device type {facts.device_type!r}"
 
 
-def check_choice(precision: str, bf16_mode: str) -> None:
-    """Refuse an unknown `train.precision` or `train.bf16_mode`, naming the key, the value and what is accepted."""
-    if precision not in REQUESTS:
-        raise ValueError(f"train.precision={precision!r}: expected one of {list(REQUESTS)}")
-    if bf16_mode not in BF16_MODES:
-        raise ValueError(f"train.bf16_mode={bf16_mode!r}: expected one of {list(BF16_MODES)}")
-
-
 def resolve_precision(requested: str, facts: DeviceFacts, bf16_mode: str = "bf16") -> Precision:
     """The concrete mode for `train.precision=requested` on a device with these facts, and the reason."""
-    check_choice(requested, bf16_mode)
+    check_precision_choice(requested, bf16_mode)
     has_units, why = bf16_units(facts)
     if requested != AUTO:
         reason = f"train.precision={requested} (explicit)"

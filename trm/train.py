@@ -27,17 +27,18 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from contracts.choices import compile_mode
+from contracts.hydra_app import CONFIG_PATH, run_app, to_dict
+from contracts.metrics_log import open_metrics
 from trm import train_state
 from trm.clock import PhaseClock
-from trm.compiling import apply_compile, compile_mode
-from trm.config import CONFIG_PATH, run_app, to_dict
+from trm.compiling import apply_compile
 from trm.data.build import ensure_generated
 from trm.data.format import DatasetError, SplitMeta, load_split
 from trm.data.loader import TrainLoader, eval_batches
 from trm.fingerprint import code_fingerprint, config_fingerprint, training_identity
 from trm.flops import flops_per_sample_step
 from trm.losses import METRIC_KEYS, normalize_metrics
-from trm.metrics_log import open_metrics
 from trm.model import ACTModel, TRMConfig, count_params
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema
 from trm.outcome import ABANDONED, FAIL, PREEMPTED, PRUNED, NonFiniteLossError, Outcome, Reporter, RunLog

@@ -27,8 +27,8 @@ import torch
 import torch._dynamo  # noqa: F401  (torch imports it when the first optimizer is built: ~1.8 s, docs/benchmarks.md)
 import wandb  # noqa: F401  (the tracker imports it in every job that logs to W&B)
 
+from contracts.hydra_app import run_app
 from trm import train  # the trainer and everything it imports (Hydra, OmegaConf, Optuna, numpy)
-from trm.config import run_app
 
 POLL_S = 0.2  # how often the server reaps ended children when no request comes
 

@@ -9,7 +9,6 @@ at once instead of waiting on a collective timeout, so a dead worker stops the w
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
 import signal
@@ -21,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
+from contracts.overrides import parse_override
 from sweeps.job_command import LITERAL_KEYS
 from sweeps.slots import WHOLE, Slot
 
@@ -46,17 +45,12 @@ def hydra_quote(value: str) -> str:
     return "'" + value.replace("'", "\\'").replace("${", "\\${") + "'"
 
 
-@functools.cache
-def _override_parser() -> OverridesParser:
-    return OverridesParser.create()
-
-
 def _reads_back(key: str, value: str) -> bool:
     """Whether Hydra parses `key=value` as the plain string `value` (not a sweep, a number or an error)."""
     if "${" in value:
         return False
     try:
-        parsed = _override_parser().parse_override(f"{key}={value}")
+        parsed = parse_override(f"{key}={value}")
     except HydraException:  # the grammar refuses a quote, a non-ASCII letter, `=`, `#` ...
         return False
     return not parsed.is_sweep_override() and isinstance(parsed.value(), str) and parsed.value() == value

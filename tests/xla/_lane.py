@@ -11,22 +11,15 @@ from typing import Any
 
 import pytest
 
+from sweeps.testing import LAUNCHER_ENV
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 WORKER = HERE / "_worker.py"
 
 # XLA's CPU backend spends seconds per compile in LLVM; these flags cut that ~3x for the tiny test model.
 FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-# Launcher and TPU variables that would make a worker think it is part of a bigger job.
-FOREIGN_ENV = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TPU_WORKER_ID",
-    "TPU_WORKER_HOSTNAMES",
-)
+FOREIGN_ENV = LAUNCHER_ENV  # a worker that inherited them would think it is part of a bigger job
 
 
 def xla_env(devices: int | None = None, **extra: str) -> dict[str, str]:

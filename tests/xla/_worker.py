@@ -21,7 +21,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from trm.config import compose_train_config  # noqa: E402
+from contracts.hydra_app import compose_train_config  # noqa: E402
 from trm.model import ACTModel, TRMConfig  # noqa: E402
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema  # noqa: E402
 from trm.runtime import init_runtime  # noqa: E402

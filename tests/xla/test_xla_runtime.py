@@ -11,7 +11,7 @@ import torch
 from _lane import run_python, xla_env
 from omegaconf import OmegaConf
 
-from trm.config import compose_train_config
+from contracts.hydra_app import compose_train_config
 from trm.runtime import xla_available
 from trm.runtime.base import DEFAULT_PORT, Runtime, resolve_control_plane
 
@@ -97,7 +97,7 @@ def test_guard_fails_loudly_when_the_xla_world_differs_from_the_launchers() -> N
         """
         import os
         from omegaconf import OmegaConf
-        from trm.config import compose_train_config
+        from contracts.hydra_app import compose_train_config
         from trm.runtime import init_runtime
         base = compose_train_config([]).runtime
         def start(**kw):

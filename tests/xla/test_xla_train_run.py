@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from _lane import run_python, xla_env
 
-from trm.metrics_log import read_metrics
+from contracts.metrics_log import read_metrics
 
 # tests/test_train.py's small run, made deterministic (no exploration: XLA's RNG is not the CPU's).
 FAST = [

@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from trm.devices import check_device_choice, resolve_device
+from contracts.choices import check_device_choice
+from trm.devices import resolve_device
 from trm.runtime.base import Runtime, option, resolve_control_plane, start_control_plane, start_data_plane
 
 BACKENDS = ("auto", "single", "torch", "xla")

@@ -1,0 +1,44 @@
+"""The training choices a sweep validates before its first trial: `train.compile`, `runtime.device`,
+`train.precision` and `train.bf16_mode`. Each check names the key, the value and what is accepted.
+
+What each choice does lives beside the code that does it (trm/compiling.py, trm/devices.py, trm/precision.py);
+the accepted values live here so the driver can refuse a typo without importing torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+COMPILE_CHOICES = ("off", "net", "model")  # train.compile (true = net, false = off are accepted too)
+DEVICE_CHOICES = ("auto", "cpu", "cuda")  # runtime.device
+AUTO = "auto"
+PRECISION_MODES = ("fp32", "bf16", "bf16_reference")  # the keys of trm.step.PRECISIONS: what the step runs
+BF16_MODES = ("bf16", "bf16_reference")  # what train.bf16_mode may ask `auto` for
+PRECISION_REQUESTS = (AUTO, *PRECISION_MODES)  # what train.precision accepts
+
+
+def compile_mode(value: Any) -> str:
+    """The compile choice for `train.compile=value`; a clear error for anything else."""
+    if value is True:
+        return "net"
+    if value is False or value is None:
+        return "off"
+    if value not in COMPILE_CHOICES:
+        raise ValueError(
+            f"train.compile={value!r}: expected one of {list(COMPILE_CHOICES)} (or true = net, false = off)"
+        )
+    return str(value)
+
+
+def check_device_choice(value: Any) -> str:
+    """`runtime.device=value` if it is one of the choices, else a ValueError naming the key and the choices."""
+    if value not in DEVICE_CHOICES:
+        raise ValueError(f"runtime.device={value!r}: expected one of {list(DEVICE_CHOICES)}")
+    return str(value)
+
+
+def check_precision_choice(precision: str, bf16_mode: str) -> None:
+    """Refuse an unknown `train.precision` or `train.bf16_mode`, naming the key, the value and what is accepted."""
+    if precision not in PRECISION_REQUESTS:
+        raise ValueError(f"train.precision={precision!r}: expected one of {list(PRECISION_REQUESTS)}")
+    if bf16_mode not in BF16_MODES:
+        raise ValueError(f"train.bf16_mode={bf16_mode!r}: expected one of {list(BF16_MODES)}")

@@ -1,0 +1,160 @@
+"""What a trial's W&B run is: its group, name and job type, its config (secrets masked), the trial's sampled
+parameters and the study's settings as tags, and its summary.
+
+A sweep trial's run is named `<study>-<trial number>` in group `<study>` (job type `trial`); a plain training
+run is `manual-<out_dir name>` in group `manual` (job type `train`). The run's config is the resolved training
+config (storage URL redacted, values read from environment variables replaced by `<env:NAME>`; `train.precision`
+the mode the job resolved, `train.precision_reason` why: trm/precision.py), the trial's sampled parameters as
+`trial_params`, and the model size; tags name the study, sampler, pruner and launcher (read from the study
+record) plus `wandb.tags`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, TypedDict
+
+from omegaconf import DictConfig, OmegaConf
+
+from contracts.hydra_app import to_dict
+from contracts.overrides import override_values
+
+MANUAL_GROUP = "manual"
+# Keys of the training summary (trm.train) that go into the W&B run summary.
+SUMMARY_KEYS = (
+    "outcome",
+    "objective",
+    "best_value",
+    "best_step",
+    "steps",
+    "params",
+    "puzzle_emb_params",
+    "flops_per_sample_step",
+    "compute_flops",
+    "seconds",
+)
+_ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:\s*([^,}\s]+)")
+
+
+class RunIdentity(TypedDict):
+    group: str
+    name: str
+    job_type: str
+
+
+def run_identity(cfg: DictConfig) -> RunIdentity:
+    """W&B group, name and job type of this job's run."""
+    sweep = cfg.get("sweep") or {}
+    study = sweep.get("study")
+    if study is None:
+        out_name = Path(str(cfg.get("out_dir") or "run")).name or "run"
+        return {"group": MANUAL_GROUP, "name": f"{MANUAL_GROUP}-{out_name}", "job_type": "train"}
+    name = f"{study}-{sweep.get('trial_number')}"
+    seed_index = int(sweep.get("seed_index") or 0)
+    if seed_index:
+        name += f"-seed{seed_index}"
+    return {"group": str(study), "name": name, "job_type": "trial"}
+
+
+def _mask_env(node: Any) -> Any:
+    """Replace every `${oc.env:NAME...}` value by `<env:NAME>` (before resolving), so no env value is logged."""
+    if isinstance(node, dict):
+        return {k: _mask_env(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_mask_env(v) for v in node]
+    if isinstance(node, str):
+        match = _ENV_INTERPOLATION.search(node)
+        if match:
+            return f"<env:{match.group(1)}>"
+    return node
+
+
+def safe_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved training config without secrets: env values masked, storage URL redacted."""
+    masked = OmegaConf.create(_mask_env(to_dict(cfg, resolve=False)))
+    resolved: dict[str, Any]
+    try:
+        resolved = to_dict(masked)
+    except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra app: resolve key by key
+        resolved = {str(key): _resolve_key(masked, str(key)) for key in masked}
+    resolved.pop("wandb", None)  # the tracker's own settings are not a property of the trial
+    sweep = resolved.get("sweep")
+    if isinstance(sweep, dict) and sweep.get("storage"):
+        from storage import redact
+
+        sweep["storage"] = redact(str(sweep["storage"]))
+    return resolved
+
+
+def _resolve_key(cfg: DictConfig, key: str) -> Any:
+    """One top-level key resolved; what does not resolve is kept as written (an interpolation string)."""
+    try:
+        node = cfg[key]
+        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    except Exception:  # noqa: BLE001
+        node = cfg._get_node(key)
+        if node is None:  # not a key of cfg (the caller iterates cfg's own keys)
+            raise KeyError(key) from None
+        return OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else str(node._value())
+
+
+def trial_record(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the trial's sampled parameters, the study's user attributes), read from the study storage.
+
+    The driver stores the trial's training overrides as the trial user attribute `overrides`, and the
+    sampler, pruner and launcher as study attributes; a job needs only its sweep.* keys to find them."""
+    from storage import close_storage, engine_settings, open_storage
+
+    sweep = cfg.sweep
+    # The driver created the schema: no table creation or version check here (~1 s of every trial's start).
+    storage = open_storage(
+        str(sweep.storage),
+        password_env=sweep.get("password_env"),
+        create_schema=False,
+        **engine_settings(sweep.get("storage_engine"), "sweep.storage_engine"),
+    )
+    try:
+        study_id = storage.get_study_id_from_name(str(sweep.study))
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, int(sweep.trial_number))
+        trial = storage.get_trial(trial_id)
+        overrides = trial.user_attrs.get("overrides")
+        if overrides:
+            params = override_values(list(overrides))  # as the job read them: Hydra's grammar
+        else:  # a trial not started by our driver: Optuna's names (`key@choice` for conditionals)
+            params = {name.split("@", 1)[0]: value for name, value in trial.params.items()}
+        return params, dict(storage.get_study_user_attrs(study_id))
+    finally:
+        close_storage(storage)
+
+
+def _short(spec: Any) -> str | None:
+    """`{"_target_": "optuna.pruners.HyperbandPruner", ...}` or "TPESampler" -> the class name."""
+    if isinstance(spec, dict):
+        spec = spec.get("_target_")
+    return str(spec).rsplit(".", 1)[-1] if spec else None
+
+
+def run_tags(cfg: DictConfig, study_attrs: dict[str, Any]) -> list[str]:
+    tags: list[str] = []
+    study = (cfg.get("sweep") or {}).get("study")
+    if study is not None:
+        tags.append(f"study:{study}")
+    for key in ("sampler", "pruner", "launcher"):
+        name = _short(study_attrs.get(key))
+        if name:
+            tags.append(f"{key}:{name}")
+    tags += [str(t) for t in ((cfg.get("wandb") or {}).get("tags") or [])]
+    return list(dict.fromkeys(t[:64] for t in tags))  # W&B limits tags to 64 characters
+
+
+def run_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    out = {k: summary.get(k) for k in SUMMARY_KEYS if k in summary}
+    if summary.get("error"):
+        out["error"] = str(summary["error"])[-1000:]
+    for key, value in (summary.get("final") or {}).items():
+        out[f"final/{key}"] = value
+    for key, value in (summary.get("throughput") or {}).items():  # step speed, comparable across runs in W&B
+        out[f"throughput/{key}"] = value
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
