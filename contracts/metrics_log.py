@@ -1,7 +1,7 @@
 """A run's metrics file, `<out_dir>/metrics.jsonl`: one JSON record per log or eval point (`{"step": n,
 "train/lm_loss": ..., "eval/exact_accuracy": ...}`), the same records W&B gets.
 
-Rank 0 writes it (trm.outcome.RunLog); the report, benchmarks and tests read it here. No torch: the report reads
+Rank 0 writes it (trm.run_end.RunLog); the report, benchmarks and tests read it here. No torch: the report reads
 it without the model.
 """
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.test_train import config
 from trm import checkpoint
-from trm.outcome import NonFiniteLossError
+from trm.run_end import NonFiniteLossError
 from trm.train import run
 
 

@@ -7,7 +7,7 @@ logs, evaluates the objective against the best so far, writes checkpoints and ta
 
 Beside it: trm/step.py (the step, the eval, their precision), trm/train_state.py (what a checkpoint holds,
 the best so far, the collective save and resume), trm/preemption.py (SIGTERM), trm/clock.py (the phase
-stamps of the summary's `timing`), trm/outcome.py (how the run ends and who is told).
+stamps of the summary's `timing`), trm/run_end.py (how the run ends and who is told).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from trm.flops import flops_per_sample_step
 from trm.losses import METRIC_KEYS, normalize_metrics
 from trm.model import ACTModel, TRMConfig, count_params
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema
-from trm.outcome import ABANDONED, FAIL, PREEMPTED, PRUNED, NonFiniteLossError, Outcome, Reporter, RunLog
 from trm.precision import Precision, device_facts, resolve_precision
 from trm.preemption import PreemptionFlag
+from trm.run_end import ABANDONED, FAIL, PREEMPTED, PRUNED, NonFiniteLossError, Outcome, Reporter, RunLog
 from trm.runtime import init_runtime
 from trm.runtime.base import Runtime, check_agreement
 from trm.schedules import exploration_at, recursion_at, validate_curriculum
@@ -87,7 +87,7 @@ def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     try:
         if reporter is None and runtime.is_main:
             reporter = link_from_config(cfg)
-        summary = _run(cfg, runtime, reporter)
+        summary = train_in_runtime(cfg, runtime, reporter)
         clean = True
         return summary
     except BaseException as err:
@@ -99,7 +99,9 @@ def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         runtime.close(clean)  # no barrier after a failure: a dead peer would make it wait for the timeout
 
 
-def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[str, Any]:
+def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[str, Any]:
+    """Set up, resume, train and evaluate inside a started runtime; the run's summary. `run` owns the runtime
+    and records a failure raised here."""
     clock = PhaseClock()
     out_dir = Path(cfg.out_dir)
     is_main = runtime.is_main

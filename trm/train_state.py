@@ -28,7 +28,7 @@ from torch.optim.swa_utils import AveragedModel
 from trm import checkpoint
 from trm.data.loader import TrainLoader
 from trm.model import ACTModel, Carry
-from trm.outcome import NonFiniteLossError
+from trm.run_end import NonFiniteLossError
 from trm.runtime.base import Runtime
 
 DIRECTIONS = ("maximize", "minimize")
