@@ -17,8 +17,8 @@ W&B never touches the network unless asked to: `wandb.mode=auto` is `online` onl
 The run directory is `<out_dir>/wandb/` unless `wandb.dir` says otherwise. Tracking is never worth a training
 run: if wandb cannot be imported or a call fails, one warning is printed and the job continues untracked.
 
-One module (~370 lines) on purpose: everything a W&B run of this project is (ids, names, tags, config, summary)
-is decided here, next to the tracker that opens it; sweeps/wandb_summary.py reuses the ids and modes.
+Everything a W&B run of this project is (ids, names, tags, config, summary) is decided here, next to the tracker
+that opens it; sweeps/wandb_summary.py reuses the ids and modes.
 """
 
 from __future__ import annotations
@@ -358,7 +358,7 @@ def make_tracker(
             project=str(wcfg.get("project") or default_project()),
             entity=wcfg.get("entity"),
             id=str(run_id) if run_id else None,
-            resume="allow" if run_id else None,  # the same id again: continue that run (online; offline see README)
+            resume="allow" if run_id else None,  # the same id continues that run (offline: docs/usage.md, W&B)
             dir=str(run_dir),
             mode=mode,
             config=config,
