@@ -11,9 +11,9 @@ state (sweeps.running), building Optuna objects (sweeps.optuna_parts), launchers
 and progress (sweeps.progress), slots (sweeps.slots), the job's command line (sweeps.job_command), drawing a
 trial within budget (sweeps.draw) and settling orphans and stalled jobs (sweeps.recovery).
 
-Why still ~480 lines: a trial's life from draw to tell (start, one job per seed, the job's verdict, tell,
-retry, its slot) and the loop's database-outage handling are one state machine over `self.running`; each
-decision in it is a pure function elsewhere (sweeps/outcome.py), tested branch by branch.
+Invariant: a trial's life from draw to tell (start, one job per seed, the job's verdict, tell, retry, its slot)
+and the loop's database-outage handling are one state machine over `self.running`; each decision in it is a
+pure function elsewhere (sweeps/outcome.py).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ trial used up) while the driver itself exits 0. Checks:
     construction but fails on later;
   - the machine: the interpreter of a local launcher, and an output_root this user can write.
 
-Why one module of ~500 lines: it is a list of independent checks, each a short function, run in order by
-validate_sweep at the end; splitting them by subject would scatter the one place a user's mistake is caught.
+Each check is a short independent function; validate_sweep at the end runs them in order, so this module is the
+one place a user's mistake is caught.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ batches: a slot that halted takes a fresh example from the next batch, the other
 Shapes are static: the recursion depths are Python ints that change only at curriculum stages, and the
 exploration probability is a tensor, so an XLA step compiles once per stage.
 
-One module on purpose (~340 lines): the whole network and its ACT wrapper read in one place, in the order of
-the reference implementation it is checked against bit for bit (tests/test_fidelity.py, docs/fidelity.md).
+The network and its ACT wrapper follow the order of the reference implementation they are checked against
+(tests/test_fidelity.py, docs/fidelity.md).
 """
 
 from __future__ import annotations

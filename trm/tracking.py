@@ -137,7 +137,7 @@ def make_tracker(
             project=str(wcfg.get("project") or default_project()),
             entity=wcfg.get("entity"),
             id=str(run_id) if run_id else None,
-            resume="allow" if run_id else None,  # the same id again: continue that run (online; offline see README)
+            resume="allow" if run_id else None,  # the same id continues that run (offline: docs/usage.md, W&B)
             dir=str(run_dir),
             mode=mode,
             config=config,

@@ -337,9 +337,8 @@ def cli() -> None:
 if __name__ == "__main__":
     run_app(main)  # a failure exits inside (Hydra prints it and exits 1): past this line the run finished cleanly
     # Leave without the interpreter's teardown: everything is written and closed, and (1) torch's gloo threads
-    # sometimes aborted a finished rank of a multi-process job at exit ("terminate called without an active
-    # exception", SIGABRT) during C++ static destructors, (2) the teardown of torch and W&B cost a sweep trial
-    # about a second between its outcome being stored and the driver seeing the job end (bench/sweep_overhead.py).
+    # can abort a finished rank of a multi-process job at exit (SIGABRT in C++ static destructors), (2) torch's
+    # and W&B's teardown would delay the driver seeing a job whose outcome is already stored.
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -24,7 +24,7 @@ import traceback
 from typing import Any, NoReturn
 
 import torch
-import torch._dynamo  # noqa: F401  (torch imports it when the first optimizer is built: ~1.8 s, docs/benchmarks.md)
+import torch._dynamo  # noqa: F401  (torch imports it when the first optimizer is built; docs/benchmarks.md#sweep-overhead)
 import wandb  # noqa: F401  (the tracker imports it in every job that logs to W&B)
 
 from contracts.hydra_app import run_app
