@@ -65,16 +65,25 @@ def resolve_url(
     ``create_dir=False``: a reader such as ``sweeps.status`` creates nothing).
     """
     if url:
-        validate_url(url, CONFIG_KEY)
-        return url
+        return _absolute_sqlite(url, validate_url(url, CONFIG_KEY))
     env = os.environ.get(ENV_VAR)
     if env:
-        validate_url(env, f"{CONFIG_KEY} (from env {ENV_VAR})")
-        return env
+        return _absolute_sqlite(env, validate_url(env, f"{CONFIG_KEY} (from env {ENV_VAR})"))
     path = Path(default_sqlite_path).expanduser().resolve()
     if create_dir:
         path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
+
+
+def _absolute_sqlite(url: str, parsed: URL) -> str:
+    """A SQLite URL with a relative path made absolute against this process's directory: a trial's job runs in
+    its own directory and would otherwise open another, empty file there."""
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return url
+    path = Path(parsed.database).expanduser()
+    if path.is_absolute() and parsed.database == str(path):
+        return url
+    return parsed.set(database=str(path.resolve())).render_as_string(hide_password=False)
 
 
 def is_postgres(url: str | URL) -> bool:

@@ -497,3 +497,17 @@ def test_a_dropped_database_is_told_apart_from_an_outage(pg_server_url, fresh_pg
         with pytest.raises(StorageUnavailableError) as info:
             open_storage(fresh_pg_url)
         assert database_gone(info.value) and "does not exist" in database_gone(info.value)
+
+
+def test_a_relative_sqlite_url_is_made_absolute_so_every_job_opens_the_same_file(tmp_path, monkeypatch):
+    """A trial's job runs in its own directory: `sqlite:///outputs/x.db` passed on unchanged opened an empty file
+    there, and every trial failed with 'no such table' after minutes of retries."""
+    monkeypatch.chdir(tmp_path)
+    assert resolve_url("sqlite:///outputs/x.db", "unused.db") == f"sqlite:///{tmp_path}/outputs/x.db"
+    monkeypatch.setenv("TRM_SWEEPS_STORAGE", "sqlite:///rel.db?timeout=30")
+    assert resolve_url(None, "unused.db") == f"sqlite:///{tmp_path}/rel.db?timeout=30"
+    absolute = f"sqlite:///{tmp_path}/abs.db"
+    assert resolve_url(absolute, "unused.db") == absolute
+    assert resolve_url("sqlite:///:memory:", "unused.db") == "sqlite:///:memory:"
+    postgres = "postgresql://postgres@127.0.0.1:5432/db"
+    assert resolve_url(postgres, "unused.db") == postgres
