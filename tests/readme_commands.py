@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 SCRIPTS = {"trm-sweep": "sweeps.run", "trm-train": "trm.train"}
 OUR_PACKAGES = ("sweeps.", "trm.", "dashboards.", "storage.", "bench.")
 HYDRA_APPS = ("sweeps.run", "trm.train")  # @hydra.main apps: dry-run with --cfg job
-SHELL_SETUP = ("mkdir", "cat", "cd")  # shell commands a README block uses to prepare files for the next command
+SHELL_SETUP = ("mkdir", "cat")  # shell commands a README block uses to write files its next commands read
 DRY_RUN_MARK = "dry run: parsed"
 _FENCE = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 _INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
