@@ -36,19 +36,32 @@ def role(fresh_pg_url: str) -> Iterator[tuple[str, str, Any]]:
         conn.close()
 
 
+TABLES = "ON ALL TABLES IN SCHEMA public TO {role}"
+SEQUENCES = "GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}"
+
+
 @pytest.mark.parametrize(
     "grants, expected",
     [
-        (["SELECT"], "error: the database role lacks INSERT on table studies (permission denied)"),
-        (["SELECT, INSERT, UPDATE, DELETE"], "error: the database role lacks USAGE on sequence studies_study_id_seq"),
+        ([f"GRANT SELECT {TABLES}"], "error: the database role lacks INSERT on table studies (permission denied)"),
+        (
+            [f"GRANT SELECT, INSERT, UPDATE, DELETE {TABLES}"],
+            "error: the database role lacks USAGE on sequence studies_study_id_seq",
+        ),
+        # The study opens and its trial trains; telling its value (in the driver's loop, which retries outages) is denied.
+        (
+            [f"GRANT SELECT, INSERT, UPDATE, DELETE {TABLES}", SEQUENCES, "REVOKE INSERT ON trial_values FROM {role}"],
+            "error: the database role lacks INSERT on table trial_values (permission denied)",
+        ),
     ],
+    ids=["select-only", "no-sequences", "no-insert-on-trial-values"],
 )
 def test_a_role_without_a_privilege_is_one_line_naming_it_and_the_table(
     role: tuple[str, str, Any], grants: list[str], expected: str, tmp_path: Path
 ) -> None:
     name, url, owner = role
     for grant in grants:
-        owner.cursor().execute(f"GRANT {grant} ON ALL TABLES IN SCHEMA public TO {name}")
+        owner.cursor().execute(grant.format(role=name))
     args = sweep_overrides(url, tmp_path / "out", "n_trials=1", f"hydra.run.dir={tmp_path}/h")
     proc = subprocess.run([sys.executable, "-m", "sweeps.run", *args], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-3000:]
