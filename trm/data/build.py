@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .format import SPLITS, DatasetError, SplitMeta, load_split, write_split
-from .leaks import check_splits
+from .leaks import check_splits, warn_same_file
 from .sudoku import augment, generate, read_csv
 
 FORMAT_VERSION = 1
@@ -289,13 +289,7 @@ def build_from_csv(
                 "subsample=0 (--subsample 0) keeps no training puzzles, so the train split would be "
                 "empty: give a positive number, or leave --subsample out to keep them all"
             )
-    if os.path.isfile(train_csv) and os.path.isfile(test_csv) and os.path.samefile(train_csv, test_csv):
-        print(
-            f"warning: the train and test CSVs are the same file ({train_csv}): the test split then measures "
-            f"memorisation, not generalisation; give --test-csv a held-out file",
-            file=sys.stderr,
-            flush=True,
-        )
+    warn_same_file(train_csv, test_csv)
     source = {
         "kind": "csv",
         "format_version": FORMAT_VERSION,

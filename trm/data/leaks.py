@@ -92,5 +92,14 @@ def check_splits(
     _warn(f"{found}; built anyway (--allow-overlap): the test split partly measures memorisation")
 
 
+def warn_same_file(train_csv: str | os.PathLike, test_csv: str | os.PathLike) -> None:
+    """The same file given twice (also through a link) is named before anything is read."""
+    if os.path.isfile(train_csv) and os.path.isfile(test_csv) and os.path.samefile(train_csv, test_csv):
+        _warn(
+            f"the train and test CSVs are the same file ({train_csv}): the test split then measures "
+            "memorisation, not generalisation; give --test-csv a held-out file"
+        )
+
+
 def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
