@@ -25,6 +25,7 @@ report_tables (best trial, trials), report_compare (several studies), report_pag
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import optuna
 from plotly.offline import get_plotlyjs
@@ -39,6 +40,7 @@ from storage.cli import (
     run_cli,
     storage_from_args,
 )
+from storage.study_name import SEPARATOR, file_stem
 
 __all__ = [
     "FIGURES",
@@ -52,11 +54,19 @@ __all__ = [
     "write_report",
 ]
 KNOWN: dict[str, str | None] = {"study": None, "out": None, "chips": None, **STORAGE_KEYS}
+REPORTS = Path("outputs/reports")  # where a report goes unless out= names a file
 
 
-def study_names(value: str) -> list[str]:
-    """`a,b` -> ["a", "b"]: the studies to report, in order, each once."""
-    names = list(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+def study_names(value: str, known: list[str] | None = None) -> list[str]:
+    """`a,b` -> ["a", "b"]: the studies to report, in order, each once. A study whose whole name is `value` (one
+    with a comma or spaces, created outside sweeps.run, which refuses them) is that one study; `known` holds the
+    storage's study names."""
+    if known is not None and value in known:
+        parts = [n.strip() for n in value.split(SEPARATOR)]
+        if len(parts) > 1 and all(p in known for p in parts):
+            raise ArgumentError(f"study={value!r} names a study and also the studies {parts}: rename one of them")
+        return [value]
+    names = list(dict.fromkeys(n.strip() for n in value.split(SEPARATOR) if n.strip()))
     if not names:
         raise ArgumentError("study=NAME is required (python -m sweeps.status lists the studies)")
     return names
@@ -80,9 +90,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(argv: list[str]) -> int:
     args = parse_args(argv, KNOWN, (__doc__ or "").strip())
-    names = study_names(args.get("study") or "")
+    study_names(args.get("study") or "")  # a missing study= is an error before the storage is opened
     chips = parse_chips(args.get("chips"))
     url, storage = storage_from_args(args)
+    names = study_names(args["study"], [s.study_name for s in storage.get_all_studies()])
     studies = []
     for name in names:
         try:
@@ -90,9 +101,8 @@ def report(argv: list[str]) -> int:
         except KeyError:
             known = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
             raise ArgumentError(f"study={name!r} not found in {redact(url)}; studies there: {known}") from None
-    out = write_report(
-        studies, args.get("out") or f"outputs/reports/{'_vs_'.join(names)}.html", redact(url), chips=chips
-    )
+    # The default file is named from the studies through file_stem: it stays in REPORTS whatever the names hold.
+    out = write_report(studies, args.get("out") or REPORTS / f"{file_stem(names)}.html", redact(url), chips=chips)
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
     return 0
 

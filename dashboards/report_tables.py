@@ -94,7 +94,15 @@ def best_block(view: StudyView) -> str:
         parts.append(f'<table class="params"><tr><th>parameter (override)</th><th>value</th></tr>{rows}</table>')
         facts = [
             ("re-train", f'<code class="cmd">{html.escape(shlex.join(info["retrain"]))}</code>'),
-            ("best checkpoint", link(info["best_checkpoint"]) or "not recorded"),
+            (
+                "best checkpoint",
+                (link(info["best_checkpoint"]) or "not recorded")
+                + (
+                    f" <b>warning:</b> {html.escape(info['best_checkpoint_note'])}"
+                    if info["best_checkpoint_note"]
+                    else ""
+                ),
+            ),
             ("W&B run", wandb_cell(info, trial)),
             ("code version", html.escape(info["code_version"] or "not recorded")),
             ("workdir", link(info["workdir"]) or "not recorded"),

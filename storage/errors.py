@@ -34,6 +34,55 @@ _GONE_PHRASES = ("does not exist", "no such table")
 _GONE_SUBJECTS = ('database "', 'relation "', "no such table")
 
 
+class StoragePermissionError(StorageError, PermissionError):
+    """The database role lacks a privilege the study needs: granting it is the fix; waiting or retrying is not."""
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    """`error` and what caused it: `__cause__` / `__context__` and SQLAlchemy's `.orig`, each once."""
+    seen: set[int] = set()
+    found: list[BaseException] = []
+    todo: list[BaseException | None] = [error]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        found.append(err)
+        todo.extend((err.__context__, err.__cause__, getattr(err, "orig", None)))  # the driver's own error first
+    return found
+
+
+# PostgreSQL's insufficient_privilege, and its message: "permission denied for table studies".
+_DENIED_SQLSTATE = "42501"
+_DENIED = re.compile(r'permission denied for (table|relation|sequence|schema|database|function) "?([\w.$]+)"?')
+GRANTS = (
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO <role>; "
+    "GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO <role>"
+)
+
+
+def permission_denied(error: BaseException) -> str | None:
+    """The privilege and the object a storage call was denied, in one line with the grant that fixes it; None when
+    `error` is not a permission error. (Optuna wraps it in a `StorageInternalError` whose words, "invalid data in
+    the commit", hide it.) The privilege is the denied statement's verb (INSERT, UPDATE, ...), USAGE for a
+    sequence."""
+    causes = _causes(error)
+    for err in causes:
+        text = " ".join(str(err).split())
+        match = _DENIED.search(text)
+        if match is None and getattr(err, "pgcode", None) != _DENIED_SQLSTATE:
+            continue
+        if match is None:
+            return f"permission denied ({_first_clause(text)}); the study needs: {GRANTS}"
+        kind, name = match.groups()
+        statement = next((str(s) for s in (getattr(e, "statement", None) for e in causes) if s), "")
+        verb = statement.split(None, 1)[0].upper() if statement.strip() else "a privilege"
+        privilege = "USAGE" if kind == "sequence" else verb
+        return f"the database role lacks {privilege} on {kind} {name} (permission denied); the study needs: {GRANTS}"
+    return None
+
+
 def database_gone(error: BaseException) -> str | None:
     """Why ``error`` means the study database is gone for good (dropped, or its tables deleted), in one line;
     None when it is anything else: a server that is restarting or unreachable, a dropped connection, a conflict.
@@ -43,13 +92,7 @@ def database_gone(error: BaseException) -> str | None:
     cause is looked for along ``__cause__`` / ``__context__`` and SQLAlchemy's ``.orig``. A driver that retries
     storage outages should stop on this one and say so (e.g. raise :class:`StorageGoneError`).
     """
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [error]
-    while todo:
-        err = todo.pop()
-        if err is None or id(err) in seen:
-            continue
-        seen.add(id(err))
+    for err in _causes(error):
         code = getattr(err, "pgcode", None)
         text = " ".join(str(err).split())
         if code in _GONE_SQLSTATES:
@@ -57,7 +100,6 @@ def database_gone(error: BaseException) -> str | None:
         lowered = text.lower()
         if any(p in lowered for p in _GONE_PHRASES) and any(s in lowered for s in _GONE_SUBJECTS):
             return _first_clause(text)
-        todo.extend((err.__context__, err.__cause__, getattr(err, "orig", None)))  # the driver's own error first
     return None
 
 

@@ -21,6 +21,15 @@ def _key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
+def _lock_file(database: str, name: str) -> Path:
+    """`<database>.<name>.lock`, the name made file-safe; a long name (a study created outside sweeps.run) is
+    shortened and told apart by its hash, so the file name stays within the file system's 255 bytes."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    if len(safe) > 64:
+        safe = f"{safe[:40]}-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+    return Path(f"{database}.{safe}.lock")
+
+
 @contextlib.contextmanager
 def exclusive(storage: RDBStorage, name: str) -> Iterator[None]:
     engine = storage.engine
@@ -39,7 +48,7 @@ def exclusive(storage: RDBStorage, name: str) -> Iterator[None]:
         return
     import fcntl
 
-    path = Path(f"{database}.{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.lock")
+    path = _lock_file(database, name)
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

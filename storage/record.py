@@ -50,6 +50,7 @@ ATTEMPT_ATTRS = (
     "driver_timing",
     "seed_values",
     "seed_std",
+    "best_checkpoint_note",
 )
 
 
@@ -64,6 +65,7 @@ TRAIN_OVERRIDES_ATTR = "train_overrides"
 CHECKPOINT_URL_ATTR = "checkpoint_url"
 SLOT_ATTR = "slot"  # where the driver ran the trial's job (sweeps/slots.py: "pod", "vm-3", "vm-3/chips-0-1")
 CODE_VERSION_ATTR = "code_version"
+BEST_CHECKPOINT_NOTE_ATTR = "best_checkpoint_note"  # the job's word that best.pt is not its best (trm/best_file.py)
 
 # A trial's wide, nested facts (timing stamps, every final metric, the full override list) live in one
 # attribute, `details`, so that the dashboard's and the CLI's attribute tables show what a user reads (outcome,

@@ -16,7 +16,13 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, study_from_args
-from storage.record import CHECKPOINT_URL_ATTR, CODE_VERSION_ATTR, TRAIN_OVERRIDES_ATTR, trial_detail
+from storage.record import (
+    BEST_CHECKPOINT_NOTE_ATTR,
+    CHECKPOINT_URL_ATTR,
+    CODE_VERSION_ATTR,
+    TRAIN_OVERRIDES_ATTR,
+    trial_detail,
+)
 from sweeps.space import params_to_values, to_overrides
 
 USAGE = __doc__.split("\n\n")[0].strip() + "\n\n" + __doc__.split("\n\n", 1)[1].strip()
@@ -57,6 +63,7 @@ def describe(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
         "overrides": overrides,
         "retrain": ["python", "-m", "trm.train", *train_overrides],
         "best_checkpoint": f"{checkpoint_url.rstrip('/')}/best.pt" if checkpoint_url else None,
+        "best_checkpoint_note": attrs.get(BEST_CHECKPOINT_NOTE_ATTR),  # set when best.pt is not the best
         "wandb": {"group": study.study_name, "name": f"{study.study_name}-{trial.number}"},
         "workdir": attrs.get("workdir"),
         "code_version": attrs.get(CODE_VERSION_ATTR),
@@ -75,7 +82,8 @@ def render_text(info: dict[str, Any]) -> str:
         + (f" at step {info['best_step']}" if info["best_step"] is not None else ""),
         f"overrides:  {shlex.join(info['overrides'])}",
         f"retrain:    {shlex.join(info['retrain'])}",
-        f"checkpoint: {info['best_checkpoint'] or 'not recorded'}",
+        f"checkpoint: {info['best_checkpoint'] or 'not recorded'}"
+        + (f"\n  warning:  {info['best_checkpoint_note']}" if info["best_checkpoint_note"] else ""),
         f"wandb:      group={info['wandb']['group']} name={info['wandb']['name']}",
         f"workdir:    {info['workdir'] or 'not recorded'}",
         f"code:       {info['code_version'] or 'not recorded'}",

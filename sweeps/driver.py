@@ -33,6 +33,7 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from storage import HeartbeatThread, StorageGoneError, database_gone, redact, resolve_url, trial_id_of
+from storage.errors import StoragePermissionError, permission_denied
 from storage.record import (
     CHECKPOINT_URL_ATTR,
     DETAILS_ATTR,
@@ -344,12 +345,14 @@ class Driver:
                         self.after_outage()
                     outage = 0.0
                 except STORAGE_ERRORS as err:
-                    why = database_gone(err)
-                    if why:  # dropped, or its tables deleted: waiting will not bring it back, and nothing can be told
+                    why, denied = database_gone(err), permission_denied(err)
+                    if why or denied:  # dropped, its tables deleted, or not ours to write: waiting will not help
                         for running in self.running.values():
                             running.job.cancel()
                             running.heartbeat.stop()
                         self.running.clear()
+                        if denied:
+                            raise StoragePermissionError(f"{denied}; its running jobs were stopped") from None
                         raise StorageGoneError(
                             f"the study database {redact(self.storage_url)} is gone: {why}; its running jobs were stopped"
                         ) from None

@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 
 from contracts.hydra_app import CONFIG_PATH, run_app
 from storage import StorageError, redact
+from storage.errors import permission_denied
 from storage.record import DUPLICATE_OF_ATTR
 from sweeps import estimate
 from sweeps.driver import Driver
@@ -102,6 +103,12 @@ def main(cfg: DictConfig) -> None:
         study = driver.run()
     except CONFIG_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as err:  # a role without a privilege the study needs: Optuna's error names neither
+        denied = permission_denied(err)
+        if denied is None:
+            raise
+        print(f"error: {denied}", file=sys.stderr)
         sys.exit(2)
     failure = all_failed(study)
     if failure:

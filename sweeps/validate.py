@@ -38,6 +38,7 @@ from contracts.choices import check_device_choice, check_precision_choice, compi
 from contracts.hydra_app import compose_train_config
 from contracts.metric_names import EVAL_METRICS, MAXIMIZED, MINIMIZED, TRIAL_NUMBERS
 from contracts.overrides import parse_override
+from storage import study_name
 from sweeps.estimate import Utilization, UtilizationError
 from sweeps.launchers.base import Launcher
 from sweeps.optuna_parts import TARGETS, build, pruner_spec, resolved_dict
@@ -162,15 +163,12 @@ def _check_study(study: DictConfig, scale: str) -> None:
 
 
 def _check_study_name(name: Any) -> None:
-    """The name is a directory under output_root (<root>/<name>/<uid>/trial-<n>): one plain path component. Any
-    other character is fine: the launchers quote it on the trial's command line (quote_literals)."""
-    if not isinstance(name, str):
-        raise SweepConfigError(f"study.name={name!r}: expected a string; quote it to keep it one: study.name='{name}'")
-    if not name.strip() or name in (".", "..") or "/" in name or "\0" in name:
-        raise SweepConfigError(
-            f"study.name={name!r}: it names the study's directory under output_root, so it must be one non-empty "
-            "directory name: no '/', not '.' or '..'"
-        )
+    """Everything the name becomes (storage/study_name.py); any other character is fine: the launchers quote it
+    on the trial's command line (quote_literals)."""
+    why = study_name.problem(name)
+    if why is not None:
+        shown = repr(name) if isinstance(name, str) else name
+        raise SweepConfigError(f"study.name={shown}: {why}")
 
 
 def _check_prune_metric(study: DictConfig) -> None:

@@ -431,7 +431,8 @@ def test_a_csv_with_a_utf8_byte_order_mark_is_read(tmp_path, small_set):
     bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
     p, s = read_csv(bom)
     assert np.array_equal(p, puzzles) and np.array_equal(s, solutions)
-    summary = build_from_csv(tmp_path / "ds", bom, bom.with_name("plain.csv"))
+    test = _write_csv(tmp_path / "test.csv", _csv_rows(small_set[0][4:6], small_set[1][4:6]))
+    summary = build_from_csv(tmp_path / "ds", bom, test)
     assert summary["train"]["examples"] == 4
 
 
@@ -489,28 +490,20 @@ def test_a_subsample_larger_than_the_file_is_refused_naming_both_numbers(tmp_pat
 
 @pytest.mark.slow
 def test_the_same_csv_for_train_and_test_is_a_warning_on_stderr(tmp_path, small_set):
+    """The same file twice is named; as every test puzzle is then a train puzzle, the build is refused unless
+    --allow-overlap (issue 30: overlap is refused, tests/test_data_leaks.py)."""
     rows = _csv_rows(small_set[0][:6], small_set[1][:6])
     both = _write_csv(tmp_path / "both.csv", rows)
-    other = _write_csv(tmp_path / "other.csv", rows[:3])
     (tmp_path / "link.csv").symlink_to(both)  # the same file under another name is still the same file
-    proc = _run_cli(
-        "--source",
-        "csv",
-        "--train-csv",
-        str(both),
-        "--test-csv",
-        str(tmp_path / "link.csv"),
-        "--out",
-        str(tmp_path / "ds"),
-    )
+    args = ["--source", "csv", "--train-csv", str(both), "--test-csv", str(tmp_path / "link.csv")]
+    proc = _run_cli(*args, "--out", str(tmp_path / "ds"))
+    assert proc.returncode == 2 and "6 of 6 test puzzles" in proc.stderr, proc.stderr
+    proc = _run_cli(*args, "--out", str(tmp_path / "ds"), "--allow-overlap")
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
-    assert len(warnings) == 1 and "same file" in warnings[0] and str(both) in warnings[0], proc.stderr
+    assert len(warnings) == 2 and "same file" in warnings[0] and str(both) in warnings[0], proc.stderr
+    assert "built anyway (--allow-overlap)" in warnings[1]
     assert json.loads(proc.stdout)["test"]["examples"] == 6  # still built: evaluating on train can be on purpose
-    proc = _run_cli(
-        "--source", "csv", "--train-csv", str(both), "--test-csv", str(other), "--out", str(tmp_path / "ds2")
-    )
-    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
 
 
 def _wait_for(predicate, what: str, proc: subprocess.Popen | None = None, timeout: float = 120.0):

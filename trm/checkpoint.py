@@ -73,9 +73,18 @@ def _join(url: str, name: str) -> str:
     return url.rstrip("/") + "/" + name
 
 
+def _verify(fs: Any, path: str, written: memoryview) -> None:
+    """Read `path` back and compare it with what was written, before it replaces anything: a disk or store that
+    drops bytes without an error (a full quota, a lossy copy) is caught while the previous checkpoint is intact."""
+    with fs.open(path, "rb") as f:
+        back = f.read()
+    if len(back) != written.nbytes or back != written.tobytes():  # bytes == bytes is a memcmp (a memoryview is not)
+        raise OSError(f"read back {len(back)} bytes that differ from the {len(written)} written")
+
+
 def save(url: str, name: str, state: dict[str, Any]) -> str:
-    """Write `state` to `<url>/<name>` atomically; return the full path. Saving `latest.pt` first moves the
-    one it replaces to `previous.pt` (only once the new one is completely written)."""
+    """Write `state` to `<url>/<name>` atomically and verified (read back); return the full path. Saving
+    `latest.pt` first moves the one it replaces to `previous.pt` (only once the new one is written and verified)."""
     fs, root = fsspec.core.url_to_fs(url)
     target = _join(root, name)
     tmp = f"{target}.tmp-{os.getpid()}"
@@ -85,6 +94,7 @@ def save(url: str, name: str, state: dict[str, Any]) -> str:
         fs.makedirs(root, exist_ok=True)
         with fs.open(tmp, "wb") as f:
             f.write(buffer.getbuffer())
+        _verify(fs, tmp, buffer.getbuffer())
         if name == LATEST and fs.exists(target):
             fs.mv(target, _join(root, PREVIOUS))  # replaces the older previous.pt (a rename on local disks)
         fs.mv(tmp, target)
@@ -96,6 +106,17 @@ def save(url: str, name: str, state: dict[str, Any]) -> str:
             pass
         raise CheckpointError(f"could not write checkpoint {_join(url, name)}: {err}") from err
     return _join(url, name)
+
+
+def move_aside(url: str, name: str) -> str:
+    """Move an unreadable `<url>/<name>` to `<name>.unreadable` (kept for a look, never rotated or resumed);
+    return a clause for the message that names it: where it went, or why it could not be moved."""
+    fs, root = fsspec.core.url_to_fs(url)
+    try:
+        fs.mv(_join(root, name), _join(root, name + UNREADABLE_SUFFIX))
+        return f"; it was moved to {_join(url, name + UNREADABLE_SUFFIX)}"
+    except OSError as err:
+        return f"; it could not be moved aside ({err})"
 
 
 def _read(fs: Any, path: str) -> bytes | None:
@@ -177,13 +198,7 @@ def load_latest(url: str) -> dict[str, Any] | None:
             f"checkpoint {_join(url, LATEST)} cannot be read ({problem}) and there is no {_join(url, PREVIOUS)} "
             f"to fall back to: {fix.format('it')}"
         )
-    aside = ""
-    if corrupt:
-        try:
-            fs.mv(latest, latest + UNREADABLE_SUFFIX)
-            aside = f"; it was moved to {_join(url, LATEST + UNREADABLE_SUFFIX)}"
-        except OSError as err:
-            aside = f"; it could not be moved aside ({err})"
+    aside = move_aside(url, LATEST) if corrupt else ""
     why = f"cannot be read ({problem}){aside}" if problem is not None else "is missing (a save was interrupted)"
     log.warning(
         "checkpoint %s %s. Resuming from %s (step %s) instead: the steps since then are trained again",

@@ -154,7 +154,7 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
         train_sums=torch.zeros(len(METRIC_KEYS), device=runtime.device),
     )
     if cfg.checkpoint.resume:
-        train_state.resume(runtime, state, cfg.checkpoint.url)
+        train_state.resume(runtime, state, cfg.checkpoint.url, check_best=cfg.checkpoint.keep_best)
 
     # ------------------------------------------------------------------------------- outputs
     params = count_params(model)
@@ -233,13 +233,17 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
                         eval_model, eval_set(train.eval_examples), runtime, cycles, precision=precision, loss=loss
                     )
                     log.log({"step": done, **state.last_eval})
-                    improved = state.best.update(state.last_eval[train.objective], done, state.last_eval)
+                    value = state.last_eval[train.objective]
+                    improved = state.best.update(value, done, state.last_eval)
+                    to_best = cfg.checkpoint.keep_best and state.best_file.takes(
+                        value, done, improved, state.best.maximize
+                    )
                     verdict = (
                         reporter.report(done, state.last_eval) if (is_main and reporter is not None) else "continue"
                     )
                     verdict = runtime.broadcast_object(verdict)  # every rank stops at the same step
                     if verdict != "abandon":
-                        train_state.save(runtime, state, cfg.checkpoint.url, best=improved and cfg.checkpoint.keep_best)
+                        train_state.save(runtime, state, cfg.checkpoint.url, best=to_best)
                 if verdict == "abandon":
                     outcome.status = ABANDONED
                     break
@@ -312,6 +316,7 @@ def summarize(
         "device": device,  # what runtime.device resolved to on rank 0 (cpu, cuda:0; xla for the XLA backend)
         "best_value": state.best.found_value,
         "best_step": state.best.step,
+        "best_checkpoint": state.best_file.to_dict() | {"note": state.best_file.note},  # what best.pt holds
         "final": state.last_eval,
         "seconds": clock.seconds(),
         "timing": clock.stamps,  # the live dict: `end` is stamped after the files are written

@@ -9,6 +9,7 @@ A checkpoint is one dict (trm/checkpoint.py writes and reads it atomically):
     train_sums  metric sums since the last log point (CPU)
     best        the best eval so far: {"value", "step", "metrics"}
     last_eval   the latest eval's metrics      identity    what wrote it (checkpoint.IDENTITY)
+    best_file   what best.pt holds (trm/best_file.py)
 
 Rank 0 alone reads and writes the files (only it may see the path); every rank restores its own carry and RNG.
 """
@@ -25,7 +26,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.swa_utils import AveragedModel
 
-from trm import checkpoint
+from trm import best_file, checkpoint
 from trm.data.loader import TrainLoader
 from trm.model import ACTModel, Carry
 from trm.run_end import NonFiniteLossError
@@ -84,6 +85,7 @@ class TrainState:
     step: int = 0
     carry: Carry | None = None  # None until the first step builds it from the first batch
     last_eval: dict[str, float] = field(default_factory=dict)
+    best_file: best_file.BestFile = field(default_factory=best_file.BestFile)  # what best.pt holds
 
     def rank_state(self) -> dict[str, Any]:
         """This rank's part: its carry and RNG, so a resumed job continues exactly where each rank was."""
@@ -104,6 +106,7 @@ class TrainState:
             "best": self.best.to_dict(),
             "last_eval": self.last_eval,
             checkpoint.IDENTITY: self.identity,
+            best_file.KEY: self.best_file.to_dict(),
         }
 
     def restore(self, saved: Mapping[str, Any], rank: int, device: torch.device) -> None:
@@ -120,18 +123,20 @@ class TrainState:
         torch.set_rng_state(mine["rng"])
         self.step = saved["step"]
         self.best.load(saved["best"])
+        self.best_file = best_file.BestFile.of(saved)
         self.train_sums = saved["train_sums"].to(device)
         # A run resumed at its last step (its job finished, then its outcome was lost) trains nothing more:
         # its final eval is the one in the checkpoint, so the value a sweep reads is still that training's.
         self.last_eval = saved.get("last_eval") or {}
 
 
-def resume(runtime: Runtime, state: TrainState, url: str) -> None:
+def resume(runtime: Runtime, state: TrainState, url: str, check_best: bool = True) -> None:
     """Restore `state` from the checkpoint at `url` if there is one (collective).
 
     Rank 0 reads it: latest.pt, or previous.pt (with a warning naming both) when latest.pt cannot be read, and
     hands it to every rank. If neither can be read, every rank raises rank 0's error, naming the files; a
-    checkpoint another run wrote is refused (checkpoint.check_identity)."""
+    checkpoint another run wrote is refused (checkpoint.check_identity). With `check_best`, rank 0 checks best.pt
+    and repairs or names it (best_file.check_on_resume); every rank gets what it then holds."""
     saved, failure = None, None
     if runtime.is_main:
         try:
@@ -144,6 +149,17 @@ def resume(runtime: Runtime, state: TrainState, url: str) -> None:
     if saved is not None:
         checkpoint.check_identity(saved, state.identity, f"{url.rstrip('/')}/{checkpoint.LATEST}")
         state.restore(saved, runtime.rank, runtime.device)
+        if check_best:
+            checked, failure = None, None
+            if runtime.is_main:
+                try:
+                    checked = best_file.check_on_resume(url, saved)
+                except checkpoint.CheckpointError as err:
+                    failure = err
+            checked, failure = runtime.broadcast_object((checked, failure))
+            if failure is not None:
+                raise failure
+            state.best_file = checked
 
 
 def save(runtime: Runtime, state: TrainState, url: str, best: bool) -> None:

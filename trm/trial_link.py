@@ -25,6 +25,7 @@ from optuna.trial import TrialState
 
 from storage import EngineSettings, StorageError, engine_settings, open_storage
 from storage.record import (
+    BEST_CHECKPOINT_NOTE_ATTR,
     CODE_VERSION_ATTR,
     DETAILS_ATTR,
     OBJECTIVE_ATTR,
@@ -186,6 +187,9 @@ class TrialLink:
             "device": summary.get("device"),  # where rank 0 trained (cpu, cuda:0, xla:0)
             CODE_VERSION_ATTR: code_fingerprint(),  # which trm code trained it (sweeps/best.py shows it)
         }
+        note = (summary.get("best_checkpoint") or {}).get("note")
+        if note:  # best.pt is not the run's best (its best was lost): sweeps.best and the report show this
+            attrs[BEST_CHECKPOINT_NOTE_ATTR] = note
         if summary.get("error"):
             attrs["error"] = str(summary["error"])[-2000:]
             attrs["retryable"] = bool(summary.get("retryable"))

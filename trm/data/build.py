@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .format import SPLITS, DatasetError, SplitMeta, load_split, write_split
+from .leaks import check_splits, warn_same_file
 from .sudoku import augment, generate, read_csv
 
 FORMAT_VERSION = 1
@@ -274,9 +275,11 @@ def build_from_csv(
     num_aug: int = 0,
     seed: int = 0,
     min_rating: int = 0,
+    allow_overlap: bool = False,
 ) -> dict[str, Any]:
     """Build from Sudoku-Extreme CSVs: ``min_rating`` filters both splits, ``subsample`` and
-    ``num_aug`` apply to train only (test stays complete and unaugmented, as in the TRM setup)."""
+    ``num_aug`` apply to train only (test stays complete and unaugmented, as in the TRM setup).
+    Test puzzles that are train puzzles are refused unless ``allow_overlap`` (trm/data/leaks.py)."""
     _check_counts(num_aug=num_aug, seed=seed)
     if subsample is not None:
         _check_counts(subsample=subsample)
@@ -285,13 +288,7 @@ def build_from_csv(
                 "subsample=0 (--subsample 0) keeps no training puzzles, so the train split would be "
                 "empty: give a positive number, or leave --subsample out to keep them all"
             )
-    if os.path.isfile(train_csv) and os.path.isfile(test_csv) and os.path.samefile(train_csv, test_csv):
-        print(
-            f"warning: the train and test CSVs are the same file ({train_csv}): the test split then measures "
-            f"memorisation, not generalisation; give --test-csv a held-out file",
-            file=sys.stderr,
-            flush=True,
-        )
+    warn_same_file(train_csv, test_csv)
     source = {
         "kind": "csv",
         "format_version": FORMAT_VERSION,
@@ -306,8 +303,9 @@ def build_from_csv(
     def write(tmp: Path) -> dict[str, SplitMeta]:
         sub_ss, aug_ss = np.random.SeedSequence(seed).spawn(2)
         sub_seed = int(sub_ss.generate_state(1)[0])
-        tr_p, tr_s = read_csv(train_csv, min_rating=min_rating, subsample=subsample, seed=sub_seed)
-        te_p, te_s = read_csv(test_csv, min_rating=min_rating)
+        lines: tuple[list[int], list[int]] = ([], [])
+        tr_p, tr_s = read_csv(train_csv, min_rating, subsample, sub_seed, lines_out=lines[0])
+        te_p, te_s = read_csv(test_csv, min_rating=min_rating, lines_out=lines[1])
         rated = f" with rating >= {min_rating} (--min-rating)" if min_rating else ""
         for split, path, n in (("train", train_csv, tr_p.shape[0]), ("test", test_csv, te_p.shape[0])):
             if n == 0:
@@ -320,6 +318,7 @@ def build_from_csv(
                 f"--subsample {subsample} asks for more training puzzles than {train_csv} has "
                 f"({tr_p.shape[0]}{rated}): give at most {tr_p.shape[0]}, or leave --subsample out"
             )
+        check_splits(tr_p, te_p, (str(train_csv), str(test_csv)), lines, allow_overlap)
         tr_p, tr_s, _ = augment(tr_p, tr_s, num_aug, np.random.default_rng(aug_ss))
         return {
             "train": write_split(tmp, "train", _arrays(tr_p, tr_s, num_aug + 1), source),
@@ -386,6 +385,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     g.add_argument("--test-csv")
     g.add_argument("--subsample", type=int, default=None, help="keep N train puzzles (seeded)")
     g.add_argument("--min-rating", type=int, default=0)
+    g.add_argument("--allow-overlap", action="store_true", help="build even if test puzzles are train puzzles")
     g = p.add_argument_group("--source generate")
     g.add_argument("--num-train", type=int)
     g.add_argument("--num-test", type=int)
@@ -405,6 +405,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 num_aug=args.num_aug,
                 seed=args.seed,
                 min_rating=args.min_rating,
+                allow_overlap=args.allow_overlap,
             )
         else:
             summary = build_generated(

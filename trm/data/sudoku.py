@@ -18,6 +18,7 @@ import numpy as np
 from .format import DatasetError
 
 MAX_BLANKS = 64  # 17 givens is the proven minimum for a unique solution
+MIN_GIVENS = 81 - MAX_BLANKS
 _ALL = 0x3FE  # bits 1..9
 _POP = [bin(m).count("1") for m in range(1024)]
 _ROW = [i // 9 for i in range(81)]
@@ -278,6 +279,10 @@ def validate_pairs(
         problems: list[tuple[np.ndarray | np.bool_, str]] = [  # .any(1): numpy's stubs allow a scalar too
             (((p < 0) | (p > 9)).any(1), "puzzle has a value outside 0..9"),
             (((a < 1) | (a > 9)).any(1), "solution has a value outside 1..9"),
+            (
+                (p != 0).sum(1) < MIN_GIVENS,
+                f"puzzle has fewer than {MIN_GIVENS} givens: no unique solution is possible",
+            ),
         ]
         # Range problems are listed first, so values wrapped by the uint8 cast below are never blamed.
         p, a = p.astype(np.uint8, copy=False), a.astype(np.uint8, copy=False)
@@ -332,12 +337,17 @@ def _parse_grids(cells: list[str], lut: np.ndarray, what: str, path: str, lines:
 
 
 def read_csv(
-    path: str | os.PathLike, min_rating: int = 0, subsample: int | None = None, seed: int = 0
+    path: str | os.PathLike,
+    min_rating: int = 0,
+    subsample: int | None = None,
+    seed: int = 0,
+    lines_out: list[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Read a Sudoku-Extreme CSV (``source,question,answer,rating``; '.' or '0' = blank).
 
     Validates every row, keeps rating >= min_rating, then (if ``subsample`` is smaller than what
-    is left) keeps a seeded random subset in file order. Returns (puzzles, solutions) uint8 [n,81].
+    is left) keeps a seeded random subset in file order. Returns (puzzles, solutions) uint8 [n,81];
+    ``lines_out``, if given, is extended with the CSV line of each returned row.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -382,4 +392,6 @@ def read_csv(
         if subsample < keep.size:
             pick = np.random.default_rng(seed).choice(keep.size, size=subsample, replace=False)
             keep = keep[np.sort(pick)]
+    if lines_out is not None:
+        lines_out.extend(int(lines[k]) for k in keep)
     return puzzles[keep].copy(), solutions[keep].copy()
