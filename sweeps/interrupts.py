@@ -41,8 +41,8 @@ class InterruptOnce:
             raise KeyboardInterrupt(signal.Signals(signum).name)
         if self.received == 2:
             print(
-                f"{signal.Signals(signum).name} again: the driver is already stopping its jobs and recording their "
-                "trials; it exits when that is done (later signals are ignored)",
+                f"{signal.Signals(signum).name} ignored: the driver is already stopping its jobs and recording their "
+                "trials, and exits when that is done",
                 file=sys.stderr,
                 flush=True,
             )

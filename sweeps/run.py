@@ -101,7 +101,10 @@ def main(cfg: DictConfig) -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt as why:  # the driver stopped its jobs and recorded their trials: one line, no traceback
-        print(f"interrupted ({why}): every job stopped; run the same command to continue the study", file=sys.stderr)
+        print(
+            f"interrupted ({why or 'SIGINT'}): every job stopped; run the same command to continue the study",
+            file=sys.stderr,
+        )
         sys.exit(130)
     failure = all_failed(study)
     if failure:

@@ -23,6 +23,7 @@ from sweeps.budget import budget_used
 from sweeps.definition import StudyDefinitionError
 from sweeps.draw import draw_within_budget
 from sweeps.driver import Driver
+from sweeps.interrupts import interrupt_once, signals_held
 from sweeps.retry import RESUMABLE, plan_retry
 from sweeps.space import parse_space
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides, trial_file_exists
@@ -214,6 +215,31 @@ def test_two_quick_ctrl_c_leave_no_job_and_no_trial_running(tmp_path: Path) -> N
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.WAITING, TrialState.WAITING]
     for trial in trials[:2]:
         assert trial.user_attrs["fail_reason"].startswith("driver interrupted; queued again (retry 1 of 2), ")
+
+
+def test_a_held_signal_arrives_after_the_block_and_only_the_first_interrupts(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """signals_held: a Ctrl-C during the block is delivered when it ends, never inside it. InterruptOnce: the
+    first signal raises KeyboardInterrupt, later ones print one line and return."""
+    finished = []
+    with pytest.raises(KeyboardInterrupt):
+        with signals_held():
+            signal.raise_signal(signal.SIGINT)
+            finished.append("the block ran to its end")
+    assert finished == ["the block ran to its end"]
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        handler = interrupt_once()
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGINT)  # ignored: no exception
+        signal.raise_signal(signal.SIGINT)
+        assert handler is not None and handler.received == 3
+        assert capsys.readouterr().err.count("SIGINT ignored: the driver is already stopping") == 1
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 # ------------------------------------------------------------------ 4: lines that say what really happened
