@@ -24,7 +24,7 @@ from sweeps.definition import StudyDefinitionError
 from sweeps.draw import draw_within_budget
 from sweeps.driver import Driver
 from sweeps.interrupts import interrupt_once, signals_held
-from sweeps.retry import RESUMABLE, plan_retry
+from sweeps.retry import RESUMABLE, plan_retry, retry_of
 from sweeps.space import parse_space
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides, trial_file_exists
 from tests.test_study_record import _run_driver
@@ -263,6 +263,15 @@ def test_a_retry_plan_says_what_optunas_callback_does(max_retry: int, used: int,
         assert plan.note == f"queued again (retry {used + 1} of 2), starts over (no checkpoint was written)"
         (tmp_path / "ckpt" / checkpoint.PREVIOUS).write_bytes(b"")
         assert plan_retry(failed, max_retry, str(tmp_path / "ckpt")).note.endswith(", resumes from its checkpoint")
+
+
+def test_a_retrys_start_line_says_whether_it_resumes(tmp_path: Path) -> None:
+    """Issue: every retry's line said "resuming from its checkpoint", also where none was written."""
+    assert retry_of(4, 4, str(tmp_path)) == ""  # a chain's first trial is no retry
+    assert retry_of(5, 4, str(tmp_path)) == " (retry of trial 4, starts over (no checkpoint was written))"
+    (tmp_path / checkpoint.LATEST).write_bytes(b"")
+    assert retry_of(5, 4, str(tmp_path)) == " (retry of trial 4, resumes from its checkpoint)"
+    assert retry_of(5, 4, "nosuchprotocol://x").endswith("resumes from its checkpoint if one was written)")
 
 
 def _chain_attrs(study: optuna.Study) -> dict:
