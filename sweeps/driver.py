@@ -384,9 +384,10 @@ class Driver:
             self.start_within_budget()
         for number, running in list(self.running.items()):
             code = running.job.poll()
-            if code is not None and self.settle(running, code):
-                del self.running[number]
-                self.free_slot(running, code)
+            with signals_held():  # Ctrl-C waits until a trial being told is told and out of self.running
+                if code is not None and self.settle(running, code):
+                    del self.running[number]
+                    self.free_slot(running, code)
         if not self.running and (out_of_time or self.exhausted or self.study_done()):
             return True
         if time.time() - self.last_recover > self.cfg.heartbeat.interval_s:
