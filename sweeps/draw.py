@@ -45,8 +45,8 @@ def draw_within_budget(study: optuna.Study, storage: RDBStorage, space: SearchSp
             if budget_used(study.get_trials(deepcopy=False)) >= n_trials:
                 return Draw(None, {})
             trial = study.ask()
-            with failed_unless_sampled(study, trial):
-                sampled = space.sample(trial)
+            with failed_unless_started(study, storage, trial):
+                sampled = sample(study, trial, space)
                 twin = same_configuration(study, storage, trial)
             if twin is None:
                 return Draw(trial, sampled)
@@ -64,24 +64,32 @@ def draw_within_budget(study: optuna.Study, storage: RDBStorage, space: SearchSp
 
 
 @contextmanager
-def failed_unless_sampled(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
-    """A trial asked and then not sampled is failed at once (it trained nothing, so it uses no budget), never left
-    RUNNING for every later driver to wait on. Optuna refuses a parameter whose distribution the study holds
-    otherwise ("Cannot set different log configuration ...") only once a trial was asked: that is one error
-    line, not a traceback (sweeps/definition.py refuses such a study before, where it has its definition)."""
+def failed_unless_started(study: optuna.Study, storage: RDBStorage, trial: optuna.Trial) -> Iterator[None]:
+    """A trial asked and then not started (an error in the block) is failed at once unless already told: it
+    trained nothing, so it uses no budget (NOT_STARTED_ATTR), and is never left RUNNING for every later driver to
+    wait on."""
     try:
         yield
     except BaseException as err:
-        why = f"{type(err).__name__}: {err}".strip()
-        trial.set_user_attr(NOT_STARTED_ATTR, why)
-        trial.set_user_attr("fail_reason", f"asked, then not started: {why}")
-        study.tell(trial, state=TrialState.FAIL)
-        if isinstance(err, ValueError):
-            raise StudyDefinitionError(
-                f"study {study.study_name!r} cannot take this search space: {err} (trial {trial.number} was failed "
-                "before it started): choose a new study.name"
-            ) from None
+        if not storage.get_trial(trial_id_of(trial)).state.is_finished():
+            why = f"{type(err).__name__}: {err}".strip()
+            trial.set_user_attr(NOT_STARTED_ATTR, why)
+            trial.set_user_attr("fail_reason", f"asked, then not started: {why}")
+            study.tell(trial, state=TrialState.FAIL)
         raise
+
+
+def sample(study: optuna.Study, trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
+    """The trial's values; Optuna refuses a parameter whose distribution the study holds otherwise ("Cannot set
+    different log configuration ...") only once a trial was asked: one error line, not a traceback
+    (sweeps/definition.py refuses such a study earlier, where it has its definition)."""
+    try:
+        return space.sample(trial)
+    except ValueError as err:
+        raise StudyDefinitionError(
+            f"study {study.study_name!r} cannot take this search space: {err} (trial {trial.number} was failed "
+            "before it started): choose a new study.name"
+        ) from None
 
 
 def same_configuration(study: optuna.Study, storage: RDBStorage, trial: optuna.Trial) -> int | None:

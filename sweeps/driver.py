@@ -44,7 +44,7 @@ from storage.record import (
 from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.budget import baseline_params, budget_used
 from sweeps.definition import study_definition
-from sweeps.draw import draw_within_budget
+from sweeps.draw import draw_within_budget, failed_unless_started
 from sweeps.interrupts import signals_held
 from sweeps.job_command import JobCommand, StudyLink, job_name, training_overrides
 from sweeps.launchers.base import LAUNCHER_MEMBERS, JobSpec, Launcher, LauncherConfigError
@@ -414,7 +414,8 @@ class Driver:
                     if draw.trial is None:
                         self.slot_pool.give_back(slot)
                         break
-                    running = self.start_trial(draw.trial, draw.sampled, slot)
+                    with failed_unless_started(self.study, self.storage, draw.trial):
+                        running = self.start_trial(draw.trial, draw.sampled, slot)
                 except BaseException:
                     self.slot_pool.give_back(slot)
                     raise

@@ -168,6 +168,36 @@ def test_a_trial_asked_and_not_sampled_is_failed_not_left_running(tmp_path: Path
     assert budget_used(study.get_trials(deepcopy=False)) == 1  # it trained nothing
 
 
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("where", ["first-heartbeat", "launch"])
+def test_a_trial_drawn_and_then_not_launched_is_failed_once(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error between the draw and the job's start (the first heartbeat cannot be written) fails the asked trial
+    at once, with the error, instead of leaving it RUNNING until it is found orphaned; a failed launch, which tells
+    its own reason, is told once."""
+    from storage import HeartbeatThread
+    from sweeps.launchers.local import LocalLauncher
+
+    def refused(*args: object) -> None:
+        raise RuntimeError(f"refused at the {where}")
+
+    monkeypatch.setattr(
+        HeartbeatThread if where == "first-heartbeat" else LocalLauncher,
+        "start" if where == "first-heartbeat" else "launch",
+        refused,
+    )
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    with pytest.raises(RuntimeError, match=f"refused at the {where}"):
+        _driver(url, tmp_path, "n_trials=1").run()
+    (trial,) = optuna.load_study(study_name="defined", storage=url).trials
+    assert trial.state == TrialState.FAIL
+    if where == "launch":
+        assert trial.user_attrs["fail_reason"] == f"launch failed: RuntimeError: refused at the {where}"
+    else:
+        assert f"refused at the {where}" in trial.user_attrs[NOT_STARTED_ATTR] and budget_used([trial]) == 0
+
+
 # ------------------------------------------------------------------ 3: Ctrl-C, twice
 
 
