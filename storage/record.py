@@ -17,9 +17,14 @@ PRUNE_METRIC_ATTR = "prune_metric"  # what the job reports at each eval (absent:
 # under an old name (a new storage, a deleted study) never resumes the old study's checkpoints.
 STUDY_UID_ATTR = "uid"
 DRIVERS_ATTR = "drivers"  # how many drivers have opened the study: each gets its own sampler seed
+# What the trials of the study trained and how they were judged (space, objectives, trial length, preset, pruner):
+# a driver with another definition is refused (sweeps/definition.py).
+DEFINITION_ATTR = "definition"
 
 # Trial attribute of a draw refused because another trial has exactly its parameters: the other's number.
 DUPLICATE_OF_ATTR = "duplicate_of"
+# Trial attribute of a trial that was asked and failed before its job started (why): it trained nothing.
+NOT_STARTED_ATTR = "not_started"
 
 # Trial attribute the job's rank 0 rewrites at every log point ({"step": n, "at": epoch seconds}): the driver
 # stops a job whose step stops moving (a hung or SIGSTOPped worker) after `stall_timeout_s`, on its own clock.

@@ -7,6 +7,8 @@ Several drivers may share one study, so the budget check and the draw happen und
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +17,9 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from storage import exclusive, trial_id_of
-from storage.record import DUPLICATE_OF_ATTR
+from storage.record import DUPLICATE_OF_ATTR, NOT_STARTED_ATTR
 from sweeps.budget import TRAINS, budget_used, twin_of
+from sweeps.definition import StudyDefinitionError
 from sweeps.space import SearchSpace
 
 log = logging.getLogger("sweeps")
@@ -42,8 +45,9 @@ def draw_within_budget(study: optuna.Study, storage: RDBStorage, space: SearchSp
             if budget_used(study.get_trials(deepcopy=False)) >= n_trials:
                 return Draw(None, {})
             trial = study.ask()
-            sampled = space.sample(trial)
-            twin = same_configuration(study, storage, trial)
+            with failed_unless_started(study, storage, trial):
+                sampled = sample(study, trial, space)
+                twin = same_configuration(study, storage, trial)
             if twin is None:
                 return Draw(trial, sampled)
             trial.set_user_attr(DUPLICATE_OF_ATTR, twin)
@@ -57,6 +61,35 @@ def draw_within_budget(study: optuna.Study, storage: RDBStorage, space: SearchSp
         MAX_DUPLICATE_DRAWS,
     )
     return Draw(None, {}, exhausted=True)
+
+
+@contextmanager
+def failed_unless_started(study: optuna.Study, storage: RDBStorage, trial: optuna.Trial) -> Iterator[None]:
+    """A trial asked and then not started (an error in the block) is failed at once unless already told: it
+    trained nothing, so it uses no budget (NOT_STARTED_ATTR), and is never left RUNNING for every later driver to
+    wait on."""
+    try:
+        yield
+    except BaseException as err:
+        if not storage.get_trial(trial_id_of(trial)).state.is_finished():
+            why = f"{type(err).__name__}: {err}".strip()
+            trial.set_user_attr(NOT_STARTED_ATTR, why)
+            trial.set_user_attr("fail_reason", f"asked, then not started: {why}")
+            study.tell(trial, state=TrialState.FAIL)
+        raise
+
+
+def sample(study: optuna.Study, trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
+    """The trial's values; Optuna refuses a parameter whose distribution the study holds otherwise ("Cannot set
+    different log configuration ...") only once a trial was asked: one error line, not a traceback
+    (sweeps/definition.py refuses such a study earlier, where it has its definition)."""
+    try:
+        return space.sample(trial)
+    except ValueError as err:
+        raise StudyDefinitionError(
+            f"study {study.study_name!r} cannot take this search space: {err} (trial {trial.number} was failed "
+            "before it started): choose a new study.name"
+        ) from None
 
 
 def same_configuration(study: optuna.Study, storage: RDBStorage, trial: optuna.Trial) -> int | None:

@@ -44,14 +44,18 @@ from storage.record import (
 )
 from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.budget import baseline_params, budget_used
-from sweeps.draw import draw_within_budget
+from sweeps.definition import study_definition
+from sweeps.draw import draw_within_budget, failed_unless_started
+from sweeps.interrupts import signals_held
 from sweeps.job_command import JobCommand, StudyLink, job_name, training_overrides
 from sweeps.launchers.base import LAUNCHER_MEMBERS, JobSpec, Launcher, LauncherConfigError
 from sweeps.optuna_parts import build
 from sweeps.outcome import clip_reason, job_verdict, objective_values, seed_attrs, seed_mean
 from sweeps.paths import StudyRoots, TrialPaths
 from sweeps.progress import ProgressView, print_best, route_optuna_logging
-from sweeps.recovery import requeue, settle_orphans, stop_stalled
+from sweeps.queued import log_left_queued
+from sweeps.recovery import abandon, requeue, settle_orphans, stop_stalled
+from sweeps.retry import plan_retry, retry_of, with_note
 from sweeps.running import RunningTrial
 from sweeps.slots import Slot, SlotPool
 from sweeps.space import SearchSpace, parse_space, to_overrides
@@ -136,18 +140,19 @@ class Driver:
 
     def open_study(self) -> optuna.Study:
         """Open and check the study (sweeps.study); its uid places the trial directories."""
-        self.opened = open_study(self.cfg, self.storage_url, self.train_steps)
+        definition = study_definition(self.cfg, self.space, self.train_steps, self.base_overrides)
+        self.opened = open_study(self.cfg, self.storage_url, self.train_steps, definition)
         self.set_study_uid(self.opened.uid)
         return self.opened.study
 
     # ------------------------------------------------------------------------------------------- budget
 
     def study_done(self) -> bool:
-        """Budget spent and nothing running anywhere: a trial RUNNING elsewhere may belong to a dead driver,
-        so we wait for it to finish or go stale (and then run its retry ourselves)."""
+        """Budget spent and nothing running anywhere: a trial RUNNING elsewhere may belong to a dead driver, so we
+        wait for it to finish or go stale (and then run its retry). A queued (WAITING) one would not start: ignored."""
         if budget_used(self.study.get_trials(deepcopy=False)) < self.cfg.n_trials:
             return False
-        return not self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+        return not self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
 
     def enqueue_baseline(self) -> None:
         if not self.study_cfg.get("enqueue_baseline") or self.study.get_trials(deepcopy=False):
@@ -217,7 +222,7 @@ class Driver:
         heartbeat.start()
         running = RunningTrial(trial, None, heartbeat, workdir, sampled=sampled, origin=origin, slot=slot)
         self.launch_seed(running, 0)
-        resumed = f" (retry of trial {origin}, resuming from its checkpoint)" if origin != trial.number else ""
+        resumed = retry_of(trial.number, origin, self.trial_paths(origin, origin).checkpoint_url)
         where = "" if slot.whole else f" on {slot.name}"
         log.info(
             "trial %d started%s%s: %s%s",
@@ -273,19 +278,24 @@ class Driver:
             if running.seed_index + 1 < int(self.study_cfg.seeds):
                 self.launch_seed(running, running.seed_index + 1)
                 return None
-        state = self.tell_outcome(running, verdict.state, verdict.reason)
-        if verdict.requeue:
-            self.requeue(trial)
-        return state
+        return self.tell_outcome(running, verdict.state, verdict.reason, retry=verdict.requeue)
 
-    def tell_outcome(self, running: RunningTrial, state: TrialState, reason: str = "") -> TrialState:
-        """Tell Optuna; the heartbeat stops only once that is stored (a database outage leaves the trial ours)."""
+    def tell_outcome(
+        self, running: RunningTrial, state: TrialState, reason: str = "", retry: bool = False
+    ) -> TrialState:
+        """Tell Optuna; the heartbeat stops only once that is stored (a database outage leaves the trial ours).
+        `retry`: a FAIL worth a retry, queued while retries are left; the reason says which (sweeps/retry.py)."""
         trial = running.trial
-        stored = self.storage.get_trial(trial_id_of(trial)).user_attrs
+        frozen, max_retry = self.storage.get_trial(trial_id_of(trial)), int(self.cfg.heartbeat.max_retry)
+        checkpoints = self.trial_paths(trial.number, running.origin).checkpoint_url
+        plan = plan_retry(frozen, max_retry, checkpoints) if retry else None
+        stored = frozen.user_attrs
         timing = {"launched_at": running.launched_at, "exited_at": running.exited_at}
         trial.set_user_attr(DETAILS_ATTR, merged_details(stored, driver_timing=timing))
         if state == TrialState.FAIL:
-            self.tell_fail(trial, reason)
+            self.tell_fail(trial, with_note(reason, plan.note) if plan else reason)
+            if plan and plan.queued:
+                requeue(self.study, self.storage, trial_id_of(trial), max_retry)
         elif state == TrialState.PRUNED:
             last_step = max(self.storage.get_trial(trial_id_of(trial)).intermediate_values, default=None)
             self.study.tell(trial, state=TrialState.PRUNED)
@@ -362,9 +372,7 @@ class Driver:
                     log.warning("storage unavailable (%s); retrying in %g s", type(err).__name__, outage)
                     time.sleep(outage)
         except KeyboardInterrupt:
-            log.warning(
-                "interrupted: stopping %d running trial(s); they will be retried on the next start", len(self.running)
-            )
+            log.warning("interrupted: stopping %d running trial(s), then recording them", len(self.running))
             self.abandon_running()
             raise
         self.log_summary()
@@ -379,9 +387,10 @@ class Driver:
             self.start_within_budget()
         for number, running in list(self.running.items()):
             code = running.job.poll()
-            if code is not None and self.settle(running, code):
-                del self.running[number]
-                self.free_slot(running, code)
+            with signals_held():  # Ctrl-C waits until a trial being told is told and out of self.running
+                if code is not None and self.settle(running, code):
+                    del self.running[number]
+                    self.free_slot(running, code)
         if not self.running and (out_of_time or self.exhausted or self.study_done()):
             return True
         if time.time() - self.last_recover > self.cfg.heartbeat.interval_s:
@@ -400,17 +409,20 @@ class Driver:
     def start_within_budget(self) -> None:
         """Start a trial on every free slot until the budget (or the search space) is spent."""
         while (slot := self.slot_pool.take()) is not None:
-            try:  # a failed draw (the database restarting) or launch hands the slot back, or no trial would start again
-                draw = draw_within_budget(self.study, self.storage, self.space, int(self.cfg.n_trials))
-                self.exhausted = draw.exhausted
-                if draw.trial is None:
+            # Ctrl-C waits until a drawn trial's job is ours to stop (sweeps.interrupts): none is left untracked.
+            with signals_held():
+                try:  # a failed draw (the database restarting) or launch hands the slot back, or no trial starts again
+                    draw = draw_within_budget(self.study, self.storage, self.space, int(self.cfg.n_trials))
+                    self.exhausted = draw.exhausted
+                    if draw.trial is None:
+                        self.slot_pool.give_back(slot)
+                        break
+                    with failed_unless_started(self.study, self.storage, draw.trial):
+                        running = self.start_trial(draw.trial, draw.sampled, slot)
+                except BaseException:
                     self.slot_pool.give_back(slot)
-                    break
-                running = self.start_trial(draw.trial, draw.sampled, slot)
-            except BaseException:
-                self.slot_pool.give_back(slot)
-                raise
-            self.running[running.trial.number] = running
+                    raise
+                self.running[running.trial.number] = running
 
     def free_slot(self, running: RunningTrial, code: int) -> None:
         """A settled trial's slot takes the next trial, unless its job failed because its machine is gone."""
@@ -426,8 +438,7 @@ class Driver:
             running.exited_at.append(time.time())
         try:
             if running.stall_reason is not None:
-                self.tell_outcome(running, TrialState.FAIL, running.stall_reason)
-                self.requeue(running.trial)
+                self.tell_outcome(running, TrialState.FAIL, running.stall_reason, retry=True)
                 return True
             return self.on_job_end(running, code) is not None
         except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as err:
@@ -455,18 +466,9 @@ class Driver:
         return self.storage.get_trial(trial_id_of(running.trial)).state.is_finished()
 
     def abandon_running(self) -> None:
-        """Stop our jobs and fail their trials with a retry queued (they resume from their checkpoints)."""
-        for running in self.running.values():
-            running.job.cancel()
-            running.heartbeat.stop()
-            self.tell_fail(
-                running.trial, "driver interrupted (the trial is queued again and resumes from its checkpoint)"
-            )
-            self.requeue(running.trial)
+        """Stop our jobs, then fail their trials, each queued again while it has retries (sweeps.recovery.abandon)."""
+        abandon(self.running, lambda running: self.tell_outcome(running, TrialState.FAIL, "driver interrupted", True))
         self.running.clear()
-
-    def requeue(self, trial: optuna.Trial) -> None:
-        requeue(self.study, self.storage, trial_id_of(trial), int(self.cfg.heartbeat.max_retry))
 
     @functools.cached_property
     def progress_view(self) -> ProgressView:
@@ -490,3 +492,4 @@ class Driver:
     def log_summary(self) -> None:
         self.progress_view.close(self.study)
         print_best(self.study, str(self.study_cfg.objective))
+        log_left_queued(self.study, int(self.cfg.n_trials))

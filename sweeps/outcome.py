@@ -38,7 +38,9 @@ class Verdict:
     state: TrialState
     values: list[float] = field(default_factory=list)  # COMPLETE: the objective value(s), mean over seeds
     reason: str = ""  # FAIL: why (kept as the trial's fail_reason)
-    requeue: bool = False  # FAIL: queue a copy with the same parameters (resumes from its checkpoint)
+    requeue: bool = (
+        False  # FAIL: worth a retry, a copy with the same parameters (sweeps/retry.py says if one is queued)
+    )
 
 
 def orphan_verdict(
@@ -64,7 +66,7 @@ def orphan_verdict(
             return Verdict(TrialState.COMPLETE, values=[statistics.fmean(c) for c in columns])
     return Verdict(
         TrialState.FAIL,
-        reason=f"{why}; its job recorded no outcome to keep: queued again, resumes from its checkpoint",
+        reason=f"{why}; its job recorded no outcome to keep",
         requeue=True,
     )
 
@@ -94,7 +96,7 @@ def job_verdict(
         steps = attrs.get("steps")
         return Verdict(
             TrialState.FAIL,
-            reason=f"preempted at step {steps} (checkpoint saved; queued again, resumes from it)",
+            reason=f"preempted at step {steps} (checkpoint saved)",
             requeue=True,
         )
     if outcome == "FAIL":
@@ -104,7 +106,7 @@ def job_verdict(
         # A lost peer or connection is worth a retry; the configuration's own failure is not.
         return Verdict(TrialState.FAIL, reason=reason, requeue=bool(attrs.get("retryable")) and not cancelled)
     # No outcome: the job died before rank 0 could store one (a killed or crashed worker, a lost VM). That is not
-    # the configuration's fault: fail it with the worker named and queue it again, resuming from its checkpoint.
+    # the configuration's fault: fail it with the worker named, worth a retry.
     reason = launcher_failure or f"the job exited with code {exit_code} without recording an outcome"
     return Verdict(TrialState.FAIL, reason=reason, requeue=not cancelled)
 

@@ -1,7 +1,7 @@
 """Trials nobody is moving along: orphans of a dead driver, and our own jobs that stopped making progress.
 
 Both end the same way as a failed job: the outcome the job stored is told if it has one (sweeps/outcome.py
-decides), otherwise the trial is failed and a retry queued that resumes its checkpoint.
+decides), otherwise the trial is failed and, while it has retries left, queued again (sweeps/retry.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from storage import orphaned_trials, retry_callback, trial_id_of
-from storage.record import PROGRESS_ATTR
+from storage.record import CHECKPOINT_URL_ATTR, PROGRESS_ATTR
 from sweeps.outcome import clip_reason, orphan_verdict, seed_prefix
+from sweeps.retry import plan_retry, with_note
 from sweeps.running import RunningTrial
 
 log = logging.getLogger("sweeps")
@@ -46,9 +47,11 @@ def settle_orphans(
         if orphan.number in ours:
             continue
         verdict = orphan_verdict(orphan.user_attrs, seeds, objective_values, why)
+        plan = plan_retry(orphan, max_retry, orphan.user_attrs.get(CHECKPOINT_URL_ATTR)) if verdict.requeue else None
         try:
             if verdict.state == TrialState.FAIL:
-                storage.set_trial_user_attr(trial_id_of(orphan), "fail_reason", clip_reason(verdict.reason))
+                reason = with_note(verdict.reason, plan.note) if plan else verdict.reason
+                storage.set_trial_user_attr(trial_id_of(orphan), "fail_reason", clip_reason(reason))
                 study.tell(orphan.number, state=TrialState.FAIL)
             elif verdict.state == TrialState.PRUNED:
                 study.tell(orphan.number, state=TrialState.PRUNED)
@@ -56,14 +59,14 @@ def settle_orphans(
                 study.tell(orphan.number, verdict.values if len(verdict.values) > 1 else verdict.values[0])
         except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
             continue  # another driver settled it first
-        if verdict.requeue:
+        if plan and plan.queued:
             requeue(study, storage, trial_id_of(orphan), max_retry)
         log.warning(
             "trial %d: %s; told %s%s",
             orphan.number,
             why,
             verdict.state.name,
-            " and queued again" if verdict.requeue else " (the outcome its job stored)",
+            f"; {plan.note}" if plan else " (the outcome its job stored)",
         )
 
 
@@ -82,9 +85,22 @@ def stop_stalled(storage: RDBStorage, running: Mapping[int, RunningTrial], limit
             continue
         where = f"step {progress['step']}" if isinstance(progress, dict) else "start-up"
         trial.stall_reason = (
-            f"no progress for {silent:.0f} s (stall_timeout_s={limit_s:g}; last at {where}): the job was stopped; "
-            "queued again, resumes from its checkpoint"
+            f"no progress for {silent:.0f} s (stall_timeout_s={limit_s:g}; last at {where}): the job was stopped"
         )
         log.warning("trial %d: %s", number, trial.stall_reason)
         # At once (no SIGTERM grace: a hung or stopped job cannot checkpoint), every worker, remote ones too.
         trial.job.cancel(grace_s=0.0)
+
+
+def abandon(running: Mapping[int, RunningTrial], record: Callable[[RunningTrial], object]) -> None:
+    """The driver is interrupted: stop every job of ours first (a stop nothing interrupts: sweeps.interrupts), then
+    `record` each trial. One that cannot be recorded (the database gone) leaves the others to be: the next driver
+    finds it orphaned, its job stopped, and settles it."""
+    for trial in running.values():
+        trial.job.cancel()
+    for number, trial in running.items():
+        trial.exited_at.append(time.time())
+        try:
+            record(trial)
+        except Exception as err:  # noqa: BLE001 (any storage error: the next driver settles the trial)
+            log.warning("trial %d could not be recorded (%s): the next driver settles it", number, err)

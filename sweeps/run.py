@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from collections import Counter
 
@@ -17,8 +16,10 @@ from storage import StorageError, redact
 from storage.errors import permission_denied
 from storage.record import DUPLICATE_OF_ATTR
 from sweeps import estimate
+from sweeps.definition import StudyMismatchError
 from sweeps.driver import Driver
 from sweeps.help import help_text
+from sweeps.interrupts import interrupt_once
 from sweeps.launchers.base import JobSpec, LauncherConfigError
 from sweeps.slots import SLOT_CHOICES, SlotConfigError
 from sweeps.space import SearchSpaceError, to_overrides
@@ -31,6 +32,7 @@ CONFIG_ERRORS = (
     SlotConfigError,
     StorageError,
     MissingMandatoryValue,
+    StudyMismatchError,
 )
 
 
@@ -85,15 +87,11 @@ def describe_command(driver: Driver, spec: JobSpec) -> str:
     return driver.launcher.describe(spec)
 
 
-def _interrupt_on_sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 @hydra.main(config_path=CONFIG_PATH, config_name="sweep", execution_whitelist=["storage.hydra_secrets.RefuseSecrets"])
 def main(cfg: DictConfig) -> None:
     logging.getLogger("sweeps").setLevel(logging.INFO)
-    # SIGTERM (a scheduler, `timeout`, a preempted VM) stops our jobs and re-queues their trials, as Ctrl-C does.
-    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    # Ctrl-C or SIGTERM stops our jobs and records their trials; a second one cannot cut that short.
+    interrupt_once()
     try:
         driver = Driver(cfg)
         if cfg.dry_run:
@@ -110,6 +108,12 @@ def main(cfg: DictConfig) -> None:
             raise
         print(f"error: {denied}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt as why:  # the driver stopped its jobs and recorded their trials: one line, no traceback
+        print(
+            f"interrupted ({why or 'SIGINT'}): every job stopped; run the same command to continue the study",
+            file=sys.stderr,
+        )
+        sys.exit(130)
     failure = all_failed(study)
     if failure:
         print(f"error: {failure}", file=sys.stderr)

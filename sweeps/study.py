@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 import uuid
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import optuna
@@ -18,7 +20,23 @@ from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 
 from storage import engine_settings, exclusive, open_storage, retry_callback
-from storage.record import DRIVERS_ATTR, OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, STUDY_UID_ATTR
+from storage.record import (
+    DEFINITION_ATTR,
+    DRIVERS_ATTR,
+    OBJECTIVE_ATTR,
+    PRUNE_METRIC_ATTR,
+    PRUNER_ATTR,
+    STUDY_UID_ATTR,
+)
+from sweeps.definition import (
+    ALLOW_KEY,
+    StudyDefinitionError,
+    StudyMismatchError,
+    objective_names,
+    refusal,
+    study_changes,
+    study_directions,
+)
 from sweeps.optuna_parts import build, pruner_spec, resolved_dict
 
 log = logging.getLogger("sweeps")
@@ -29,10 +47,6 @@ def quiet_optuna_warnings() -> None:
     records them itself, which is what the warning asks for. Its experimental-API warnings are noise here too."""
     warnings.filterwarnings("ignore", message=".*Heartbeat of storage is supposed to be used with Study.optimize.*")
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-
-
-class StudyMismatchError(ValueError):
-    """The study name exists with other objectives, directions or pruner metric: resuming it would mix them."""
 
 
 class StudyNotOpenError(RuntimeError):
@@ -47,14 +61,6 @@ class OpenStudy:
     study: optuna.Study
     uid: str
     driver_index: int
-
-
-def study_directions(study_cfg: DictConfig) -> list[str]:
-    return [study_cfg.direction, *(o.direction for o in study_cfg.get("objectives") or [])]
-
-
-def objective_names(study_cfg: DictConfig) -> list[str]:
-    return [study_cfg.objective, *(o.name for o in study_cfg.get("objectives") or [])]
 
 
 def reported_metric(study_cfg: DictConfig) -> str:
@@ -87,8 +93,27 @@ def _check_matches(study: optuna.Study, study_cfg: DictConfig) -> None:
         )
 
 
-def open_study(cfg: DictConfig, storage_url: str, train_steps: int) -> OpenStudy:
-    """Create or load the configured study, check it, record its facts; raise StudyMismatchError if it differs."""
+def _check_definition(study: optuna.Study, definition: Mapping[str, Any], allowed: bool) -> None:
+    """Refuse a study stored with another definition (sweeps/definition.py), before anything is asked or written.
+    A study from before definitions were stored is checked against its trials' distributions."""
+    found = study_changes(study.user_attrs.get(DEFINITION_ATTR), study.get_trials(deepcopy=False), definition)
+    why = refusal(study.study_name, found, allowed)
+    if why:
+        raise StudyDefinitionError(why)
+    if found:
+        log.warning(
+            "study %r continues with a changed definition (%s=true): %s",
+            study.study_name,
+            ALLOW_KEY,
+            "; ".join(map(str, found)),
+        )
+
+
+def open_study(
+    cfg: DictConfig, storage_url: str, train_steps: int, definition: Mapping[str, Any] | None = None
+) -> OpenStudy:
+    """Create or load the configured study, check it, record its facts; raise StudyMismatchError (or
+    StudyDefinitionError, against `definition`: sweeps/definition.py) if it differs."""
     study_cfg, hb = cfg.study, cfg.heartbeat
     storage = open_storage(
         storage_url,
@@ -107,6 +132,8 @@ def open_study(cfg: DictConfig, storage_url: str, train_steps: int) -> OpenStudy
         load_if_exists=True,
     )
     _check_matches(study, study_cfg)
+    if definition is not None:
+        _check_definition(study, definition, bool(study_cfg.get("allow_changed_definition")))
     objectives, stored = objective_names(study_cfg), study.user_attrs
     attrs = {
         OBJECTIVE_ATTR: study_cfg.objective,
@@ -117,6 +144,8 @@ def open_study(cfg: DictConfig, storage_url: str, train_steps: int) -> OpenStudy
         "launcher": cfg.launcher._target_.rsplit(".", 1)[-1],
         "scale": cfg.scale,
     }
+    if definition is not None:
+        attrs[DEFINITION_ATTR] = dict(definition)
     for key, value in attrs.items():
         if stored.get(key) != value:
             study.set_user_attr(key, value)

@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,32 @@ class NonFiniteLossError(RuntimeError):
 # Failures that running again would repeat (bad config, bad data, divergence, workers that disagree); any
 # other failure (a lost peer, a dead connection, a full disk) is worth a retry from the last checkpoint.
 NOT_RETRYABLE = (ValueError, TypeError, KeyError, NonFiniteLossError, RuntimeMismatchError)
+# OS errors that a retry on the same disk or bucket, with the same rights, meets again (found anywhere in the
+# error's chain: a CheckpointError raised from the OSError of the write): not retried, and the error says so.
+PERMANENT_ERRNOS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+}
+
+
+def permanent_os_error(err: BaseException) -> str | None:
+    """What makes `err` fail again on a retry (PERMANENT_ERRNOS), if it or an error it came from is such an
+    OSError, or says `[Errno N]` of one (an error rank 0 broadcast to every rank travels as its message); None
+    otherwise."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        code = current.errno if isinstance(current, OSError) else None
+        said = re.search(r"\[Errno (\d+)\]", str(current))
+        for number in (code, int(said.group(1)) if said else None):
+            if number in PERMANENT_ERRNOS:
+                return f"{PERMANENT_ERRNOS[number]} ({errno.errorcode[number]})"
+        current = current.__cause__ or current.__context__
+    return None
 
 
 @dataclass
@@ -42,6 +70,12 @@ class Outcome:
         """Record why the run failed (the error itself still propagates)."""
         self.status, self.error = FAIL, f"{type(err).__name__}: {err}"
         self.retryable = not isinstance(err, NOT_RETRYABLE)
+        permanent = permanent_os_error(err)
+        if permanent:
+            self.retryable = False
+            self.error += (
+                f" (not retried: {permanent} fails again on a retry; free space or fix the rights, then run it again)"
+            )
 
 
 class Reporter(Protocol):

@@ -23,6 +23,7 @@ from typing import Protocol
 from hydra.errors import HydraException
 
 from contracts.overrides import parse_override
+from sweeps.interrupts import signals_held
 from sweeps.job_command import LITERAL_KEYS
 from sweeps.slots import WHOLE, Slot
 
@@ -209,7 +210,13 @@ class JobHandle:
             self._returncode = -signal.SIGTERM
 
     def _stop_all(self, grace_s: float | None = None) -> None:
-        grace_s = self.grace_s if grace_s is None else grace_s
+        """SIGTERM to every worker (and the remote cancel), SIGKILL to those still there after `grace_s`. Ctrl-C or
+        SIGTERM to the driver waits until this is done (sweeps.interrupts.signals_held): a stop left half-way
+        left a job training in its own session, its trial RUNNING with nothing recorded."""
+        with signals_held():
+            self._stop_workers(self.grace_s if grace_s is None else grace_s)
+
+    def _stop_workers(self, grace_s: float) -> None:
         if self.remote_cancel is not None:
             with contextlib.suppress(Exception):  # best effort: the local sessions are stopped below either way
                 self.remote_cancel()

@@ -1,0 +1,183 @@
+"""What defines a study, remembered on it, so that a driver with another definition cannot mix its trials in.
+
+A study's best trial is only meaningful across trials that trained the same thing and were judged the same way:
+its search space (every parameter with its distribution), its objectives and directions, the trial length
+(train.steps), the experiment preset and the pruner. The first driver stores them as the study attribute
+`definition` (storage.record.DEFINITION_ATTR); a later driver whose definition differs is refused before it asks
+Optuna for a trial, with every difference named and the two ways out: a new study.name, or
+`study.allow_changed_definition=true` to continue the study as now defined (that driver stores its definition).
+
+Some changes Optuna itself cannot hold in one study (a parameter's kind, log scale or choices: "Cannot set
+different log configuration ...", raised only after a trial was asked): those are refused even with the override.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+    check_distribution_compatibility,
+    distribution_to_json,
+    json_to_distribution,
+)
+from optuna.trial import FrozenTrial
+
+from contracts.hydra_app import packaged_yaml
+from sweeps.optuna_parts import pruner_spec
+from sweeps.space import SearchSpace
+
+ALLOW_KEY = "study.allow_changed_definition"
+# The parts of a definition, in the order a refusal names them.
+PARTS = ("objectives", "directions", "train_steps", "experiment", "pruner", "space")
+
+
+class StudyMismatchError(ValueError):
+    """The study name exists with other objectives, directions or pruner metric: resuming it would mix them."""
+
+
+class StudyDefinitionError(StudyMismatchError):
+    """The study exists with another definition (sweeps/definition.py); names every difference and the way out."""
+
+
+def study_directions(study_cfg: DictConfig) -> list[str]:
+    return [str(study_cfg.direction), *(str(o.direction) for o in study_cfg.get("objectives") or [])]
+
+
+def objective_names(study_cfg: DictConfig) -> list[str]:
+    return [str(study_cfg.objective), *(str(o.name) for o in study_cfg.get("objectives") or [])]
+
+
+def optuna_params(space: SearchSpace) -> dict[str, BaseDistribution]:
+    """Every parameter as Optuna stores it: a conditional one as `key@choice` (sweeps.space)."""
+    params = dict(space.params)
+    for cond in space.conditionals:
+        params.update({f"{key}@{cond.choice}": dist for key, dist in cond.params.items()})
+    return params
+
+
+def experiment_preset(base_overrides: Sequence[str]) -> str:
+    """The experiment preset the trials train (the last `experiment=` override, else conf/train.yaml's default)."""
+    for override in reversed(base_overrides):
+        key, _, value = override.partition("=")
+        if key.lstrip("+") == "experiment":
+            return value
+    for entry in packaged_yaml("train.yaml").get("defaults", []):
+        if isinstance(entry, dict) and "experiment" in entry:
+            return str(entry["experiment"])
+    return "none"
+
+
+def study_definition(
+    cfg: DictConfig, space: SearchSpace, train_steps: int, base_overrides: Sequence[str]
+) -> dict[str, Any]:
+    """This config's definition of its study, as stored on the study (JSON: Optuna's own distribution form)."""
+    return {
+        "objectives": objective_names(cfg.study),
+        "directions": [d.lower() for d in study_directions(cfg.study)],
+        "train_steps": int(train_steps),
+        "experiment": experiment_preset(base_overrides),
+        "pruner": pruner_spec(cfg, train_steps),
+        "space": {name: json.loads(distribution_to_json(dist)) for name, dist in optuna_params(space).items()},
+    }
+
+
+def describe(dist: BaseDistribution | None) -> str:
+    """A distribution in a few words: `float [0.0001, 0.01] log`, `int [20, 200] step 20`, `choice(a, b)`."""
+    if dist is None:
+        return "absent"
+    if isinstance(dist, CategoricalDistribution):
+        return "choice(" + ", ".join(map(str, dist.choices)) + ")"
+    if isinstance(dist, (FloatDistribution, IntDistribution)):
+        kind = "float" if isinstance(dist, FloatDistribution) else "int"
+        step = "" if dist.step is None or (kind == "int" and dist.step == 1) else f" step {dist.step}"
+        return f"{kind} [{dist.low}, {dist.high}]{' log' if dist.log else ''}{step}"
+    return repr(dist)
+
+
+@dataclass(frozen=True)
+class Change:
+    what: str  # "train_steps", "space optim.lr"
+    stored: str  # as the study has it
+    here: str  # as this config has it
+    optuna_refuses: bool = False  # one study cannot hold both (Optuna's distribution compatibility)
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.stored} in the study, {self.here} here"
+
+
+def _compatible(old: BaseDistribution, new: BaseDistribution) -> bool:
+    try:
+        check_distribution_compatibility(old, new)
+    except ValueError:
+        return False
+    return True
+
+
+def space_changes(stored: Mapping[str, BaseDistribution], here: Mapping[str, BaseDistribution]) -> list[Change]:
+    """Parameters added, removed or with another distribution; `optuna_refuses` where one study cannot hold both."""
+    changes = []
+    for name in sorted(set(stored) | set(here)):
+        old, new = stored.get(name), here.get(name)
+        if old != new:
+            refused = old is not None and new is not None and not _compatible(old, new)
+            changes.append(Change(f"space {name}", describe(old), describe(new), refused))
+    return changes
+
+
+def _distributions(space: Mapping[str, Any]) -> dict[str, BaseDistribution]:
+    return {name: json_to_distribution(json.dumps(spec)) for name, spec in space.items()}
+
+
+def changes(stored: Mapping[str, Any], here: Mapping[str, Any]) -> list[Change]:
+    """Every difference between the study's stored definition and this config's."""
+    found = []
+    for part in PARTS:
+        if part == "space":
+            found += space_changes(_distributions(stored.get("space") or {}), _distributions(here["space"]))
+        elif stored.get(part) != here[part]:
+            # Optuna keeps one list of directions per study; the objectives are what its values mean.
+            refused = part in ("objectives", "directions")
+            found.append(Change(part, json.dumps(stored.get(part)), json.dumps(here[part]), refused))
+    return found
+
+
+def study_changes(
+    stored: Mapping[str, Any] | None, trials: Iterable[FrozenTrial], here: Mapping[str, Any]
+) -> list[Change]:
+    """What differs between a study and this definition: its stored definition, or for a study from before
+    definitions were stored, what Optuna would refuse against its trials' distributions."""
+    if stored is not None:
+        return changes(stored, here)
+    sampled: dict[str, BaseDistribution] = {}
+    for trial in trials:
+        sampled.update(trial.distributions)
+    return [c for c in space_changes(sampled, _distributions(here["space"])) if c.optuna_refuses]
+
+
+def refusal(name: str, found: Sequence[Change], allowed: bool) -> str | None:
+    """Why a driver with this definition may not continue study `name`; None when it may (no change, or changes
+    that the override allows and Optuna can hold)."""
+    if not found:
+        return None
+    refused = [c for c in found if c.optuna_refuses]
+    if allowed and not refused:
+        return None
+    listed = "; ".join(map(str, found))
+    if refused:
+        return (
+            f"study.name={name!r} exists with another definition: {listed}. One Optuna study cannot hold "
+            f"{', '.join(c.what for c in refused)} both ways ({ALLOW_KEY} cannot help): choose a new study.name"
+        )
+    return (
+        f"study.name={name!r} exists with another definition: {listed}. Its trials would be compared with trials "
+        f"that trained or were judged otherwise: choose a new study.name, or set {ALLOW_KEY}=true to continue the "
+        "study as defined here"
+    )

@@ -1,0 +1,78 @@
+"""Whether a failed trial is queued again, and a line that says what really happens to it.
+
+A trial that failed through no fault of its configuration (a killed worker, a stall, an interrupt, a driver that
+died) is queued again with the same parameters (Optuna's RetryHeartbeatStaleTrialCallback) unless it used its
+`heartbeat.max_retry` retries. The line says which, and whether the retry resumes a checkpoint or starts over:
+"queued again, resumes from its checkpoint" was said before where nothing was queued, or no checkpoint existed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import fsspec
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.trial import FrozenTrial
+
+log = logging.getLogger("sweeps")
+
+# What a run resumes from (trm/checkpoint.py's LATEST and PREVIOUS; named here so that the driver does not import
+# torch): either one in a chain's checkpoint directory means its retry resumes.
+RESUMABLE = ("latest.pt", "previous.pt")
+
+
+@dataclass(frozen=True)
+class RetryPlan:
+    queued: bool  # a WAITING copy of the trial is (to be) queued
+    note: str  # what happens, for the trial's fail_reason and the driver's line
+
+
+def retries_used(trial: FrozenTrial) -> int:
+    """How many times this trial's configuration was queued again already (its retry chain's length less one)."""
+    return len(RetryHeartbeatStaleTrialCallback.retry_history(trial))
+
+
+def checkpoint_written(checkpoint_url: str | None) -> bool | None:
+    """Whether a retry chain's checkpoint directory holds a checkpoint to resume; None when it cannot be told
+    (no URL recorded, the store unreachable)."""
+    if not checkpoint_url:
+        return None
+    try:
+        fs, root = fsspec.core.url_to_fs(checkpoint_url)
+        return any(fs.exists(f"{root.rstrip('/')}/{name}") for name in RESUMABLE)
+    except Exception as err:  # noqa: BLE001 (any store's error: the note says it is not known, the retry decides for itself)
+        log.debug("could not look for a checkpoint under %s: %s", checkpoint_url, err)
+        return None
+
+
+def plan_retry(trial: FrozenTrial, max_retry: int, checkpoint_url: str | None) -> RetryPlan:
+    """What happens to `trial` (failed, worth a retry) under `heartbeat.max_retry`: the same rule as Optuna's
+    callback, which the driver then calls (tests/test_study_record.py checks the two agree)."""
+    used = retries_used(trial)
+    if used >= max_retry:
+        why = "heartbeat.max_retry=0" if max_retry == 0 else f"retried {used} time(s) (heartbeat.max_retry={max_retry})"
+        return RetryPlan(False, f"not queued again: {why}")
+    return RetryPlan(
+        True, f"queued again (retry {used + 1} of {max_retry}), {resume_note(checkpoint_written(checkpoint_url))}"
+    )
+
+
+def resume_note(written: bool | None) -> str:
+    """How a retry starts, given whether its chain's checkpoint was written (None: not known)."""
+    if written is None:
+        return "resumes from its checkpoint if one was written"
+    return "resumes from its checkpoint" if written else "starts over (no checkpoint was written)"
+
+
+def retry_of(number: int, origin: int, checkpoint_url: str) -> str:
+    """` (retry of trial 3, resumes from its checkpoint)` for a trial's start line; "" for a chain's first trial."""
+    if origin == number:
+        return ""
+    return f" (retry of trial {origin}, {resume_note(checkpoint_written(checkpoint_url))})"
+
+
+def with_note(reason: str, note: str) -> str:
+    """`reason` with `note` at the end of its first line (the line logs and tables show; a log tail follows)."""
+    first, newline, rest = reason.partition("\n")
+    return f"{first}; {note}{newline}{rest}"

@@ -1,0 +1,385 @@
+"""A study survives its user (issue 30, cases 1-4): a driver that ends when its budget is used whatever is queued,
+a study that remembers what defines it, Ctrl-C pressed twice, and failure lines that say what really happened."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from storage import open_storage, retry_callback, trial_id_of
+from storage.record import CHECKPOINT_URL_ATTR, DEFINITION_ATTR, NOT_STARTED_ATTR, PRUNER_ATTR
+from sweeps.budget import budget_used
+from sweeps.definition import StudyDefinitionError
+from sweeps.draw import draw_within_budget
+from sweeps.driver import Driver
+from sweeps.interrupts import interrupt_once, signals_held
+from sweeps.retry import RESUMABLE, plan_retry, retry_of
+from sweeps.space import parse_space
+from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides, trial_file_exists
+from tests.test_study_record import _run_driver
+from tests.test_sweeps import with_space
+from tests.test_train import config
+from trm import checkpoint
+from trm.run_end import Outcome
+from trm.train import run
+
+
+def _sweep(url: str, tmp_path: Path, *extra: str, trial: list[str] | None = None, timeout: float = 150):
+    """`python -m sweeps.run` to its end; TimeoutExpired (a failure) if it never ends."""
+    argv = sweep_overrides(url, tmp_path / "out", "study=halting", f"hydra.run.dir={tmp_path}/h", *extra, trial=trial)
+    return subprocess.run([sys.executable, "-m", "sweeps.run", *argv], capture_output=True, text=True, timeout=timeout)
+
+
+# ------------------------------------------------------------------ 1: the driver ends when its budget is used
+
+
+def _finished(study: optuna.Study, value: float) -> None:
+    study.add_trial(create_trial(state=TrialState.COMPLETE, value=value))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("path", ["enqueued", "retry-past-a-smaller-n_trials"])
+def test_the_driver_ends_when_the_budget_is_used_and_says_what_is_left_queued(path: str, tmp_path: Path) -> None:
+    """Issue: a WAITING trial kept `study_done()` false while nothing would start it: the driver printed
+    "... finished" every 20 s forever. Now it ends and names what is left and the n_trials that runs it."""
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    storage = open_storage(url)
+    study = optuna.create_study(study_name="left", storage=storage, direction="maximize")
+    if path == "enqueued":  # a finished 1-trial study, and a configuration enqueued by hand afterwards
+        _finished(study, 0.5)
+        study.enqueue_trial({}, user_attrs={"by": "hand"})
+        n_trials, waiting, needed = 1, 1, 2
+    else:  # an interrupted 3-trial study (its running trial failed, a retry queued), restarted with n_trials=2
+        _finished(study, 0.5)
+        _finished(study, 0.6)
+        study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"fail_reason": "driver interrupted"}))
+        retry_callback(2)(study, study.get_trials(deepcopy=False)[-1])
+        n_trials, waiting, needed = 2, 3, 3
+    proc = _sweep(url, tmp_path, "study.name=left", f"n_trials={n_trials}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = f"1 queued trial(s) left in study 'left' (trial {waiting}): the budget n_trials={n_trials} is used; "
+    output = proc.stdout + proc.stderr
+    assert line + f"start the driver again with n_trials={needed} to run them" in output, output[-3000:]
+    states = [t.state for t in optuna.load_study(study_name="left", storage=url).trials]
+    assert states[-1] == TrialState.WAITING and TrialState.RUNNING not in states  # kept, not run, not lost
+
+
+# ------------------------------------------------------------------ 2: the study remembers what defines it
+
+
+def _driver(url: str, tmp_path: Path, *extra: str, space: dict | None = None, trial: list[str] | None = None):
+    cfg = sweep_config(url, tmp_path / "out", "study=halting", "study.name=defined", *extra, trial=trial)
+    return Driver(with_space(cfg, space or {"halting.exploration_prob": "interval(0.0, 0.5)"}))
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (
+            {"space": {"halting.exploration_prob": "interval(0.0, 0.9)"}},
+            "space halting.exploration_prob: float [0.0, 0.5] in the study, float [0.0, 0.9] here",
+        ),
+        (
+            {"space": {"halting.exploration_prob": "interval(0.0, 0.5)", "optim.lr": "choice(0.001, 0.01)"}},
+            "space optim.lr: absent in the study, choice(0.001, 0.01) here",
+        ),
+        ({"trial": [*FAST_TRIAL, "train.steps=40"]}, "train_steps: 20 in the study, 40 here"),
+        ({"trial": [*FAST_TRIAL, "experiment=tiny_cpu", "train.steps=20"]}, 'experiment: "test_tiny" in the study'),
+        ({"extra": ["pruner=median"]}, "pruner: {"),
+    ],
+    ids=["range", "new-parameter", "train-steps", "preset", "pruner"],
+)
+def test_a_changed_definition_is_refused_naming_the_difference_and_the_ways_out(
+    change: dict, expected: str, tmp_path: Path
+) -> None:
+    """Issue: other ranges, a new parameter, another train.steps or preset under the same study name were mixed
+    into one study; the stored pruner was overwritten. Refused before any trial is asked; the override continues."""
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    first = _driver(url, tmp_path)
+    study = first.open_study()
+    stored_pruner, stored_definition = study.user_attrs[PRUNER_ATTR], study.user_attrs[DEFINITION_ATTR]
+    changed = (change.get("extra") or [], change.get("space"), change.get("trial"))
+    with pytest.raises(StudyDefinitionError) as refused:
+        _driver(url, tmp_path, *changed[0], space=changed[1], trial=changed[2]).open_study()
+    message = str(refused.value)
+    assert expected in message, message
+    assert "choose a new study.name, or set study.allow_changed_definition=true" in message
+    study = optuna.load_study(study_name="defined", storage=url)
+    assert study.trials == []  # nothing asked
+    assert study.user_attrs[PRUNER_ATTR] == stored_pruner and study.user_attrs[DEFINITION_ATTR] == stored_definition
+
+    allowed = _driver(
+        url, tmp_path, *changed[0], "study.allow_changed_definition=true", space=changed[1], trial=changed[2]
+    )
+    assert allowed.open_study().user_attrs[DEFINITION_ATTR] != stored_definition  # continued, as now defined
+    _driver(url, tmp_path, *changed[0], space=changed[1], trial=changed[2]).open_study()  # the new one is stored
+
+
+@pytest.mark.timeout(300)
+def test_log_to_linear_is_refused_in_one_line_with_no_trial_left_running(tmp_path: Path) -> None:
+    """Issue: a parameter changed from log to linear gave Optuna's traceback ("Cannot set different log
+    configuration") after study.ask(), and the asked trial stayed RUNNING. Refused before asking, in one line;
+    the override cannot help (one Optuna study cannot hold both)."""
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    study = _driver(url, tmp_path, space={"halting.exploration_prob": "tag(log, interval(0.01, 0.5))"}).open_study()
+    log_scale = FloatDistribution(0.01, 0.5, log=True)
+    study.add_trial(
+        create_trial(
+            state=TrialState.COMPLETE,
+            value=0.5,
+            params={"halting.exploration_prob": 0.1},
+            distributions={"halting.exploration_prob": log_scale},
+        )
+    )
+    for extra in ([], ["study.allow_changed_definition=true"]):  # halting's own range: interval(0.0, 0.5)
+        proc = _sweep(url, tmp_path, "study.name=defined", "n_trials=2", *extra)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert "Traceback" not in proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: study.name='defined' exists with another definition: "), last
+        assert "space halting.exploration_prob: float [0.01, 0.5] log in the study, float [0.0, 0.5] here" in last
+        assert "study.allow_changed_definition cannot help): choose a new study.name" in last
+    assert [t.state for t in optuna.load_study(study_name="defined", storage=url).trials] == [TrialState.COMPLETE]
+
+
+def test_a_trial_asked_and_not_sampled_is_failed_not_left_running(tmp_path: Path) -> None:
+    """A study from before definitions were stored, drawn with an incompatible space (what sweeps/definition.py
+    refuses earlier): the asked trial is FAIL with the reason, uses no budget, and the error is one line."""
+    storage = open_storage(f"sqlite:///{tmp_path}/db.sqlite")
+    study = optuna.create_study(study_name="old", storage=storage, direction="maximize")
+    trial = study.ask({"optim.lr": FloatDistribution(1e-4, 1e-2, log=True)})
+    study.tell(trial, 0.5)
+    with pytest.raises(StudyDefinitionError, match=r"cannot take this search space: .*log configuration"):
+        draw_within_budget(study, storage, parse_space({"optim.lr": "interval(1e-4, 1e-2)"}), 5)
+    asked = study.get_trials(deepcopy=False)[-1]
+    assert asked.state == TrialState.FAIL and "log configuration" in asked.user_attrs[NOT_STARTED_ATTR]
+    assert asked.user_attrs["fail_reason"].startswith("asked, then not started: ")
+    assert budget_used(study.get_trials(deepcopy=False)) == 1  # it trained nothing
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("where", ["first-heartbeat", "launch"])
+def test_a_trial_drawn_and_then_not_launched_is_failed_once(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error between the draw and the job's start (the first heartbeat cannot be written) fails the asked trial
+    at once, with the error, instead of leaving it RUNNING until it is found orphaned; a failed launch, which tells
+    its own reason, is told once."""
+    from storage import HeartbeatThread
+    from sweeps.launchers.local import LocalLauncher
+
+    def refused(*args: object) -> None:
+        raise RuntimeError(f"refused at the {where}")
+
+    monkeypatch.setattr(
+        HeartbeatThread if where == "first-heartbeat" else LocalLauncher,
+        "start" if where == "first-heartbeat" else "launch",
+        refused,
+    )
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    with pytest.raises(RuntimeError, match=f"refused at the {where}"):
+        _driver(url, tmp_path, "n_trials=1").run()
+    (trial,) = optuna.load_study(study_name="defined", storage=url).trials
+    assert trial.state == TrialState.FAIL
+    if where == "launch":
+        assert trial.user_attrs["fail_reason"] == f"launch failed: RuntimeError: refused at the {where}"
+    else:
+        assert f"refused at the {where}" in trial.user_attrs[NOT_STARTED_ATTR] and budget_used([trial]) == 0
+
+
+# ------------------------------------------------------------------ 3: Ctrl-C, twice
+
+
+def _jobs(study_name: str) -> list[int]:
+    found = subprocess.run(["pgrep", "-f", f"trm.train.*sweep.study={study_name}"], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+@pytest.mark.timeout(400)
+def test_two_quick_ctrl_c_leave_no_job_and_no_trial_running(tmp_path: Path) -> None:
+    """Issue: a second SIGINT interrupted the stop (`process.wait` in JobHandle._stop_all): a job trained on in its
+    own session and both trials stayed RUNNING with nothing recorded. Now the stop cannot be cut short, and the
+    driver ends with one line instead of a traceback."""
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=5000"]
+    argv = sweep_overrides(
+        url, tmp_path / "out", "study=halting", "study.name=twice", "n_trials=2", "max_concurrent=2",
+        "pruner=none", "study.enqueue_baseline=false", f"hydra.run.dir={tmp_path}/h", trial=slow,
+    )  # fmt: skip
+    log = tmp_path / "driver.log"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "sweeps.run", *argv], stdout=open(log, "w"), stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not all(trial_file_exists(tmp_path / "out" / "twice", n, "run/metrics.jsonl") for n in (0, 1)):
+            assert time.monotonic() < deadline and driver.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert len(_jobs("twice")) == 2
+        driver.send_signal(signal.SIGINT)
+        time.sleep(0.1)
+        driver.send_signal(signal.SIGINT)  # while the first job is waited on after its SIGTERM
+        assert driver.wait(timeout=180) == 130, log.read_text()[-3000:]
+    finally:
+        driver.kill()
+        left = _jobs("twice")
+        for pid in left:  # never leave them training on the machine, whatever the assertions say
+            os.kill(pid, signal.SIGKILL)
+    assert not left, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "Traceback" not in text and text.strip().splitlines()[-1].startswith("interrupted (SIGINT): every job"), (
+        text[-3000:]
+    )
+    trials = optuna.load_study(study_name="twice", storage=url).trials
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.WAITING, TrialState.WAITING]
+    for trial in trials[:2]:
+        assert trial.user_attrs["fail_reason"].startswith("driver interrupted; queued again (retry 1 of 2), ")
+
+
+def test_a_held_signal_arrives_after_the_block_and_only_the_first_interrupts(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """signals_held: a Ctrl-C during the block is delivered when it ends, never inside it. InterruptOnce: the
+    first signal raises KeyboardInterrupt, later ones print one line and return."""
+    finished = []
+    with pytest.raises(KeyboardInterrupt), signals_held():
+        signal.raise_signal(signal.SIGINT)
+        finished.append("the block ran to its end")
+    assert finished == ["the block ran to its end"]
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        handler = interrupt_once()
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGINT)  # ignored: no exception
+        signal.raise_signal(signal.SIGINT)
+        assert handler is not None and handler.received == 3
+        assert capsys.readouterr().err.count("SIGINT ignored: the driver is already stopping") == 1
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+# ------------------------------------------------------------------ 4: lines that say what really happened
+
+
+@pytest.mark.parametrize("max_retry, used, queued", [(0, 0, False), (2, 0, True), (2, 1, True), (2, 2, False)])
+def test_a_retry_plan_says_what_optunas_callback_does(max_retry: int, used: int, queued: bool, tmp_path: Path) -> None:
+    """The note is decided by the rule of Optuna's retry callback, which then runs: the two must agree."""
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path}/db.sqlite"))
+    for _ in range(used + 1):  # a chain of `used` retries, its last attempt failed
+        study.add_trial(create_trial(state=TrialState.FAIL, system_attrs=_chain_attrs(study)))
+    failed = study.trials[-1]  # a copy: Optuna's callback appends to the retry history of the trial it is given
+    (tmp_path / "ckpt").mkdir()
+    plan = plan_retry(failed, max_retry, str(tmp_path / "ckpt"))
+    retry_callback(max_retry)(study, study.trials[-1])
+    assert plan.queued == queued == (study.get_trials(deepcopy=False)[-1].state == TrialState.WAITING)
+    if not queued:
+        expected = "heartbeat.max_retry=0" if max_retry == 0 else f"retried {used} time(s) (heartbeat.max_retry=2)"
+        assert plan.note == f"not queued again: {expected}"
+    else:
+        assert plan.note == f"queued again (retry {used + 1} of 2), starts over (no checkpoint was written)"
+        (tmp_path / "ckpt" / checkpoint.PREVIOUS).write_bytes(b"")
+        assert plan_retry(failed, max_retry, str(tmp_path / "ckpt")).note.endswith(", resumes from its checkpoint")
+
+
+def test_a_retrys_start_line_says_whether_it_resumes(tmp_path: Path) -> None:
+    """Issue: every retry's line said "resuming from its checkpoint", also where none was written."""
+    assert retry_of(4, 4, str(tmp_path)) == ""  # a chain's first trial is no retry
+    assert retry_of(5, 4, str(tmp_path)) == " (retry of trial 4, starts over (no checkpoint was written))"
+    (tmp_path / checkpoint.LATEST).write_bytes(b"")
+    assert retry_of(5, 4, str(tmp_path)) == " (retry of trial 4, resumes from its checkpoint)"
+    assert retry_of(5, 4, "nosuchprotocol://x").endswith("resumes from its checkpoint if one was written)")
+
+
+def _chain_attrs(study: optuna.Study) -> dict:
+    trials = study.get_trials(deepcopy=False)
+    if not trials:
+        return {}
+    return {"failed_trial": trials[0].number, "retry_history": [t.number for t in trials]}
+
+
+def test_the_driver_looks_for_the_files_a_run_resumes_from() -> None:
+    assert set(RESUMABLE) == {checkpoint.LATEST, checkpoint.PREVIOUS}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("max_retry", [0, 1])
+def test_an_orphan_with_no_retry_left_is_not_said_to_be_queued(max_retry: int, pg_url: str, tmp_path: Path) -> None:
+    """Issue: with no retry left the line said "queued again, resumes from its checkpoint"; nothing was queued."""
+    name = f"no-retry-left-{max_retry}"
+    storage = open_storage(pg_url, heartbeat_interval=1, grace_period=2)
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    if max_retry:  # the dead driver's trial is the first retry of trial 0
+        study.add_trial(create_trial(state=TrialState.FAIL))
+    trial = study.ask({"optim.lr": optuna.distributions.CategoricalDistribution([0.01])})
+    trial.set_user_attr(CHECKPOINT_URL_ATTR, str(tmp_path / "none"))
+    if max_retry:
+        storage.set_trial_system_attr(trial_id_of(trial), "failed_trial", 0)
+        storage.set_trial_system_attr(trial_id_of(trial), "retry_history", [0])
+    storage.record_heartbeat(trial_id_of(trial))
+    number = trial.number
+    time.sleep(2.5)  # past the grace period of the driver below (heartbeat.grace_s=2): its driver is gone
+    study = _run_driver(pg_url, tmp_path, name, f"heartbeat.max_retry={max_retry}")
+    trials = study.get_trials(deepcopy=False)
+    expected = "heartbeat.max_retry=0" if max_retry == 0 else "retried 1 time(s) (heartbeat.max_retry=1)"
+    assert (
+        trials[number]
+        .user_attrs["fail_reason"]
+        .endswith(f"its job recorded no outcome to keep; not queued again: {expected}")
+    )
+    assert not [t for t in trials if t.state in (TrialState.WAITING, TrialState.RUNNING)]
+
+
+def _real_errno(code: int) -> OSError:
+    """An OSError from a real system call where one gives it (a write to /dev/full), else built with the code."""
+    if code == errno.ENOSPC:
+        try:
+            with open("/dev/full", "wb") as full:
+                full.write(b"x")
+        except OSError as err:
+            return err
+    return OSError(code, os.strerror(code))
+
+
+@pytest.mark.parametrize(
+    "code, said", [(errno.ENOSPC, "no space left on the device (ENOSPC)"), (errno.EACCES, "permission denied (EACCES)"),
+                   (errno.EPERM, "operation not permitted (EPERM)")],
+)  # fmt: skip
+def test_an_error_a_retry_would_meet_again_is_not_retried_and_says_so(code: int, said: str) -> None:
+    outcome = Outcome()
+    try:
+        try:
+            raise _real_errno(code)
+        except OSError as err:
+            raise checkpoint.CheckpointError(f"could not write checkpoint x/latest.pt: {err}") from err
+    except checkpoint.CheckpointError as err:
+        outcome.failed(err)
+    assert not outcome.retryable
+    assert outcome.error is not None and f"(not retried: {said} fails again on a retry" in outcome.error
+    transient = Outcome()
+    transient.failed(ConnectionResetError(errno.ECONNRESET, "peer gone"))
+    assert transient.retryable and "not retried" not in str(transient.error)
+
+
+def test_a_full_disk_at_a_checkpoint_write_is_a_failure_not_worth_a_retry(tmp_path: Path, data_root: Path) -> None:
+    """Issue: on a full disk each configuration was retried (a deterministic error), each retry "resuming from its
+    checkpoint" where there was none. The checkpoint's temporary file is /dev/full: the kernel's ENOSPC."""
+    (tmp_path / "checkpoints").mkdir(parents=True)
+    (tmp_path / "checkpoints" / f"{checkpoint.LATEST}.tmp-{os.getpid()}").symlink_to("/dev/full")
+    with pytest.raises(checkpoint.CheckpointError, match=r"No space left on device"):
+        run(config(tmp_path, data_root, "train.steps=20"))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["outcome"] == "FAIL" and summary["retryable"] is False
+    assert "(not retried: no space left on the device (ENOSPC) fails again on a retry" in summary["error"]
