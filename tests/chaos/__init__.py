@@ -12,5 +12,6 @@ study's record is held against the processes and the files the trials left, one 
     invariants.py   one function per invariant of the record
     report.py       what each fault did and what recovered it, as a table
     test_invariants.py   the suite: one faulted study per session, one test per invariant
+    test_invariants_break.py   each invariant fails on a record built in memory that breaks it (fast lane)
     __main__.py     the long soak: `python -m tests.chaos` (`make soak`), docs/reliability.md (Soak)
 """
