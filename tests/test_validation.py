@@ -149,9 +149,17 @@ def test_a_range_that_does_not_fit_the_keys_type_is_refused(
     "override,expected",
     [
         # Hyperband takes these at construction and divides by zero / takes log(0) in every trial's report
-        (["pruner.reduction_factor=1"], r"pruner.reduction_factor=1: expected an integer >= 2"),
-        (["pruner.min_resource=0"], r"pruner.min_resource=0: expected an integer >= 1"),
-        (["pruner.min_resource=abc"], r"pruner.min_resource='abc': HyperbandPruner takes an integer here"),
+        (["pruner=hyperband", "pruner.reduction_factor=1"], r"pruner.reduction_factor=1: expected an integer >= 2"),
+        (["pruner=hyperband", "pruner.min_resource=0"], r"pruner.min_resource=0: expected an integer >= 1"),
+        (
+            ["pruner=hyperband", "pruner.min_resource=abc"],
+            r"pruner.min_resource='abc': HyperbandPruner takes an integer here",
+        ),
+        # ... also wrapped in the evidence pruner (model_scaling's default), named by their full key
+        (["pruner.wrapped.reduction_factor=1"], r"pruner.wrapped.reduction_factor=1: expected an integer >= 2"),
+        (["pruner.wrapped._target_=os.system"], r"pruner.wrapped._target_='os.system': .*whitelist"),
+        (["pruner.min_agreement=2"], r"pruner \(sweeps.pruning_evidence.EvidencePruner\): ValueError: min_agreement=2"),
+        (["pruner.audit_first=2", "pruner.audit_every=0"], r"audit_first=2 < min_audit=4 with audit_every=0"),
         # TPE takes it and fails at the first ask past its start-up trials
         (["sampler.n_startup_trials=abc"], r"sampler.n_startup_trials='abc': TPESampler takes an integer here"),
         (["seed=abc"], r"sampler.seed='abc': TPESampler takes an integer or null here"),
@@ -352,7 +360,7 @@ def test_a_study_with_a_comma_a_quote_and_non_ascii_in_its_name_and_output_root_
             "study.objective=eval/exact_acc",
             "error: study.objective='eval/exact_acc': not a metric the trainer produces",
         ),
-        ("pruner.reduction_factor=1", "error: pruner.reduction_factor=1: expected an integer >= 2"),
+        ("pruner.wrapped.reduction_factor=1", "error: pruner.wrapped.reduction_factor=1: expected an integer >= 2"),
         ("n_trials=true", "error: n_trials=True: expected an integer > 0"),
         ("study.name=../escape", "error: study.name='../escape'"),
         ("output_root={tmp}/a-file/out", "error: output_root='{tmp}/a-file/out': cannot write there"),
