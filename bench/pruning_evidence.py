@@ -30,6 +30,7 @@ from _results import run_header, write_results  # noqa: E402
 from pruning import replay_curves  # noqa: E402
 from pruning_replays import trained, unpruned_studies  # noqa: E402
 
+from storage.record import PRUNER_EVIDENCE_ATTR  # noqa: E402
 from sweeps.pruning_evidence import EvidencePruner  # noqa: E402
 
 OBJECTIVE = "eval/exact_accuracy"
@@ -43,9 +44,9 @@ WRAPPED: dict[str, Callable[[int], optuna.pruners.BasePruner]] = {  # by the tri
     "median(3 startup, 0 warmup)": lambda steps: optuna.pruners.MedianPruner(3, 0),
     "percentile(25, 3 startup)": lambda steps: optuna.pruners.PercentilePruner(25.0, 3, 0),
 }
-AUDITS = [(3, 0), (4, 0), (5, 0), (6, 0), (3, 3), (4, 4), (3, 2)]  # (audit_first, audit_every)
+# (audit_first, audit_every, min_audit)
+AUDITS = [(4, 0, 4), (5, 0, 5), (6, 0, 4), (6, 0, 6), (8, 0, 6), (3, 3, 3), (4, 4, 4), (6, 6, 6)]
 AGREEMENTS = (0.3, 0.5, 0.7)
-MIN_AUDITS = (4,)
 
 
 def standard_error(p: float, n: int) -> float:
@@ -69,8 +70,13 @@ def replay(arm: dict[str, Any], pruner: optuna.pruners.BasePruner, metric: str) 
         "gap": gap,
         "kept": gap <= se + 1e-12,
         "pruned": run["pruned"],
-        "evidence": run["study"].user_attrs.get("pruner_evidence"),
+        "rungs_on": rungs_on(run["study"].user_attrs.get(PRUNER_EVIDENCE_ATTR)),
     }
+
+
+def rungs_on(record: dict[str, Any] | None) -> list[int] | None:
+    """The steps an EvidencePruner let prune at the end of a replay (None: a bare pruner, which measures nothing)."""
+    return None if record is None else sorted(int(step) for step, rung in record["rungs"].items() if rung["on"])
 
 
 def rules(steps: int) -> dict[str, tuple[str, Callable[[], optuna.pruners.BasePruner]]]:
@@ -78,10 +84,8 @@ def rules(steps: int) -> dict[str, tuple[str, Callable[[], optuna.pruners.BasePr
     out: dict[str, tuple[str, Callable[[], optuna.pruners.BasePruner]]] = {}
     for metric, (name, make) in itertools.product(METRICS, WRAPPED.items()):
         out[f"{name}, {metric}"] = (metric, lambda m=make: m(steps))
-        for (first, every), agree, min_audit in itertools.product(AUDITS, AGREEMENTS, MIN_AUDITS):
-            if first < min_audit and not every:
-                continue
-            label = f"evidence(audit first {first}, every {every or '-'}, tau >= {agree}, >= {min_audit}) on {name}, {metric}"
+        for (first, every, min_audit), agree in itertools.product(AUDITS, AGREEMENTS):
+            label = f"evidence(audit first {first}, every {every or '-'}, tau >= {agree} over >= {min_audit}) on {name}, {metric}"
             out[label] = (
                 metric,
                 lambda m=make, f=first, e=every, a=agree, k=min_audit: EvidencePruner(m(steps), f, e, k, a),
