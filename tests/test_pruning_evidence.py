@@ -15,8 +15,11 @@ from dashboards.report_page import write_report
 from storage import open_storage
 from storage.record import OBJECTIVE_ATTR, PRUNER_ATTR, PRUNER_EVIDENCE_ATTR
 from sweeps.config import compose_sweep_config
+from sweeps.driver import Driver
 from sweeps.optuna_parts import build, pruner_spec
 from sweeps.pruning_evidence import EvidencePruner
+from tests.sweep_helpers import sweep_config
+from tests.test_sweeps import with_space
 from trm.trial_link import TrialLink
 
 # A median pruner with one start-up trial prunes any trial below the completed trials' median at a step.
@@ -162,3 +165,23 @@ def test_the_report_shows_what_it_measured(tmp_path: Path) -> None:
     # a study whose pruner measured nothing has no such line
     other = optuna.create_study(storage=f"sqlite:///{tmp_path}/other.sqlite")
     assert "pruner-evidence" not in write_report(other, tmp_path / "other.html").read_text()
+
+
+def test_a_real_sweep_records_its_evidence_from_the_jobs(tmp_path: Path) -> None:
+    """model_scaling's default pruner through the driver and real training jobs: the jobs' pruner writes the
+    record, the audit trials run to their end, and a trial is pruned only at a step the record has on."""
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    cfg = sweep_config(
+        url, tmp_path, "study.name=audited", "n_trials=4", "sampler=random",
+        "pruner.audit_first=2", "pruner.min_audit=2", "pruner.wrapped.min_resource=10",
+    )  # fmt: skip
+    study = Driver(with_space(cfg, {"optim.lr": "interval(0.0005, 0.005)"})).run()
+    trials = study.get_trials()
+    assert [t.state for t in trials[:2]] == [TrialState.COMPLETE, TrialState.COMPLETE]
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials) and len(trials) == 4
+    record = study.user_attrs[PRUNER_EVIDENCE_ATTR]
+    assert record["audit_trials"] == [0, 1] and set(record["rungs"]) == {"10", "20"}
+    assert record == EvidencePruner(build(MEDIAN), audit_first=2, min_audit=2).evidence(trials)  # as measured
+    for t in trials:
+        if t.state == TrialState.PRUNED:
+            assert record["rungs"][str(t.last_step)]["on"], (t.number, record)
