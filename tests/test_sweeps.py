@@ -159,6 +159,7 @@ def test_torchrun_study_completes_and_prunes_with_rank0_values(pg_url: str, tmp_
         tmp_path,
         "study.name=prune_e2e",
         "study.objective=eval/accuracy",
+        "study.prune_metric=null",  # the pruner sees the objective (model_scaling's default reports blank accuracy)
         "study.enqueue_baseline=false",
         "n_trials=2",
         "launcher=torchrun",

@@ -418,7 +418,7 @@ def test_the_trial_length_is_train_steps_in_trial_overrides(tmp_path: Path) -> N
     driver = Driver(config(tmp_path, trial=trial_with("train.steps=70")))
     driver.validate()
     assert driver.train_steps == 70
-    assert pruner_spec(driver.cfg, driver.train_steps)["max_resource"] == 70
+    assert pruner_spec(driver.cfg, driver.train_steps)["wrapped"]["max_resource"] == 70  # model_scaling's: wrapped
     searched = config(tmp_path)
     with open_dict(searched):
         searched.study.space.tiny["train.steps"] = "range(10, 50, 10)"
