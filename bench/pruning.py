@@ -231,6 +231,38 @@ REPLAY_PRUNERS = {  # what-if pruners replayed on the reference arm's recorded c
 }
 
 
+def replay_curves(
+    trials: list[dict[str, Any]], pruner: optuna.pruners.BasePruner, metric: str, objective: str = "eval/exact_accuracy"
+) -> dict[str, Any]:
+    """Optuna's `pruner` on recorded curves, on an in-memory study: the trials that reported are asked in their
+    order, report `metric` at each eval and ask should_prune(); a finished one is told its best `objective`.
+    Returns the steps and FLOPs they ran (at each trial's FLOPs per step), the best value kept, the pruned trials."""
+    # A fixed name: Hyperband assigns brackets by a hash of the study name and trial number.
+    study = optuna.create_study(study_name="replay", direction="maximize", pruner=pruner)
+    steps = flops = 0.0
+    best, pruned_trials = None, []
+    for rec in sorted(trials, key=lambda r: r["number"]):
+        if not rec["eval"]:  # a refused duplicate or a failed launch: nothing reported, nothing to replay
+            continue
+        trial, per_step = study.ask(), (rec["compute_flops"] or 0) / max(1, rec["steps"] or 1)
+        done, pruned = 0, False
+        for r in rec["eval"]:
+            trial.report(r[metric], r["step"])
+            done = r["step"]
+            if trial.should_prune():
+                pruned = True
+                break
+        steps, flops = steps + done, flops + done * per_step
+        if pruned:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            pruned_trials.append(rec["number"])
+        else:
+            value = max(r[objective] for r in rec["eval"])
+            best = value if best is None else max(best, value)
+            study.tell(trial, value)
+    return {"steps": steps, "flops": flops, "best": best, "pruned": pruned_trials, "study": study}
+
+
 def replay(
     reference: dict[str, Any], metrics: tuple[str, ...] = ("eval/exact_accuracy", "eval/blank_accuracy")
 ) -> list[dict[str, Any]]:
@@ -241,34 +273,14 @@ def replay(
     for metric in metrics:
         for name, make in REPLAY_PRUNERS.items():
             longest = max((rec["steps"] or 1) for rec in reference["trials"] if rec["eval"])
-            study = optuna.create_study(direction="maximize", pruner=make(longest))
-            steps = flops = 0
-            best = None
-            for rec in sorted(reference["trials"], key=lambda r: r["number"]):
-                if not rec["eval"]:  # a refused duplicate or a failed launch: nothing reported, nothing to replay
-                    continue
-                trial, per_step = study.ask(), (rec["compute_flops"] or 0) / max(1, rec["steps"] or 1)
-                done, pruned = 0, False
-                for r in rec["eval"]:
-                    trial.report(r[metric], r["step"])
-                    done = r["step"]
-                    if trial.should_prune():
-                        pruned = True
-                        break
-                steps, flops = steps + done, flops + done * per_step
-                if pruned:
-                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                else:
-                    value = max(r["eval/exact_accuracy"] for r in rec["eval"])
-                    best = value if best is None else max(best, value)
-                    study.tell(trial, value)
+            run = replay_curves(reference["trials"], make(longest), metric)
             rows.append(
                 {
                     "metric": metric,
                     "pruner": name,
-                    "steps_ratio": steps / reference["trial_steps"],
-                    "flops_ratio": flops / reference["compute_flops"],
-                    "best_value": best,
+                    "steps_ratio": run["steps"] / reference["trial_steps"],
+                    "flops_ratio": run["flops"] / reference["compute_flops"],
+                    "best_value": run["best"],
                 }
             )
     return rows

@@ -108,14 +108,21 @@ def flop_halving(metric: str, first_rung_flops: float, eta: int, last_step: int)
     return prune
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+def unpruned_studies(
+    argv: list[str] | None, doc: str | None, out_name: str
+) -> tuple[argparse.Namespace, dict[str, Any], list[dict[str, Any]]]:
+    """A replay script's arguments, the saved multi-seed results they name, and each seed's unpruned study."""
+    p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     p.add_argument("--results", type=Path, default=RESULTS / "pruning_1000steps.json")
     p.add_argument("--out-dir", type=Path, default=RESULTS)
-    p.add_argument("--out-name", default="pruning_replays")
+    p.add_argument("--out-name", default=out_name)
     args = p.parse_args(argv)
     saved = json.loads(args.results.read_text())
-    arms = [seed["arms"][0] for seed in saved["per_seed"]]  # each seed's unpruned study
+    return args, saved, [seed["arms"][0] for seed in saved["per_seed"]]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args, saved, arms = unpruned_studies(argv, __doc__, "pruning_replays")
     # Each rule as a factory: a replay gets a fresh one (flop_halving keeps its rungs' values).
     rules: dict[str, Callable[[], Callable]] = {}
     for metric in ("eval/blank_accuracy", "eval/exact_accuracy"):

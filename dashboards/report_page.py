@@ -15,6 +15,7 @@ from dashboards import report_compare as compare
 from dashboards import report_curves as curves
 from dashboards import report_optuna as study_views
 from dashboards import report_project as project_views
+from dashboards.report_evidence import evidence_paragraph
 from dashboards.report_tables import best_block, trial_table
 from dashboards.report_view import Section, StudyView
 
@@ -135,7 +136,7 @@ def study_body(view: StudyView, heading: str | None = None) -> list[str]:
     """One study's part of the page: summary, links to its figures, best trial, figures, trials table."""
     sections = build_sections(view)
     nav = " ".join(f'<a href="#sec-{s.fig_id}">{html.escape(s.title)}</a>' for s in sections if s.figure is not None)
-    parts = [heading or "", f'<p class="meta">{html.escape(summary_line(view))}</p>',
+    parts = [heading or "", f'<p class="meta">{html.escape(summary_line(view))}</p>', evidence_paragraph(view),
              f'<nav><a href="#{view.prefix}best-params">Best trial</a> {nav} <a href="#sec-{view.prefix}trials">Trials</a></nav>',
              best_block(view)]  # fmt: skip
     parts += [render_section(s) for s in sections]

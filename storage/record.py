@@ -7,7 +7,7 @@ the channel back"); its names live here, in `storage`, which both sides may impo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 # Study attributes the driver writes and the job reads.
 PRUNER_ATTR = "pruner"  # the pruner as a `_target_` dict: every job asks the pruner the driver configured
@@ -20,6 +20,29 @@ DRIVERS_ATTR = "drivers"  # how many drivers have opened the study: each gets it
 # What the trials of the study trained and how they were judged (space, objectives, trial length, preset, pruner):
 # a driver with another definition is refused (sweeps/definition.py).
 DEFINITION_ATTR = "definition"
+
+# The pruners config may build, in the driver and in the job (which rebuilds the stored spec): Optuna's, and the
+# wrapper that prunes only where the study's audit trials back a rung (sweeps/pruning_evidence.py).
+PRUNER_TARGETS = ["optuna.pruners.*", "sweeps.pruning_evidence.EvidencePruner"]
+# What that wrapper measured, rewritten whenever it changes: an EvidenceRecord.
+PRUNER_EVIDENCE_ATTR = "pruner_evidence"
+
+
+class RungEvidence(TypedDict):
+    """One reported step: Kendall's tau between the audit trials' values there and their final values (None:
+    undefined, e.g. all equal), over `n` audit trials; `on`: the wrapped pruner may prune there."""
+
+    tau: float | None
+    n: int
+    on: bool
+
+
+class EvidenceRecord(TypedDict):
+    audit_trials: list[int]  # completed audit trials (never pruned) the agreement is measured on
+    min_audit: int
+    min_agreement: float
+    rungs: dict[str, RungEvidence]  # by step (a string: study attributes are JSON)
+
 
 # Trial attribute of a draw refused because another trial has exactly its parameters: the other's number.
 DUPLICATE_OF_ATTR = "duplicate_of"

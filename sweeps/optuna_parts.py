@@ -10,8 +10,10 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from storage.record import PRUNER_TARGETS
+
 # What config may instantiate: `_target_` is code execution, so only these classes.
-TARGETS = ["optuna.samplers.*", "optuna.pruners.*", "sweeps.launchers.*"]
+TARGETS = ["optuna.samplers.*", *PRUNER_TARGETS, "sweeps.launchers.*"]
 
 
 def build(node: DictConfig | dict[str, Any]) -> Any:
@@ -28,8 +30,10 @@ def resolved_dict(node: DictConfig) -> dict[str, Any]:
 
 
 def pruner_spec(cfg: DictConfig, train_steps: int) -> dict[str, Any]:
-    """The pruner as a resolved `_target_` dict: stored on the study so every job builds the same one."""
+    """The pruner as a resolved `_target_` dict: stored on the study so every job builds the same one.
+    `max_resource: auto` becomes the trial length, also in a wrapped pruner (sweeps/pruning_evidence.py)."""
     spec = resolved_dict(cfg.pruner)
-    if spec.get("max_resource") == "auto":
-        spec["max_resource"] = train_steps
+    for node in (spec, spec.get("wrapped")):
+        if isinstance(node, dict) and node.get("max_resource") == "auto":
+            node["max_resource"] = train_steps
     return spec

@@ -366,8 +366,11 @@ def _check_arguments(key: str, cls: type, arguments: dict[str, Any]) -> None:
 
 def _check_optuna(cfg: DictConfig, train_steps: int) -> None:
     """Build the sampler and the pruner exactly as the driver does (the pruner with max_resource resolved), so a
-    bad `_target_` or argument is refused here, named, and not at the second ask or in every trial's report."""
-    for key, node in (("sampler", cfg.sampler), ("pruner", OmegaConf.create(pruner_spec(cfg, train_steps)))):
+    bad `_target_` or argument is refused here, named, and not at the second ask or in every trial's report.
+    A wrapped pruner (sweeps/pruning_evidence.py) is checked the same way."""
+    pruner = OmegaConf.create(pruner_spec(cfg, train_steps))
+    wrapped = [("pruner.wrapped", pruner.wrapped)] if "wrapped" in pruner else []  # checked first: named as its own
+    for key, node in (("sampler", cfg.sampler), *wrapped, ("pruner", pruner)):
         target = node.get("_target_")
         try:
             build(node)

@@ -161,6 +161,7 @@ def test_torchrun_study_completes_and_prunes_with_rank0_values(pg_url: str, tmp_
         tmp_path,
         "study.name=prune_e2e",
         "study.objective=eval/accuracy",
+        "study.prune_metric=null",  # the pruner sees the objective (model_scaling's default reports blank accuracy)
         "study.enqueue_baseline=false",
         "n_trials=2",
         "launcher=torchrun",
@@ -398,7 +399,7 @@ def test_trials_report_the_prune_metric_and_are_valued_by_the_objective(tmp_path
     assert trial.intermediate_values == pytest.approx(blank) and len(blank) == 2
     assert trial.value == summary_of(trial_dir(tmp_path / "smooth", 0))["best_value"]  # the objective: exact accuracy
     # Reopening the study with another prune metric would make the pruner compare two metrics: refused.
-    other = sweep_config(url, tmp_path, "study.name=smooth", "n_trials=2")
+    other = sweep_config(url, tmp_path, "study.name=smooth", "n_trials=2", "study.prune_metric=eval/exact_accuracy")
     with pytest.raises(
         StudyMismatchError,
         match=r"reported 'eval/blank_accuracy' to the pruner but this config reports 'eval/exact_accuracy'",

@@ -82,7 +82,7 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(
         "wandb_halting-0",
         "trial",
     )
-    assert {"study:wandb_halting", "sampler:TPESampler", "pruner:HyperbandPruner", "launcher:LocalLauncher"} <= set(
+    assert {"study:wandb_halting", "sampler:TPESampler", "pruner:EvidencePruner", "launcher:LocalLauncher"} <= set(
         run.tags
     )
 

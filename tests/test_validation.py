@@ -151,9 +151,17 @@ def test_a_range_that_does_not_fit_the_keys_type_is_refused(
     "override,expected",
     [
         # Hyperband takes these at construction and divides by zero / takes log(0) in every trial's report
-        (["pruner.reduction_factor=1"], r"pruner.reduction_factor=1: expected an integer >= 2"),
-        (["pruner.min_resource=0"], r"pruner.min_resource=0: expected an integer >= 1"),
-        (["pruner.min_resource=abc"], r"pruner.min_resource='abc': HyperbandPruner takes an integer here"),
+        (["pruner=hyperband", "pruner.reduction_factor=1"], r"pruner.reduction_factor=1: expected an integer >= 2"),
+        (["pruner=hyperband", "pruner.min_resource=0"], r"pruner.min_resource=0: expected an integer >= 1"),
+        (
+            ["pruner=hyperband", "pruner.min_resource=abc"],
+            r"pruner.min_resource='abc': HyperbandPruner takes an integer here",
+        ),
+        # ... also wrapped in the evidence pruner (model_scaling's default), named by their full key
+        (["pruner.wrapped.reduction_factor=1"], r"pruner.wrapped.reduction_factor=1: expected an integer >= 2"),
+        (["pruner.wrapped._target_=os.system"], r"pruner.wrapped._target_='os.system': .*whitelist"),
+        (["pruner.min_agreement=2"], r"pruner \(sweeps.pruning_evidence.EvidencePruner\): ValueError: min_agreement=2"),
+        (["pruner.audit_first=2", "pruner.audit_every=0"], r"audit_first=2 < min_audit=4 with audit_every=0"),
         # TPE takes it and fails at the first ask past its start-up trials
         (["sampler.n_startup_trials=abc"], r"sampler.n_startup_trials='abc': TPESampler takes an integer here"),
         (["seed=abc"], r"sampler.seed='abc': TPESampler takes an integer or null here"),
@@ -361,7 +369,7 @@ def test_a_study_with_a_quote_and_non_ascii_in_its_name_and_a_comma_in_output_ro
             "study.objective=eval/exact_acc",
             "error: study.objective='eval/exact_acc': not a metric the trainer produces",
         ),
-        ("pruner.reduction_factor=1", "error: pruner.reduction_factor=1: expected an integer >= 2"),
+        ("pruner.wrapped.reduction_factor=1", "error: pruner.wrapped.reduction_factor=1: expected an integer >= 2"),
         ("n_trials=true", "error: n_trials=True: expected an integer > 0"),
         ("study.name=../escape", "error: study.name='../escape'"),
         ("output_root={tmp}/a-file/out", "error: output_root='{tmp}/a-file/out': cannot write there"),
@@ -420,7 +428,7 @@ def test_the_trial_length_is_train_steps_in_trial_overrides(tmp_path: Path) -> N
     driver = Driver(config(tmp_path, trial=trial_with("train.steps=70")))
     driver.validate()
     assert driver.train_steps == 70
-    assert pruner_spec(driver.cfg, driver.train_steps)["max_resource"] == 70
+    assert pruner_spec(driver.cfg, driver.train_steps)["wrapped"]["max_resource"] == 70  # model_scaling's: wrapped
     searched = config(tmp_path)
     with open_dict(searched):
         searched.study.space.tiny["train.steps"] = "range(10, 50, 10)"

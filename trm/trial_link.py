@@ -32,6 +32,7 @@ from storage.record import (
     PROGRESS_ATTR,
     PRUNE_METRIC_ATTR,
     PRUNER_ATTR,
+    PRUNER_TARGETS,
     THROUGHPUT_DETAIL,
     merged_details,
 )
@@ -115,9 +116,9 @@ class TrialLink:
         self.storage = open_storage(storage_url, password_env=password_env, create_schema=False, **self.engine)
         study_id = self.storage.get_study_id_from_name(study_name)
         attrs = self.storage.get_study_user_attrs(study_id)
-        # The spec comes from the database: only Optuna's pruners may be instantiated from it.
+        # The spec comes from the database: only Optuna's pruners (and the evidence wrapper) may be built from it.
         spec = attrs.get(PRUNER_ATTR)
-        pruner = instantiate(spec, _execution_whitelist_=["optuna.pruners.*"]) if spec else optuna.pruners.NopPruner()
+        pruner = instantiate(spec, _execution_whitelist_=PRUNER_TARGETS) if spec else optuna.pruners.NopPruner()
         self.study = optuna.load_study(study_name=study_name, storage=self.storage, pruner=pruner)
         self.trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, trial_number)
         self.trial = optuna.trial.Trial(self.study, self.trial_id)

@@ -1,0 +1,129 @@
+"""The evidence-checking pruner (sweeps/pruning_evidence.py) replayed on the saved unpruned studies' curves.
+
+    python bench/pruning_evidence.py                     # reads bench/results/pruning_1000steps.json
+    python bench/pruning_evidence.py --results other.json --out-name pruning_evidence_other
+
+Each rule is Optuna's own pruner, bare or wrapped in EvidencePruner, run on an in-memory Optuna study: the
+unpruned study's trained trials are asked in their order, each reports its recorded curve of the prune metric
+and asks should_prune() at every eval; a pruned trial stops there, a finished one is told its best exact accuracy
+(the studies' objective). Compute is counted as the steps (and FLOPs, at the trial's FLOPs per step) each trial
+ran. The same trials in the same order as the unpruned study: TPE would have drawn differently after a prune, so
+a replay ranks rules; a real study shows one.
+
+Kept: the replay's best within one eval standard error of the unpruned best, the binomial
+sqrt(p (1 - p) / n) at the unpruned best p and the eval's puzzle count n (`eval/count` of the curves).
+Table: bench/results/<out-name>.md; the cheapest rule that keeps the best in every seed first.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+
+from bench._results import run_header, write_results
+from bench.pruning import replay_curves
+from bench.pruning_replays import trained, unpruned_studies
+from storage.record import PRUNER_EVIDENCE_ATTR
+from sweeps.pruning_evidence import EvidencePruner
+
+OBJECTIVE = "eval/exact_accuracy"
+METRICS = ("eval/exact_accuracy", "eval/blank_accuracy")
+
+WRAPPED: dict[str, Callable[[int], optuna.pruners.BasePruner]] = {  # by the trial length in steps
+    "hyperband(100, rf 3)": lambda steps: optuna.pruners.HyperbandPruner(100, steps, 3),
+    "successive_halving(100, rf 3)": lambda steps: optuna.pruners.SuccessiveHalvingPruner(100, 3),
+    "successive_halving(300, rf 3)": lambda steps: optuna.pruners.SuccessiveHalvingPruner(300, 3),
+    "median(1 startup, 0 warmup)": lambda steps: optuna.pruners.MedianPruner(1, 0),
+    "median(3 startup, 0 warmup)": lambda steps: optuna.pruners.MedianPruner(3, 0),
+    "percentile(25, 3 startup)": lambda steps: optuna.pruners.PercentilePruner(25.0, 3, 0),
+}
+# (audit_first, audit_every, min_audit)
+AUDITS = [(4, 0, 4), (5, 0, 5), (6, 0, 4), (6, 0, 6), (8, 0, 6), (3, 3, 3), (4, 4, 4), (6, 6, 6)]
+AGREEMENTS = (0.3, 0.5, 0.7)
+
+
+def standard_error(p: float, n: int) -> float:
+    """The binomial standard error of an accuracy p measured on n puzzles."""
+    return math.sqrt(p * (1 - p) / n)
+
+
+def replay(arm: dict[str, Any], pruner: optuna.pruners.BasePruner, metric: str) -> dict[str, Any]:
+    """One rule on one unpruned study's curves: steps and FLOPs against the study's, the best kept."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    run = replay_curves(arm["trials"], pruner, metric, OBJECTIVE)
+    reference = max(max(r[OBJECTIVE] for r in t["eval"]) for t in trained(arm))
+    se = standard_error(reference, int(trained(arm)[0]["eval"][-1]["eval/count"]))
+    gap = reference - (run["best"] if run["best"] is not None else 0.0)
+    return {
+        "steps_ratio": run["steps"] / arm["trial_steps"],
+        "flops_ratio": run["flops"] / arm["compute_flops"],
+        "best": run["best"],
+        "unpruned_best": reference,
+        "se": se,
+        "gap": gap,
+        "kept": gap <= se + 1e-12,
+        "pruned": run["pruned"],
+        "rungs_on": rungs_on(run["study"].user_attrs.get(PRUNER_EVIDENCE_ATTR)),
+    }
+
+
+def rungs_on(record: dict[str, Any] | None) -> list[int] | None:
+    """The steps an EvidencePruner let prune at the end of a replay (None: a bare pruner, which measures nothing)."""
+    return None if record is None else sorted(int(step) for step, rung in record["rungs"].items() if rung["on"])
+
+
+def rules(steps: int) -> dict[str, tuple[str, Callable[[], optuna.pruners.BasePruner]]]:
+    """Every rule: the bare Optuna pruners, then each wrapped with every audit setting; name -> (metric, factory)."""
+    out: dict[str, tuple[str, Callable[[], optuna.pruners.BasePruner]]] = {}
+    for metric, (name, make) in itertools.product(METRICS, WRAPPED.items()):
+        out[f"{name}, {metric}"] = (metric, lambda m=make: m(steps))
+        for (first, every, min_audit), agree in itertools.product(AUDITS, AGREEMENTS):
+            label = f"evidence(audit first {first}, every {every or '-'}, tau >= {agree} over >= {min_audit}) on {name}, {metric}"
+            out[label] = (
+                metric,
+                lambda m=make, f=first, e=every, a=agree, k=min_audit: EvidencePruner(m(steps), f, e, k, a),
+            )
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args, saved, arms = unpruned_studies(argv, __doc__, "pruning_evidence")
+    steps = max(t["steps"] for arm in arms for t in trained(arm))
+    rows = []
+    for name, (metric, make) in rules(steps).items():
+        seeds = [replay(arm, make(), metric) for arm in arms]
+        rows.append({
+            "rule": name,
+            "seeds": seeds,
+            "kept_in": sum(s["kept"] for s in seeds),
+            "max_flops_ratio": max(s["flops_ratio"] for s in seeds),
+            "mean_flops_ratio": sum(s["flops_ratio"] for s in seeds) / len(seeds),
+        })  # fmt: skip
+    rows.sort(key=lambda r: (-r["kept_in"], r["mean_flops_ratio"]))
+    result = {**run_header("pruning_evidence", argv), "source": str(args.results), "rows": rows}
+    seeds = [s["seed"] for s in saved["per_seed"]]
+    lines = [
+        f"Replays on the unpruned studies of {args.results.name} (seeds {seeds}): per seed the FLOPs share, the gap "
+        "to the unpruned best and whether it is within one eval standard error (kept); sorted by seeds kept, then "
+        "mean FLOPs.",
+        "",
+        "| rule | " + " | ".join(f"seed {s}: FLOPs, gap, kept" for s in seeds) + " | kept in | mean FLOPs |",
+        "|---|" + "---:|" * len(seeds) + "---:|---:|",
+    ]
+    for row in rows:
+        cells = " | ".join(
+            f"{100 * s['flops_ratio']:.0f}%, {s['gap']:+.4f}, {'yes' if s['kept'] else 'no'}" for s in row["seeds"]
+        )
+        lines.append(
+            f"| {row['rule']} | {cells} | {row['kept_in']} of {len(seeds)} | {100 * row['mean_flops_ratio']:.0f}% |"
+        )
+    write_results(args.out_name, result, "\n".join(lines), args.out_dir)
+    return result
+
+
+if __name__ == "__main__":
+    main()

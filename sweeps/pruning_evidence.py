@@ -1,0 +1,128 @@
+"""A pruner that checks its own evidence: the configured Optuna pruner may stop a trial at a step only where the
+study's own audit trials show that values at that step rank trials as their final objective does.
+
+Why: early values can rank configurations backwards (deeper recursion starts slower and ends better:
+docs/benchmarks.md, Pruning), and a pruner that compares them then removes the best configuration. Optuna's
+pruners take the early ranking on trust; this one measures it.
+
+The rule, per step ("rung") at which a trial reports:
+- Audit trials (the first `audit_first` trials of the study, and every `audit_every`-th after them) are never
+  pruned: their whole curves are the evidence. A retried trial keeps the status of the trial it retries.
+- At a step, the rank agreement (Kendall's tau-b) between the audit trials' reported values there and their final
+  objective values must be at least `min_agreement`, over at least `min_audit` completed audit trials; otherwise
+  the rung is switched off and the wrapped pruner's verdict is ignored there.
+- A step at which the audit trials all reported the same value (0.0 exact accuracy before any puzzle is solved)
+  never prunes, whatever `min_agreement`: tau is undefined there, and a ranking of equal values is a coin flip.
+
+The wrapped pruner is asked at every report (it keeps its own bookkeeping, e.g. the successive-halving rungs);
+this pruner only vetoes its "prune". What was measured is stored on the study (storage.record.EvidenceRecord) when
+it changes, and one line is logged for each rung switched on or off.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Sequence
+
+import optuna
+from optuna.pruners import BasePruner
+from optuna.storages import RetryFailedTrialCallback
+from optuna.trial import FrozenTrial, TrialState
+from scipy.stats import kendalltau
+
+from storage.record import PRUNER_EVIDENCE_ATTR, EvidenceRecord, RungEvidence
+
+log = logging.getLogger("sweeps.pruning")
+
+
+class EvidencePruner(BasePruner):
+    """Wraps an Optuna pruner; prunes only where `wrapped` says so and the study's audit trials back the rung."""
+
+    def __init__(
+        self,
+        wrapped: BasePruner,
+        audit_first: int = 4,
+        audit_every: int = 0,
+        min_audit: int = 4,
+        min_agreement: float = 0.5,
+    ) -> None:
+        if not isinstance(wrapped, BasePruner):
+            raise TypeError(f"wrapped={wrapped!r}: expected an Optuna pruner (a `_target_: optuna.pruners.*` node)")
+        if audit_first < 0 or audit_every < 0:
+            raise ValueError(f"audit_first={audit_first}, audit_every={audit_every}: expected integers >= 0")
+        if min_audit < 2:
+            raise ValueError(f"min_audit={min_audit}: expected an integer >= 2 (a rank agreement needs two trials)")
+        if not -1.0 <= min_agreement <= 1.0:
+            raise ValueError(f"min_agreement={min_agreement}: expected a Kendall tau in [-1, 1]")
+        if audit_first < min_audit and audit_every == 0:
+            raise ValueError(
+                f"audit_first={audit_first} < min_audit={min_audit} with audit_every=0: no rung could ever prune"
+            )
+        self.wrapped = wrapped
+        self.audit_first = audit_first
+        self.audit_every = audit_every
+        self.min_audit = min_audit
+        self.min_agreement = min_agreement
+
+    def is_audit(self, trial: FrozenTrial) -> bool:
+        """Whether a trial runs unpruned to its end (by the number of the first trial of its retry chain)."""
+        with warnings.catch_warnings():  # experimental since Optuna 3.0, and what the driver's retries record
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            history = RetryFailedTrialCallback.retry_history(trial)
+        number = history[0] if history else trial.number
+        return number < self.audit_first or (
+            self.audit_every > 0 and number >= self.audit_first and (number - self.audit_first) % self.audit_every == 0
+        )
+
+    def evidence(self, trials: Sequence[FrozenTrial]) -> EvidenceRecord:
+        """Per step, the audit trials' agreement between their value there and their final value."""
+        audits = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None and self.is_audit(t)]
+        finals = {t.number: float(t.values[0]) for t in audits}
+        steps = sorted({step for t in audits for step in t.intermediate_values})
+        rungs: dict[str, RungEvidence] = {}
+        for step in steps:
+            pairs = [(t.intermediate_values[step], finals[t.number]) for t in audits if step in t.intermediate_values]
+            pairs = [(a, b) for a, b in pairs if math.isfinite(a) and math.isfinite(b)]
+            tau = _kendall([a for a, _ in pairs], [b for _, b in pairs])
+            on = len(pairs) >= self.min_audit and tau is not None and tau >= self.min_agreement
+            rungs[str(step)] = {"tau": None if tau is None else round(tau, 4), "n": len(pairs), "on": on}
+        return {
+            "audit_trials": sorted(t.number for t in audits),
+            "min_audit": self.min_audit,
+            "min_agreement": self.min_agreement,
+            "rungs": rungs,
+        }
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        verdict = self.wrapped.prune(study, trial)  # asked every time: it keeps its own rung bookkeeping
+        step = trial.last_step
+        if step is None or self.is_audit(trial):
+            return False
+        record = self.evidence(study.get_trials(deepcopy=False))
+        self._store(study, record)
+        rung = record["rungs"].get(str(step))
+        return bool(verdict) and rung is not None and rung["on"]
+
+    def _store(self, study: optuna.Study, record: EvidenceRecord) -> None:
+        """Write the record when it changed (a new audit trial completed), logging each rung switched on or off."""
+        stored = study.user_attrs.get(PRUNER_EVIDENCE_ATTR)
+        if stored == record:
+            return
+        before = stored.get("rungs", {}) if isinstance(stored, dict) else {}
+        for step, rung in record["rungs"].items():
+            if rung["on"] != before.get(step, {}).get("on", False):
+                log.info(
+                    "pruning at step %s switched %s: Kendall tau %s over %d audit trials (needs >= %g over >= %d)",
+                    step, "on" if rung["on"] else "off", rung["tau"], rung["n"], self.min_agreement, self.min_audit,
+                )  # fmt: skip
+        study.set_user_attr(PRUNER_EVIDENCE_ATTR, record)
+
+
+def _kendall(x: list[float], y: list[float]) -> float | None:
+    """Kendall's tau-b; None where it is undefined (fewer than two trials, or all values equal on one side)."""
+    if len(x) < 2 or len(set(x)) < 2 or len(set(y)) < 2:
+        return None
+    tau = float(kendalltau(x, y).statistic)
+    return tau if math.isfinite(tau) else None

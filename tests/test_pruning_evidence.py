@@ -1,0 +1,187 @@
+"""The evidence-checking pruner (sweeps/pruning_evidence.py) on real Optuna studies in SQLite: it lets the wrapped
+pruner prune only at steps where the audit trials' values rank as their final values do."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from dashboards.report_page import write_report
+from storage import open_storage
+from storage.record import OBJECTIVE_ATTR, PRUNER_ATTR, PRUNER_EVIDENCE_ATTR
+from sweeps.config import compose_sweep_config
+from sweeps.driver import Driver
+from sweeps.optuna_parts import build, pruner_spec
+from sweeps.pruning_evidence import EvidencePruner
+from tests.sweep_helpers import sweep_config
+from tests.test_sweeps import with_space
+from trm.trial_link import TrialLink
+
+# A median pruner with one start-up trial prunes any trial below the completed trials' median at a step.
+MEDIAN = {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 1, "n_warmup_steps": 0}
+SPEC = {"_target_": "sweeps.pruning_evidence.EvidencePruner", "wrapped": MEDIAN, "audit_first": 4, "min_audit": 4}
+
+
+def study_with_audits(
+    tmp_path: Path, curves: list[dict[int, float]], finals: list[float], pruner: optuna.pruners.BasePruner
+) -> optuna.Study:
+    """A SQLite study whose first trials (the audit trials) reported `curves` and finished at `finals`."""
+    study = optuna.create_study(
+        study_name="evidence", storage=f"sqlite:///{tmp_path}/db.sqlite", direction="maximize", pruner=pruner
+    )
+    for curve, final in zip(curves, finals):
+        trial = study.ask()
+        for step, value in curve.items():
+            trial.report(value, step)
+            assert not trial.should_prune()  # an audit trial runs to its end whatever its values
+        study.tell(trial, final)
+    return study
+
+
+def evidence_pruner(min_agreement: float = 0.5) -> EvidencePruner:
+    return EvidencePruner(build(MEDIAN), audit_first=4, min_audit=4, min_agreement=min_agreement)
+
+
+EARLY = [{100: 0.1, 200: 0.0}, {100: 0.2, 200: 0.0}, {100: 0.3, 200: 0.0}, {100: 0.4, 200: 0.0}]
+
+
+@pytest.mark.parametrize(
+    "finals,pruned",
+    [
+        ([0.1, 0.2, 0.3, 0.4], True),  # step 100 ranks the audit trials as they finished: the rung prunes
+        ([0.4, 0.3, 0.2, 0.1], False),  # ... backwards (deeper recursion starts slower): it never prunes
+    ],
+)
+def test_a_rung_prunes_only_where_the_audit_trials_ranks_agree(
+    tmp_path: Path, finals: list[float], pruned: bool
+) -> None:
+    study = study_with_audits(tmp_path, EARLY, finals, evidence_pruner())
+    trial = study.ask()
+    trial.report(0.05, 100)  # below every audit trial at step 100: the bare median pruner prunes it
+    assert build(MEDIAN).prune(study, study.trials[-1])
+    assert trial.should_prune() is pruned
+    rung = study.user_attrs[PRUNER_EVIDENCE_ATTR]["rungs"]["100"]
+    assert rung == {"tau": 1.0 if pruned else -1.0, "n": 4, "on": pruned}
+
+
+def test_a_rung_where_every_audit_value_is_equal_never_prunes(tmp_path: Path) -> None:
+    # All audit trials read 0.0 at step 200 and finished apart: no ranking there, even at the loosest threshold.
+    study = study_with_audits(tmp_path, EARLY, [0.6, 0.5, 0.4, 0.3], evidence_pruner(min_agreement=-1.0))
+    trial = study.ask()
+    trial.report(0.0, 200)
+    trial.report(-1.0, 300)  # a step no audit trial reported at: no evidence either
+    for step in (200, 300):
+        frozen = study.trials[-1]
+        frozen.intermediate_values = {step: frozen.intermediate_values[step]}
+        assert study.pruner.prune(study, frozen) is False
+    rungs = study.user_attrs[PRUNER_EVIDENCE_ATTR]["rungs"]
+    assert rungs["200"] == {"tau": None, "n": 4, "on": False} and "300" not in rungs
+
+
+def test_too_few_audit_trials_switch_every_rung_off(tmp_path: Path) -> None:
+    study = study_with_audits(tmp_path, EARLY[:3], [0.1, 0.2, 0.3], evidence_pruner())
+    trial = study.ask()  # trial 3: still an audit trial
+    trial.report(0.0, 100)
+    assert not trial.should_prune()
+    study.tell(trial, state=TrialState.FAIL)  # no final value: not evidence
+    trial = study.ask()
+    trial.report(0.0, 100)
+    assert not trial.should_prune()  # agreement 1.0, but over 3 audit trials of the 4 needed
+    assert study.user_attrs[PRUNER_EVIDENCE_ATTR]["rungs"]["100"] == {"tau": 1.0, "n": 3, "on": False}
+
+
+def test_audit_trials_are_the_first_and_every_nth_and_a_retry_keeps_its_status(tmp_path: Path) -> None:
+    pruner = EvidencePruner(build(MEDIAN), audit_first=2, audit_every=3, min_audit=2)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/db.sqlite")
+    trials = [study.ask() for _ in range(9)]
+    audits = [t.number for t in trials if pruner.is_audit(study.trials[t.number])]
+    assert audits == [0, 1, 2, 5, 8]
+    # The driver's retry of trial 5 (Optuna's RetryFailedTrialCallback) is an audit trial too; of trial 4, not.
+    for original in (5, 4):
+        study.tell(trials[original], state=TrialState.FAIL)
+        optuna.storages.RetryFailedTrialCallback()(study, study.trials[original])
+    retried = list(study.get_trials(states=(TrialState.WAITING,)))
+    assert [pruner.is_audit(t) for t in retried] == [True, False]
+
+
+def test_what_it_measured_is_stored_and_a_switch_is_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="sweeps.pruning"):
+        study = study_with_audits(tmp_path, EARLY, [0.1, 0.2, 0.3, 0.4], evidence_pruner())
+        for _ in range(2):  # the second trial finds the record unchanged: no write, no second line
+            trial = study.ask()
+            trial.report(0.5, 100)
+            assert not trial.should_prune()
+            study.tell(trial, 0.5)
+    record = study.user_attrs[PRUNER_EVIDENCE_ATTR]
+    assert record["audit_trials"] == [0, 1, 2, 3] and (record["min_audit"], record["min_agreement"]) == (4, 0.5)
+    assert record["rungs"]["200"]["on"] is False
+    lines = [r.getMessage() for r in caplog.records if r.name == "sweeps.pruning"]
+    assert lines == ["pruning at step 100 switched on: Kendall tau 1.0 over 4 audit trials (needs >= 0.5 over >= 4)"]
+
+
+def test_the_job_builds_the_stored_evidence_pruner_and_prunes_with_it(tmp_path: Path) -> None:
+    """The job rebuilds the pruner from the study record (trm/trial_link.py): the wrapper must pass its whitelist."""
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    study = study_with_audits(tmp_path, EARLY, [0.1, 0.2, 0.3, 0.4], evidence_pruner())
+    study.set_user_attr(OBJECTIVE_ATTR, "eval/exact_accuracy")
+    study.set_user_attr(PRUNER_ATTR, SPEC)
+    trial = study.ask()
+    link = TrialLink("evidence", trial.number, url)
+    assert isinstance(link.study.pruner, EvidencePruner)
+    assert link.report(100, {"eval/exact_accuracy": 0.05}) == "prune"
+    study = optuna.load_study(study_name="evidence", storage=open_storage(url))
+    assert study.user_attrs[PRUNER_EVIDENCE_ATTR]["rungs"]["100"]["on"] is True
+
+
+@pytest.mark.parametrize("study_name", ["model_scaling", "curriculum", "halting"])
+def test_studies_of_recursion_depth_ship_the_evidence_pruner(study_name: str) -> None:
+    spec = pruner_spec(compose_sweep_config([f"study={study_name}"]), train_steps=500)
+    assert spec["_target_"] == "sweeps.pruning_evidence.EvidencePruner"
+    assert spec["wrapped"]["max_resource"] == 500  # `auto` resolved inside the wrapper too
+    assert isinstance(build(spec), EvidencePruner)
+    # the user's choice wins over the study's default; a study of something else keeps the global one
+    assert compose_sweep_config([f"study={study_name}", "pruner=median"]).pruner._target_.endswith("MedianPruner")
+    assert compose_sweep_config(["study=optimizer"]).pruner._target_.endswith("HyperbandPruner")
+
+
+def test_the_report_shows_what_it_measured(tmp_path: Path) -> None:
+    study = study_with_audits(tmp_path, EARLY, [0.4, 0.3, 0.2, 0.1], evidence_pruner())
+    study.set_user_attr(OBJECTIVE_ATTR, "eval/exact_accuracy")
+    trial = study.ask()
+    trial.report(0.05, 100)
+    assert not trial.should_prune()
+    page = write_report(study, tmp_path / "report.html").read_text()
+    line = re.search(r'<p class="meta" id="pruner-evidence">([^<]*)</p>', page)
+    assert line is not None, "no evidence line in the report"
+    assert "audit trials (never pruned) 0, 1, 2, 3" in line[1]
+    assert "100: -1.00 (off, n 4), 200: n/a (off, n 4)" in line[1]
+    # a study whose pruner measured nothing has no such line
+    other = optuna.create_study(storage=f"sqlite:///{tmp_path}/other.sqlite")
+    assert "pruner-evidence" not in write_report(other, tmp_path / "other.html").read_text()
+
+
+def test_a_real_sweep_records_its_evidence_from_the_jobs(tmp_path: Path) -> None:
+    """model_scaling's default pruner through the driver and real training jobs: the jobs' pruner writes the
+    record, the audit trials run to their end, and a trial is pruned only at a step the record has on."""
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    cfg = sweep_config(
+        url, tmp_path, "study.name=audited", "n_trials=4", "sampler=random",
+        "pruner.audit_first=2", "pruner.min_audit=2", "pruner.wrapped.min_resource=10",
+    )  # fmt: skip
+    study = Driver(with_space(cfg, {"optim.lr": "interval(0.0005, 0.005)"})).run()
+    trials = study.get_trials()
+    assert [t.state for t in trials[:2]] == [TrialState.COMPLETE, TrialState.COMPLETE]
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials) and len(trials) == 4
+    record = study.user_attrs[PRUNER_EVIDENCE_ATTR]
+    assert record["audit_trials"] == [0, 1] and set(record["rungs"]) == {"10", "20"}
+    assert record == EvidencePruner(build(MEDIAN), audit_first=2, min_audit=2).evidence(trials)  # as measured
+    for t in trials:
+        if t.state == TrialState.PRUNED:
+            assert record["rungs"][str(t.last_step)]["on"], (t.number, record)
