@@ -41,6 +41,7 @@ from sweeps.space import SearchSpace, to_overrides
 from trm.compiling import compile_mode
 from trm.config import compose_train_config
 from trm.devices import check_device_choice
+from trm.kernels import check_choice as check_kernels
 from trm.metric_names import EVAL_METRICS, MAXIMIZED, MINIMIZED, TRIAL_NUMBERS
 from trm.precision import check_choice
 
@@ -307,6 +308,7 @@ def _check_trial_config(
     try:  # the job would refuse these at start; a sweep refuses them before its first trial
         check_choice(train_cfg.train.precision, train_cfg.train.bf16_mode)
         compile_mode(train_cfg.train.compile)
+        check_kernels(train_cfg.train.kernels)
         check_device_choice(OmegaConf.select(train_cfg, "runtime.device", default="auto"))
     except ValueError as e:
         raise SweepConfigError(f"{e} (in the trials' training config)") from None

@@ -36,6 +36,7 @@ from trm.data.format import DatasetError, SplitMeta, load_split
 from trm.data.loader import TrainLoader, eval_batches
 from trm.fingerprint import code_fingerprint, config_fingerprint, training_identity
 from trm.flops import flops_per_sample_step
+from trm.kernels import apply_kernels, resolve_kernels
 from trm.losses import METRIC_KEYS, normalize_metrics
 from trm.metrics_log import open_metrics
 from trm.model import ACTModel, TRMConfig, count_params
@@ -120,6 +121,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
         num_puzzle_identifiers=train_meta.num_puzzle_identifiers,
     )
     validate_curriculum(cfg.curriculum, arch.H_cycles, arch.L_cycles)
+    kernels = resolve_kernels(train.kernels, runtime.device.type, chosen.mode, arch.mixer)  # trm/kernels.py
     check_agreement(
         runtime,
         {
@@ -131,6 +133,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
     )
     model = ACTModel(arch).to(runtime.device)
     if runtime.backend != "xla":  # XLA compiles the whole step anyway
+        apply_kernels(model, kernels.choice)  # before compiling: torch.compile traces the choice
         apply_compile(model, compiling)  # net or the whole model: trm/compiling.py says which to choose
     optimizers = build_optimizers(model, cfg.optim)
     ema = build_ema(model, cfg.optim.ema_decay) if train.ema else None
@@ -165,6 +168,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
             "device": str(runtime.device),  # runtime.device resolved (auto: the GPU when torch sees one)
             "precision": chosen.mode,
             "precision_reason": chosen.reason,
+            "kernels": f"{kernels.choice} ({kernels.reason})",
             **params,
         }
         print(json.dumps(start), flush=True)
