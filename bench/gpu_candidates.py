@@ -29,6 +29,7 @@ import argparse  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -121,7 +122,13 @@ def gradient_check(args: argparse.Namespace, state_path: Path) -> list[dict[str,
     torch_loss, torch_grads = first_step(runner, "torch", args.precision)
     rows = []
     for choice in args.candidates:
-        loss, grads = first_step(runner, choice, args.precision)
+        try:
+            loss, grads = first_step(runner, choice, args.precision)
+        except Exception as err:  # noqa: BLE001 - a failing candidate is a result; the others still run
+            traceback.print_exc(limit=5)
+            rows.append({"choice": choice, "error": f"{type(err).__name__}: {err}"[:500], "passes": False})
+            runner.model.zero_grad(set_to_none=True)
+            continue
         ratios = {
             n: relative_error(grads[n], fp32[n]) / max(relative_error(torch_grads[n], fp32[n]), 1e-12) for n in grads
         }
@@ -238,6 +245,9 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     lines.append("|---|---:|---:|---:|---|")
     for c in result["gradient_check"]:
+        if "error" in c:
+            lines.append(f"| {c['choice']} | failed: {c['error'][:200]} ||||")
+            continue
         lines.append(
             f"| {c['choice']} | {c['loss']:.5f} ({c['torch_loss']:.5f} / {c['fp32_loss']:.5f}) "
             f"| {c['max_grad_error_vs_fp32']:.4f} ({c['torch_max_grad_error_vs_fp32']:.4f}) "
