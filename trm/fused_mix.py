@@ -83,7 +83,7 @@ def _round_bf16(x, INTERPRET: tl.constexpr):
 
 @_jit
 def _mix_kernel(
-    h_ptr, wgu_ptr, wd_ptr, out_ptr, hidden, eps, seq: tl.constexpr, inner: tl.constexpr,
+    h_ptr, wgu_ptr, wd_ptr, out_ptr, batch, hidden, eps, seq: tl.constexpr, inner: tl.constexpr,
     ROUND_SUM: tl.constexpr, INTERPRET: tl.constexpr, SEQ_PAD: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_I: tl.constexpr,
 ):  # fmt: skip
     """One program: batch row program_id(0), channels [program_id(1) * BLOCK_C, + BLOCK_C), the whole seq."""
@@ -117,9 +117,9 @@ def _mix_kernel(
 
 @functools.cache
 def _tuned_kernel() -> Any:
-    """The kernel under Triton's autotuner over TILES (keyed on the shapes: one tuning per model)."""
+    """The kernel under Triton's autotuner over TILES, keyed on the shapes (batch too: it sets the grid)."""
     configs = [triton.Config({"BLOCK_C": c, "BLOCK_I": i}, num_warps=w) for c, i, w in TILES]
-    return triton.autotune(configs=configs, key=["hidden", "seq", "inner", "ROUND_SUM"])(_mix_kernel)
+    return triton.autotune(configs=configs, key=["batch", "hidden", "seq", "inner", "ROUND_SUM"])(_mix_kernel)
 
 
 def tuned_tile() -> str | None:
@@ -150,7 +150,7 @@ def mix_sublayer(h: Tensor, gate_up: Tensor, down: Tensor, eps: float) -> Tensor
     # Zero-padded to SEQ_PAD (aligned rows, loads without masks; the pad adds zeros to every dot): 0.4 MB at most.
     h, gate_up, down = h.contiguous(), F.pad(gate_up, (0, seq_pad - seq)), F.pad(down, (0, 0, 0, seq_pad - seq))
     out = torch.empty_like(h)
-    args = (h, gate_up, down, out, hidden, eps)
+    args = (h, gate_up, down, out, batch, hidden, eps)
     meta = {"seq": seq, "inner": down.shape[1], "ROUND_SUM": h.dtype != torch.float32, "SEQ_PAD": seq_pad}
     if interpreting():
         block_c, chunk, _ = TILES[0]
