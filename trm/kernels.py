@@ -6,7 +6,8 @@
 - `fused_mix_nograd`: the kernel only in the calls without gradients (TRM's H_cycles - 1 no-grad cycles, and eval);
   the calls with gradients keep the torch path.
 - `auto` (the default): `AUTO_CUDA` on a CUDA GPU with Triton when the precision is bf16 and the mixer mlp_t,
-  else `torch`. Which fused choice is fastest was measured on a lent GPU (docs/benchmarks.md, "Fused kernels").
+  else `torch`. fused_mix_nograd was the fastest on a lent H200 (docs/benchmarks.md, "Fused kernels"): the
+  recompute in fused_mix's backward costs more than its fused forward saves.
 
 The kernel computes in bf16 (its dots take bf16 operands as autocast's do), so an explicit fused choice with fp32,
 without Triton, or on XLA is refused with the reason before the model is built. On a CPU a fused choice needs Triton's
@@ -23,7 +24,7 @@ if TYPE_CHECKING:  # sweeps/validate.py checks the choice without importing the 
 AUTO = "auto"
 FUSED = {"fused_mix": "all", "fused_mix_nograd": "nograd"}  # choice -> trm.model.Block.fused_mix
 CHOICES = (AUTO, "torch", *FUSED)
-AUTO_CUDA = "fused_mix"
+AUTO_CUDA = "fused_mix_nograd"  # the fastest on an H200 (docs/benchmarks.md, "Fused kernels")
 BF16_PRECISIONS = ("bf16", "bf16_reference")
 
 
