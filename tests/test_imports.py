@@ -28,6 +28,7 @@ OPTIONAL = {"trm.runtime.xla": "torch_xla"}
 DEFERRED: dict[tuple[str, str], tuple[str, bool]] = {
     ("trm.runtime", "trm.runtime.xla"): ("torch_xla is optional: imported only when the backend is xla", False),
     ("trm.tracking", "storage"): ("only a tracked sweep trial reads the study storage (SQLAlchemy, Optuna)", False),
+    ("trm.kernels", "trm.fused_mix"): ("the sweep driver checks train.kernels without torch or Triton", False),
 }
 # Lazy names of a package (`__getattr__` + importlib): (package, module) -> why.
 DYNAMIC: dict[tuple[str, str], str] = {
