@@ -20,6 +20,7 @@ from contracts.choices import compile_mode
 from contracts.hydra_app import compose_train_config
 from trm.compiling import apply_compile
 from trm.data.format import NUM_PUZZLE_IDENTIFIERS, SEQ_LEN, VOCAB_SIZE
+from trm.kernels import apply_kernels
 from trm.model import ACTModel, Carry, TRMConfig, count_params
 from trm.optim import build_optimizers, lr_multiplier, set_lr
 from trm.step import train_step
@@ -81,6 +82,7 @@ class StepRunner:
     cfg: DictConfig
     batch_size: int
     compile: str = "off"  # a train.compile choice (trm/compiling.py): off | net | model (every H/L cycle in one graph)
+    kernels: str = "torch"  # a concrete train.kernels choice (trm/kernels.py): torch | fused_mix | fused_mix_nograd
     state_dtype: torch.dtype = torch.float32
     seed: int = 0
     device: str = "cpu"  # cpu | cuda: the model, optimizer state, carry and batch live there
@@ -99,6 +101,7 @@ class StepRunner:
             self.optimizers,
             lr_multiplier(0, self.cfg.optim.warmup_steps, self.cfg.train.steps, self.cfg.optim.lr_min_ratio),
         )
+        apply_kernels(self.model, self.kernels)  # before compiling, as the trainer does
         apply_compile(self.model, compile_mode(self.compile))  # in place, as the trainer does
         self.batch = {k: v.to(self.device) for k, v in sudoku_batch(self.batch_size, self.seed).items()}
         self.carry: Carry = self.model.initial_carry(self.batch, self.state_dtype)

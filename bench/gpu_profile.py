@@ -25,6 +25,7 @@ from trm.step import carry_dtype
 
 KINDS = (  # first match wins; names are lower-cased
     ("matmul", ("gemm", "cutlass", "nvjet", "xmma", "cublas", "wgmma")),
+    ("fused mix (trm/fused_mix.py)", ("_mix_kernel",)),
     ("fused (triton)", ("triton",)),
     ("copies", ("memcpy", "memset", "copy")),
     ("aten elementwise / reduce", ("elementwise", "vectorized", "reduce", "kernel")),
@@ -50,13 +51,20 @@ def kernel_times(prof: Any) -> dict[str, dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = step_profile_parser(__doc__, batch=768, warmup=2, steps=5, out_name="gpu_profile")
+    p.add_argument("--kernels", default="torch", help="a concrete train.kernels choice (trm/kernels.py)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench/gpu_profile.py needs a CUDA GPU (torch.cuda.is_available() is False)")
     result: dict[str, Any] = run_header("gpu_profile", argv)
     cfg = train_config(args.arch, args.batch, args.precision, ["experiment=paper_sudoku"])
     runner = StepRunner(
-        "step", cfg, args.batch, compile=args.compile, state_dtype=carry_dtype(args.precision), device="cuda"
+        "step",
+        cfg,
+        args.batch,
+        compile=args.compile,
+        kernels=args.kernels,
+        state_dtype=carry_dtype(args.precision),
+        device="cuda",
     )
     for _ in range(args.warmup):
         print(f"  warmup: {runner.step():.3f} s", flush=True)
@@ -88,7 +96,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
     )
     lines = [
-        f"{args.arch}, batch {args.batch}, {args.precision}, compile={args.compile}, {result['machine']['gpu']}: "
+        f"{args.arch}, batch {args.batch}, {args.precision}, compile={args.compile}, kernels={args.kernels}, "
+        f"{result['machine']['gpu']}: "
         f"{1e3 * wall / args.steps:.1f} ms/step under the profiler ({result['profiled_tflops']:.0f} TFLOP/s), "
         f"GPU busy {100 * busy / wall:.0f}% of it, {result['launches_per_step']:.0f} kernel launches per step",
         "",

@@ -194,6 +194,41 @@ def reference_config(arch: TRMConfig, batch: int, exploration: float, forward_dt
     }
 
 
+def build_reference(
+    worker: ReferenceWorker,
+    name: str,
+    ours: StepRunner,
+    arch: TRMConfig,
+    compiled: bool,
+    forward_dtype: str,
+    state_path: Path,
+) -> ReferenceRunner:
+    """The reference's runner for `ours`'s config and batch (torch.compile'd when `compiled`), from the same
+    weights: the first build saves the reference's initial state to state_path, later ones load it; `ours`
+    loads it too (trm.reference_weights)."""
+    cfg = ours.cfg
+    lr_scale = lr_multiplier(0, cfg.optim.warmup_steps, cfg.train.steps, cfg.optim.lr_min_ratio)
+    worker.call(
+        op="build",
+        name=name,
+        config=reference_config(arch, ours.batch_size, float(cfg.halting.exploration_prob), forward_dtype),
+        optim={k: cfg.optim[k] for k in ("lr", "weight_decay", "puzzle_emb_weight_decay")}
+        | {"betas": list(cfg.optim.betas)},
+        lrs=[cfg.optim.puzzle_emb_lr * lr_scale, cfg.optim.lr * lr_scale],
+        batch={k: v.tolist() for k, v in ours.batch.items()},
+        compile=compiled,
+        seed=0,
+        **({"load_state": str(state_path)} if state_path.exists() else {"save_state": str(state_path)}),
+    )
+    load_same_start(ours, state_path)
+    return ReferenceRunner(name, worker)
+
+
+def load_same_start(ours: StepRunner, state_path: Path) -> None:
+    """Our runner starts from the reference's saved initial state (same weights)."""
+    load_reference_state(ours.model, torch.load(state_path, map_location=ours.device))
+
+
 def gpu_facts() -> dict[str, Any]:
     """The GPU both sides ran on (--device cuda): what its numbers are read against."""
     props = torch.cuda.get_device_properties(0)
@@ -257,21 +292,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ours[prec, compiled] = runner
             if worker is None:
                 continue
-            ref = theirs[prec, compiled] = ReferenceRunner(f"reference {label}", worker)
-            lr_scale = lr_multiplier(0, cfg.optim.warmup_steps, cfg.train.steps, cfg.optim.lr_min_ratio)
-            worker.call(
-                op="build",
-                name=ref.name,
-                config=reference_config(arch, batches[prec], float(cfg.halting.exploration_prob), FORWARD_DTYPE[prec]),
-                optim={k: cfg.optim[k] for k in ("lr", "weight_decay", "puzzle_emb_weight_decay")}
-                | {"betas": list(cfg.optim.betas)},
-                lrs=[cfg.optim.puzzle_emb_lr * lr_scale, cfg.optim.lr * lr_scale],
-                batch={k: v.tolist() for k, v in runner.batch.items()},
-                compile=compiled,
-                seed=0,
-                **({"load_state": str(state_path)} if state_path.exists() else {"save_state": str(state_path)}),
+            theirs[prec, compiled] = build_reference(
+                worker, f"reference {label}", runner, arch, compiled, FORWARD_DTYPE[prec], state_path
             )
-            load_reference_state(runner.model, torch.load(state_path, map_location=args.device))  # same weights
         runners: list[Any] = [r for key in ours for r in (ours[key], theirs.get(key)) if r is not None]
         warm_up(runners, args.warmup)
         matmul = measure(

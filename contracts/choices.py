@@ -1,5 +1,5 @@
 """The training choices a sweep validates before its first trial: `train.compile`, `runtime.device`,
-`train.precision` and `train.bf16_mode`. Each check names the key, the value and what is accepted.
+`train.precision`, `train.bf16_mode` and `train.kernels`. Each check names the key, the value and what is accepted.
 
 What each choice does lives beside the code that does it (trm/compiling.py, trm/devices.py, trm/precision.py);
 the accepted values live here so the driver can refuse a typo without importing torch."""
@@ -14,6 +14,7 @@ AUTO = "auto"
 PRECISION_MODES = ("fp32", "bf16", "bf16_reference")  # the keys of trm.step.PRECISIONS: what the step runs
 BF16_MODES = ("bf16", "bf16_reference")  # what train.bf16_mode may ask `auto` for
 PRECISION_REQUESTS = (AUTO, *PRECISION_MODES)  # what train.precision accepts
+KERNEL_CHOICES = (AUTO, "torch", "fused_mix", "fused_mix_nograd")  # train.kernels (trm/kernels.py)
 
 
 def compile_mode(value: Any) -> str:
@@ -42,3 +43,10 @@ def check_precision_choice(precision: str, bf16_mode: str) -> None:
         raise ValueError(f"train.precision={precision!r}: expected one of {list(PRECISION_REQUESTS)}")
     if bf16_mode not in BF16_MODES:
         raise ValueError(f"train.bf16_mode={bf16_mode!r}: expected one of {list(BF16_MODES)}")
+
+
+def check_kernels_choice(value: object) -> str:
+    """`train.kernels=value` as a choice; a clear error for anything else."""
+    if value not in KERNEL_CHOICES:
+        raise ValueError(f"train.kernels={value!r}: expected one of {list(KERNEL_CHOICES)}")
+    return str(value)

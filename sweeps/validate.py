@@ -34,7 +34,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from contracts.choices import check_device_choice, check_precision_choice, compile_mode
+from contracts.choices import check_device_choice, check_kernels_choice, check_precision_choice, compile_mode
 from contracts.hydra_app import compose_train_config
 from contracts.metric_names import EVAL_METRICS, MAXIMIZED, MINIMIZED, TRIAL_NUMBERS
 from contracts.overrides import parse_override
@@ -304,6 +304,7 @@ def _check_trial_config(
     try:  # the job would refuse these at start; a sweep refuses them before its first trial
         check_precision_choice(train_cfg.train.precision, train_cfg.train.bf16_mode)
         compile_mode(train_cfg.train.compile)
+        check_kernels_choice(train_cfg.train.kernels)
         check_device_choice(OmegaConf.select(train_cfg, "runtime.device", default="auto"))
     except ValueError as e:
         raise SweepConfigError(f"{e} (in the trials' training config)") from None

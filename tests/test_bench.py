@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from bench import pruning, pruning_replays
+from bench import pruning, pruning_evidence, pruning_replays
 from sweeps.config import compose_sweep_config
 from sweeps.optuna_parts import build, pruner_spec
 
@@ -209,6 +209,23 @@ def test_trainer_vs_reference_bench_runs_our_side_and_writes_the_table(tmp_path:
 
 
 @pytest.mark.slow
+def test_gpu_candidates_bench_checks_and_times_every_candidate(tmp_path: Path) -> None:
+    """The prepared GPU bench, on this CPU (the fused kernel in Triton's interpreter), without the reference:
+    each candidate's gradient check against fp32 and the torch path, its timed steps, the table."""
+    result = run_bench("gpu_candidates.py", tmp_path, "--device", "cpu", "--compile", "off")
+    checks = {c["choice"]: c for c in result["gradient_check"]}
+    assert set(checks) == {"torch", "fused_mix", "fused_mix_nograd"}
+    assert checks["torch"]["worst_ratio_to_torch_rounding"] == pytest.approx(1.0)
+    assert all(c["passes"] and c["loss"] == pytest.approx(c["torch_loss"], rel=1e-2) for c in checks.values())
+    rows = {r["variant"]: r for r in result["variants"]}
+    assert set(rows) == {"ours torch", "ours fused_mix", "ours fused_mix_nograd"}
+    assert all(len(r["times_s"]) == 1 and r["samples_per_s"] > 0 and r["first_lm_loss"] for r in rows.values())
+    assert rows["ours torch"]["vs_ours_torch"] == pytest.approx(1.0) and rows["ours torch"]["vs_reference"] is None
+    table = (tmp_path / "gpu_candidates.md").read_text()
+    assert "| ours fused_mix_nograd |" in table and "| fused_mix | " in table
+
+
+@pytest.mark.slow
 def test_trainer_vs_reference_bench_refuses_a_directory_that_is_no_checkout(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "bench.trainer_vs_reference", "--quick", "--out-dir", str(tmp_path)]
@@ -284,11 +301,6 @@ def test_the_shipped_model_scaling_pruner_keeps_each_saved_studys_best_in_its_re
     """docs/benchmarks.md (Evidence-checked pruning): model_scaling's pruner and prune metric, as conf/ builds them,
     replayed on the three saved 1,000-step studies keep each unpruned best within one eval standard error, for less
     compute than the bare Hyperband on exact accuracy it replaced."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import pruning_evidence  # type: ignore[import-not-found]
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
     cfg = compose_sweep_config(["study=model_scaling"])
     saved = json.loads((ROOT / "bench" / "results" / "pruning_1000steps.json").read_text())
     shipped_flops, before_flops = [], []

@@ -165,14 +165,20 @@ def test_a_state_of_the_other_variant_is_refused(golden: dict[str, Any]) -> None
         load_reference_state(attention_model, golden["mlp_t"]["state"])
 
 
+@pytest.mark.parametrize("kernels", ["torch", "fused_mix", "fused_mix_nograd"])
 @pytest.mark.parametrize("name", VARIANTS)
-def test_bf16_reference_mode_keeps_the_stream_in_bf16_and_stays_close(golden: dict[str, Any], name: str) -> None:
+def test_bf16_reference_mode_keeps_the_stream_in_bf16_and_stays_close(
+    golden: dict[str, Any], name: str, kernels: str
+) -> None:
     """train.precision=bf16_reference runs as the reference's forward_dtype=bfloat16 (carry and activations in
-    bf16); train.precision=bf16 keeps the carry in fp32. Both stay near the fp32 reference at step 1."""
+    bf16); train.precision=bf16 keeps the carry in fp32. Both stay near the fp32 reference at step 1, with every
+    train.kernels choice (a fused one runs in Triton's interpreter here; fp32 refuses them, trm/kernels.py)."""
+    from trm.kernels import apply_kernels
     from trm.step import autocast, carry_dtype
 
     variant = golden[name]
     model = reference_model(variant).eval()
+    apply_kernels(model, kernels)
     batch = reference_batch(variant)
     reference_logits = variant["eval"]["logits"][0]
     for precision, stream_dtype in (("bf16_reference", torch.bfloat16), ("bf16", torch.float32)):

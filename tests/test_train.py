@@ -144,6 +144,32 @@ def test_bad_compile_choice_names_key(tmp_path: Path, data_root: Path) -> None:
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
+def test_impossible_kernels_choice_is_refused_before_training(tmp_path: Path, data_root: Path) -> None:
+    """train.kernels (trm/kernels.py): an unknown value, and a fused kernel with fp32, fail with the key and why."""
+    with pytest.raises(ValueError, match=r"train.kernels='cutlass': expected one of \['auto', 'torch'"):
+        run(config(tmp_path, data_root, "train.kernels=cutlass"))
+    with pytest.raises(ValueError, match=r"train.kernels=fused_mix: not possible here: .*resolved to fp32"):
+        run(config(tmp_path, data_root, "train.kernels=fused_mix", "train.precision=fp32"))
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_a_fused_kernels_run_trains_like_the_torch_run(
+    tmp_path: Path, data_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """train.kernels=fused_mix_nograd (here in Triton's interpreter) trains to the torch path's losses to bf16
+    rounding, and the start line says which kernels ran and why."""
+    extra = ("train.steps=5", "halting.exploration_prob=0.0", "train.ema=false", "train.precision=bf16_reference")
+    run(config(tmp_path / "torch", data_root, *extra, "train.kernels=torch"))
+    capsys.readouterr()
+    run(config(tmp_path / "fused", data_root, *extra, "train.kernels=fused_mix_nograd"))
+    start = next(json.loads(line) for line in capsys.readouterr().out.splitlines() if '"event": "start"' in line)
+    assert start["kernels"] == "fused_mix_nograd (train.kernels=fused_mix_nograd (explicit))"
+    want, got = train_losses(read_metrics(tmp_path / "torch")), train_losses(read_metrics(tmp_path / "fused"))
+    assert sorted(got) == sorted(want) == [5]
+    assert got[5] == pytest.approx(want[5], rel=2e-2)
+
+
 def test_bad_arch_value_names_key(tmp_path: Path, data_root: Path) -> None:
     with pytest.raises(ValueError, match=r"arch.mixer='conv'"):
         run(config(tmp_path, data_root, "arch.mixer=conv"))

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from trm.fused_mix import mix_sublayer
 
 
 @dataclass
@@ -173,17 +175,24 @@ class Block(nn.Module):
         self.mlp_t = cfg.mixer == "mlp_t"
         self.mix = SwiGLU(cfg.total_len, cfg.expansion) if self.mlp_t else Attention(cfg)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.expansion)
+        self.fused_mix = "off"  # off | nograd | all: where the mix runs as one kernel (trm/kernels.py sets it)
 
     def forward(self, h: Tensor) -> Tensor:
-        if self.mlp_t:
-            # Mix and normalize while transposed ([B, hidden, seq]): the residual's RMSNorm runs over the
-            # *sequence* axis for each channel, as in the reference; normalizing over hidden after transposing
-            # back is another network (gradients 10^6x larger, docs/fidelity.md).
-            channels_first = h.transpose(1, 2)
-            h = rms_norm(channels_first + self.mix(channels_first), self.eps).transpose(1, 2)
-        else:
-            h = rms_norm(h + self.mix(h), self.eps)
+        h = self.mix_sublayer(h)
         return rms_norm(h + self.mlp(h), self.eps)
+
+    def mix_sublayer(self, h: Tensor) -> Tensor:
+        """Token mixing, its residual and norm; `fused_mix` says where mlp_t's runs as one Triton kernel."""
+        if not self.mlp_t:
+            return rms_norm(h + self.mix(h), self.eps)
+        if self.fused_mix == "all" or (self.fused_mix == "nograd" and not torch.is_grad_enabled()):
+            mix, bf16 = cast(SwiGLU, self.mix), torch.bfloat16  # the lines below in one kernel (trm/fused_mix.py)
+            return mix_sublayer(h, mix.gate_up.weight.to(bf16), mix.down.weight.to(bf16), self.eps)
+        # Mix and normalize while transposed ([B, hidden, seq]): the residual's RMSNorm runs over the *sequence*
+        # axis for each channel, as in the reference; normalizing over hidden after transposing back is another
+        # network (gradients 10^6x larger, docs/fidelity.md).
+        channels_first = h.transpose(1, 2)
+        return rms_norm(channels_first + self.mix(channels_first), self.eps).transpose(1, 2)
 
 
 class RecursiveNet(nn.Module):

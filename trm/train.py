@@ -38,6 +38,7 @@ from trm.data.format import DatasetError, SplitMeta, load_split
 from trm.data.loader import TrainLoader, eval_batches
 from trm.fingerprint import code_fingerprint, config_fingerprint, training_identity
 from trm.flops import flops_per_sample_step
+from trm.kernels import apply_kernels, resolve_kernels
 from trm.losses import METRIC_KEYS, normalize_metrics
 from trm.model import ACTModel, TRMConfig, count_params
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema
@@ -123,6 +124,7 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
         num_puzzle_identifiers=train_meta.num_puzzle_identifiers,
     )
     validate_curriculum(cfg.curriculum, arch.H_cycles, arch.L_cycles)
+    kernels = resolve_kernels(train.kernels, runtime.device.type, chosen.mode, arch.mixer)  # trm/kernels.py
     check_agreement(
         runtime,
         {
@@ -134,6 +136,7 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
     )
     model = ACTModel(arch).to(runtime.device)
     if runtime.backend != "xla":  # XLA compiles the whole step anyway
+        apply_kernels(model, kernels.choice)  # before compiling: torch.compile traces the choice
         apply_compile(model, compiling)  # net or the whole model: trm/compiling.py says which to choose
     optimizers = build_optimizers(model, cfg.optim)
     ema = build_ema(model, cfg.optim.ema_decay) if train.ema else None
@@ -168,6 +171,7 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
             "device": str(runtime.device),  # runtime.device resolved (auto: the GPU when torch sees one)
             "precision": chosen.mode,
             "precision_reason": chosen.reason,
+            "kernels": f"{kernels.choice} ({kernels.reason})",
             **params,
         }
         print(json.dumps(start), flush=True)

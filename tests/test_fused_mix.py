@@ -1,0 +1,146 @@
+"""train.kernels: the fused MLP-t mix kernel (trm/fused_mix.py) computes the torch path's values to bf16 rounding,
+forward and backward, and the choice is resolved and refused as trm/kernels.py says.
+
+On this CPU the Triton kernel runs in Triton's interpreter (the same kernel source the GPU compiles); the GPU
+run of the same comparisons is bench/gpu_candidates.py's (docs/benchmarks.md, "Fused kernels")."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from contracts.choices import KERNEL_CHOICES
+from trm.fused_mix import mix_sublayer, mix_sublayer_backward
+from trm.kernels import AUTO_CUDA, apply_kernels, resolve_kernels
+from trm.model import ACTModel, Block, TRMConfig
+from trm.step import autocast
+
+BF16_TOL = 2e-2  # bf16 keeps 8 bits: two computations of the same function differ by a few units of 2^-8
+
+
+def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
+    ours, reference = ours.detach().double(), reference.detach().double()
+    return float((ours - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
+
+
+def mix_block(seq: int, hidden: int, seed: int) -> Block:
+    torch.manual_seed(seed)
+    cfg = TRMConfig(hidden_size=hidden, num_heads=2, expansion=4, L_layers=1, H_cycles=1, L_cycles=1, mixer="mlp_t")
+    cfg.seq_len, cfg.puzzle_emb_len = seq - 4, 4
+    return Block(cfg)
+
+
+@pytest.mark.parametrize(
+    ("seq", "hidden", "stream"),
+    [(23, 72, torch.bfloat16), (97, 64, torch.bfloat16), (40, 130, torch.float32)],
+)
+def test_the_kernel_computes_the_torch_sublayer(seq: int, hidden: int, stream: torch.dtype) -> None:
+    """Odd sizes: seq padded to a power of two inside, hidden not a multiple of the channel block; a bf16 stream
+    (bf16_reference) and an fp32 one (bf16: autocast, fp32 carry)."""
+    block = mix_block(seq, hidden, seed=seq)
+    h = torch.randn(3, seq, hidden).to(stream)
+    with torch.no_grad(), autocast("bf16_reference", h.device):
+        torch_path = block.mix_sublayer(h)
+        block.fused_mix = "all"
+        fused = block.mix_sublayer(h)
+    assert fused.dtype == torch_path.dtype == stream
+    assert torch.isfinite(fused).all()
+    assert relative_error(fused, torch_path) < BF16_TOL
+    assert not torch.equal(fused, torch_path)  # the kernel ran, not the torch path
+    # The norm runs over the seq axis: every channel of the output has unit mean square, as the torch path's.
+    mean_square = fused.float().square().mean(1)
+    assert torch.allclose(mean_square, torch.ones_like(mean_square), atol=3e-2)
+
+
+@pytest.mark.parametrize("stream", [torch.bfloat16, torch.float32])
+def test_the_recomputing_backward_is_autograds(stream: torch.dtype) -> None:
+    block = mix_block(29, 48, seed=1)
+    h = torch.randn(2, 29, 48).to(stream).requires_grad_()
+    grad_y = torch.randn(2, 29, 48).to(stream)
+    with autocast("bf16_reference", h.device):
+        y = block.mix_sublayer(h)  # the torch path (block.fused_mix is off)
+    y.backward(grad_y)
+    gate_up, down = block.mix.gate_up.weight, block.mix.down.weight
+    ours = mix_sublayer_backward(h.detach(), gate_up.bfloat16(), down.bfloat16(), block.eps, grad_y)
+    for name, mine, theirs in zip(("h", "gate_up", "down"), ours, (h.grad, gate_up.grad, down.grad)):
+        assert theirs is not None
+        assert mine.shape == theirs.shape, name
+        assert relative_error(mine, theirs) < BF16_TOL, name
+
+
+def paper_like_model() -> ACTModel:
+    torch.manual_seed(0)
+    cfg = TRMConfig(
+        hidden_size=64, num_heads=2, expansion=4, L_layers=2, H_cycles=2, L_cycles=2, mixer="mlp_t", seq_len=81
+    )
+    return ACTModel(cfg)
+
+
+def sudoku_like_batch(size: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "inputs": torch.randint(1, 11, (size, 81), generator=g),
+        "labels": torch.randint(2, 11, (size, 81), generator=g),
+        "puzzle_identifiers": torch.zeros(size, dtype=torch.long),
+    }
+
+
+def one_step(choice: str, precision: str) -> tuple[float, dict[str, torch.Tensor]]:
+    from trm.losses import act_loss
+    from trm.step import carry_dtype
+
+    model = paper_like_model().train()
+    apply_kernels(model, choice)
+    batch = sudoku_like_batch(4)
+    carry = model.initial_carry(batch, carry_dtype(precision))
+    with autocast(precision, torch.device("cpu")):
+        carry, logits, q_halt = model(carry, batch, 0.0)
+    loss, _ = act_loss(logits, q_halt, carry.labels, carry.inputs, carry.halted, carry.steps)
+    (loss / 4).backward()
+    return float(loss), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("precision", ["bf16_reference", "bf16"])
+@pytest.mark.parametrize("choice", ["fused_mix", "fused_mix_nograd"])
+def test_a_training_step_with_a_fused_choice_is_the_torch_step(choice: str, precision: str) -> None:
+    """Loss against the torch path's, and every gradient of one step (two H cycles: one without gradients) against
+    fp32: the fused choice is no further from fp32 than bf16 rounding takes the torch path (up to 2x: two
+    bf16 computations round at different places; the interpreter's runs measured 1.0-1.4x)."""
+    loss, grads = one_step(choice, precision)
+    torch_loss, torch_grads = one_step("torch", precision)
+    fp32_loss, fp32_grads = one_step("torch", "fp32")
+    assert loss == pytest.approx(torch_loss, rel=1e-2)
+    assert set(grads) == set(torch_grads) == set(fp32_grads)
+    for name in grads:
+        rounding = relative_error(torch_grads[name], fp32_grads[name])
+        assert relative_error(grads[name], fp32_grads[name]) < max(2 * rounding, BF16_TOL), name
+
+
+def test_the_kernel_refuses_weights_of_another_shape() -> None:
+    h = torch.randn(1, 10, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"gate_up \[2\*inner, seq\]"):
+        mix_sublayer(h, torch.zeros(128, 11, dtype=torch.bfloat16), torch.zeros(10, 64, dtype=torch.bfloat16), 1e-5)
+
+
+def test_auto_fuses_only_on_a_cuda_gpu_in_bf16_with_mlp_t() -> None:
+    assert resolve_kernels("auto", "cuda", "bf16_reference", "mlp_t").choice == AUTO_CUDA
+    assert resolve_kernels("auto", "cuda", "bf16", "mlp_t").choice == AUTO_CUDA
+    for device, precision, mixer, why in (
+        ("cpu", "bf16_reference", "mlp_t", "the device is cpu"),
+        ("xla", "bf16_reference", "mlp_t", "XLA"),
+        ("cuda", "fp32", "mlp_t", "resolved to fp32"),
+        ("cuda", "bf16", "attention", "arch.mixer=attention"),
+    ):
+        chosen = resolve_kernels("auto", device, precision, mixer)
+        assert chosen.choice == "torch" and why in chosen.reason, (device, precision, mixer)
+
+
+def test_impossible_or_unknown_choices_are_refused_with_the_key_and_the_reason() -> None:
+    with pytest.raises(ValueError, match=r"train.kernels='cutlass': expected one of \['auto'"):
+        resolve_kernels("cutlass", "cuda", "bf16", "mlp_t")
+    with pytest.raises(ValueError, match="train.kernels=fused_mix: .*resolved to fp32"):
+        resolve_kernels("fused_mix", "cuda", "fp32", "mlp_t")
+    with pytest.raises(ValueError, match="train.kernels=fused_mix_nograd: .*XLA"):
+        resolve_kernels("fused_mix_nograd", "xla", "bf16", "mlp_t")
+    assert resolve_kernels("torch", "cuda", "fp32", "attention").choice == "torch"
+    assert set(KERNEL_CHOICES) == {"auto", "torch", "fused_mix", "fused_mix_nograd"}

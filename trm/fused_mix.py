@@ -1,0 +1,207 @@
+"""MLP-t's token-mixing sublayer as one Triton kernel: `train.kernels=fused_mix` (trm/kernels.py chooses it).
+
+The sublayer (trm.model.Block with mixer=mlp_t), for h of shape [batch, seq, hidden] and each channel c:
+
+    y[:, c] = rms_norm(h[:, c] + down(silu(gate(h[:, c])) * up(h[:, c])))      (over the seq axis)
+
+Through torch it runs as two transposes, two GEMMs whose inner width (2 x 512 for the paper's seq of 97) is ten
+times the input's, a memory-bound silu*mul between them and an add+norm: the gate/up product goes to device
+memory and back. Here one program owns one batch row and a block of channels, loops over the inner width in
+chunks (gate and up chunk, silu*mul, accumulated into the down product, never leaving the chip) and finishes
+with the residual add and the norm, reading h once and writing y once, in h's own layout (no transposes).
+
+Numbers: the dots take bf16 operands with fp32 accumulation, as the bf16 precisions' autocast does; gate, up,
+their silu*mul and the down output are rounded to bf16 where the torch path stores them in bf16, the residual
+sum to h's dtype, the norm runs in fp32: the torch path's values to bf16 rounding (tests/test_fused_mix.py).
+So it serves the bf16 precisions only; fp32 keeps the torch path.
+
+Gradients: `mix_sublayer` is a torch custom op (torch.compile keeps it as one call) whose backward recomputes the
+sublayer from its input in torch ops (`mix_sublayer_backward`, the explicit chain rule of the same bf16 roundings),
+so nothing of the inner width is saved. Under Triton's interpreter (TRITON_INTERPRET=1) it runs on CPU tensors:
+the tests' way to check the kernel without a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+# Tile choices (channels per program, inner-width chunk per loop step, warps): on a GPU Triton's autotuner times
+# them at the first call per shape and keeps the fastest; the interpreter takes the first. The inner width is a
+# multiple of 256 (trm.model.SwiGLU), so every chunk divides it.
+TILES = ((64, 64, 8), (64, 128, 8), (64, 64, 4), (128, 64, 8), (128, 32, 8))
+MAX_CHUNK = max(chunk for _, chunk, _ in TILES)
+
+
+try:  # the kernel's only dependency beyond torch; absent on some CPU-only installs (trm/kernels.py refuses then)
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - depends on the install
+    triton = tl = None
+
+
+def available() -> bool:
+    """Whether Triton is importable."""
+    return triton is not None
+
+
+def interpreting() -> bool:
+    """Whether Triton runs its interpreter (TRITON_INTERPRET=1 before the import): kernels then take CPU tensors."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _jit(fn: Any) -> Any:
+    return fn if triton is None else triton.jit(fn)
+
+
+@_jit
+def _dot(a, b, acc, INTERPRET: tl.constexpr):
+    """tl.dot(a, b, acc). Triton's interpreter multiplies bf16 operands as raw bits, so there they go in as fp32,
+    which holds bf16 values and their products exactly: the same sums up to their order."""
+    if INTERPRET:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    else:
+        return tl.dot(a, b, acc)
+
+
+@_jit
+def _round_bf16(x, INTERPRET: tl.constexpr):
+    """x (fp32) rounded to the nearest bf16, to even on ties, kept in fp32 (torch's rounding of a bf16 output).
+    Triton's interpreter truncates on a bf16 cast, so there the rounding is done on the bits."""
+    if INTERPRET:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True)
+    else:
+        return x.to(tl.bfloat16).to(tl.float32)
+
+
+@_jit
+def _mix_kernel(
+    h_ptr, wgu_ptr, wd_ptr, out_ptr, batch, hidden, eps, seq: tl.constexpr, inner: tl.constexpr,
+    ROUND_SUM: tl.constexpr, INTERPRET: tl.constexpr, SEQ_PAD: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_I: tl.constexpr,
+):  # fmt: skip
+    """One program: batch row program_id(0), channels [program_id(1) * BLOCK_C, + BLOCK_C), the whole seq."""
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.arange(0, SEQ_PAD)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    i = tl.arange(0, BLOCK_I)
+    s_ok = s < seq
+    tile = s_ok[:, None] & (c < hidden)[None, :]
+    offsets = row * seq * hidden + s[:, None] * hidden + c[None, :]
+    x = tl.load(h_ptr + offsets, mask=tile, other=0.0).to(tl.bfloat16)
+    acc = tl.zeros((SEQ_PAD, BLOCK_C), dtype=tl.float32)
+    for start in range(0, inner, BLOCK_I):
+        rows = start + i
+        w_gate = tl.load(wgu_ptr + rows[:, None] * SEQ_PAD + s[None, :])  # weights zero-padded to SEQ_PAD
+        w_up = tl.load(wgu_ptr + (rows[:, None] + inner) * SEQ_PAD + s[None, :])
+        zeros = tl.zeros((BLOCK_I, BLOCK_C), dtype=tl.float32)
+        gate = _round_bf16(_dot(w_gate, x, zeros, INTERPRET), INTERPRET)  # [BLOCK_I, BLOCK_C]
+        up = _round_bf16(_dot(w_up, x, zeros, INTERPRET), INTERPRET)
+        act = _round_bf16(gate * tl.sigmoid(gate) * up, INTERPRET).to(tl.bfloat16)
+        w_down = tl.load(wd_ptr + s[:, None] * inner + rows[None, :])
+        acc = _dot(w_down, act, acc, INTERPRET)  # [SEQ_PAD, BLOCK_C]; padded seq rows stay 0
+    h = tl.load(h_ptr + offsets, mask=tile, other=0.0)  # again: holding it through the loop spilled registers
+    total = h.to(tl.float32) + _round_bf16(acc, INTERPRET)
+    if ROUND_SUM:
+        total = _round_bf16(total, INTERPRET)
+    mean_square = tl.sum(total * total, axis=0) / seq
+    y = total * tl.rsqrt(mean_square + eps)[None, :]
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=tile)
+
+
+@functools.cache
+def _tuned_kernel() -> Any:
+    """The kernel under Triton's autotuner over TILES, keyed on the shapes (batch too: it sets the grid)."""
+    configs = [triton.Config({"BLOCK_C": c, "BLOCK_I": i}, num_warps=w) for c, i, w in TILES]
+    return triton.autotune(configs=configs, key=["batch", "hidden", "seq", "inner", "ROUND_SUM"])(_mix_kernel)
+
+
+def tuned_tile() -> str | None:
+    """The tile the autotuner chose (after a GPU call), for the bench's record."""
+    best = _tuned_kernel().best_config if available() and not interpreting() else None
+    return None if best is None else str(best)
+
+
+def _check(h: Tensor, gate_up: Tensor, down: Tensor) -> None:
+    batch, seq, hidden = h.shape
+    inner = down.shape[1]
+    if gate_up.shape != (2 * inner, seq) or down.shape != (seq, inner) or inner % MAX_CHUNK:
+        raise ValueError(
+            f"fused_mix: h {tuple(h.shape)}, gate_up {tuple(gate_up.shape)}, down {tuple(down.shape)}: expected "
+            f"gate_up [2*inner, seq], down [seq, inner], inner a multiple of {MAX_CHUNK}"
+        )
+    if gate_up.dtype != torch.bfloat16 or down.dtype != torch.bfloat16:
+        raise ValueError(f"fused_mix: weights must be bf16 (got {gate_up.dtype}, {down.dtype})")
+
+
+@torch.library.custom_op("trm::mix_sublayer", mutates_args=())
+def mix_sublayer(h: Tensor, gate_up: Tensor, down: Tensor, eps: float) -> Tensor:
+    """rms_norm(h + mix(h)) over the seq axis of h [batch, seq, hidden]; gate_up [2*inner, seq] and down
+    [seq, inner] are the mix SwiGLU's weights in bf16."""
+    _check(h, gate_up, down)
+    batch, seq, hidden = h.shape
+    seq_pad = max(16, 1 << (seq - 1).bit_length())
+    # Zero-padded to SEQ_PAD (aligned rows, loads without masks; the pad adds zeros to every dot): 0.4 MB at most.
+    h, gate_up, down = h.contiguous(), F.pad(gate_up, (0, seq_pad - seq)), F.pad(down, (0, 0, 0, seq_pad - seq))
+    out = torch.empty_like(h)
+    args = (h, gate_up, down, out, batch, hidden, eps)
+    meta = {"seq": seq, "inner": down.shape[1], "ROUND_SUM": h.dtype != torch.float32, "SEQ_PAD": seq_pad}
+    if interpreting():
+        block_c, chunk, _ = TILES[0]
+        _mix_kernel[(batch, -(-hidden // block_c))](*args, **meta, INTERPRET=True, BLOCK_C=block_c, BLOCK_I=chunk)
+    else:
+        _tuned_kernel()[lambda m: (batch, -(-hidden // m["BLOCK_C"]))](*args, **meta, INTERPRET=False)
+    return out
+
+
+@mix_sublayer.register_fake
+def _(h: Tensor, gate_up: Tensor, down: Tensor, eps: float) -> Tensor:
+    return torch.empty_like(h)
+
+
+def mix_sublayer_backward(
+    h: Tensor, gate_up: Tensor, down: Tensor, eps: float, grad_y: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients of mix_sublayer w.r.t. h, gate_up and down: the sublayer recomputed from h in torch ops with the
+    kernel's roundings, then the chain rule written out (what autograd of the torch path computes)."""
+    x = h.transpose(1, 2)  # [batch, hidden, seq]: channels first, as the torch path mixes
+    xb = x.to(torch.bfloat16)
+    gate, up = (xb @ gate_up.t()).float().chunk(2, dim=-1)
+    sig = torch.sigmoid(gate)
+    silu = gate * sig
+    act = (silu * up).to(torch.bfloat16)
+    total = x.float() + (act @ down.t()).float()
+    if h.dtype != torch.float32:
+        total = total.to(h.dtype).float()
+    inv = torch.rsqrt(total.square().mean(-1, keepdim=True) + eps)
+    y = total * inv
+    dy = grad_y.transpose(1, 2).float()
+    d_total = (inv * (dy - y * (dy * y).mean(-1, keepdim=True))).to(h.dtype)
+    d_out = d_total.to(torch.bfloat16)
+    d_down = d_out.flatten(0, 1).t() @ act.flatten(0, 1)
+    d_act = (d_out @ down).float()
+    d_gate = d_act * up * (sig * (1 + gate * (1 - sig)))
+    d_gu = torch.cat([d_gate, d_act * silu], dim=-1).to(torch.bfloat16)
+    d_gate_up = d_gu.flatten(0, 1).t() @ xb.flatten(0, 1)
+    d_x = d_total.float() + (d_gu @ gate_up).float()
+    return d_x.to(h.dtype).transpose(1, 2), d_gate_up, d_down
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    h, gate_up, down, eps = inputs
+    ctx.save_for_backward(h, gate_up, down)
+    ctx.eps = eps
+
+
+def _backward(ctx: Any, grad_y: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
+    h, gate_up, down = ctx.saved_tensors
+    return (*mix_sublayer_backward(h, gate_up, down, ctx.eps, grad_y), None)
+
+
+mix_sublayer.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,75 @@
+"""`train.kernels`: which kernels run MLP-t's token-mixing sublayer (the CPU and XLA paths keep torch's).
+
+- `torch`: the model's torch ops (under train.compile, what inductor makes of them).
+- `fused_mix`: the sublayer as one Triton kernel (trm/fused_mix.py) in every call; the calls that carry gradients
+  recompute it in torch ops in the backward.
+- `fused_mix_nograd`: the kernel only in the calls without gradients (TRM's H_cycles - 1 no-grad cycles, and eval);
+  the calls with gradients keep the torch path.
+- `auto` (the default): `AUTO_CUDA` on a CUDA GPU with Triton when the precision is bf16 and the mixer mlp_t,
+  else `torch`. fused_mix_nograd was the fastest on a lent H200 (docs/benchmarks.md, "Fused kernels"): the
+  recompute in fused_mix's backward costs more than its fused forward saves.
+
+The kernel computes in bf16 (its dots take bf16 operands as autocast's do), so an explicit fused choice with fp32,
+without Triton, or on XLA is refused with the reason before the model is built. On a CPU a fused choice needs Triton's
+interpreter (TRITON_INTERPRET=1): correct and slow, the tests' way to check the kernel against the torch path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from contracts.choices import AUTO, check_kernels_choice
+
+if TYPE_CHECKING:
+    from trm.model import ACTModel
+
+FUSED = {"fused_mix": "all", "fused_mix_nograd": "nograd"}  # choice -> trm.model.Block.fused_mix
+AUTO_CUDA = "fused_mix_nograd"  # the fastest on an H200 (docs/benchmarks.md, "Fused kernels")
+BF16_PRECISIONS = ("bf16", "bf16_reference")
+
+
+class Kernels(NamedTuple):
+    """The concrete choice (one of KERNEL_CHOICES but auto) and why it was made."""
+
+    choice: str
+    reason: str
+
+
+def resolve_kernels(requested: object, device_type: str, precision: str, mixer: str) -> Kernels:
+    """The concrete choice for `train.kernels=requested` on this device, resolved precision and arch.mixer."""
+    from trm import fused_mix
+
+    choice = check_kernels_choice(requested)
+    blockers = [
+        why
+        for why, blocked in (
+            (f"arch.mixer={mixer} has no token-mixing MLP", mixer != "mlp_t"),
+            (
+                f"train.precision resolved to {precision} (the kernel computes in bf16)",
+                precision not in BF16_PRECISIONS,
+            ),
+            (f"the device is {device_type} (XLA compiles its own step)", device_type == "xla"),
+            ("Triton is not installed", not fused_mix.available()),
+            (
+                "the device is cpu, where Triton runs only as its interpreter (TRITON_INTERPRET=1: slow, for tests)",
+                device_type == "cpu" and not fused_mix.interpreting(),
+            ),
+        )
+        if blocked
+    ]
+    if choice == AUTO:
+        if device_type == "cuda" and not blockers:
+            return Kernels(AUTO_CUDA, f"auto: CUDA, Triton, {precision}, mlp_t")
+        return Kernels("torch", f"auto: {'; '.join(blockers) or f'the device is {device_type}'}")
+    if choice in FUSED and blockers:
+        raise ValueError(f"train.kernels={choice}: not possible here: {'; '.join(blockers)}")
+    return Kernels(choice, f"train.kernels={choice} (explicit)")
+
+
+def apply_kernels(model: ACTModel, choice: str) -> None:
+    """Point every block of `model` at `choice`'s kernels (before torch.compile traces it)."""
+    from trm.model import Block
+
+    for block in model.modules():
+        if isinstance(block, Block):
+            block.fused_mix = FUSED.get(choice, "off")
