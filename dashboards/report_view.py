@@ -16,7 +16,7 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 
-from storage.record import TRAIN_OVERRIDES_ATTR, trial_detail
+from storage.record import TRAIN_OVERRIDES_ATTR, drawn, trial_detail
 from sweeps.space import params_to_values
 
 CHIPS_OVERRIDE = "runtime.expected_devices="  # the device count a pod trial trains on (conf/site/pod.yaml)
@@ -58,7 +58,7 @@ class StudyView:
         self.name = study.study_name
         self.prefix = prefix  # element ids of this study's figures (several studies on one page)
         self.chips_arg = chips
-        self.trials = study.get_trials(deepcopy=False)
+        self.trials = drawn(study.get_trials(deepcopy=False))  # refused repeats trained nothing: not shown
         self.multi = len(study.directions) > 1
         attrs = study.user_attrs
         objectives = attrs.get("objectives") or [attrs.get("objective") or "objective"]

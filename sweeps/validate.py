@@ -450,6 +450,8 @@ SWEEP_KEYS = frozenset(
         "seed",
         "output_root",
         "heartbeat",
+        "draws",
+        "reeval",
         "estimate",
         "stall_timeout_s",
         "poll_s",

@@ -113,12 +113,7 @@ def _run(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[s
 
     # -------------------------------------------------------------------- data, model, optimizers
     train_arrays, test_arrays, train_meta, _ = load_data(cfg)
-    arch = TRMConfig.from_dict(
-        to_dict(cfg.arch),
-        vocab_size=train_meta.vocab_size,
-        seq_len=train_meta.seq_len,
-        num_puzzle_identifiers=train_meta.num_puzzle_identifiers,
-    )
+    arch = TRMConfig.from_dict(to_dict(cfg.arch), **train_meta.arch_fields())
     validate_curriculum(cfg.curriculum, arch.H_cycles, arch.L_cycles)
     check_agreement(
         runtime,
@@ -321,7 +316,12 @@ def summarize(
 @hydra.main(config_path=CONFIG_PATH, config_name="train", execution_whitelist=["storage.hydra_secrets.RefuseSecrets"])
 def main(cfg: DictConfig) -> float | None:
     """Train; return the run's objective (`train.objective`, best over its evals) and nothing else, so that Hydra's
-    own sweepers (hydra-optuna-sweeper: `python -m trm.train -m hydra/sweeper=optuna ...`) can optimize it."""
+    own sweepers (hydra-optuna-sweeper: `python -m trm.train -m hydra/sweeper=optuna ...`) can optimize it.
+    With reeval.run=true: evaluate the run's checkpoint again instead (trm/reeval.py, which imports this module)."""
+    if cfg.reeval.run:
+        from trm import reeval
+
+        return reeval.run(cfg).value
     value = run(cfg).get("best_value")
     return None if value is None else float(value)
 
