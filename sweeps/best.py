@@ -49,6 +49,7 @@ from sweeps.reeval import (
     overlap_line,
     ranking,
     ranking_lines,
+    ranking_rows,
     reevaluate,
 )
 from sweeps.space import params_to_values, to_overrides
@@ -105,7 +106,7 @@ def ranking_facts(study: optuna.Study, number: int) -> dict[str, Any]:
     """The trial's re-evaluation, the study's re-evaluated ranking and the overlap line (sweeps/reeval.py)."""
     ranked = ranking(study)
     mine = next((r.reeval for r in ranked if r.trial.number == number), None)
-    rows = [{**r.reeval.as_dict(), "reported": r.trial.value} for r in ranked]
+    rows = ranking_rows(ranked)
     return {"reeval": mine.as_dict() if mine else None, "ranking": rows, "overlap": overlap_line(ranked)}
 
 

@@ -81,6 +81,11 @@ def ranking(study: optuna.Study) -> list[Ranked]:
     return sorted(ranked, key=lambda r: r.reeval.value, reverse=maximizing(study))
 
 
+def ranking_rows(ranked: Sequence[Ranked]) -> list[dict[str, Any]]:
+    """The ranking as plain rows (sweeps.best's JSON, the W&B summary): the record and the reported value."""
+    return [{**r.reeval.as_dict(), "reported": r.trial.value} for r in ranked]
+
+
 def interval(record: Reeval) -> str:
     """`0.6120 ± 0.0215 (512 puzzles)`: the value and one standard error (none for a loss)."""
     spread = f" ± {record.stderr:.4f}" if record.stderr is not None else ""

@@ -12,10 +12,14 @@ from pathlib import Path
 
 import optuna
 import pytest
+from optuna.distributions import FloatDistribution
 from optuna.samplers import RandomSampler, TPESampler
-from optuna.trial import TrialState
+from optuna.trial import TrialState, create_trial
 
+from dashboards.report_page import summary_line
+from dashboards.report_view import StudyView
 from storage import open_storage
+from storage.record import DUPLICATE_OF_ATTR
 from sweeps.distinct_draws import (
     DistinctSampler,
     DrawsConfigError,
@@ -27,6 +31,7 @@ from sweeps.distinct_draws import (
 from sweeps.draw import draw_within_budget
 from sweeps.driver import Driver
 from sweeps.space import parse_space
+from sweeps.status import collect
 from tests.sweep_helpers import sweep_config
 from tests.test_sweeps import with_space
 
@@ -110,3 +115,20 @@ def test_an_exhausted_space_ends_cleanly_with_its_trained_trials_only(
     assert ends == [
         "search space exhausted: all 2 configurations of the search space trained (2 trials), before n_trials=5"
     ]
+
+
+def test_status_and_the_report_count_trained_trials_only(tmp_path: Path) -> None:
+    """A refused repeat (recorded FAIL with duplicate_of by older versions, or when redraws run out) trained
+    nothing: sweeps.status and the report neither count nor list it."""
+    db = f"sqlite:///{tmp_path}/counts.db"
+    study = optuna.create_study(study_name="counts", storage=db)
+    dist = {"x": FloatDistribution(0, 1)}
+    study.add_trial(create_trial(value=0.5, params={"x": 0.5}, distributions=dist))
+    study.add_trial(
+        create_trial(state=TrialState.FAIL, params={"x": 0.5}, distributions=dist, user_attrs={DUPLICATE_OF_ATTR: 0})
+    )
+    study.add_trial(create_trial(state=TrialState.FAIL, params={"x": 0.7}, distributions=dist))  # a real failure
+    (shown,) = collect(open_storage(db), "counts")
+    assert shown["counts"] == {"COMPLETE": 1, "PRUNED": 0, "FAIL": 1, "RUNNING": 0, "WAITING": 0}
+    assert [t["number"] for t in shown["trials"]] == [0, 2]
+    assert "trials: complete 1, fail 1;" in summary_line(StudyView(study))

@@ -14,10 +14,12 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
+from dashboards.report_page import write_report
 from storage.record import Reeval, reeval_attr, reevals
 from sweeps import best
 from sweeps.driver import Driver
-from sweeps.reeval import ReevalConfigError, ReevalSettings, overlap_line, ranking, ranking_lines
+from sweeps.reeval import ReevalConfigError, ReevalSettings, interval, overlap_line, ranking, ranking_lines
+from sweeps.wandb_summary import study_summary
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from tests.test_sweeps import with_space
 
@@ -107,6 +109,14 @@ def test_a_study_reevaluates_its_top_trials_on_the_whole_test_split(
     order = [r.trial.number for r in ranking(study)]
     assert order == sorted(stored, key=lambda n: stored[n].value, reverse=True)
     assert any(r.getMessage().startswith(f"re-evaluated winner: trial {order[0]}") for r in caplog.records)
+
+    summary = study_summary(study)  # the W&B study summary ranks by the re-evaluation too
+    assert summary["best/number"] == order[0] and summary["best/reeval"] == stored[order[0]].as_dict()
+    assert [row["trial"] for row in summary["reeval/ranking"]] == order
+    page = write_report(study, tmp_path / "report.html").read_text()
+    table = page.split('id="reeval-table"', 1)[1].split("</table>", 1)[0]
+    assert [int(row.split("</td><td>", 2)[1]) for row in table.split("<tr><td>")[1:]] == order
+    assert interval(stored[order[0]]).replace("±", "&#177;") in page or interval(stored[order[0]]) in page
 
     capsys.readouterr()  # the driver's own lines
     assert best.main(["study=reeval", f"storage.url={db}", "format=json"]) == 0
