@@ -23,7 +23,7 @@ from typing import Any
 import optuna
 from omegaconf import DictConfig
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
-from optuna.samplers import BaseSampler, BruteForceSampler
+from optuna.samplers import BaseSampler, BruteForceSampler, RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
@@ -33,6 +33,8 @@ from sweeps.space import SearchSpace
 
 log = logging.getLogger("sweeps")
 
+RELATIVE_ATTEMPTS = 3  # joint draws tried before the parameters are drawn one by one (each may be an optimization)
+RANDOM_ATTEMPTS = 200  # uniform draws (cheap) after the wrapped sampler's max_redraws all repeated
 Config = frozenset[tuple[str, Any]]  # a configuration as Optuna stores it: {param name: value}, order-free
 
 
@@ -87,6 +89,41 @@ def space_size(space: SearchSpace) -> int | None:
     return size
 
 
+def _values(dist: BaseDistribution) -> list[Any] | None:
+    """Every value of a finite distribution; None when it is infinite."""
+    if isinstance(dist, CategoricalDistribution):
+        return list(dist.choices)
+    count = _choices(dist)
+    if count is None:
+        return None
+    low, step = dist.low, dist.step  # type: ignore[attr-defined]
+    return [low + i * step for i in range(count)]
+
+
+def leaves_room(space: SearchSpace, fixed: Mapping[str, Any], taken: Mapping[Config, int]) -> bool:
+    """Whether some configuration with the `fixed` values is not taken (True for an infinite space: a repeat there
+    is a coincidence the redraws handle). Walks the configurations until the first free one, so at most
+    len(taken) + 1 of them."""
+
+    def walk(values: dict[str, Any]) -> Iterator[dict[str, Any] | None]:
+        open_names = [(n, d) for n, d in named_distributions(space, values) if n not in values]
+        if not open_names:
+            yield values
+            return
+        name, dist = open_names[0]
+        options = [fixed[name]] if name in fixed else _values(dist)
+        if options is None:
+            yield None
+            return
+        for value in options:
+            yield from walk({**values, name: value})
+
+    for config in walk({}):
+        if config is None or as_config(config) not in taken:
+            return True
+    return False
+
+
 def named_distributions(space: SearchSpace, values: Mapping[str, Any]) -> Iterator[tuple[str, BaseDistribution]]:
     """The space's parameters under their Optuna names, in the order SearchSpace.sample suggests them; a
     conditional one only once `values` holds its parent's choice."""
@@ -125,8 +162,9 @@ class DistinctSampler(BaseSampler):
     Values the trial fixed before its first independent parameter (an enqueued baseline or retry, a relative
     sampler's joint draw, a one-value range) are kept: only the rest is drawn again."""
 
-    def __init__(self, base: BaseSampler, space: SearchSpace, max_redraws: int):
+    def __init__(self, base: BaseSampler, space: SearchSpace, max_redraws: int, seed: int | None = None):
         self.base, self.space, self.max_redraws = base, space, max_redraws
+        self.fallback = RandomSampler(seed=seed)  # where the wrapped sampler keeps returning to a configuration
         self._relative: tuple[int, dict[str, Any]] = (-1, {})  # the latest trial's relative draw
         self._plan: tuple[int, dict[str, Any]] = (-1, {})  # the latest trial's whole configuration, drawn ahead
         self.redraws = 0  # draws repeated so far (for the log and tests)
@@ -140,7 +178,21 @@ class DistinctSampler(BaseSampler):
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        values = self.base.sample_relative(study, trial, search_space)
+        """The wrapped sampler's joint draw (multivariate TPE, GP, CMA-ES, NSGA-II), drawn again while it completes
+        a configuration the study has; one that keeps repeating itself (an acquisition optimum is the same point
+        each time) is dropped after RELATIVE_ATTEMPTS, and the parameters are drawn one by one instead."""
+        taken = trained_configs(study.get_trials(deepcopy=False), but=trial.number)
+        values: dict[str, Any] = {}
+        for _ in range(min(RELATIVE_ATTEMPTS, self.max_redraws + 1)):
+            values = self.base.sample_relative(study, trial, search_space)
+            if leaves_room(self.space, {**trial.params, **values}, taken):
+                break
+            self.redraws += 1
+        else:
+            log.info(
+                "trial %d: the sampler's joint draw repeats the study's configurations: drawn one by one", trial.number
+            )
+            values = {}
         self._relative = (trial.number, dict(values))
         return values
 
@@ -170,16 +222,24 @@ class DistinctSampler(BaseSampler):
         relative = self._relative[1] if self._relative[0] == trial.number else {}
         values: dict[str, Any] = {}
         for attempt in range(self.max_redraws + 1):
-            values = self._candidate(study, trial, relative)
+            values = self._candidate(study, trial, relative, self.base)
             twin = taken.get(as_config(values))
             if twin is None:
                 return values
             self.redraws += 1
             if attempt < self.max_redraws:
                 log.info("trial %d drew trial %d's configuration again: drawing it again", trial.number, twin)
+        if self.max_redraws:  # a model-based sampler sure of one point returns to it: explore uniformly instead
+            for _ in range(RANDOM_ATTEMPTS):
+                values = self._candidate(study, trial, relative, self.fallback)
+                if as_config(values) not in taken:
+                    log.info("trial %d: the sampler kept repeating configurations; drawn at random", trial.number)
+                    return values
         return values  # still a repeat: draw.py refuses it
 
-    def _candidate(self, study: Study, trial: FrozenTrial, relative: Mapping[str, Any]) -> dict[str, Any]:
+    def _candidate(
+        self, study: Study, trial: FrozenTrial, relative: Mapping[str, Any], sampler: BaseSampler
+    ) -> dict[str, Any]:
         scratch = copy.copy(trial)  # sampled values grow here, never in the storage
         scratch.params, scratch.distributions = dict(trial.params), dict(trial.distributions)
         for name, dist in named_distributions(self.space, scratch.params):
@@ -190,7 +250,7 @@ class DistinctSampler(BaseSampler):
             elif dist.single():
                 value = optuna.distributions._get_single_value(dist)
             else:
-                value = self.base.sample_independent(study, scratch, name, dist)
+                value = sampler.sample_independent(study, scratch, name, dist)
             scratch.params = {**scratch.params, name: value}
             scratch.distributions = {**scratch.distributions, name: dist}
         return scratch.params
@@ -213,7 +273,7 @@ def choose_sampler(
             type(sampler).__name__,
         )
         sampler = EnumeratingSampler(seed=seed)
-    return DistinctSampler(sampler, space, redraws)
+    return DistinctSampler(sampler, space, redraws, seed)
 
 
 def space_exhausted(trials: Sequence[FrozenTrial], space: SearchSpace) -> int | None:
