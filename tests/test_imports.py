@@ -28,6 +28,12 @@ OPTIONAL = {"trm.runtime.xla": "torch_xla"}
 DEFERRED: dict[tuple[str, str], tuple[str, bool]] = {
     ("trm.runtime", "trm.runtime.xla"): ("torch_xla is optional: imported only when the backend is xla", False),
     ("trm.tracking", "storage"): ("only a tracked sweep trial reads the study storage (SQLAlchemy, Optuna)", False),
+    ("trm.train", "trm.reeval"): ("reeval.run=true evaluates instead of training, with the trainer's set-up", True),
+    ("sweeps.best", "sweeps.config"): (
+        "only reeval=true composes the sweep config: the read-only uses stay light",
+        False,
+    ),
+    ("sweeps.best", "sweeps.driver"): ("only reeval=true builds a launcher: the read-only uses stay light", False),
 }
 # Lazy names of a package (`__getattr__` + importlib): (package, module) -> why.
 DYNAMIC: dict[tuple[str, str], str] = {
