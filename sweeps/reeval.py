@@ -182,7 +182,11 @@ def reevaluate(
             continue
         workdir = roots.workdir(trial.number) / "reeval"
         name = f"{job_name(str(study.study_name), uid, trial.number)}-reeval"
-        handle = launcher.launch(JobSpec(name, [*overrides, *slot.overrides], workdir, slot=slot))
+        try:
+            handle = launcher.launch(JobSpec(name, [*overrides, *slot.overrides], workdir, slot=slot))
+        except Exception as err:  # the study is done and stays so: a re-eval that cannot start is one warning
+            log.warning("re-evaluation of trial %d could not start: %s: %s", trial.number, type(err).__name__, err)
+            continue
         try:
             code = handle.wait(timeout_s=float(cfg.stall_timeout_s))
         except BaseException:

@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -131,3 +134,22 @@ def test_a_study_reevaluates_its_top_trials_on_the_whole_test_split(
     again = reevals(optuna.load_study(study_name="reeval", storage=db).user_attrs)
     top = max(trials, key=lambda t: float(t.value or 0)).number  # top_k=1: the best by reported value
     assert again[top].examples == 24 and "re-evaluated winner" in text
+
+
+@pytest.mark.timeout(300)
+def test_a_run_reevaluates_its_own_checkpoint_and_refuses_another_runs(tmp_path: Path) -> None:
+    """`python -m trm.train <the run's overrides> reeval.run=true` outside a sweep: the run's best checkpoint on
+    the whole split (reeval.json beside it); with another training config it is refused, naming the key."""
+    run = [*TRIAL, f"out_dir={tmp_path}/run", "hydra.run.dir=" + str(tmp_path / "hydra")]
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "TRM_DATA_DIR": str(tmp_path / "data")}
+    subprocess.run([sys.executable, "-m", "trm.train", *run], check=True, env=env, capture_output=True)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    again = [*run, "reeval.run=true", f"out_dir={tmp_path}/again", f"checkpoint.url={tmp_path}/run/checkpoints"]
+    proc = subprocess.run([sys.executable, "-m", "trm.train", *again], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stored = json.loads((tmp_path / "again" / "reeval.json").read_text())
+    assert stored["examples"] == 32 and stored["step"] == summary["best_step"]
+    assert stored["checkpoint"] == f"{tmp_path}/run/checkpoints/best.pt"
+    other = [*again, "optim.lr=0.5"]
+    proc = subprocess.run([sys.executable, "-m", "trm.train", *other], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "optim.lr: 0.001 there, 0.5 here" in proc.stderr
