@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 from optuna.trial import FrozenTrial, TrialState
 
 from storage.record import STUDY_UID_ATTR, Reeval, drawn, reevals, samples_per_s
-from sweeps.reeval import overlap_line, ranking, ranking_rows
+from sweeps.reeval import interval, overlap_line, ranking, ranking_rows
 from trm.tracking import default_project, finish_run, resolve_mode, summary_run_id, trial_run_id
 
 JOB_TYPE = "study-summary"
@@ -152,6 +152,7 @@ def study_summary(study: optuna.Study) -> dict[str, Any]:
         ranked = ranking(study)
         if ranked:
             out["reeval/ranking"] = ranking_rows(ranked)
+            out["reeval/winner"] = f"trial {ranked[0].trial.number}: {interval(ranked[0].reeval)}"
             out["reeval/overlap"] = overlap_line(ranked)
         try:
             best = ranked[0].trial if ranked else study.best_trial

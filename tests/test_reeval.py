@@ -18,13 +18,14 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from dashboards.report_page import write_report
-from storage.record import Reeval, reeval_attr, reevals
+from storage.record import DUPLICATE_OF_ATTR, STUDY_UID_ATTR, Reeval, reeval_attr, reevals
 from sweeps import best
 from sweeps.driver import Driver
 from sweeps.reeval import ReevalConfigError, ReevalSettings, interval, overlap_line, ranking, ranking_lines
-from sweeps.wandb_summary import study_summary
+from sweeps.wandb_summary import log_study_summary, study_summary
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from tests.test_sweeps import with_space
+from tests.wandb_offline import find_runs, read_offline_run
 
 TRIAL = [*FAST_TRIAL, "train.eval_examples=16"]  # the trials' own eval: 16 of the 32 test puzzles
 
@@ -116,6 +117,7 @@ def test_a_study_reevaluates_its_top_trials_on_the_whole_test_split(
     summary = study_summary(study)  # the W&B study summary ranks by the re-evaluation too
     assert summary["best/number"] == order[0] and summary["best/reeval"] == stored[order[0]].as_dict()
     assert [row["trial"] for row in summary["reeval/ranking"]] == order
+    assert summary["reeval/winner"] == f"trial {order[0]}: {interval(stored[order[0]])}"
     page = write_report(study, tmp_path / "report.html").read_text()
     table = page.split('id="reeval-table"', 1)[1].split("</table>", 1)[0]
     assert [int(row.split("</td><td>", 2)[1]) for row in table.split("<tr><td>")[1:]] == order
@@ -153,3 +155,26 @@ def test_a_run_reevaluates_its_own_checkpoint_and_refuses_another_runs(tmp_path:
     other = [*again, "optim.lr=0.5"]
     proc = subprocess.run([sys.executable, "-m", "trm.train", *other], env=env, capture_output=True, text=True)
     assert proc.returncode != 0 and "optim.lr: 0.001 there, 0.5 here" in proc.stderr
+
+
+def test_the_wandb_summary_run_ranks_by_the_reevaluation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The study-summary run, written offline and read back: best/* is the re-evaluated winner with its interval,
+    the overlap line is there, and the counts leave a refused repeat out."""
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY"):
+        monkeypatch.delenv(var, raising=False)  # no credentials: mode auto is offline
+    storage = f"sqlite:///{tmp_path}/db.sqlite"
+    study = optuna.create_study(study_name="ranked", storage=storage, direction="maximize")
+    study.set_user_attr(STUDY_UID_ATTR, "0123456789abcdef0123456789abcdef")
+    dist = {"x": FloatDistribution(0, 1)}
+    for value in (0.9, 0.8):
+        study.add_trial(create_trial(value=value, params={"x": value}, distributions=dist))
+    study.add_trial(
+        create_trial(state=TrialState.FAIL, params={"x": 0.9}, distributions=dist, user_attrs={DUPLICATE_OF_ATTR: 0})
+    )
+    for r in (record(0, 0.62, 0.02), record(1, 0.65, 0.02)):
+        study.set_user_attr(reeval_attr(r.trial), r.as_dict())
+    assert log_study_summary(study, sweep_config(storage, tmp_path, "study.name=ranked")) is not None
+    (run,) = [read_offline_run(p) for p in find_runs(tmp_path)]
+    assert run.summary["best/number"] == 1 and run.summary["count/fail"] == 0 and run.summary["count/total"] == 2
+    assert run.summary["reeval/winner"] == "trial 1: 0.6500 ± 0.0200 (512 puzzles)"
+    assert run.summary["reeval/overlap"].startswith("trials 1 and 0 overlap within one standard error")
