@@ -16,7 +16,8 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 
-from storage.record import TRAIN_OVERRIDES_ATTR, trial_detail
+from storage.record import TRAIN_OVERRIDES_ATTR, drawn, trial_detail
+from sweeps.reeval import ranking
 from sweeps.space import params_to_values
 
 CHIPS_OVERRIDE = "runtime.expected_devices="  # the device count a pod trial trains on (conf/site/pod.yaml)
@@ -58,7 +59,7 @@ class StudyView:
         self.name = study.study_name
         self.prefix = prefix  # element ids of this study's figures (several studies on one page)
         self.chips_arg = chips
-        self.trials = study.get_trials(deepcopy=False)
+        self.trials = drawn(study.get_trials(deepcopy=False))  # refused repeats trained nothing: not shown
         self.multi = len(study.directions) > 1
         attrs = study.user_attrs
         objectives = attrs.get("objectives") or [attrs.get("objective") or "objective"]
@@ -82,10 +83,14 @@ class StudyView:
         return trial.intermediate_values[max(trial.intermediate_values)]
 
     def best(self) -> list[FrozenTrial]:
-        """The best trial (single objective) or the Pareto front, best first; empty before any completes."""
+        """The best trial (single objective: by the re-evaluation where there is one, sweeps/reeval.py) or the
+        Pareto front, best first; empty before any completes."""
         if not self.complete:
             return []
-        return list(self.study.best_trials) if self.multi else [self.study.best_trial]
+        if self.multi:
+            return list(self.study.best_trials)
+        ranked = ranking(self.study)  # the re-evaluated winner where the top trials were evaluated again
+        return [ranked[0].trial if ranked else self.study.best_trial]
 
     def chips(self, trial: FrozenTrial) -> int | None:
         """Chips the trial trained on: `chips=` on the command line, else the pod's expected device count."""

@@ -6,8 +6,12 @@ the channel back"); its names live here, in `storage`, which both sides may impo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
 
 # Study attributes the driver writes and the job reads.
 PRUNER_ATTR = "pruner"  # the pruner as a `_target_` dict: every job asks the pruner the driver configured
@@ -48,6 +52,12 @@ class EvidenceRecord(TypedDict):
 DUPLICATE_OF_ATTR = "duplicate_of"
 # Trial attribute of a trial that was asked and failed before its job started (why): it trained nothing.
 NOT_STARTED_ATTR = "not_started"
+
+
+def drawn(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials less refused repeats (they trained nothing): what counts and tables show."""
+    return [t for t in trials if DUPLICATE_OF_ATTR not in t.user_attrs]
+
 
 # Trial attribute the job's rank 0 rewrites at every log point ({"step": n, "at": epoch seconds}): the driver
 # stops a job whose step stops moving (a hung or SIGSTOPped worker) after `stall_timeout_s`, on its own clock.
@@ -125,3 +135,47 @@ def samples_per_s(attrs: Mapping[str, Any]) -> float | None:
     speed = trial_detail(attrs, THROUGHPUT_DETAIL)
     value = speed.get("samples_per_s") if isinstance(speed, dict) else None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+# The re-evaluation of a trial's best checkpoint on a larger eval (trm/reeval.py writes it, sweeps/reeval.py ranks
+# by it): a study attribute per trial, `reeval:<trial number>`, since Optuna refuses writes to a finished trial
+# and its value stays what the trial reported. The value is the objective over `examples` test puzzles; `stderr`
+# its binomial standard error sqrt(p(1-p)/examples) (None for an objective that is not a share, such as a loss).
+REEVAL_ATTR_PREFIX = "reeval:"
+
+
+def reeval_attr(number: int) -> str:
+    """The study attribute holding trial `number`'s re-evaluation."""
+    return f"{REEVAL_ATTR_PREFIX}{number}"
+
+
+@dataclass(frozen=True)
+class Reeval:
+    """One trial's re-evaluation, as stored (`as_dict`) and read back (`of`)."""
+
+    trial: int
+    metric: str  # the study's objective, e.g. eval/exact_accuracy
+    value: float
+    stderr: float | None
+    examples: int  # test puzzles evaluated
+    step: int  # the training step of the checkpoint evaluated
+    checkpoint: str  # its URL
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def of(cls, stored: Any) -> Reeval | None:
+        """The record from a study attribute's value; None when it is not one (absent, or written by another version)."""
+        if not isinstance(stored, dict) or set(stored) != {f.name for f in fields(cls)}:
+            return None
+        return cls(**stored)
+
+
+def reevals(study_attrs: Mapping[str, Any]) -> dict[int, Reeval]:
+    """Every trial's re-evaluation stored on the study: {trial number: Reeval}."""
+    out = {}
+    for key, value in study_attrs.items():
+        if key.startswith(REEVAL_ATTR_PREFIX) and (record := Reeval.of(value)) is not None:
+            out[record.trial] = record
+    return out

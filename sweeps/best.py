@@ -1,32 +1,64 @@
-"""`python -m sweeps.best study=NAME [trial=N] [format=text|json] [storage.url=...]`: reuse what a study found.
+"""`python -m sweeps.best study=NAME [trial=N] [format=text|json] [storage.url=...] [reeval=true ...]`: reuse what a
+study found.
 
 Prints the best trial (or trial N) as things a user can paste: its parameters as `trm.train` overrides (plain
 keys: a conditional `optim.lr@adamw` becomes `optim.lr`), the whole command that re-trains it (append
 `train.steps=...` or `seed=...` to train longer or with another seed: the last override wins), its best
 checkpoint, its W&B run and the code version that produced it. Needs nothing but the storage.
+
+The best is the re-evaluated winner where the study's top trials were evaluated again (sweeps/reeval.py), with
+the ranking and its intervals. `reeval=true [reeval.top_k=K] [reeval.examples=N]` runs that re-evaluation now
+(jobs on the sweep's launcher: `site=`, `launcher=`, `output_root=`, `study.seeds=`, `study.value=` as the study
+was run with; defaults from conf/sweep.yaml, examples null = the whole test split).
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+import sys
 from typing import Any
 
 import optuna
+from hydra.errors import HydraException
 from optuna.trial import FrozenTrial, TrialState
 
-from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, study_from_args
+from storage.cli import (
+    STORAGE_KEYS,
+    ArgumentError,
+    parse_args,
+    parse_bool,
+    run_cli,
+    storage_from_args,
+    study_from_args,
+)
 from storage.record import (
     BEST_CHECKPOINT_NOTE_ATTR,
     CHECKPOINT_URL_ATTR,
     CODE_VERSION_ATTR,
+    STUDY_UID_ATTR,
     TRAIN_OVERRIDES_ATTR,
+    Reeval,
     trial_detail,
+)
+from sweeps.launchers.base import LauncherConfigError
+from sweeps.paths import StudyRoots
+from sweeps.reeval import (
+    ReevalConfigError,
+    ReevalSettings,
+    interval,
+    overlap_line,
+    ranking,
+    ranking_lines,
+    ranking_rows,
+    reevaluate,
 )
 from sweeps.space import params_to_values, to_overrides
 
 USAGE = __doc__.split("\n\n")[0].strip() + "\n\n" + __doc__.split("\n\n", 1)[1].strip()
-KNOWN: dict[str, str | None] = {"study": None, "trial": None, "format": "text", **STORAGE_KEYS}
+SWEEP_KEYS = ("site", "launcher", "output_root", "study.seeds", "study.value")  # passed to the re-eval's sweep config
+REEVAL_KEYS = {"reeval": "false", "reeval.top_k": None, "reeval.examples": None, **dict.fromkeys(SWEEP_KEYS)}
+KNOWN: dict[str, str | None] = {"study": None, "trial": None, "format": "text", **STORAGE_KEYS, **REEVAL_KEYS}
 FORMATS = ("text", "json")
 
 
@@ -43,7 +75,8 @@ def pick(study: optuna.Study, number: str | None) -> FrozenTrial:
         )
     if not any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)):
         raise ArgumentError(f"study {study.study_name!r} has no completed trial yet")
-    return study.best_trial
+    ranked = ranking(study)
+    return ranked[0].trial if ranked else study.best_trial  # the re-evaluated winner where there is one
 
 
 def describe(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
@@ -67,7 +100,16 @@ def describe(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
         "wandb": {"group": study.study_name, "name": f"{study.study_name}-{trial.number}"},
         "workdir": attrs.get("workdir"),
         "code_version": attrs.get(CODE_VERSION_ATTR),
+        **ranking_facts(study, trial.number),
     }
+
+
+def ranking_facts(study: optuna.Study, number: int) -> dict[str, Any]:
+    """The trial's re-evaluation, the study's re-evaluated ranking and the overlap line (sweeps/reeval.py)."""
+    ranked = ranking(study)
+    mine = next((r.reeval for r in ranked if r.trial.number == number), None)
+    rows = ranking_rows(ranked)
+    return {"reeval": mine.as_dict() if mine else None, "ranking": rows, "overlap": overlap_line(ranked)}
 
 
 def render_text(info: dict[str, Any]) -> str:
@@ -88,7 +130,36 @@ def render_text(info: dict[str, Any]) -> str:
         f"workdir:    {info['workdir'] or 'not recorded'}",
         f"code:       {info['code_version'] or 'not recorded'}",
     ]
+    if info["reeval"]:
+        lines.insert(1, f"reeval:     {info['reeval']['metric']} = {interval(Reeval(**info['reeval']))}")
     return "\n".join(lines)
+
+
+def run_reeval(args: dict[str, str], study: optuna.Study) -> list[str]:
+    """Re-evaluate the study's top trials now (sweeps/reeval.py) on the launcher the sweep config names; the
+    ranking's lines."""
+    from sweeps.config import compose_sweep_config
+    from sweeps.driver import build_launcher  # the driver's own check that the config builds a launcher
+
+    url, _ = storage_from_args(args)
+    overrides = [f"study.name={study.study_name}", *(f"{k}={args[k]}" for k in SWEEP_KEYS if k in args)]
+    overrides += [f"reeval.{k}={args[f'reeval.{k}']}" for k in ("top_k", "examples") if f"reeval.{k}" in args]
+    overrides += [f"storage.password_env={args['storage.password_env']}"] if args.get("storage.password_env") else []
+    try:
+        cfg = compose_sweep_config(overrides)
+        settings = ReevalSettings.of(cfg.reeval)
+        launcher = build_launcher(cfg.launcher)
+    except (ReevalConfigError, LauncherConfigError, HydraException) as err:
+        raise ArgumentError(str(err)) from None
+    launcher.prepare()
+    uid = str(study.user_attrs.get(STUDY_UID_ATTR) or "")
+    if not uid:
+        raise ArgumentError(f"study {study.study_name!r} has no uid: it was not written by sweeps.run")
+    roots = StudyRoots.of(
+        str(cfg.output_root), cfg.trial.get("run_root"), cfg.trial.get("checkpoint_root"), study.study_name, uid
+    )
+    reevaluate(study, cfg, launcher, roots, uid, url, settings)
+    return ranking_lines(study)
 
 
 def main_body(argv: list[str]) -> int:
@@ -96,6 +167,9 @@ def main_body(argv: list[str]) -> int:
     if args["format"] not in FORMATS:
         raise ArgumentError(f"format={args['format']!r}: expected one of {list(FORMATS)}")
     study = study_from_args(args)
+    if parse_bool("reeval", args["reeval"]):
+        for line in run_reeval(args, study):
+            print(line, file=sys.stderr if args["format"] == "json" else sys.stdout)
     info = describe(study, pick(study, args.get("trial")))
     print(json.dumps(info) if args["format"] == "json" else render_text(info))
     return 0

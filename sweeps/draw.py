@@ -20,11 +20,14 @@ from storage import exclusive, trial_id_of
 from storage.record import DUPLICATE_OF_ATTR, NOT_STARTED_ATTR
 from sweeps.budget import TRAINS, budget_used, twin_of
 from sweeps.definition import StudyDefinitionError
+from sweeps.distinct_draws import space_exhausted
 from sweeps.space import SearchSpace
 
 log = logging.getLogger("sweeps")
 
-MAX_DUPLICATE_DRAWS = 20  # draws in a row that repeat a configuration before the space counts as exhausted
+MAX_DUPLICATE_DRAWS = (
+    20  # refused repeats in a row before the space counts as exhausted (after DistinctSampler's redraws)
+)
 
 
 @dataclass(frozen=True)
@@ -37,13 +40,18 @@ class Draw:
 
 
 def draw_within_budget(study: optuna.Study, storage: RDBStorage, space: SearchSpace, n_trials: int) -> Draw:
-    """Ask for a trial unless `n_trials` are used, refusing configurations the study already has. A refused draw
-    is recorded FAIL with `duplicate_of` (it trains nothing and costs no budget): training it would spend a
-    pod-hour on a result the study has, or will have."""
+    """Ask for a trial unless `n_trials` are used or every configuration of a finite space is taken (`exhausted`).
+    The study's sampler draws a repeat again (sweeps.distinct_draws.DistinctSampler); a repeat it could not avoid
+    is refused: recorded FAIL with `duplicate_of` (it trains nothing and costs no budget), since training it would
+    spend a pod-hour on a result the study has, or will have."""
     with exclusive(storage, f"budget:{study.study_name}"):
         for _ in range(MAX_DUPLICATE_DRAWS):
-            if budget_used(study.get_trials(deepcopy=False)) >= n_trials:
+            trials = study.get_trials(deepcopy=False)
+            if budget_used(trials) >= n_trials:
                 return Draw(None, {})
+            waiting = any(t.state == TrialState.WAITING for t in trials)  # a queued retry or baseline runs first
+            if not waiting and space_exhausted(trials, space) is not None:
+                return Draw(None, {}, exhausted=True)
             trial = study.ask()
             with failed_unless_started(study, storage, trial):
                 sampled = sample(study, trial, space)

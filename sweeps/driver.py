@@ -45,6 +45,7 @@ from storage.record import (
 from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.budget import baseline_params, budget_used
 from sweeps.definition import study_definition
+from sweeps.distinct_draws import check_draws, choose_sampler, exhausted_line
 from sweeps.draw import draw_within_budget, failed_unless_started
 from sweeps.interrupts import signals_held
 from sweeps.job_command import JobCommand, StudyLink, job_name, training_overrides
@@ -55,6 +56,7 @@ from sweeps.paths import StudyRoots, TrialPaths
 from sweeps.progress import ProgressView, print_best, route_optuna_logging
 from sweeps.queued import log_left_queued
 from sweeps.recovery import abandon, requeue, settle_orphans, stop_stalled
+from sweeps.reeval import ReevalSettings, reevaluate
 from sweeps.retry import plan_retry, retry_of, with_note
 from sweeps.running import RunningTrial
 from sweeps.slots import Slot, SlotPool
@@ -137,12 +139,17 @@ class Driver:
     def validate(self) -> None:
         """Everything that can be wrong, before anything runs (see sweeps.validate)."""
         validate_sweep(self.cfg, self.space, self.base_overrides, self.launcher)
+        check_draws(self.cfg.draws)
+        ReevalSettings.of(self.cfg.reeval)
 
     def open_study(self) -> optuna.Study:
         """Open and check the study (sweeps.study); its uid places the trial directories."""
         definition = study_definition(self.cfg, self.space, self.train_steps, self.base_overrides)
         self.opened = open_study(self.cfg, self.storage_url, self.train_steps, definition)
         self.set_study_uid(self.opened.uid)
+        seed = int(self.cfg.seed) + self.opened.driver_index  # repeats are drawn again (sweeps.distinct_draws)
+        sampler = choose_sampler(self.opened.study.sampler, self.space, int(self.cfg.n_trials), self.cfg.draws, seed)
+        self.opened.study.sampler = sampler
         return self.opened.study
 
     # ------------------------------------------------------------------------------------------- budget
@@ -375,7 +382,12 @@ class Driver:
             log.warning("interrupted: stopping %d running trial(s), then recording them", len(self.running))
             self.abandon_running()
             raise
+        if self.exhausted:
+            log.info(exhausted_line(study.get_trials(deepcopy=False), self.space, int(self.cfg.n_trials)))
         self.log_summary()
+        reeval = ReevalSettings.of(self.cfg.reeval)
+        if reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/reeval.py)
+            reevaluate(study, self.cfg, self.launcher, self.roots, self.study_uid, self.storage_url, reeval, True)
         log_study_summary(study, self.cfg)
         return study
 
@@ -391,6 +403,7 @@ class Driver:
                 if code is not None and self.settle(running, code):
                     del self.running[number]
                     self.free_slot(running, code)
+                    self.exhausted = False  # it may have queued a retry: the next draw decides again
         if not self.running and (out_of_time or self.exhausted or self.study_done()):
             return True
         if time.time() - self.last_recover > self.cfg.heartbeat.interval_s:

@@ -40,7 +40,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from storage.record import DUPLICATE_OF_ATTR
+from storage.record import drawn
 from sweeps.space import params_to_values
 
 log = logging.getLogger("sweeps")
@@ -138,7 +138,7 @@ def measure(
 ) -> Progress:
     """The study's progress from its trials. `now` is on the clock the trials' datetimes were stamped with
     (Optuna's: the local time of the process that told them, naive)."""
-    used = [t for t in trials if DUPLICATE_OF_ATTR not in t.user_attrs]
+    used = drawn(trials)
     retried_numbers = {n for t in trials for n in RetryHeartbeatStaleTrialCallback.retry_history(t)}
     complete = [t for t in used if t.state == TrialState.COMPLETE and t.values]
     pruned = [t for t in used if t.state == TrialState.PRUNED]

@@ -46,5 +46,6 @@ def sweep_overrides(storage_url: str, out: Path, *extra: str, trial: list[str] |
         "heartbeat.grace_s=4",
         "poll_s=0.2",
         "progress_interval_s=2",
+        "reeval.at_end=false",  # a job per top trial at each study's end: tests/test_reeval.py turns it on
         *extra,
     ]

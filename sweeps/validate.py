@@ -449,6 +449,8 @@ SWEEP_KEYS = frozenset(
         "seed",
         "output_root",
         "heartbeat",
+        "draws",
+        "reeval",
         "estimate",
         "stall_timeout_s",
         "poll_s",

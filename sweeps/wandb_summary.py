@@ -2,7 +2,9 @@
 
     log_study_summary(study, cfg)   one run (group = study name, job type `study-summary`) holding a
                                     wandb.Table of every trial: number, state, value, parameters, best step,
-                                    model size and compute; the summary has the best trial and the counts.
+                                    model size, compute and its re-evaluation; the summary has the counts of
+                                    trained trials and the best trial, ranked by the re-evaluation where
+                                    there is one (sweeps/reeval.py: `reeval/ranking`, `reeval/overlap`).
                                     Its id comes from the study's uid (`summary_run_id`) with resume="allow",
                                     so each driver start of the study updates the same run.
     trial_wandb_overrides(cfg, uid, origin, seed_index)
@@ -27,7 +29,8 @@ from omegaconf import DictConfig
 from optuna.trial import FrozenTrial, TrialState
 
 from contracts.wandb_runs import default_project, finish_run, resolve_mode, summary_run_id, trial_run_id
-from storage.record import STUDY_UID_ATTR, samples_per_s
+from storage.record import STUDY_UID_ATTR, Reeval, drawn, reevals, samples_per_s
+from sweeps.reeval import interval, overlap_line, ranking, ranking_rows
 
 JOB_TYPE = "study-summary"
 # Trial user attributes copied into the table (written by the job's trial link and the driver).
@@ -42,6 +45,9 @@ BASE_COLUMNS = [
     "seed_values",
     *ATTR_COLUMNS,
     "samples_per_s",
+    "reeval_value",  # the re-evaluation's value, standard error and test puzzles (sweeps/reeval.py)
+    "reeval_stderr",
+    "reeval_examples",
 ]
 
 
@@ -90,9 +96,12 @@ def _finite(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def trial_rows(trials: list[FrozenTrial]) -> tuple[list[str], list[list[Any]]]:
+def trial_rows(
+    trials: list[FrozenTrial], reevaluated: dict[int, Reeval] | None = None
+) -> tuple[list[str], list[list[Any]]]:
     """Table columns and rows: fixed columns, then one `param/<name>` column per parameter seen in the study."""
     names = sorted({name for t in trials for name in t.params})
+    reevaluated = reevaluated or {}
     rows = []
     for t in trials:
         duration = (
@@ -114,6 +123,8 @@ def trial_rows(trials: list[FrozenTrial]) -> tuple[list[str], list[list[Any]]]:
             value = attrs.get(key)
             row.append(str(value)[:500] if key == "fail_reason" and value is not None else _finite(value))
         row.append(_finite(samples_per_s(attrs)))  # the job's measured step speed (details: throughput)
+        again = reevaluated.get(t.number)
+        row += [again.value, again.stderr, again.examples] if again else [None, None, None]
         rows.append(row)
     param_columns = [_column([t.params.get(n) for t in trials]) for n in names]
     for i, row in enumerate(rows):
@@ -132,18 +143,26 @@ def trial_rows(trials: list[FrozenTrial]) -> tuple[list[str], list[list[Any]]]:
 
 
 def study_summary(study: optuna.Study) -> dict[str, Any]:
-    trials = study.get_trials(deepcopy=False)
+    """Counts of the trials drawn (refused repeats trained nothing), and the best trial: the re-evaluated winner
+    where the study's top trials were evaluated again, with the ranking and its intervals."""
+    trials = drawn(study.get_trials(deepcopy=False))
     out: dict[str, Any] = {f"count/{s.name.lower()}": sum(t.state == s for t in trials) for s in TrialState}
     out["count/total"] = len(trials)
     if len(study.directions) == 1:
+        ranked = ranking(study)
+        if ranked:
+            out["reeval/ranking"] = ranking_rows(ranked)
+            out["reeval/winner"] = f"trial {ranked[0].trial.number}: {interval(ranked[0].reeval)}"
+            out["reeval/overlap"] = overlap_line(ranked)
         try:
-            best = study.best_trial
+            best = ranked[0].trial if ranked else study.best_trial
             out.update(
                 {
                     "best/number": best.number,
                     "best/value": best.value,
                     "best/params": best.params,
                     "best/step": best.user_attrs.get("best_step"),
+                    "best/reeval": ranked[0].reeval.as_dict() if ranked else None,
                 }
             )
         except ValueError:
@@ -166,8 +185,8 @@ def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
 
         root = Path(str(w.get("dir") or Path(str(cfg.output_root)) / study.study_name)).resolve()
         root.mkdir(parents=True, exist_ok=True)
-        trials = study.get_trials(deepcopy=False)
-        columns, rows = trial_rows(trials)
+        trials = drawn(study.get_trials(deepcopy=False))
+        columns, rows = trial_rows(trials, reevals(study.user_attrs))
         attrs = study.user_attrs
         config: dict[str, Any] = {
             "study": study.study_name,

@@ -297,10 +297,12 @@ def test_a_restarted_driver_draws_new_configurations(pg_url: str, tmp_path: Path
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_configuration_the_study_has_is_not_trained_again(pg_url: str, tmp_path: Path) -> None:
-    """A draw that repeats a finished, running or queued trial's parameters is recorded as such and not
-    trained; it does not use the budget; a space with nothing new left ends the study instead of looping."""
+    """A repeat that was not drawn again (draws.max_redraws=0, no enumeration: tests/test_draws.py has the
+    default's redraws) is recorded as such and not trained; it does not use the budget; a space with nothing new
+    left ends the study instead of looping."""
     space = {"optim.lr": "choice(0.01, 0.02)"}
-    study = _run_driver(pg_url, tmp_path, "twins", "n_trials=3", "sampler=random", space=space)
+    no_redraws = ("draws.max_redraws=0", "draws.enumerate_share=null")
+    study = _run_driver(pg_url, tmp_path, "twins", "n_trials=3", "sampler=random", *no_redraws, space=space)
     trials = study.get_trials(deepcopy=False)
     trained = [t for t in trials if "duplicate_of" not in t.user_attrs]
     assert sorted(t.params["optim.lr"] for t in trained) == [0.01, 0.02]  # each configuration once

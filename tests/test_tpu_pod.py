@@ -16,6 +16,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from storage.record import reevals
 from sweeps.config import compose_sweep_config
 from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec
@@ -149,10 +150,16 @@ def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path) -> None:
         ]
     )
     Driver(cfg).run()
-    trial = optuna.load_study(study_name="halting", storage=db).trials[0]
+    study = optuna.load_study(study_name="halting", storage=db)
+    trial = study.trials[0]
     assert trial.state == TrialState.COMPLETE, trial.user_attrs
     ckpt = trial_dir(pod / "test-pod" / "worker-0" / "trm" / "runs" / "halting", 0) / "checkpoints" / "latest.pt"
     assert ckpt.exists()  # on worker 0's own disk, where its retry would find it
+    # The study's end re-evaluated it on the pod too (reeval.at_end): a job on both VMs, best.pt read on worker 0.
+    again = reevals(study.user_attrs)[0]
+    assert again.examples == 32 and again.step == trial.user_attrs["best_step"]
+    logs = sorted(p.name for p in (Path(trial.user_attrs["workdir"]) / "reeval").glob("worker-*.log"))
+    assert logs == ["worker-0.log", "worker-1.log"]
 
 
 @pytest.mark.slow

@@ -13,8 +13,9 @@ from contracts.hydra_app import compose_train_config
 from contracts.metrics_log import read_metrics
 from trm import checkpoint
 from trm.data.format import DatasetError
+from trm.job_inputs import check_batch
 from trm.runtime.base import Runtime
-from trm.train import check_batch, run
+from trm.train import run
 
 # Small enough for CI: a 16-wide model on 200 generated puzzles (conf/experiment/test_tiny.yaml).
 FAST = [

@@ -41,6 +41,7 @@ NOT_TRAINING_KEYS = (
     "sweep.password_env",
     "sweep.report_retry",  # how the job talks to the study storage, not what it trains
     "sweep.storage_engine",
+    "reeval",  # evaluating a trained checkpoint again reads it, never trains it (trm/reeval.py)
 )
 
 

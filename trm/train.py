@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import hydra
-import numpy as np
 import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
@@ -33,11 +32,10 @@ from contracts.metrics_log import open_metrics
 from trm import train_state
 from trm.clock import PhaseClock
 from trm.compiling import apply_compile
-from trm.data.build import ensure_generated
-from trm.data.format import DatasetError, SplitMeta, load_split
 from trm.data.loader import TrainLoader, eval_batches
 from trm.fingerprint import code_fingerprint, config_fingerprint, training_identity
 from trm.flops import flops_per_sample_step
+from trm.job_inputs import check_batch, load_data
 from trm.kernels import apply_kernels, resolve_kernels
 from trm.losses import METRIC_KEYS, normalize_metrics
 from trm.model import ACTModel, TRMConfig, count_params
@@ -53,32 +51,6 @@ from trm.throughput import StepTimer
 from trm.tracking import make_tracker
 from trm.train_state import Best, TrainState
 from trm.trial_link import link_from_config
-
-Arrays = dict[str, np.ndarray]
-
-
-def load_data(cfg: DictConfig) -> tuple[Arrays, Arrays, SplitMeta, SplitMeta]:
-    """Build (generated) or open (path) the dataset on this worker's own disk; no shared filesystem."""
-    data = cfg.data
-    if data.source == "generate":
-        ensure_generated(data.path, data.num_train, data.num_test, data.blanks, data.seed, num_aug=data.num_aug)
-    elif data.source != "path":
-        raise DatasetError(f"data.source={data.source!r}: expected 'generate' or 'path'")
-    train_arrays, train_meta = load_split(data.path, "train")
-    test_arrays, test_meta = load_split(data.path, "test")
-    return train_arrays, test_arrays, train_meta, test_meta
-
-
-def check_batch(cfg: DictConfig, runtime: Runtime) -> int:
-    """Per-process batch size; the global batch must split evenly over the processes."""
-    for key in ("global_batch_size", "eval_batch_size"):
-        value = cfg.train[key]
-        if value <= 0 or value % runtime.world_size:
-            raise ValueError(
-                f"train.{key}={value} is not divisible by the world size {runtime.world_size}: "
-                f"use a positive multiple of {runtime.world_size}"
-            )
-    return cfg.train.global_batch_size // runtime.world_size
 
 
 def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
@@ -117,12 +89,7 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
 
     # -------------------------------------------------------------------- data, model, optimizers
     train_arrays, test_arrays, train_meta, _ = load_data(cfg)
-    arch = TRMConfig.from_dict(
-        to_dict(cfg.arch),
-        vocab_size=train_meta.vocab_size,
-        seq_len=train_meta.seq_len,
-        num_puzzle_identifiers=train_meta.num_puzzle_identifiers,
-    )
+    arch = TRMConfig.from_dict(to_dict(cfg.arch), **train_meta.arch_fields())
     validate_curriculum(cfg.curriculum, arch.H_cycles, arch.L_cycles)
     kernels = resolve_kernels(train.kernels, runtime.device.type, chosen.mode, arch.mixer)  # trm/kernels.py
     check_agreement(
@@ -333,7 +300,12 @@ def summarize(
 @hydra.main(config_path=CONFIG_PATH, config_name="train", execution_whitelist=["storage.hydra_secrets.RefuseSecrets"])
 def main(cfg: DictConfig) -> float | None:
     """Train; return the run's objective (`train.objective`, best over its evals) and nothing else, so that Hydra's
-    own sweepers (hydra-optuna-sweeper: `python -m trm.train -m hydra/sweeper=optuna ...`) can optimize it."""
+    own sweepers (hydra-optuna-sweeper: `python -m trm.train -m hydra/sweeper=optuna ...`) can optimize it.
+    With reeval.run=true: evaluate the run's checkpoint again instead (trm/reeval.py, which imports this module)."""
+    if cfg.reeval.run:
+        from trm import reeval
+
+        return reeval.run(cfg).value
     value = run(cfg).get("best_value")
     return None if value is None else float(value)
 

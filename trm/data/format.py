@@ -65,6 +65,14 @@ class SplitMeta:
     def groups(self) -> int:
         return int(self.counts["groups"])
 
+    def arch_fields(self) -> dict[str, int]:
+        """What the model's config takes from the data (TRMConfig.from_dict's dataset fields)."""
+        return {
+            "vocab_size": self.vocab_size,
+            "seq_len": self.seq_len,
+            "num_puzzle_identifiers": self.num_puzzle_identifiers,
+        }
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         # Stable key order for humans; json.dumps(sort_keys) is used on write anyway.

@@ -1,0 +1,205 @@
+"""The winner decided beyond the eval's noise: the top-k trials' checkpoints evaluated again on a larger eval.
+
+A trial's value comes from a small eval (a few hundred puzzles), whose binomial standard error is as large as the
+gaps between a study's best trials. At the end of a study (conf/sweep.yaml `reeval.at_end`) and on demand
+(`python -m sweeps.best study=NAME reeval=true`), each of the top_k COMPLETE trials gets one job, started by the
+study's launcher like a trial: `python -m trm.train <the trial's training overrides> reeval.run=true` on its
+checkpoint (trm/reeval.py: the trainer's own data, model and eval). The job stores the value and its standard
+error on the study (storage.record.Reeval); the trial's Optuna value stays what it reported. sweeps.best, the
+report and the W&B summary rank by the re-evaluation (`ranking`) and say when the top two are within noise.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from omegaconf import DictConfig
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from storage.record import CHECKPOINT_URL_ATTR, TRAIN_OVERRIDES_ATTR, Reeval, reevals, trial_detail
+from sweeps.job_command import StudyLink, job_name
+from sweeps.launchers.base import JobSpec, Launcher
+from sweeps.paths import StudyRoots
+
+log = logging.getLogger("sweeps")
+
+
+class ReevalConfigError(ValueError):
+    """A bad `reeval.*` knob; names the key, the value and what is accepted."""
+
+
+@dataclass(frozen=True)
+class ReevalSettings:
+    """conf/sweep.yaml `reeval`: whether the study's end runs it, how many trials, how many test puzzles."""
+
+    at_end: bool
+    top_k: int
+    examples: int | None  # None: the whole test split
+
+    @classmethod
+    def of(cls, node: DictConfig | Mapping[str, Any]) -> ReevalSettings:
+        at_end, top_k, examples = node.get("at_end"), node.get("top_k"), node.get("examples")
+        if not isinstance(at_end, bool):
+            raise ReevalConfigError(f"reeval.at_end={at_end!r}: expected true or false")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ReevalConfigError(f"reeval.top_k={top_k!r}: expected a whole number >= 1")
+        if examples is not None and (isinstance(examples, bool) or not isinstance(examples, int) or examples < 1):
+            raise ReevalConfigError(f"reeval.examples={examples!r}: expected a whole number >= 1, or null (all)")
+        return cls(at_end, top_k, examples)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A trial beside its re-evaluation."""
+
+    trial: FrozenTrial
+    reeval: Reeval
+
+
+def maximizing(study: optuna.Study) -> bool:
+    return study.directions[0] == StudyDirection.MAXIMIZE
+
+
+def top_trials(study: optuna.Study, k: int) -> list[FrozenTrial]:
+    """The k best COMPLETE trials by their reported value (a single-objective study; [] otherwise)."""
+    if len(study.directions) != 1:
+        return []
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
+    return sorted(done, key=lambda t: float(t.value or 0.0), reverse=maximizing(study))[:k]
+
+
+def ranking(study: optuna.Study) -> list[Ranked]:
+    """The re-evaluated COMPLETE trials, best re-evaluation first."""
+    stored = reevals(study.user_attrs)
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    ranked = [Ranked(t, stored[t.number]) for t in trials if t.number in stored]
+    return sorted(ranked, key=lambda r: r.reeval.value, reverse=maximizing(study))
+
+
+def ranking_rows(ranked: Sequence[Ranked]) -> list[dict[str, Any]]:
+    """The ranking as plain rows (sweeps.best's JSON, the W&B summary): the record and the reported value."""
+    return [{**r.reeval.as_dict(), "reported": r.trial.value} for r in ranked]
+
+
+def interval(record: Reeval) -> str:
+    """`0.6120 ± 0.0215 (512 puzzles)`: the value and one standard error (none for a loss)."""
+    spread = f" ± {record.stderr:.4f}" if record.stderr is not None else ""
+    return f"{record.value:.4f}{spread} ({record.examples} puzzles)"
+
+
+def overlap_line(ranked: Sequence[Ranked]) -> str | None:
+    """One line when the top two re-evaluations are within one standard error of each other (their value ± one
+    standard error overlap): the eval cannot tell which is better. None otherwise."""
+    if len(ranked) < 2:
+        return None
+    first, second = ranked[0].reeval, ranked[1].reeval
+    if first.stderr is None or second.stderr is None:
+        return None
+    if abs(first.value - second.value) > first.stderr + second.stderr:
+        return None
+    return (
+        f"trials {first.trial} and {second.trial} overlap within one standard error "
+        f"({interval(first)} vs {interval(second)}): this eval cannot tell them apart"
+    )
+
+
+def ranking_lines(study: optuna.Study) -> list[str]:
+    """The re-evaluated ranking as text lines (sweeps.best, the driver's log); [] when nothing was re-evaluated."""
+    ranked = ranking(study)
+    if not ranked:
+        return []
+    metric = ranked[0].reeval.metric
+    lines = [f"re-evaluated winner: trial {ranked[0].trial.number}, {metric} = {interval(ranked[0].reeval)}"]
+    for place, r in enumerate(ranked, 1):
+        reported = f"{r.trial.value:.4f}" if r.trial.value is not None else "none"
+        lines.append(
+            f"  {place}. trial {r.trial.number}: {interval(r.reeval)}, reported {reported} "
+            f"(checkpoint of step {r.reeval.step})"
+        )
+    overlap = overlap_line(ranked)
+    if overlap:
+        lines.append(overlap)
+    return lines
+
+
+def seed0_checkpoint_url(chain_url: str, seeds: int) -> str:
+    """Seed 0's checkpoints, from the chain's CHECKPOINT_URL_ATTR (<root>/trial-<origin>/checkpoints): with several
+    seeds each has its own directory (sweeps.paths.TrialPaths), and seed 0's is the one re-evaluated."""
+    if seeds <= 1:
+        return chain_url
+    base = chain_url.rstrip("/").rsplit("/", 1)[0]
+    return f"{base}/seed-0/checkpoints"
+
+
+def reeval_overrides(
+    trial: FrozenTrial, link: StudyLink, out_dir: str, seeds: int, examples: int | None, checkpoint: str
+) -> list[str] | None:
+    """The re-eval job's command line for `trial`; None when the trial recorded no overrides or checkpoint."""
+    training = trial_detail(trial.user_attrs, TRAIN_OVERRIDES_ATTR)
+    chain_url = trial.user_attrs.get(CHECKPOINT_URL_ATTR)
+    if not training or not chain_url:
+        return None
+    return [
+        *training,
+        f"out_dir={out_dir}",
+        f"checkpoint.url={seed0_checkpoint_url(str(chain_url), seeds)}",
+        *link.overrides(),
+        "reeval.run=true",
+        f"reeval.checkpoint={checkpoint}",
+        f"reeval.examples={'null' if examples is None else examples}",
+    ]
+
+
+def reevaluate(
+    study: optuna.Study,
+    cfg: DictConfig,
+    launcher: Launcher,
+    roots: StudyRoots,
+    uid: str,
+    storage_url: str,
+    settings: ReevalSettings,
+    only_missing: bool = False,
+) -> list[Ranked]:
+    """Run the re-eval job of each of the top_k trials in turn (one slot: the study's jobs are done) and return
+    the ranking. `only_missing`: skip trials already re-evaluated (a restarted driver's end of study)."""
+    stored = reevals(study.user_attrs)
+    seeds = int(cfg.study.seeds)
+    checkpoint = "best.pt" if str(cfg.study.value) == "best" else "latest.pt"
+    slot = launcher.slots()[0]
+    for trial in top_trials(study, settings.top_k):
+        if only_missing and trial.number in stored:
+            continue
+        link = StudyLink(str(study.study_name), uid, trial.number, storage_url, cfg.storage.get("password_env") or None)
+        out_dir = f"{roots.run_root}/trial-{trial.number}/reeval"
+        overrides = reeval_overrides(trial, link, out_dir, seeds, settings.examples, checkpoint)
+        if overrides is None:
+            log.warning("trial %d recorded no training overrides or checkpoint: not re-evaluated", trial.number)
+            continue
+        workdir = roots.workdir(trial.number) / "reeval"
+        name = f"{job_name(str(study.study_name), uid, trial.number)}-reeval"
+        try:
+            handle = launcher.launch(JobSpec(name, [*overrides, *slot.overrides], workdir, slot=slot))
+        except Exception as err:  # noqa: BLE001 (the study is done and stays so: a re-eval that cannot start is one warning)
+            log.warning("re-evaluation of trial %d could not start: %s: %s", trial.number, type(err).__name__, err)
+            continue
+        try:
+            code = handle.wait(timeout_s=float(cfg.stall_timeout_s))
+        except BaseException:
+            handle.cancel()
+            raise
+        if code is None:
+            handle.cancel(grace_s=0)
+        record = reevals(study.user_attrs).get(trial.number)
+        if code != 0 or record is None:
+            why = handle.failure or (f"no result in {cfg.stall_timeout_s} s" if code is None else f"exit code {code}")
+            log.warning("re-evaluation of trial %d failed: %s", trial.number, why)
+            continue
+        log.info("trial %d re-evaluated: %s = %s", trial.number, record.metric, interval(record))
+    for line in ranking_lines(study):
+        log.info(line)
+    return ranking(study)

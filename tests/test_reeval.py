@@ -1,0 +1,180 @@
+"""The winner decided beyond the eval's noise (sweeps/reeval.py, trm/reeval.py): the top trials' checkpoints
+evaluated again on the whole test split, each value stored with its standard error, ranked by it, and one line
+when the top two are within one standard error. A real tiny study with real checkpoints and real re-eval jobs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from dashboards.report_page import write_report
+from storage.record import DUPLICATE_OF_ATTR, STUDY_UID_ATTR, Reeval, reeval_attr, reevals
+from sweeps import best
+from sweeps.driver import Driver
+from sweeps.reeval import ReevalConfigError, ReevalSettings, interval, overlap_line, ranking, ranking_lines
+from sweeps.wandb_summary import log_study_summary, study_summary
+from tests.sweep_helpers import FAST_TRIAL, sweep_config
+from tests.test_sweeps import with_space
+from tests.wandb_offline import find_runs, read_offline_run
+
+TRIAL = [*FAST_TRIAL, "train.eval_examples=16"]  # the trials' own eval: 16 of the 32 test puzzles
+
+
+def record(trial: int, value: float, stderr: float | None, examples: int = 512) -> Reeval:
+    return Reeval(trial, "eval/exact_accuracy", value, stderr, examples, 400, f"/ckpt/trial-{trial}/best.pt")
+
+
+def study_with(reported: list[float], stored: list[Reeval]) -> optuna.Study:
+    study = optuna.create_study(direction="maximize")
+    for value in reported:
+        study.add_trial(create_trial(value=value, params={"x": value}, distributions={"x": FloatDistribution(0, 1)}))
+    for r in stored:
+        study.set_user_attr(reeval_attr(r.trial), r.as_dict())
+    return study
+
+
+def test_the_ranking_follows_the_reevaluation_not_the_reported_value() -> None:
+    """Trial 0 reported best on its small eval; the larger eval puts trial 1 first, and the two are further apart
+    than their standard errors: no overlap line."""
+    study = study_with([0.90, 0.80], [record(0, 0.60, 0.02), record(1, 0.70, 0.02)])
+    ranked = ranking(study)
+    assert [r.trial.number for r in ranked] == [1, 0]
+    assert study.best_trial.number == 0 and study.best_value == 0.90  # Optuna's record is not rewritten
+    assert overlap_line(ranked) is None
+    lines = ranking_lines(study)
+    assert lines[0] == "re-evaluated winner: trial 1, eval/exact_accuracy = 0.7000 ± 0.0200 (512 puzzles)"
+    assert "reported 0.8000" in lines[1] and len(lines) == 3
+
+
+def test_the_top_two_within_one_standard_error_say_so_in_one_line() -> None:
+    study = study_with([0.90, 0.80, 0.5], [record(0, 0.61, 0.02), record(1, 0.64, 0.02), record(2, 0.1, 0.01)])
+    line = overlap_line(ranking(study))
+    assert line == (
+        "trials 1 and 0 overlap within one standard error (0.6400 ± 0.0200 (512 puzzles) vs 0.6100 ± 0.0200 "
+        "(512 puzzles)): this eval cannot tell them apart"
+    )
+    assert ranking_lines(study)[-1] == line
+    apart = study_with([0.9, 0.8], [record(0, 0.61, 0.01), record(1, 0.64, 0.01)])  # 0.03 > 0.01 + 0.01
+    assert overlap_line(ranking(apart)) is None
+
+
+@pytest.mark.parametrize(
+    "node, message",
+    [
+        ({"at_end": "yes", "top_k": 3, "examples": None}, r"reeval.at_end='yes': expected true or false"),
+        ({"at_end": True, "top_k": 0, "examples": None}, r"reeval.top_k=0: expected a whole number >= 1"),
+        ({"at_end": True, "top_k": 2, "examples": -5}, r"reeval.examples=-5: expected a whole number >= 1, or null"),
+    ],
+)
+def test_bad_reeval_knobs_are_refused_naming_key_and_value(node: dict, message: str) -> None:
+    with pytest.raises(ReevalConfigError, match=message):
+        ReevalSettings.of(node)
+
+
+@pytest.mark.timeout(400)
+def test_a_study_reevaluates_its_top_trials_on_the_whole_test_split(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two trained trials; at the end each best checkpoint is evaluated again by a real job (the local launcher,
+    `python -m trm.train ... reeval.run=true`) on all 32 test puzzles (the trials evaluated 16). The stored value
+    is that eval's, with sqrt(p(1-p)/32); Optuna's values are untouched; sweeps.best ranks by it and, on demand,
+    runs it again on a count the user sets."""
+    db = f"sqlite:///{tmp_path}/db.sqlite"
+    cfg = sweep_config(
+        db, tmp_path, "study.name=reeval", "n_trials=2", "pruner=none", "study.enqueue_baseline=false",
+        "reeval.at_end=true", "reeval.top_k=2", "study.objective=eval/accuracy", trial=TRIAL,
+    )  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="sweeps"):
+        Driver(with_space(cfg, {"optim.lr": "choice(0.001, 0.003)"})).run()
+    study = optuna.load_study(study_name="reeval", storage=db)
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    stored = reevals(study.user_attrs)
+    assert sorted(stored) == [0, 1]
+    for t in trials:
+        r = stored[t.number]
+        assert r.examples == 32 and r.metric == "eval/accuracy"  # the whole split, not the trial's 16
+        assert 0 < r.value < 1
+        assert r.stderr == pytest.approx(math.sqrt(r.value * (1 - r.value) / 32))
+        assert r.step == t.user_attrs["best_step"] and r.checkpoint.endswith("/checkpoints/best.pt")
+        assert t.value == t.user_attrs["best_value"]  # the trial's own value, as reported
+        job_log = (Path(t.user_attrs["workdir"]) / "reeval" / "worker-0.log").read_text()
+        assert '"event": "reeval"' in job_log  # a job of its own, through the launcher
+    order = [r.trial.number for r in ranking(study)]
+    assert order == sorted(stored, key=lambda n: stored[n].value, reverse=True)
+    assert any(r.getMessage().startswith(f"re-evaluated winner: trial {order[0]}") for r in caplog.records)
+
+    summary = study_summary(study)  # the W&B study summary ranks by the re-evaluation too
+    assert summary["best/number"] == order[0] and summary["best/reeval"] == stored[order[0]].as_dict()
+    assert [row["trial"] for row in summary["reeval/ranking"]] == order
+    assert summary["reeval/winner"] == f"trial {order[0]}: {interval(stored[order[0]])}"
+    page = write_report(study, tmp_path / "report.html").read_text()
+    table = page.split('id="reeval-table"', 1)[1].split("</table>", 1)[0]
+    assert [int(row.split("</td><td>", 2)[1]) for row in table.split("<tr><td>")[1:]] == order
+    assert interval(stored[order[0]]).replace("±", "&#177;") in page or interval(stored[order[0]]) in page
+
+    capsys.readouterr()  # the driver's own lines
+    assert best.main(["study=reeval", f"storage.url={db}", "format=json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["trial"] == order[0] and shown["reeval"]["examples"] == 32  # the re-evaluated winner
+    assert [row["trial"] for row in shown["ranking"]] == order
+
+    argv = ["study=reeval", f"storage.url={db}", "reeval=true", "reeval.examples=24", f"output_root={tmp_path}"]
+    argv += ["reeval.top_k=1"]
+    assert best.main(argv) == 0
+    text = capsys.readouterr().out
+    again = reevals(optuna.load_study(study_name="reeval", storage=db).user_attrs)
+    top = max(trials, key=lambda t: float(t.value or 0)).number  # top_k=1: the best by reported value
+    assert again[top].examples == 24 and "re-evaluated winner" in text
+
+
+@pytest.mark.timeout(300)
+def test_a_run_reevaluates_its_own_checkpoint_and_refuses_another_runs(tmp_path: Path) -> None:
+    """`python -m trm.train <the run's overrides> reeval.run=true` outside a sweep: the run's best checkpoint on
+    the whole split (reeval.json beside it); with another training config it is refused, naming the key."""
+    run = [*TRIAL, f"out_dir={tmp_path}/run", "hydra.run.dir=" + str(tmp_path / "hydra")]
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "TRM_DATA_DIR": str(tmp_path / "data")}
+    subprocess.run([sys.executable, "-m", "trm.train", *run], check=True, env=env, capture_output=True)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    again = [*run, "reeval.run=true", f"out_dir={tmp_path}/again", f"checkpoint.url={tmp_path}/run/checkpoints"]
+    proc = subprocess.run([sys.executable, "-m", "trm.train", *again], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stored = json.loads((tmp_path / "again" / "reeval.json").read_text())
+    assert stored["examples"] == 32 and stored["step"] == summary["best_step"]
+    assert stored["checkpoint"] == f"{tmp_path}/run/checkpoints/best.pt"
+    other = [*again, "optim.lr=0.5"]
+    proc = subprocess.run([sys.executable, "-m", "trm.train", *other], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "optim.lr: 0.001 there, 0.5 here" in proc.stderr
+
+
+def test_the_wandb_summary_run_ranks_by_the_reevaluation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The study-summary run, written offline and read back: best/* is the re-evaluated winner with its interval,
+    the overlap line is there, and the counts leave a refused repeat out."""
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY"):
+        monkeypatch.delenv(var, raising=False)  # no credentials: mode auto is offline
+    storage = f"sqlite:///{tmp_path}/db.sqlite"
+    study = optuna.create_study(study_name="ranked", storage=storage, direction="maximize")
+    study.set_user_attr(STUDY_UID_ATTR, "0123456789abcdef0123456789abcdef")
+    dist = {"x": FloatDistribution(0, 1)}
+    for value in (0.9, 0.8):
+        study.add_trial(create_trial(value=value, params={"x": value}, distributions=dist))
+    study.add_trial(
+        create_trial(state=TrialState.FAIL, params={"x": 0.9}, distributions=dist, user_attrs={DUPLICATE_OF_ATTR: 0})
+    )
+    for r in (record(0, 0.62, 0.02), record(1, 0.65, 0.02)):
+        study.set_user_attr(reeval_attr(r.trial), r.as_dict())
+    assert log_study_summary(study, sweep_config(storage, tmp_path, "study.name=ranked")) is not None
+    (run,) = [read_offline_run(p) for p in find_runs(tmp_path)]
+    assert run.summary["best/number"] == 1 and run.summary["count/fail"] == 0 and run.summary["count/total"] == 2
+    assert run.summary["reeval/winner"] == "trial 1: 0.6500 ± 0.0200 (512 puzzles)"
+    assert run.summary["reeval/overlap"].startswith("trials 1 and 0 overlap within one standard error")

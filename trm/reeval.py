@@ -1,0 +1,142 @@
+"""Evaluate a trained checkpoint again on a larger eval: `python -m trm.train <the run's overrides> reeval.run=true
+[reeval.examples=N] [reeval.checkpoint=best.pt]` (conf/train.yaml, `reeval`).
+
+Why: a study's trials are ranked by an eval of a few hundred puzzles, whose binomial noise is as large as the gaps
+between its best trials. This job is a real one, started by the sweep's launcher like a trial (sweeps/reeval.py):
+the trainer's data, model and `trm.step.evaluate` on the trial's runtime, run on the checkpoint the trial wrote.
+A checkpoint whose identity is not this config's is refused (trm.checkpoint.check_identity), so the value always
+belongs to the trial's training. Rank 0 prints the result and, for a sweep trial, stores it on the study
+(storage.record.Reeval): only a finished evaluation is stored, so a killed job leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from pathlib import Path
+from typing import cast
+
+from omegaconf import DictConfig
+
+from contracts.hydra_app import to_dict
+from contracts.metric_names import MAXIMIZED
+from storage import engine_settings, open_storage
+from storage.record import STUDY_UID_ATTR, Reeval, reeval_attr
+from trm import checkpoint
+from trm.data.loader import eval_batches
+from trm.fingerprint import training_identity
+from trm.job_inputs import check_batch, load_data
+from trm.model import ACTModel, TRMConfig
+from trm.optim import build_ema
+from trm.precision import device_facts, resolve_precision
+from trm.runtime import init_runtime
+from trm.runtime.base import Runtime
+from trm.schedules import recursion_at
+from trm.step import evaluate
+from trm.trial_link import RetryPolicy, TrialLinkError, retry
+
+SHARES = tuple(f"eval/{name}" for name in MAXIMIZED)  # metrics that are a share of puzzles (or cells) right
+
+
+def binomial_stderr(value: float, examples: int) -> float:
+    """The standard error of a share `value` measured on `examples` independent puzzles: sqrt(p(1-p)/n)."""
+    return math.sqrt(max(value * (1.0 - value), 0.0) / max(examples, 1))
+
+
+def run(cfg: DictConfig) -> Reeval:
+    """Evaluate `checkpoint.url`/`reeval.checkpoint` on `reeval.examples` test puzzles (every rank takes part)."""
+    runtime = init_runtime(cfg.runtime)
+    clean = False
+    try:
+        record = _evaluate(cfg, runtime)
+        if runtime.is_main:
+            print(json.dumps({"event": "reeval", **record.as_dict()}), flush=True)
+            Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+            (Path(cfg.out_dir) / "reeval.json").write_text(json.dumps(record.as_dict()))
+            if cfg.sweep.study is not None:
+                store(cfg, record)
+        clean = True
+        return record
+    finally:
+        runtime.close(clean)
+
+
+def _evaluate(cfg: DictConfig, runtime: Runtime) -> Reeval:
+    train = cfg.train
+    check_batch(cfg, runtime)
+    chosen = resolve_precision(train.precision, device_facts(runtime.device), train.get("bf16_mode", "bf16"))
+    _, test_arrays, train_meta, _ = load_data(cfg)
+    arch = TRMConfig.from_dict(to_dict(cfg.arch), **train_meta.arch_fields())
+    model = ACTModel(arch).to(runtime.device)
+    ema = build_ema(model, cfg.optim.ema_decay) if train.ema else None
+    url, name = str(cfg.checkpoint.url), str(cfg.reeval.checkpoint)
+    where = f"{url.rstrip('/')}/{name}"
+    saved, failure = None, None
+    if runtime.is_main:  # rank 0 alone may see the path: it reads and hands the checkpoint to every rank
+        try:
+            saved = checkpoint.load(url, name)
+            if saved is None:
+                failure = checkpoint.CheckpointError(f"no checkpoint at {where}: nothing to evaluate again")
+        except checkpoint.CheckpointError as err:
+            failure = err
+    saved, failure = runtime.broadcast_object((saved, failure))
+    if failure is not None:
+        raise failure
+    identity = {"config": training_identity(cfg, chosen.mode), "data": train_meta.fingerprint}
+    checkpoint.check_identity(saved, identity, where)
+    model.load_state_dict(saved["model"])
+    if ema is not None and saved.get("ema") is not None:
+        ema.load_state_dict(saved["ema"])
+    eval_model = cast(ACTModel, ema.module) if (ema is not None and train.eval_with_ema) else model
+    step = int(saved["step"])
+    # The recursion the trial's eval at this step used: the loop's progress before its last step.
+    cycles = recursion_at((step - 1) / int(train.steps), cfg.curriculum, arch.H_cycles, arch.L_cycles)
+    examples = cfg.reeval.examples
+    batches = eval_batches(
+        test_arrays,
+        train.eval_batch_size // runtime.world_size,
+        runtime.rank,
+        runtime.world_size,
+        None if examples is None else int(examples),
+    )
+    metrics = evaluate(eval_model, batches, runtime, cycles, precision=chosen.mode, loss=train.loss)
+    objective = str(train.objective)
+    counted = int(metrics["eval/count"])
+    value = float(metrics[objective])
+    return Reeval(
+        trial=int(cfg.sweep.trial_number) if cfg.sweep.trial_number is not None else -1,
+        metric=objective,
+        value=value,
+        stderr=binomial_stderr(value, counted) if objective in SHARES else None,
+        examples=counted,
+        step=step,
+        checkpoint=where,
+    )
+
+
+def store(cfg: DictConfig, record: Reeval) -> None:
+    """Store `record` on the sweep's study (retried through a database outage), refusing a study of the same name
+    that is not the one whose trial trained the checkpoint (another uid)."""
+    sweep = cfg.sweep
+    policy = RetryPolicy.from_config(sweep.get("report_retry"))
+    engine = engine_settings(sweep.get("storage_engine"), "sweep.storage_engine")
+    storage = retry(
+        functools.partial(
+            open_storage, str(sweep.storage), password_env=sweep.get("password_env"), create_schema=False, **engine
+        ),
+        "opening the study storage",
+        policy,
+    )
+    study_id = retry(lambda: storage.get_study_id_from_name(str(sweep.study)), "finding the study", policy)
+    uid = retry(lambda: storage.get_study_user_attrs(study_id).get(STUDY_UID_ATTR), "reading the study", policy)
+    if sweep.study_uid is not None and uid != sweep.study_uid:
+        raise TrialLinkError(
+            f"sweep.study={sweep.study!r} has uid {uid!r}, not sweep.study_uid={sweep.study_uid!r}: another study "
+            "of that name; the re-evaluation is not stored"
+        )
+    retry(
+        lambda: storage.set_study_user_attr(study_id, reeval_attr(record.trial), record.as_dict()),
+        f"storing the re-evaluation of trial {record.trial}",
+        policy,
+    )
