@@ -191,3 +191,12 @@ def test_deploy_from_an_installed_copy_asks_for_the_wheel(
         launcher(deploy=True, wheel=str(tmp_path / "nothing.whl")).validate()
     launcher(deploy=False).validate()  # nothing to deploy: nothing to build
     assert not (pod / "calls.log").exists()
+
+
+def test_the_legacy_xla_dist_launcher_is_gone() -> None:
+    """launcher=xla_dist drove torch_xla < 2.1, whose runtime trm/runtime/xla.py cannot run on: removed, so the
+    launcher group offers only launchers that can train here (Hydra names the ones it has)."""
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException, match=r"launcher/xla_dist"):
+        compose_sweep_config(["launcher=xla_dist"])
