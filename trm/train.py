@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from trm import train_state
+from trm.checkpoint import check_url
 from trm.clock import PhaseClock
 from trm.compiling import apply_compile, compile_mode
 from trm.config import CONFIG_PATH, run_app, to_dict
@@ -81,6 +82,7 @@ def check_batch(cfg: DictConfig, runtime: Runtime) -> int:
 
 def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train to the end, to a pruning verdict, or to an error; return the summary (rank 0's is complete)."""
+    check_url(cfg.checkpoint.url)  # a gs:// without gcsfs: refused before the runtime starts, not at the first save
     runtime = init_runtime(cfg.runtime)
     clean = False
     try:

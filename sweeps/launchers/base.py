@@ -168,7 +168,7 @@ class JobHandle:
     def __init__(
         self,
         workers: list[Worker],
-        remote_cancel: Callable[[], None] | None = None,
+        remote_cancel: Callable[[float], None] | None = None,
         grace_s: float = TERMINATE_GRACE_S,
     ):
         self.workers = workers
@@ -217,7 +217,7 @@ class JobHandle:
         grace_s = self.grace_s if grace_s is None else grace_s
         if self.remote_cancel is not None:
             try:
-                self.remote_cancel()
+                self.remote_cancel(grace_s)  # remote workers: SIGTERM, SIGKILL after grace_s, on their VMs
             except Exception:  # best effort: the local sessions are stopped below either way
                 pass
         for worker in self.workers:
