@@ -49,6 +49,7 @@ from sweeps.launchers.base import LAUNCHER_MEMBERS, JobSpec, Launcher, LauncherC
 from sweeps.optuna_parts import build
 from sweeps.outcome import clip_reason, job_verdict, objective_values, seed_attrs, seed_mean
 from sweeps.paths import StudyRoots, TrialPaths
+from sweeps.preflight import check_before_study
 from sweeps.progress import ProgressView, print_best, route_optuna_logging
 from sweeps.recovery import requeue, settle_orphans, stop_stalled
 from sweeps.running import RunningTrial
@@ -327,6 +328,7 @@ class Driver:
         route_optuna_logging()  # Optuna's lines in the driver's format and log file (sweeps/progress.py)
         self.validate()
         self.launcher.prepare()
+        check_before_study(self.cfg, self.launcher)  # a tpu_pod study: the preflight, or no trial starts
         study = self.open_study()
         log.info("study %r in %s: %d trials so far", study.study_name, redact(self.storage_url), len(study.trials))
         self.recover()

@@ -441,6 +441,7 @@ SWEEP_KEYS = frozenset(
         "storage",
         "launcher",
         "sampler",
+        "preflight",
         "pruner",
         "scale",
         "n_trials",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 import yaml
 from optuna.trial import TrialState
 
@@ -144,6 +145,9 @@ def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path) -> None:
             f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.backend=torch', f'runtime.port={free_port()}'])}",
             "heartbeat.interval_s=1",
             "poll_s=0.2",
+            f"preflight.expect={{torch: '{torch.__version__}', torch_xla: null}}",  # the driver's preflight passes
+            "preflight.chips_glob='~/dev/accel*'",
+            "preflight.min_free_gb=0",
         ]
     )
     Driver(cfg).run()
