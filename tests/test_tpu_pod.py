@@ -296,3 +296,23 @@ def test_checkpoints_on_gcs_need_gcsfs_which_the_tpu_extra_brings(pod: Path, tmp
         line.startswith("ValueError: checkpoint.url='gs://bucket/trm'") and "gcsfs" in line for line in log.splitlines()
     ), log[-2000:]
     assert not (pod / "test-pod" / "worker-0" / "trm" / "run" / "metrics.jsonl").exists()  # nothing trained
+
+
+def test_a_slot_whose_chips_an_earlier_job_still_holds_takes_no_more_trials(pod: Path) -> None:
+    """A job that outlived its stop keeps its chips: the slot is not given to the next trial (which would find
+    the TPU busy); a slot of the same VM on other chips is."""
+    pods = launcher(slots="chips:2")
+    low, high = pods.slots()[:2]  # vm-0/chips-0-1, vm-0/chips-2-3
+    assert pods.slot_alive(high)
+    vm0 = pod / "test-pod" / "worker-0"
+    leftover = subprocess.Popen(  # a training process of this VM's user on chips 2,3
+        [sys.executable, "-c", "import time; time.sleep(120)", "-m", "trm.train", "sweep.job=left-over"],
+        env={**os.environ, "HOME": str(vm0), "TPU_VISIBLE_CHIPS": "2,3"},
+    )
+    try:
+        assert not pods.slot_alive(high)
+        assert pods.slot_alive(low)
+    finally:
+        leftover.kill()
+        leftover.wait()
+    assert pods.slot_alive(high)

@@ -64,3 +64,18 @@ def stop_command(pattern: str, grace_s: float) -> str:
         "sleep 0.2; i=$((i+1)); done; "
         f"! pgrep -f -- {p} >/dev/null"
     )
+
+
+def chips_free_check(visible_chips: str | None) -> str:
+    """A command that exits 1, naming the pid, while a training process of this VM user still runs on the slot's
+    chips (`visible_chips`: its TPU_VISIBLE_CHIPS; None: the whole VM): a job that outlived its stop would make
+    the next trial find the TPU busy. Only the user's own jobs count (HOME), as on a VM every process is the VM's."""
+    chips = ""
+    if visible_chips:
+        chips = f"grep -qzx {shlex.quote('TPU_VISIBLE_CHIPS=' + visible_chips)} /proc/$p/environ || continue; "
+    return (
+        "for p in $(pgrep -f -- '[t]rm[.]train'); do "
+        'grep -qzx "HOME=$HOME" /proc/$p/environ 2>/dev/null || continue; '
+        + chips
+        + 'echo "worker ${TPU_WORKER_ID:-?}: pid $p still runs on the slot\'s chips"; exit 1; done; exit 0'
+    )

@@ -17,6 +17,7 @@ external IP) to every ssh and scp.
 from __future__ import annotations
 
 import glob
+import logging
 import re
 import shlex
 import shutil
@@ -39,6 +40,7 @@ from sweeps.launchers.base import (
 from sweeps.launchers.remote_shell import (
     TOO_OLD,
     VENV_FIX,
+    chips_free_check,
     job_pattern,
     min_python,
     python_check,
@@ -46,6 +48,8 @@ from sweeps.launchers.remote_shell import (
     stop_command,
 )
 from sweeps.slots import Slot, tpu_slots
+
+log = logging.getLogger(__name__)
 
 # Where this code runs from: a checkout (pyproject.toml beside the packages) or an installed wheel.
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -239,14 +243,18 @@ class TpuPodLauncher:
         return tpu_slots(kind or self.slot_kind, self.worker_ids(), int(self.chips_per_vm))
 
     def slot_alive(self, slot: Slot) -> bool:
-        """Whether every VM of the slot still answers ssh (a failed job on a dead VM retires only its slots)."""
+        """Whether every VM of the slot still answers ssh and no process of an earlier job still holds the slot's
+        chips (a failed or stopped job on a dead VM, or one that outlived its stop, retires only its slots)."""
         workers = ",".join(map(str, slot.workers)) if slot.workers else "all"
+        check = chips_free_check(slot.env.get("TPU_VISIBLE_CHIPS"))
         try:
             proc = subprocess.run(
-                self.ssh_argv(workers, "true"), capture_output=True, text=True, timeout=self.ssh_timeout_s
+                self.ssh_argv(workers, check), capture_output=True, text=True, timeout=self.ssh_timeout_s
             )
         except subprocess.TimeoutExpired:
             return False
+        if proc.returncode == 1 and "still runs" in proc.stdout:
+            log.warning("slot %s: %s; it takes no more trials", slot.name, proc.stdout.strip().replace("\n", "; "))
         return proc.returncode == 0
 
     def remote_command(self, spec: JobSpec) -> str:
