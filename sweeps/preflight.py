@@ -142,7 +142,7 @@ def problems(answers: list[Answer], cfg: DictConfig, train: DictConfig) -> list[
             if missing:
                 out.append(
                     f"worker {w}: no dataset at {train.data.path} ({', '.join(missing)}) under launcher.remote_dir: "
-                    "build it on every VM (python -m trm.data.build ... --out DATA.PATH, same arguments everywhere)"
+                    f"build it on every VM (python -m trm.data.build ... --out {train.data.path}, same arguments on each)"
                 )
             elif first and first["data"] and f["data"] != first["data"]:
                 out.append(f"worker {w}: the dataset at {train.data.path} differs from worker 0's: build it again")
