@@ -107,7 +107,7 @@ def problems(answers: list[Answer], cfg: DictConfig, train: DictConfig) -> list[
             )
             continue  # nothing of the project can run there: the rest would only repeat it
         for name, want in expect.items():
-            if str(f["versions"].get(name)).split("+")[0] != str(want):  # a local tag (2.9.0+cpu) is the same release
+            if str(f["versions"].get(name)).split("+")[0] != str(want).split("+")[0]:  # 2.9.0+cpu is release 2.9.0
                 out.append(
                     f"worker {w}: {name} {f['versions'].get(name)}, expected {want} (preflight.expect.{name}): "
                     "install trm-sweeps[tpu] in launcher.python's environment"
