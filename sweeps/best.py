@@ -139,7 +139,7 @@ def run_reeval(args: dict[str, str], study: optuna.Study) -> list[str]:
     """Re-evaluate the study's top trials now (sweeps/reeval.py) on the launcher the sweep config names; the
     ranking's lines."""
     from sweeps.config import compose_sweep_config
-    from sweeps.driver import build_launcher  # the driver's own check that the config builds a launcher
+    from sweeps.optuna_parts import build_launcher  # the driver's own check that the config builds a launcher
 
     url, _ = storage_from_args(args)
     overrides = [f"study.name={study.study_name}", *(f"{k}={args[k]}" for k in SWEEP_KEYS if k in args)]

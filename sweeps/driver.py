@@ -49,10 +49,11 @@ from sweeps.distinct_draws import check_draws, choose_sampler, exhausted_line
 from sweeps.draw import draw_within_budget, failed_unless_started
 from sweeps.interrupts import signals_held
 from sweeps.job_command import JobCommand, StudyLink, job_name, training_overrides
-from sweeps.launchers.base import LAUNCHER_MEMBERS, JobSpec, Launcher, LauncherConfigError
-from sweeps.optuna_parts import build
+from sweeps.launchers.base import JobSpec
+from sweeps.optuna_parts import build_launcher
 from sweeps.outcome import clip_reason, job_verdict, objective_values, seed_attrs, seed_mean
 from sweeps.paths import StudyRoots, TrialPaths
+from sweeps.preflight import check_before_study
 from sweeps.progress import ProgressView, print_best, route_optuna_logging
 from sweeps.queued import log_left_queued
 from sweeps.recovery import abandon, requeue, settle_orphans, stop_stalled
@@ -72,16 +73,6 @@ STORAGE_ERRORS = (
     sqlalchemy.exc.OperationalError,
     sqlalchemy.exc.InterfaceError,
 )
-
-
-def build_launcher(node: DictConfig) -> Launcher:
-    """The configured launcher, refused here unless it has the interface the driver uses (sweeps.launchers.base)."""
-    launcher: Launcher = build(node)
-    # Looked up on the class: reading world_size on the instance would evaluate config that prepare() checks later.
-    missing = [name for name in LAUNCHER_MEMBERS if not hasattr(type(launcher), name)]
-    if missing:
-        raise LauncherConfigError(f"launcher._target_={node.get('_target_')!r}: not a launcher (it lacks {missing})")
-    return launcher
 
 
 class Driver:
@@ -345,6 +336,7 @@ class Driver:
         route_optuna_logging()  # Optuna's lines in the driver's format and log file (sweeps/progress.py)
         self.validate()
         self.launcher.prepare()
+        check_before_study(self.cfg, self.launcher)  # a tpu_pod study: the preflight, or no trial starts
         study = self.open_study()
         log.info("study %r in %s: %d trials so far", study.study_name, redact(self.storage_url), len(study.trials))
         self.recover()

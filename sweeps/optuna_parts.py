@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from storage.record import PRUNER_TARGETS
+from sweeps.launchers.base import LAUNCHER_MEMBERS, Launcher, LauncherConfigError
 
 # What config may instantiate: `_target_` is code execution, so only these classes.
 TARGETS = ["optuna.samplers.*", *PRUNER_TARGETS, "sweeps.launchers.*"]
@@ -37,3 +38,13 @@ def pruner_spec(cfg: DictConfig, train_steps: int) -> dict[str, Any]:
         if isinstance(node, dict) and node.get("max_resource") == "auto":
             node["max_resource"] = train_steps
     return spec
+
+
+def build_launcher(node: DictConfig) -> Launcher:
+    """The configured launcher, refused here unless it has the interface the driver uses (sweeps.launchers.base)."""
+    launcher: Launcher = build(node)
+    # Looked up on the class: reading world_size on the instance would evaluate config that prepare() checks later.
+    missing = [name for name in LAUNCHER_MEMBERS if not hasattr(type(launcher), name)]
+    if missing:
+        raise LauncherConfigError(f"launcher._target_={node.get('_target_')!r}: not a launcher (it lacks {missing})")
+    return launcher

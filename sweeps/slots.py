@@ -16,8 +16,12 @@ TPU_CHIPS_PER_PROCESS_BOUNDS, TPU_PROCESS_BOUNDS, TPU_PROCESS_ADDRESSES, TPU_PRO
 TPU_ACCELERATOR_TYPE, TPU_WORKER_ID and TPU_WORKER_HOSTNAMES). A slot's job is a one-host, one-process world
 on its chips, with its own port, so it never joins the pod-wide mesh; the job also checks its device count
 (`runtime.expected_devices`), so a libtpu that ignored the confinement fails at start-up instead of training
-on the wrong chips. Not yet run on a real pod: the bounds of a 2-chip slot (2,1,1 on a v4 host's 2x2 chips)
-are the least certain part. On a GPU machine a slot is a set of CUDA_VISIBLE_DEVICES.
+on the wrong chips. Two processes on one v4 host, as people who split a host run them (pytorch/xla#7714 and
+public multi-process TPU recipes): chip bounds 1,2,1 for chips {0,1} and {2,3}, and each process its own TPU
+client, mesh-controller and runtime-metrics port. Not yet run on a real pod: whether libtpu accepts the
+TPU_ACCELERATOR_TYPE of a slot (v4-2, v4-4: not types Google sells) is unknown (docs/pod-unknowns.md). Each slot
+keeps its own persistent compile cache (a subdirectory of runtime.compile_cache_dir): the cache's files are
+written in place, so two processes must not share one. On a GPU machine a slot is a set of CUDA_VISIBLE_DEVICES.
 """
 
 from __future__ import annotations
@@ -29,8 +33,13 @@ from dataclasses import dataclass, field
 ACCEPTED = "pod, vm or chips:N (N chips of one VM per slot)"
 SLOT_CHOICES = ("pod", "vm", "chips:2", "chips:1")  # what a dry run prices the study on
 TPU_BASE_PORT = 8476  # torch_xla's default first TPU client port (configure_topology); slot k of a VM uses +k
+METRICS_BASE_PORT = 8431  # libtpu's runtime metrics port (reported, not documented); slot k of a VM uses +k
+# The ports libtpu takes on a TPU VM: TPU client / mesh controller from 8476 (8476-8479 for 4 processes), the
+# runtime metrics port 8431 (from it, one per process), 8470/8471 of older runtimes. Reported by users, not
+# documented by Google (docs/pod-unknowns.md); the control plane (runtime.port) and the preflight keep off them.
+LIBTPU_PORTS = (8431, 8432, 8433, 8434, 8470, 8471, 8476, 8477, 8478, 8479)
 # Chips of one v4 VM (2x2x1) as a slot of 1, 2 or 4 chips: the TPU_CHIPS_PER_PROCESS_BOUNDS of each size.
-V4_CHIP_BOUNDS = {1: "1,1,1", 2: "2,1,1", 4: "2,2,1"}
+V4_CHIP_BOUNDS = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1"}
 
 
 class SlotConfigError(ValueError):
@@ -90,22 +99,30 @@ def tpu_slots(value: object, workers: Sequence[int], chips_per_vm: int) -> list[
         for k in range(chips_per_vm // size):
             chips = list(range(k * size, (k + 1) * size))
             name = f"vm-{worker}" if size == chips_per_vm else f"vm-{worker}/chips-{'-'.join(map(str, chips))}"
-            env = one_host_tpu_env(chips, TPU_BASE_PORT + k)
-            slots.append(Slot(name, (worker,), size, env, (f"runtime.expected_devices={size}",)))
+            env = one_host_tpu_env(chips, TPU_BASE_PORT + k, METRICS_BASE_PORT + k)
+            overrides = [f"runtime.expected_devices={size}"]
+            if size < chips_per_vm:  # several processes on the VM: each its own compile cache
+                overrides.append(f"runtime.compile_cache_subdir=chips-{'-'.join(map(str, chips))}")
+            slots.append(Slot(name, (worker,), size, env, tuple(overrides)))
     return slots
 
 
-def one_host_tpu_env(chips: Sequence[int], port: int) -> dict[str, str]:
+def one_host_tpu_env(chips: Sequence[int], port: int, metrics_port: int) -> dict[str, str]:
     """A one-process TPU world on `chips` of this VM, kept out of the pod's mesh (see the module's docstring)."""
+    visible = ",".join(map(str, chips))
     return {
         "TPU_SKIP_MDS_QUERY": "1",  # read the topology below, not the pod's metadata
         "TPU_ACCELERATOR_TYPE": f"v4-{2 * len(chips)}",  # v4-N counts TensorCores: 2 per chip
         "TPU_HOST_BOUNDS": "1,1,1",
         "TPU_PROCESS_BOUNDS": "1,1,1",
         "TPU_CHIPS_PER_PROCESS_BOUNDS": V4_CHIP_BOUNDS[len(chips)],
-        "TPU_VISIBLE_CHIPS": ",".join(map(str, chips)),
+        "TPU_VISIBLE_CHIPS": visible,  # torch_xla's name
+        "TPU_VISIBLE_DEVICES": visible,  # libtpu's, in the multi-process recipes
         "TPU_PROCESS_PORT": str(port),
         "TPU_PROCESS_ADDRESSES": f"localhost:{port}",
+        "TPU_MESH_CONTROLLER_ADDRESS": f"localhost:{port}",  # one mesh controller per process, on its own port
+        "TPU_MESH_CONTROLLER_PORT": str(port),
+        "TPU_RUNTIME_METRICS_PORTS": str(metrics_port),
         "CLOUD_TPU_TASK_ID": "0",
         # The control plane (trm/runtime/base.py) reads these: one process, rank 0, no pod-wide rendezvous.
         "TPU_WORKER_ID": "0",

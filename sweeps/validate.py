@@ -440,6 +440,7 @@ SWEEP_KEYS = frozenset(
         "storage",
         "launcher",
         "sampler",
+        "preflight",
         "pruner",
         "scale",
         "n_trials",

@@ -98,7 +98,7 @@ def test_a_bad_retry_setting_is_named(block: dict, expected: str) -> None:
         RetryPolicy.from_config(block)
 
 
-@pytest.mark.parametrize("name", ["local", "torchrun", "tpu_pod", "xla_dist"])
+@pytest.mark.parametrize("name", ["local", "torchrun", "tpu_pod"])
 def test_every_launcher_knob_in_conf_is_its_constructors_default(name: str) -> None:
     """conf/launcher/<name>.yaml names every argument of its launcher (no knob left only in Python), and where the
     constructor has a default of its own it is the conf's value (`???` marks what a user must give)."""

@@ -69,6 +69,7 @@ def pod_study(
             "heartbeat.interval_s=1",
             "poll_s=0.2",
             "wandb.enabled=false",
+            "preflight.enabled=false",  # tests/test_preflight.py covers it; here the packing
             *extra,
         ]
     )
@@ -94,6 +95,34 @@ def test_slots_divide_a_pod_into_vms_or_chips_with_their_own_topology() -> None:
     assert len(ports) == 4  # four jobs on one VM: four TPU client ports
     pairs = tpu_slots("chips:2", [0], 4)
     assert [s.env["TPU_VISIBLE_CHIPS"] for s in pairs] == ["0,1", "2,3"]
+
+
+def test_two_processes_on_a_v4_host_get_the_recipes_bounds_and_ports_of_their_own() -> None:
+    """Two 2-chip slots on a v4 host (2x2 chips): chip bounds 1,2,1 (chips {0,1} and {2,3}, as the multi-process
+    recipes set them), each its own TPU client, mesh-controller and runtime-metrics port, and its own compile
+    cache directory (the cache writes its files in place: two processes must not share one)."""
+    pairs = tpu_slots("chips:2", [0], 4)
+    assert [s.env["TPU_CHIPS_PER_PROCESS_BOUNDS"] for s in pairs] == ["1,2,1", "1,2,1"]
+    for key in (
+        "TPU_PROCESS_PORT",
+        "TPU_MESH_CONTROLLER_ADDRESS",
+        "TPU_MESH_CONTROLLER_PORT",
+        "TPU_RUNTIME_METRICS_PORTS",
+    ):
+        assert len({s.env[key] for s in pairs}) == 2, key
+    assert [s.env["TPU_VISIBLE_DEVICES"] for s in pairs] == ["0,1", "2,3"]
+    caches = [o for s in pairs for o in s.overrides if o.startswith("runtime.compile_cache_subdir=")]
+    assert caches == ["runtime.compile_cache_subdir=chips-0-1", "runtime.compile_cache_subdir=chips-2-3"]
+    from trm.config import compose_train_config
+    from trm.runtime import compile_cache_dir
+
+    runtime = compose_train_config(["runtime.compile_cache_dir=/c", caches[1]]).runtime
+    assert compile_cache_dir(runtime, create=False) == "/c/chips-2-3"
+    with pytest.raises(ValueError, match=r"runtime.compile_cache_subdir='\.\./x'"):
+        compile_cache_dir(
+            compose_train_config(["runtime.compile_cache_dir=/c", "runtime.compile_cache_subdir=../x"]).runtime,
+            create=False,
+        )
     whole = tpu_slots("pod", range(8), 4)
     assert len(whole) == 1 and whole[0].whole and whole[0].chips == 32 and not whole[0].env
     with pytest.raises(SlotConfigError, match=r"launcher.slots='chips:3'.*N in \[1, 2, 4\]"):

@@ -3,6 +3,7 @@ its own directory and HOME, with the environment a TPU VM gives, the gloo contro
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -13,13 +14,14 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 import yaml
 from optuna.trial import TrialState
 
 from storage.record import reevals
 from sweeps.config import compose_sweep_config
 from sweeps.driver import Driver
-from sweeps.launchers.base import JobSpec
+from sweeps.launchers.base import JobSpec, LauncherConfigError
 from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from tests.sweep_helpers import FAST_TRIAL, fake_pod, trial_dir, trial_list
@@ -147,6 +149,9 @@ def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path) -> None:
             f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.backend=torch', f'runtime.port={free_port()}'])}",
             "heartbeat.interval_s=1",
             "poll_s=0.2",
+            f"preflight.expect={{torch: '{torch.__version__}', torch_xla: null}}",  # the driver's preflight passes
+            "preflight.chips_glob='~/dev/accel*'",
+            "preflight.min_free_gb=0",
         ]
     )
     Driver(cfg).run()
@@ -202,3 +207,123 @@ def test_deploy_from_an_installed_copy_asks_for_the_wheel(
         launcher(deploy=True, wheel=str(tmp_path / "nothing.whl")).validate()
     launcher(deploy=False).validate()  # nothing to deploy: nothing to build
     assert not (pod / "calls.log").exists()
+
+
+def test_the_legacy_xla_dist_launcher_is_gone() -> None:
+    """launcher=xla_dist drove torch_xla < 2.1, whose runtime trm/runtime/xla.py cannot run on: removed, so the
+    launcher group offers only launchers that can train here (Hydra names the ones it has)."""
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException, match=r"launcher/xla_dist"):
+        compose_sweep_config(["launcher=xla_dist"])
+
+
+def test_every_gcloud_call_is_quiet_and_carries_the_ssh_flags(pod: Path, tmp_path: Path) -> None:
+    """The first ssh sets up keys and would prompt (no terminal: the stand-in fails it, as gcloud does) unless
+    --quiet; VMs without an external IP need --internal-ip (or --tunnel-through-iap) on every ssh and scp."""
+    wheel = tmp_path / "trm_sweeps-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    pods = launcher(ssh_flags=["--internal-ip"], deploy=True, wheel=str(wheel), python="true")
+    pods.prepare()
+    calls = [eval(line) for line in (pod / "calls.log").read_text().splitlines()]
+    assert {c[3] for c in calls} == {"ssh", "scp"}
+    assert all("--quiet" in c and "--internal-ip" in c for c in calls), calls
+    with pytest.raises(LauncherConfigError, match=r"launcher.ssh_flags=\['internal-ip'\]"):
+        launcher(ssh_flags=["internal-ip"]).validate()
+
+
+def test_an_old_python3_on_the_vms_is_refused_naming_the_key_and_the_fix(pod: Path) -> None:
+    """The stand-in VMs' python3 is 3.10 (as TPU VM images have shipped): refused at prepare, before any trial."""
+    with pytest.raises(
+        LauncherConfigError, match=r"launcher.python='python3' is older than Python 3.11 \(worker 0 python 3.10.12"
+    ):
+        launcher(python="python3").prepare()
+
+
+def test_a_python_under_home_is_expanded_by_the_vm_shell(pod: Path, tmp_path: Path) -> None:
+    """launcher.python=~/... is each VM's own home (the VM's shell expands `~`; quoted whole it would not)."""
+    for worker in (0, 1):
+        bin_dir = pod / "test-pod" / f"worker-{worker}" / "venv" / "bin"
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # the VM's own venv
+        (bin_dir / "python").chmod(0o755)
+    handle = launcher(python="~/venv/bin/python", remote_dir="~/my trm").launch(job(tmp_path))
+    assert handle.wait(300) == 0, handle.failure
+    assert (pod / "test-pod" / "worker-0" / "my trm" / "run" / "summary.json").is_file()
+
+
+def test_a_job_ignoring_sigterm_is_killed_after_the_grace_on_every_vm(pod: Path, tmp_path: Path) -> None:
+    """A job stuck where it cannot act on SIGTERM (compiling, TPU start-up, a collective) would keep its chips:
+    the stop sends SIGKILL on the VMs after launcher.kill_grace_s."""
+    stuck = tmp_path / "python-ignoring-sigterm"
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    stuck.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{code}' \"$@\"\n")
+    stuck.chmod(0o755)
+    handle = launcher(python=str(stuck), kill_grace_s=1).launch(job(tmp_path))
+    try:
+        deadline = time.monotonic() + 60
+        while sorted(training_processes()) != ["0", "1"]:
+            assert time.monotonic() < deadline and handle.poll() is None, handle.failure
+            time.sleep(0.2)
+        handle.cancel()
+        assert not training_processes()
+    finally:
+        for pid in training_processes().values():
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def test_the_control_plane_keeps_off_libtpus_ports_and_names_the_key_when_its_port_is_taken(
+    pod: Path, tmp_path: Path
+) -> None:
+    """On worker 0 the TPU runtime holds libtpu's ports while a job runs (the stand-in's too): the default
+    runtime.port is not one of them, and a port that is taken fails the job in one line naming runtime.port and
+    what the network must allow."""
+    from sweeps.slots import LIBTPU_PORTS
+    from trm.config import compose_train_config
+
+    assert compose_train_config([]).runtime.port not in LIBTPU_PORTS
+    spec = job(tmp_path)
+    spec.overrides = [o for o in spec.overrides if not o.startswith("runtime.port=")] + ["runtime.port=8476"]
+    handle = launcher().launch(spec)
+    assert handle.wait(300) not in (None, 0)
+    log = (tmp_path / "local" / "worker-0.log").read_text()
+    line = next(line for line in log.splitlines() if "runtime.port=8476:" in line)
+    assert "must be free" in line and "ephemeral port" in line
+
+
+def test_checkpoints_on_gcs_need_gcsfs_which_the_tpu_extra_brings(pod: Path, tmp_path: Path) -> None:
+    """fsspec opens gs:// only with gcsfs: the `tpu` extra installs it, and a worker without it refuses a gs://
+    checkpoint.url at start-up in one line naming the key, before any training step."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["tpu"]
+    assert any(req.startswith("gcsfs") for req in extra)
+    assert importlib.util.find_spec("gcsfs") is None  # the stand-in VMs run this environment: no gcsfs
+    handle = launcher().launch(job(tmp_path, "checkpoint.url=gs://bucket/trm"))
+    assert handle.wait(300) not in (None, 0)
+    log = (tmp_path / "local" / f"{handle.failed_worker}.log").read_text()
+    assert any(
+        line.startswith("ValueError: checkpoint.url='gs://bucket/trm'") and "gcsfs" in line for line in log.splitlines()
+    ), log[-2000:]
+    assert not (pod / "test-pod" / "worker-0" / "trm" / "run" / "metrics.jsonl").exists()  # nothing trained
+
+
+def test_a_slot_whose_chips_an_earlier_job_still_holds_takes_no_more_trials(pod: Path) -> None:
+    """A job that outlived its stop keeps its chips: the slot is not given to the next trial (which would find
+    the TPU busy); a slot of the same VM on other chips is."""
+    pods = launcher(slots="chips:2")
+    low, high = pods.slots()[:2]  # vm-0/chips-0-1, vm-0/chips-2-3
+    assert pods.slot_alive(high)
+    vm0 = pod / "test-pod" / "worker-0"
+    leftover = subprocess.Popen(  # a training process of this VM's user on chips 2,3
+        [sys.executable, "-c", "import time; time.sleep(120)", "-m", "trm.train", "sweep.job=left-over"],
+        env={**os.environ, "HOME": str(vm0), "TPU_VISIBLE_CHIPS": "2,3"},
+    )
+    try:
+        assert not pods.slot_alive(high)
+        assert pods.slot_alive(low)
+    finally:
+        leftover.kill()
+        leftover.wait()
+    assert pods.slot_alive(high)

@@ -44,6 +44,22 @@ class CheckpointMismatchError(ValueError):
     for training that never happened. A ValueError, so a sweep does not retry it."""
 
 
+def check_url(url: str) -> None:
+    """Refuse, before anything starts, a checkpoint URL whose fsspec filesystem is not installed here: `gs://`
+    needs gcsfs (the `tpu` extra brings it), `s3://` s3fs. Otherwise the first checkpoint save would fail, after
+    the start-up and the first eval interval had been paid for."""
+    protocol, _ = fsspec.core.split_protocol(str(url))
+    if protocol in (None, "file", "local"):
+        return
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as err:
+        raise ValueError(
+            f"checkpoint.url={url!r}: fsspec cannot open {protocol}:// here ({err}); install its filesystem on every "
+            "worker (gs://: `pip install gcsfs`, or trm-sweeps[tpu], which includes it) or use a local path"
+        ) from None
+
+
 IDENTITY = "identity"  # the checkpoint's key holding what wrote it: {"config": {...}, "data": fingerprint}
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from contracts.code_version import code_fingerprint
 from contracts.hydra_app import to_dict
+
+__all__ = ["code_fingerprint", "config_fingerprint", "training_identity"]  # code_fingerprint: a contract
 
 # Keys that legitimately differ between workers (each VM has its own output directory) or between a run
 # and its resumption.
@@ -76,14 +77,3 @@ def training_identity(cfg: DictConfig, precision: str | None = None) -> dict[str
         identity["train.precision"] = precision
         identity.pop("train.bf16_mode", None)
     return identity
-
-
-@lru_cache(maxsize=1)
-def code_fingerprint() -> str:
-    """sha256 over the trm package's source files (the training code every worker must run)."""
-    root = Path(__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()

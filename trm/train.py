@@ -30,6 +30,7 @@ from contracts.choices import compile_mode
 from contracts.hydra_app import CONFIG_PATH, run_app, to_dict
 from contracts.metrics_log import open_metrics
 from trm import train_state
+from trm.checkpoint import check_url
 from trm.clock import PhaseClock
 from trm.compiling import apply_compile
 from trm.data.loader import TrainLoader, eval_batches
@@ -55,6 +56,7 @@ from trm.trial_link import link_from_config
 
 def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train to the end, to a pruning verdict, or to an error; return the summary (rank 0's is complete)."""
+    check_url(cfg.checkpoint.url)  # a gs:// without gcsfs: refused before the runtime starts, not at the first save
     runtime = init_runtime(cfg.runtime)
     clean = False
     try:

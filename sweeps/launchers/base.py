@@ -164,7 +164,7 @@ class JobHandle:
     def __init__(
         self,
         workers: list[Worker],
-        remote_cancel: Callable[[], None] | None = None,
+        remote_cancel: Callable[[float], None] | None = None,
         grace_s: float = TERMINATE_GRACE_S,
     ):
         self.workers = workers
@@ -219,7 +219,7 @@ class JobHandle:
     def _stop_workers(self, grace_s: float) -> None:
         if self.remote_cancel is not None:
             with contextlib.suppress(Exception):  # best effort: the local sessions are stopped below either way
-                self.remote_cancel()
+                self.remote_cancel(grace_s)  # remote workers: SIGTERM, SIGKILL after grace_s, on their VMs
         for worker in self.workers:
             _signal_group(worker.process, signal.SIGTERM)
         deadline = time.monotonic() + grace_s

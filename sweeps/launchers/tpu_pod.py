@@ -5,13 +5,19 @@ and exit code: when one fails the handle names it and stops the others. Cancel a
 VM (`--worker=all`), because killing the local ssh client does not stop the remote python.
 
 Quoting: the remote command is one argv element for gcloud (no local shell); the remote shell parses it,
-so every piece is `shlex.quote`d once: overrides with spaces, quotes, brackets or `$` arrive intact. (The
-values the driver builds from names and paths are quoted for Hydra first: sweeps.launchers.base.quote_literals.)
+so every piece is `shlex.quote`d once: overrides with spaces, quotes, brackets or `$` arrive intact, and a path
+under `~` keeps its `~` for that shell (sweeps/launchers/remote_shell.py). (The values the driver builds from
+names and paths are quoted for Hydra first: sweeps.launchers.base.quote_literals.)
+
+Every gcloud call has `--quiet`: its stdin is closed, so a prompt (the first ssh's key passphrase) could only
+fail; `launcher.ssh_flags` adds gcloud's own (`--internal-ip` or `--tunnel-through-iap` for VMs without an
+external IP) to every ssh and scp.
 """
 
 from __future__ import annotations
 
 import glob
+import logging
 import re
 import shlex
 import shutil
@@ -31,7 +37,19 @@ from sweeps.launchers.base import (
     start_worker,
     worker_env,
 )
+from sweeps.launchers.remote_shell import (
+    TOO_OLD,
+    VENV_FIX,
+    chips_free_check,
+    job_pattern,
+    min_python,
+    python_check,
+    shell_path,
+    stop_command,
+)
 from sweeps.slots import Slot, tpu_slots
+
+log = logging.getLogger(__name__)
 
 # Where this code runs from: a checkout (pyproject.toml beside the packages) or an installed wheel.
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -54,6 +72,8 @@ class TpuPodLauncher:
         env: Mapping[str, str] | None = None,
         deploy: bool = False,
         wheel: str | None = None,
+        ssh_flags: Sequence[str] | None = None,
+        connect_timeout_s: int = 300,
         ssh_timeout_s: int = 60,
         copy_timeout_s: int = 600,
         slots: str = "pod",
@@ -65,6 +85,7 @@ class TpuPodLauncher:
         self.gcloud, self.python, self.remote_dir = gcloud, python, remote_dir
         self.env = dict(DEFAULT_ENV if env is None else env)
         self.deploy, self.wheel, self.ssh_timeout_s = deploy, wheel, ssh_timeout_s
+        self.ssh_flags, self.connect_timeout_s = [str(f) for f in ssh_flags or ()], connect_timeout_s
         self.copy_timeout_s, self.slot_kind, self.chips_per_vm = copy_timeout_s, slots, chips_per_vm
         self.kill_grace_s = kill_grace_s
 
@@ -92,6 +113,12 @@ class TpuPodLauncher:
             raise LauncherConfigError(
                 f"launcher.gcloud={self.gcloud!r}: not found on PATH (install the Google Cloud CLI)"
             )
+        bad = [f for f in self.ssh_flags if not f.startswith("--")]
+        if bad:
+            raise LauncherConfigError(
+                f"launcher.ssh_flags={self.ssh_flags!r}: expected gcloud flags such as --internal-ip or "
+                f"--tunnel-through-iap (each starting with --); got {bad}"
+            )
         if self.deploy:
             self.wheel_source()
 
@@ -112,21 +139,38 @@ class TpuPodLauncher:
         return CHECKOUT
 
     def prepare(self) -> None:
-        """Validate, check every worker answers, and deploy this code version when asked."""
+        """Validate, check every worker answers (first contact: the key set-up may take minutes) with a Python the
+        project runs on, and deploy this code version when asked."""
         self.validate()
-        self._run_all("true", "reaching the workers")
+        self._run_all("true", "reaching the workers", self.connect_timeout_s)
+        self.check_python()
         if self.deploy:
             self._deploy()
 
+    def check_python(self) -> None:
+        """launcher.python on every worker is at least MIN_PYTHON (a TPU VM image's python3 may be older)."""
+        argv = self.ssh_argv("all", python_check(self.python))
+        proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=self.ssh_timeout_s)
+        if proc.returncode == TOO_OLD:
+            found = "; ".join(re.findall(r"worker \S+ python \S+", proc.stdout))  # one os.write per worker
+            raise LauncherConfigError(
+                f"launcher.python={self.python!r} is older than Python {min_python()} ({found}): "
+                + VENV_FIX.format(v=min_python())
+            )
+        if proc.returncode != 0:
+            raise LauncherConfigError(
+                f"launcher.python={self.python!r} did not run on every worker (exit {proc.returncode}): "
+                f"{proc.stderr.strip()[-500:]}; " + VENV_FIX.format(v=min_python())
+            )
+
     def base_args(self, verb: str) -> list[str]:
-        args = [self.gcloud, "compute", "tpus", "tpu-vm", verb]
-        return args
+        return [self.gcloud, "compute", "tpus", "tpu-vm", verb]
 
     def _location_flags(self) -> list[str]:
         flags = [f"--zone={self.zone}"]
         if self.project:
             flags.append(f"--project={self.project}")
-        return flags
+        return [*flags, "--quiet", *self.ssh_flags]
 
     def ssh_argv(self, worker: str, remote_command: str) -> list[str]:
         return [
@@ -137,16 +181,18 @@ class TpuPodLauncher:
             f"--command={remote_command}",
         ]
 
-    def _run_all(self, remote_command: str, what: str) -> None:
-        self._run_on("all", remote_command, what)
+    def _run_all(self, remote_command: str, what: str, timeout_s: float | None = None) -> None:
+        self._run_on("all", remote_command, what, timeout_s)
 
-    def _run_on(self, workers: str, remote_command: str, what: str) -> None:
+    def _run_on(self, workers: str, remote_command: str, what: str, timeout_s: float | None = None) -> None:
         argv = self.ssh_argv(workers, remote_command)
+        timeout_s = self.ssh_timeout_s if timeout_s is None else timeout_s
         try:
-            proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=self.ssh_timeout_s)
+            proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            key = "launcher.connect_timeout_s" if timeout_s == self.connect_timeout_s else "launcher.ssh_timeout_s"
             raise LauncherConfigError(
-                f"{what}: `gcloud ... ssh --worker={workers}` did not answer in {self.ssh_timeout_s} s"
+                f"{what}: `gcloud ... ssh --worker={workers}` did not answer in {timeout_s:g} s ({key})"
             ) from None
         if proc.returncode != 0:
             raise LauncherConfigError(f"{what} failed (exit {proc.returncode}): {proc.stderr.strip()[-1000:]}")
@@ -169,7 +215,7 @@ class TpuPodLauncher:
             *self._location_flags(),
             "--worker=all",
         ]
-        self._run_all(f"mkdir -p {self.remote_dir}", "creating the remote directory")
+        self._run_all(f"mkdir -p {shell_path(self.remote_dir)}", "creating the remote directory")
         proc = subprocess.run(scp, check=False, capture_output=True, text=True, timeout=self.copy_timeout_s)
         if proc.returncode != 0:
             raise LauncherConfigError(
@@ -177,7 +223,8 @@ class TpuPodLauncher:
             )
         remote_wheel = f"{self.remote_dir}/{Path(wheel).name}"
         self._run_all(
-            f"{self.python} -m pip install -q --no-deps --force-reinstall {remote_wheel}", "installing the wheel"
+            f"{shell_path(self.python)} -m pip install -q --no-deps --force-reinstall {shell_path(remote_wheel)}",
+            "installing the wheel",
         )
 
     # ---------------------------------------------------------------------------------------- launching
@@ -196,29 +243,31 @@ class TpuPodLauncher:
         return tpu_slots(kind or self.slot_kind, self.worker_ids(), int(self.chips_per_vm))
 
     def slot_alive(self, slot: Slot) -> bool:
-        """Whether every VM of the slot still answers ssh (a failed job on a dead VM retires only its slots)."""
+        """Whether every VM of the slot still answers ssh and no process of an earlier job still holds the slot's
+        chips (a failed or stopped job on a dead VM, or one that outlived its stop, retires only its slots)."""
         workers = ",".join(map(str, slot.workers)) if slot.workers else "all"
+        check = chips_free_check(slot.env.get("TPU_VISIBLE_CHIPS"))
         try:
             proc = subprocess.run(
-                self.ssh_argv(workers, "true"), check=False, capture_output=True, text=True, timeout=self.ssh_timeout_s
+                self.ssh_argv(workers, check), check=False, capture_output=True, text=True, timeout=self.ssh_timeout_s
             )
         except subprocess.TimeoutExpired:
             return False
+        if proc.returncode == 1 and "still runs" in proc.stdout:
+            log.warning("slot %s: %s; it takes no more trials", slot.name, proc.stdout.strip().replace("\n", "; "))
         return proc.returncode == 0
 
     def remote_command(self, spec: JobSpec) -> str:
         env = {**self.env, **spec.slot.env, **spec.env}
         exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
-        train = shlex.join(
-            [self.python, "-m", "trm.train", *quote_literals([*spec.overrides, f"{JOB_TAG_KEY}={spec.name}"])]
-        )
-        return f"mkdir -p {self.remote_dir} && cd {self.remote_dir} && {exports} exec {train}".replace("  ", " ")
+        train = shlex.join(["-m", "trm.train", *quote_literals([*spec.overrides, f"{JOB_TAG_KEY}={spec.name}"])])
+        here = shell_path(self.remote_dir)
+        return f"mkdir -p {here} && cd {here} && {exports} exec {shell_path(self.python)} {train}".replace("  ", " ")
 
-    def cancel_command(self, spec: JobSpec) -> str:
-        # "[s]weep.job=..." matches the workers' command lines but not this shell's own (which contains "[s]").
+    def cancel_command(self, spec: JobSpec, grace_s: float | None = None) -> str:
+        """Stop the job's processes on its VMs: SIGTERM, then SIGKILL after `grace_s` (launcher.kill_grace_s)."""
         job = quote_literals([f"{JOB_TAG_KEY}={spec.name}"])[0]  # as it stands on their command lines
-        pattern = "[s]" + re.escape(job[1:]) + "( |$)"
-        return f"pkill -TERM -f -- {shlex.quote(pattern)} || true"
+        return stop_command(job_pattern(job), self.kill_grace_s if grace_s is None else grace_s)
 
     def launch(self, spec: JobSpec) -> JobHandle:
         command = self.remote_command(spec)
@@ -236,6 +285,8 @@ class TpuPodLauncher:
         cancel_on = ",".join(map(str, spec.slot.workers)) if spec.slot.workers else "all"
         return JobHandle(
             workers,
-            remote_cancel=lambda: self._run_on(cancel_on, self.cancel_command(spec), "cancelling the job"),
+            remote_cancel=lambda grace_s: self._run_on(
+                cancel_on, self.cancel_command(spec, grace_s), "stopping the job", self.ssh_timeout_s + grace_s + 10
+            ),
             grace_s=self.kill_grace_s,
         )

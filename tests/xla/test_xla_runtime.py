@@ -12,6 +12,7 @@ from _lane import run_python, xla_env
 from omegaconf import OmegaConf
 
 from contracts.hydra_app import compose_train_config
+from sweeps.slots import LIBTPU_PORTS
 from trm.runtime import xla_available
 from trm.runtime.base import DEFAULT_PORT, Runtime, resolve_control_plane
 
@@ -25,14 +26,15 @@ def runtime_cfg(**overrides):
 
 def test_config_declares_the_xla_keys() -> None:
     cfg = runtime_cfg()
-    assert cfg.port == DEFAULT_PORT == 8476
+    assert cfg.port == DEFAULT_PORT == 12355
+    assert cfg.port not in LIBTPU_PORTS  # on worker 0 the job's own libtpu holds those
     assert cfg.rank is None and cfg.world_size is None and cfg.master_addr is None and cfg.expected_devices is None
 
 
 def test_control_plane_from_tpu_worker_env() -> None:
     plane = resolve_control_plane(runtime_cfg(), {"TPU_WORKER_ID": "3", "TPU_WORKER_HOSTNAMES": HOSTS})
-    assert (plane.rank, plane.world_size, plane.master_addr, plane.port) == (3, 8, "t1v-n-0abc-w-0", 8476)
-    assert plane.init_method == "tcp://t1v-n-0abc-w-0:8476"
+    assert (plane.rank, plane.world_size, plane.master_addr, plane.port) == (3, 8, "t1v-n-0abc-w-0", 12355)
+    assert plane.init_method == "tcp://t1v-n-0abc-w-0:12355"
     assert (
         resolve_control_plane(runtime_cfg(port=9100), {"TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": HOSTS}).port
         == 9100

@@ -42,6 +42,11 @@ def compile_cache_dir(cfg: Any, create: bool) -> str | None:
             f"runtime.compile_cache_dir={value!r}: XLA's compilation cache is a local directory on each VM, not a URL"
         )
     path = os.path.abspath(os.path.expanduser(value))
+    subdir = option(cfg, "compile_cache_subdir")
+    if subdir is not None:  # a slot's own cache (sweeps/slots.py): processes on one VM never share its files
+        if not isinstance(subdir, str) or not subdir.strip() or "/" in subdir or subdir in (".", ".."):
+            raise ValueError(f"runtime.compile_cache_subdir={subdir!r}: expected one directory name, or null")
+        path = os.path.join(path, subdir)
     if create:
         try:
             os.makedirs(path, exist_ok=True)

@@ -17,7 +17,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-DEFAULT_PORT = 8476  # control-plane rendezvous port on TPU VMs (config runtime.port)
+# The control plane's rendezvous port on worker 0 (config runtime.port): torch_xla's own rendezvous default
+# (MASTER_PORT 12355 in torch_xla 2.9's _internal/rendezvous.py), outside the ports libtpu takes on a TPU VM
+# (TPU client / mesh controller from 8476, sweeps/slots.py: LIBTPU_PORTS), which the job's own libtpu holds.
+DEFAULT_PORT = 12355
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane's rendezvous failed: the port is taken on worker 0, or the network drops its traffic."""
 
 
 class RuntimeMismatchError(RuntimeError):
@@ -166,13 +173,28 @@ def resolve_control_plane(cfg: Any, env: dict[str, str] | None = None) -> Contro
 def start_control_plane(plane: ControlPlane, cfg: Any) -> None:
     """The gloo group over the job's processes, with a timeout so no rank waits forever on a dead peer."""
     if plane.world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(
-            "gloo",
-            init_method=plane.init_method,
-            rank=plane.rank,
-            world_size=plane.world_size,
-            timeout=datetime.timedelta(seconds=float(cfg.timeout_s)),
-        )
+        try:
+            dist.init_process_group(
+                "gloo",
+                init_method=plane.init_method,
+                rank=plane.rank,
+                world_size=plane.world_size,
+                timeout=datetime.timedelta(seconds=float(cfg.timeout_s)),
+            )
+        except RuntimeError as err:  # DistNetworkError (port in use), DistStoreError (timeout): both RuntimeErrors
+            raise ControlPlaneError(control_plane_failure(plane, err)) from None
+
+
+def control_plane_failure(plane: ControlPlane, err: BaseException) -> str:
+    """One line naming the key and what the network must allow: gloo's store listens on runtime.port on worker 0
+    and its peers then connect to each other on ephemeral ports (the kernel's range, 32768-60999 on Linux)."""
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return (
+        f"runtime.port={plane.port}: the control plane's rendezvous at {plane.master_addr}:{plane.port} failed on "
+        f"rank {plane.rank} ({first}); on worker 0 that port must be free (libtpu takes 8431 and 8470-8479: pick "
+        "another runtime.port), and the VMs' network must allow TCP between them on runtime.port and on every "
+        "ephemeral port (gloo's; the default VPC's default-allow-internal rule does)"
+    )
 
 
 def start_data_plane(device: torch.device, world_size: int, cfg: Any) -> Any:

@@ -1,0 +1,81 @@
+"""What the tpu_pod launcher (and the preflight) hand to a worker VM's shell: paths, the interpreter check, the stop.
+
+gcloud passes `--command` to the VM's login shell, which parses it once. Every piece is `shlex.quote`d, except
+that a path under the VM user's home (`~/...` or `$HOME/...`) keeps its home part for that shell to expand:
+quoted whole, `~` would stay a literal directory name.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+# The oldest Python the project runs on (pyproject.toml: requires-python). A TPU VM image's python3 may be older.
+MIN_PYTHON = (3, 11)
+VENV_FIX = (
+    "make a Python >= {v} venv on every VM (e.g. `python3.11 -m venv ~/venv` and install trm-sweeps[tpu] there) "
+    "and set launcher.python=~/venv/bin/python"
+)
+# Exit status of the interpreter check when the Python is too old (anything else: the interpreter did not run).
+TOO_OLD = 3
+
+
+def min_python() -> str:
+    return ".".join(map(str, MIN_PYTHON))
+
+
+def shell_path(path: str) -> str:
+    """`path` quoted for the VM's shell, a leading `~` or `$HOME` left unquoted so that it expands there."""
+    for home in ("~", "$HOME", "${HOME}"):
+        if path == home:
+            return '"$HOME"'
+        if path.startswith(home + "/"):
+            rest = path[len(home) + 1 :]
+            return '"$HOME"/' + shlex.quote(rest) if rest else '"$HOME"/'
+    return shlex.quote(path)
+
+
+def python_check(python: str) -> str:
+    """A command that exits TOO_OLD, printing the version and the worker, when `python` is older than MIN_PYTHON."""
+    code = (
+        "import os, sys\n"
+        f"if sys.version_info < {MIN_PYTHON!r}:\n"
+        "    os.write(1, ('worker %s python %s\\n' % (os.environ.get('TPU_WORKER_ID', '?'), sys.version.split()[0])).encode())\n"
+        f"    sys.exit({TOO_OLD})\n"
+    )
+    return f"{shell_path(python)} -c {shlex.quote(code)}"
+
+
+def job_pattern(tag: str) -> str:
+    """A `pkill -f` pattern for the processes whose command line carries `tag` (`sweep.job=NAME`, as quoted there),
+    that does not match the shell running it: `[s]weep...` matches `sweep...` but not itself."""
+    return "[" + tag[0] + "]" + re.escape(tag[1:]) + "( |$)"
+
+
+def stop_command(pattern: str, grace_s: float) -> str:
+    """SIGTERM to the job's processes (they checkpoint), SIGKILL to those left after `grace_s` (a job stuck in
+    compilation, TPU start-up or a collective never acts on SIGTERM and would keep its chips), then wait until
+    they are gone: exit 1 if any is still there, so the caller knows the chips are not free."""
+    p = shlex.quote(pattern)
+    ticks = max(0, round(grace_s / 0.2))
+    return (
+        f"pkill -TERM -f -- {p} ; i=0; while pgrep -f -- {p} >/dev/null && [ $i -lt {ticks} ]; do sleep 0.2; "
+        f"i=$((i+1)); done; pkill -KILL -f -- {p}; i=0; while pgrep -f -- {p} >/dev/null && [ $i -lt 50 ]; do "
+        "sleep 0.2; i=$((i+1)); done; "
+        f"! pgrep -f -- {p} >/dev/null"
+    )
+
+
+def chips_free_check(visible_chips: str | None) -> str:
+    """A command that exits 1, naming the pid, while a training process of this VM user still runs on the slot's
+    chips (`visible_chips`: its TPU_VISIBLE_CHIPS; None: the whole VM): a job that outlived its stop would make
+    the next trial find the TPU busy. Only the user's own jobs count (HOME), as on a VM every process is the VM's."""
+    chips = ""
+    if visible_chips:
+        chips = f"grep -qzx {shlex.quote('TPU_VISIBLE_CHIPS=' + visible_chips)} /proc/$p/environ || continue; "
+    return (
+        "for p in $(pgrep -f -- '[t]rm[.]train'); do "
+        'grep -qzx "HOME=$HOME" /proc/$p/environ 2>/dev/null || continue; '
+        + chips
+        + 'echo "worker ${TPU_WORKER_ID:-?}: pid $p still runs on the slot\'s chips"; exit 1; done; exit 0'
+    )

@@ -1,0 +1,214 @@
+"""`python -m sweeps.preflight site=pod launcher.tpu_name=NAME launcher.zone=ZONE [key=value ...]`: first contact.
+
+Runs sweeps/preflight_probe.py on every worker VM at once (one ssh each, all within `preflight.timeout_s`) and
+prints one table, a row per worker, then one line per problem naming the worker and the fix: the interpreter
+and its version, torch/torch_xla/libtpu as `preflight.expect` says and the same on every VM, the code version
+(this checkout's), the chips visible and not held open, the control-plane port free on worker 0 and reachable
+from every other, the dataset on every VM with one fingerprint (or buildable: generated data), the checkpoint
+location writable from worker 0, and free disk. The driver runs it before a tpu_pod study starts trials and
+refuses to start on a problem (`preflight.enabled=false` skips it).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from sweeps.launchers.remote_shell import VENV_FIX, min_python, shell_path
+from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.preflight_probe import MARK
+from sweeps.slots import LIBTPU_PORTS
+
+PROBE = Path(__file__).with_name("preflight_probe.py")
+PACKAGES = ("torch", "torch_xla", "libtpu", "trm-sweeps")
+
+
+class PreflightError(RuntimeError):
+    """The pod is not ready for a study: one line per problem."""
+
+
+@dataclass
+class Answer:
+    worker: int
+    facts: dict[str, Any] | None  # the probe's JSON line, or None when it did not answer
+    error: str = ""
+
+
+def probe_args(cfg: DictConfig, train: DictConfig, peers: int) -> dict[str, Any]:
+    data = train.data
+    return {
+        "packages": list(PACKAGES),
+        "chips_glob": str(cfg.preflight.chips_glob),
+        "data_path": None if data.get("source") == "generate" else str(data.path),  # generated: built on the VM
+        "splits": ["train", "test"],
+        "checkpoint_url": str(cfg.trial.get("checkpoint_root") or cfg.trial.get("run_root") or "runs"),
+        "port": int(train.runtime.port),
+        "reach_s": float(cfg.preflight.reach_s),
+        "peers": peers,
+    }
+
+
+def ask_workers(launcher: TpuPodLauncher, args: dict[str, Any], timeout_s: float) -> list[Answer]:
+    """The probe on every worker, in parallel; a worker that does not answer in `timeout_s` is an Answer too."""
+    here = shell_path(launcher.remote_dir)
+    command = f"mkdir -p {here} && cd {here} && {shell_path(launcher.python)} -c "
+    command += f"{shlex.quote(PROBE.read_text())} {shlex.quote(json.dumps(args))}"
+    procs = {
+        w: subprocess.Popen(
+            launcher.ssh_argv(str(w), command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for w in launcher.worker_ids()
+    }
+    deadline = time.monotonic() + timeout_s
+    answers = []
+    for worker, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            answers.append(Answer(worker, None, f"no answer in {timeout_s:g} s (preflight.timeout_s)"))
+            continue
+        line = next((ln for ln in out.splitlines() if ln.startswith(MARK)), None)
+        if line is None:
+            last = (err.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            answers.append(Answer(worker, None, f"the probe did not run: {last[-300:]}"))
+        else:
+            answers.append(Answer(worker, json.loads(line[len(MARK) :])))
+    return answers
+
+
+def problems(answers: list[Answer], cfg: DictConfig, train: DictConfig) -> list[str]:
+    """One line per problem: `worker N: what is wrong: the fix`."""
+    from contracts.code_version import code_fingerprint
+
+    out = []
+    expect = {k: v for k, v in (cfg.preflight.expect or {}).items() if v is not None}
+    ours = code_fingerprint()
+    port = int(train.runtime.port)
+    first = next((a.facts for a in answers if a.facts), None)
+    for answer in answers:
+        w, f = answer.worker, answer.facts
+        if f is None:
+            out.append(f"worker {w}: {answer.error}: check that it answers `gcloud compute tpus tpu-vm ssh`")
+            continue
+        if tuple(map(int, f["python"].split(".")[:2])) < tuple(map(int, min_python().split("."))):
+            out.append(
+                f"worker {w}: launcher.python={cfg.launcher.python!r} is Python {f['python']}, older than "
+                f"{min_python()}: " + VENV_FIX.format(v=min_python())
+            )
+            continue  # nothing of the project can run there: the rest would only repeat it
+        for name, want in expect.items():
+            if str(f["versions"].get(name)).split("+")[0] != str(want).split("+")[0]:  # 2.9.0+cpu is release 2.9.0
+                out.append(
+                    f"worker {w}: {name} {f['versions'].get(name)}, expected {want} (preflight.expect.{name}): "
+                    "install trm-sweeps[tpu] in launcher.python's environment"
+                )
+        for name in ("torch_xla", "libtpu"):
+            if first and f["versions"].get(name) != first["versions"].get(name):
+                out.append(f"worker {w}: {name} {f['versions'].get(name)}, worker 0 has {first['versions'].get(name)}")
+        if f["code"] != ours:
+            out.append(
+                f"worker {w}: its trm code differs from this checkout's ({str(f['code'])[:40]}): "
+                "launcher.deploy=true installs this version"
+            )
+        chips, holders = f["chips"]
+        if chips != int(cfg.launcher.chips_per_vm):
+            out.append(
+                f"worker {w}: {chips} TPU chip(s) at {cfg.preflight.chips_glob}, expected {cfg.launcher.chips_per_vm}"
+            )
+        if holders:
+            out.append(f"worker {w}: its chips are open in pid(s) {holders} (a job left running?): stop them first")
+        if f["port"].get("bind"):
+            out.append(
+                f"worker {w}: runtime.port={port} cannot be bound ({f['port']['bind']}): pick a free runtime.port "
+                f"(not libtpu's {', '.join(map(str, LIBTPU_PORTS))})"
+            )
+        if f["port"].get("reach"):
+            out.append(
+                f"worker {w}: cannot reach worker 0 on runtime.port ({f['port']['reach']}): the VPC must allow TCP "
+                "between the TPU's VMs on runtime.port and ephemeral ports (gloo's)"
+            )
+        if f["data"] is not None:
+            missing = [s for s, fp in f["data"].items() if fp is None]
+            if missing:
+                out.append(
+                    f"worker {w}: no dataset at {train.data.path} ({', '.join(missing)}) under launcher.remote_dir: "
+                    f"build it on every VM (python -m trm.data.build ... --out {train.data.path}, same arguments on each)"
+                )
+            elif first and first["data"] and f["data"] != first["data"]:
+                out.append(f"worker {w}: the dataset at {train.data.path} differs from worker 0's: build it again")
+        if f.get("checkpoint"):
+            out.append(
+                f"worker {w}: cannot write the checkpoint location {cfg.trial.get('checkpoint_root')!r} "
+                f"({f['checkpoint']}); for gs:// install gcsfs (trm-sweeps[tpu]) and grant the VM's service account"
+            )
+        if f["free_gb"] < float(cfg.preflight.min_free_gb):
+            out.append(f"worker {w}: {f['free_gb']} GB free under launcher.remote_dir (preflight.min_free_gb)")
+    return out
+
+
+def table(answers: list[Answer]) -> str:
+    rows = [("worker", "python", "torch", "torch_xla", "libtpu", "trm-sweeps", "chips", "free GB")]
+    for a in answers:
+        f = a.facts
+        if f is None:
+            rows.append((str(a.worker), "-", "-", "-", "-", "-", "-", "-"))
+            continue
+        v = f["versions"]
+        chips = f"{f['chips'][0]}" + (" busy" if f["chips"][1] else "")
+        rows.append((str(a.worker), f["python"], *(str(v.get(p)) for p in PACKAGES), chips, str(f["free_gb"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(n) for c, n in zip(r, widths)).rstrip() for r in rows)
+
+
+def preflight(cfg: DictConfig, launcher: TpuPodLauncher) -> tuple[str, list[str]]:
+    """The table and the problems of the pod `cfg` names (its launcher already validated)."""
+    from contracts.hydra_app import compose_train_config
+
+    train = compose_train_config(list(cfg.trial.overrides))
+    args = probe_args(cfg, train, peers=len(launcher.worker_ids()) - 1)
+    answers = ask_workers(launcher, args, float(cfg.preflight.timeout_s))
+    return table(answers), problems(answers, cfg, train)
+
+
+def check_before_study(cfg: DictConfig, launcher: object) -> None:
+    """The driver's hook: a tpu_pod study starts only on a pod without problems (preflight.enabled=false skips)."""
+    if not isinstance(launcher, TpuPodLauncher) or not cfg.get("preflight", {}).get("enabled", True):
+        return
+    shown, found = preflight(cfg, launcher)
+    if found:
+        raise PreflightError(
+            "the pod is not ready (python -m sweeps.preflight says the same; preflight.enabled=false skips it):\n"
+            + shown
+            + "\n"
+            + "\n".join(found)
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    from sweeps.config import compose_sweep_config
+    from sweeps.optuna_parts import build_launcher
+
+    cfg = compose_sweep_config(list(sys.argv[1:] if argv is None else argv))
+    launcher = build_launcher(cfg.launcher)
+    if not isinstance(launcher, TpuPodLauncher):
+        print("sweeps.preflight checks a TPU pod: give site=pod (launcher=tpu_pod)", file=sys.stderr)
+        return 2
+    launcher.validate()
+    shown, found = preflight(cfg, launcher)
+    print(shown)
+    print("\n".join(found) if found else "no problems: the pod is ready")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

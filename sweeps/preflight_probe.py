@@ -1,0 +1,152 @@
+"""What sweeps.preflight runs on each worker VM: the facts first contact needs, printed as one JSON line.
+
+Sent as source text (`python -c`), so it runs before the project is installed there and on an interpreter too
+old for it: the standard library only, no syntax newer than Python 3.8. It reports; sweeps/preflight.py judges.
+Reachability: worker 0 listens on the control-plane port while the others connect to it, all within `reach_s`.
+"""
+
+import glob
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+import uuid
+
+MARK = "PREFLIGHT "  # the line sweeps/preflight.py reads back (a login banner may print before it)
+
+
+def _version(name):
+    try:
+        from importlib import metadata
+
+        return metadata.version(name)
+    except Exception:
+        return None
+
+
+def _code():
+    try:
+        from contracts.code_version import code_fingerprint
+
+        return code_fingerprint()
+    except Exception as err:
+        return "unimportable: " + str(err).splitlines()[0][:120] if str(err) else "unimportable"
+
+
+def _chips(pattern):
+    """The chips' device files, and the pids holding any of them open (a job that still runs, another user's)."""
+    chips = sorted(glob.glob(os.path.expanduser(pattern)))
+    real = {os.path.realpath(c) for c in chips}
+    holders = set()
+    for fd_dir in glob.glob("/proc/[0-9]*/fd"):
+        try:
+            for fd in os.listdir(fd_dir):
+                if os.path.realpath(os.path.join(fd_dir, fd)) in real:
+                    holders.add(int(fd_dir.split("/")[2]))
+        except OSError:
+            continue
+    holders.discard(os.getpid())
+    return len(chips), sorted(holders)
+
+
+def _dataset(path, splits):
+    found = {}
+    for split in splits:
+        meta = os.path.join(os.path.expanduser(path), split, "dataset.json")
+        try:
+            with open(meta) as f:
+                found[split] = json.load(f).get("fingerprint")
+        except (OSError, ValueError):
+            found[split] = None
+    return found
+
+
+def _writable(url):
+    probe = url.rstrip("/") + "/.preflight-" + uuid.uuid4().hex[:8]
+    try:
+        if "://" in url:
+            import fsspec
+
+            fs, root = fsspec.core.url_to_fs(probe)
+            with fs.open(root, "wb") as f:
+                f.write(b"ok")
+            fs.rm(root)
+        else:
+            os.makedirs(os.path.expanduser(url), exist_ok=True)
+            with open(os.path.expanduser(probe), "wb") as f:
+                f.write(b"ok")
+            os.remove(os.path.expanduser(probe))
+        return None
+    except Exception as err:
+        return type(err).__name__ + ": " + (str(err).splitlines() or [""])[0][:200]
+
+
+def _hosts():
+    hosts = [h.strip() for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
+    if hosts:
+        return hosts
+    try:  # a TPU VM without the variables: torch_xla reads the pod's metadata
+        from torch_xla._internal import tpu
+
+        return tpu.get_worker_ips()
+    except Exception:
+        return []
+
+
+def _port(worker, port, reach_s, peers):
+    """Worker 0: whether the port binds and how many peers connected; others: whether worker 0 answered."""
+    hosts = _hosts()
+    if worker == 0:
+        server = socket.socket()
+        try:
+            server.bind(("0.0.0.0", port))
+        except OSError as err:
+            server.close()
+            return {"bind": str(err)}
+        server.listen(max(peers, 1))
+        server.settimeout(0.2)
+        seen, deadline = 0, time.monotonic() + reach_s
+        while seen < peers and time.monotonic() < deadline:
+            try:
+                conn, _ = server.accept()
+                conn.settimeout(max(0.1, deadline - time.monotonic()))
+                conn.recv(1)  # the peer closes first: its side keeps TIME_WAIT, so the job can bind the port next
+                conn.close()
+                seen += 1
+            except OSError:
+                pass
+        server.close()
+        return {"bind": None, "peers": seen}
+    if not hosts:
+        return {"reach": "no worker hostnames (TPU_WORKER_HOSTNAMES or the TPU metadata)"}
+    deadline, last = time.monotonic() + reach_s, "timed out"
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((hosts[0], port), timeout=1).close()  # closed first (see above)
+            return {"reach": None}
+        except OSError as err:
+            last = str(err)
+            time.sleep(0.2)
+    return {"reach": f"{hosts[0]}:{port}: {last}"}
+
+
+def main(args):
+    worker = int(os.environ.get("TPU_WORKER_ID", "0") or 0)
+    facts = {
+        "worker": worker,
+        "python": ".".join(str(n) for n in sys.version_info[:3]),
+        "versions": {name: _version(name) for name in args["packages"]},
+        "code": _code(),
+        "chips": _chips(args["chips_glob"]),
+        "data": _dataset(args["data_path"], args["splits"]) if args["data_path"] else None,
+        "free_gb": round(shutil.disk_usage(".").free / 1e9, 1),
+        "checkpoint": _writable(args["checkpoint_url"]) if worker == 0 else None,
+    }
+    facts["port"] = _port(worker, int(args["port"]), float(args["reach_s"]), int(args["peers"]))
+    print(MARK + json.dumps(facts), flush=True)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

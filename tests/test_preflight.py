@@ -1,0 +1,114 @@
+"""python -m sweeps.preflight against the stand-in pod (tests/fake_gcloud): every worker probed at once, one table,
+one line per problem naming the worker and the fix; the driver refuses to start a pod study on a problem."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import trm
+from sweeps.config import compose_sweep_config
+from sweeps.driver import Driver
+from sweeps.launchers.torchrun import free_port
+from sweeps.preflight import PreflightError, main
+from tests.sweep_helpers import FAST_TRIAL, fake_pod, trial_list
+
+FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
+OLD_PYTHON3 = FAKE_GCLOUD.parent / "vm-bin" / "python3"
+
+
+def pod_args(tmp_path: Path) -> list[str]:
+    return [
+        "site=pod",
+        "launcher.tpu_name=test-pod",
+        "launcher.zone=us-central2-b",
+        f"launcher.gcloud={FAKE_GCLOUD}",
+        "launcher.python='~/py'",
+        "launcher.num_workers=2",
+        "launcher.remote_dir='~/trm'",
+        "launcher.env={}",
+        "storage=sqlite",
+        f"storage.url=sqlite:///{tmp_path}/optuna.db",
+        f"output_root={tmp_path}/out",
+        "study=halting",
+        "n_trials=1",
+        f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.backend=torch', f'runtime.port={free_port()}'])}",
+        f"preflight.expect={{torch: '{torch.__version__}', torch_xla: null}}",  # this environment's, no torch_xla
+        "preflight.chips_glob='~/dev/accel*'",  # the stand-in VMs' chips
+        "preflight.min_free_gb=0",
+    ]
+
+
+def give_python(vm: Path, target: Path) -> None:
+    """The VM's ~/py: `target` (this environment's interpreter, or the image's old python3)."""
+    vm.mkdir(parents=True, exist_ok=True)
+    (vm / "py").write_text(f'#!/bin/sh\nexec {target} "$@"\n')
+    (vm / "py").chmod(0o755)
+
+
+def test_preflight_names_the_one_broken_worker_and_the_driver_refuses_to_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pod = fake_pod(tmp_path, monkeypatch, 2)
+    give_python(pod / "test-pod" / "worker-0", Path(sys.executable))
+    give_python(pod / "test-pod" / "worker-1", OLD_PYTHON3)  # worker 1 kept the image's Python 3.10
+    assert main(pod_args(tmp_path)) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["worker", "python", "torch"]
+    rows = {line.split()[0]: line for line in out[1:3]}
+    assert rows["0"].split()[1] == ".".join(map(str, sys.version_info[:3])) and rows["1"].split()[1] == "3.10.12"
+    problems = out[3:]
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("worker 1: launcher.python='~/py' is Python 3.10.12, older than 3.11: make a")
+
+    # Worker 1 with a Python that passes the launcher's own check, but another version of the trm code.
+    stale = tmp_path / "stale-code"
+    shutil.copytree(Path(trm.__file__).parent, stale / "trm", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(stale / "trm" / "train.py", "a") as f:
+        f.write("# an older version\n")
+    vm1 = pod / "test-pod" / "worker-1"
+    (vm1 / "py").write_text(f'#!/bin/sh\nPYTHONPATH={stale} exec {sys.executable} "$@"\n')
+    with pytest.raises(PreflightError) as refused:
+        Driver(compose_sweep_config(pod_args(tmp_path))).run()
+    lines = [line for line in str(refused.value).splitlines() if re.match(r"worker \d+:", line)]
+    assert len(lines) == 1 and lines[0].startswith("worker 1: its trm code differs from this checkout's"), lines
+    assert "launcher.deploy=true" in lines[0]
+    assert "trm.train" not in (pod / "calls.log").read_text()  # no trial started
+
+    give_python(vm1, Path(sys.executable))  # fixed: the pod is ready
+    assert main(pod_args(tmp_path)) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "no problems: the pod is ready"
+
+
+def test_preflight_sees_a_stale_job_holding_worker_0s_chips_and_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """While a job runs on worker 0 its TPU runtime holds the chips and libtpu's ports: a preflight then says
+    so, naming the pids and the port (here the control plane's set to libtpu's 8476)."""
+    import subprocess
+    import time
+
+    pod = fake_pod(tmp_path, monkeypatch, 2)
+    for w in (0, 1):
+        give_python(pod / "test-pod" / f"worker-{w}", Path(sys.executable))
+    stale = subprocess.Popen(  # a job left running on worker 0 (a trm.train command line: the runtime comes up)
+        [str(FAKE_GCLOUD), "compute", "tpus", "tpu-vm", "ssh", "test-pod", "--zone=z", "--quiet", "--worker=0",
+         "--command=exec sleep 60 # trm.train"]
+    )  # fmt: skip
+    try:
+        time.sleep(3)
+        args = [a for a in pod_args(tmp_path) if not a.startswith("trial.overrides=")]
+        args.append(f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.port=8476'])}")
+        assert main(args) == 1
+        problems = capsys.readouterr().out.splitlines()[3:]
+        assert any(p.startswith("worker 0: its chips are open in pid(s)") for p in problems), problems
+        assert any(p.startswith("worker 0: runtime.port=8476 cannot be bound") for p in problems), problems
+        assert not any(p.startswith("worker 1") for p in problems), problems  # worker 1 is fine
+    finally:
+        stale.terminate()
+        stale.wait()
