@@ -13,6 +13,8 @@ from tests.test_data import _csv_rows, _run_cli, _write_csv
 from trm.data import generate
 from trm.data.leaks import canonical_keys
 
+pytestmark = pytest.mark.slow  # every test here starts processes or trains
+
 
 @pytest.fixture(scope="module")
 def puzzles() -> tuple[np.ndarray, np.ndarray]:

@@ -98,6 +98,7 @@ def test_a_repeated_draw_is_drawn_again_and_not_recorded_as_fail(tmp_path: Path)
     assert fourth.trial is None and fourth.exhausted and len(study.get_trials(deepcopy=False)) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_an_exhausted_space_ends_cleanly_with_its_trained_trials_only(
     tmp_path: Path, caplog: pytest.LogCaptureFixture

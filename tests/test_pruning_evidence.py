@@ -167,6 +167,7 @@ def test_the_report_shows_what_it_measured(tmp_path: Path) -> None:
     assert "pruner-evidence" not in write_report(other, tmp_path / "other.html").read_text()
 
 
+@pytest.mark.slow
 def test_a_real_sweep_records_its_evidence_from_the_jobs(tmp_path: Path) -> None:
     """model_scaling's default pruner through the driver and real training jobs: the jobs' pruner writes the
     record, the audit trials run to their end, and a trial is pruned only at a step the record has on."""

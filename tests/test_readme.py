@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from tests.readme_commands import (
@@ -40,6 +41,7 @@ def _dry_runs(requests: list[tuple[str, list[str], Path]]) -> list[tuple[int, st
     return results  # type: ignore[return-value]
 
 
+@pytest.mark.slow
 def test_every_command_in_the_readme_parses_as_written(tmp_path: Path) -> None:
     """Each block runs in a directory of its own (a block's `mkdir`/`cat > file` prepares what its later commands
     read); `make` targets are checked with `make -n`; other programs (pip, export, wandb) are not ours."""
@@ -87,6 +89,7 @@ BROKEN_AND_NOT = [
 ]
 
 
+@pytest.mark.slow
 def test_a_broken_form_fails_the_dry_run(tmp_path: Path) -> None:
     """The check itself: the README's old override form, a mistyped key, a value of the wrong type all fail;
     the quoted form passes."""

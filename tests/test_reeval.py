@@ -81,6 +81,7 @@ def test_bad_reeval_knobs_are_refused_naming_key_and_value(node: dict, message: 
         ReevalSettings.of(node)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_study_reevaluates_its_top_trials_on_the_whole_test_split(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
@@ -138,6 +139,7 @@ def test_a_study_reevaluates_its_top_trials_on_the_whole_test_split(
     assert again[top].examples == 24 and "re-evaluated winner" in text
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_run_reevaluates_its_own_checkpoint_and_refuses_another_runs(tmp_path: Path) -> None:
     """`python -m trm.train <the run's overrides> reeval.run=true` outside a sweep: the run's best checkpoint on
@@ -157,6 +159,7 @@ def test_a_run_reevaluates_its_own_checkpoint_and_refuses_another_runs(tmp_path:
     assert proc.returncode != 0 and "optim.lr: 0.001 there, 0.5 here" in proc.stderr
 
 
+@pytest.mark.slow
 def test_the_wandb_summary_run_ranks_by_the_reevaluation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The study-summary run, written offline and read back: best/* is the re-evaluated winner with its interval,
     the overlap line is there, and the counts leave a refused repeat out."""

@@ -109,7 +109,8 @@ def test_resolve_url_precedence(tmp_path, monkeypatch):
     assert default.parent.is_dir()
     monkeypatch.setenv("TRM_SWEEPS_STORAGE", "postgresql://me@db:5432/sweeps")
     assert resolve_url(None, default) == "postgresql://me@db:5432/sweeps"
-    assert resolve_url("sqlite:///x.db", default) == "sqlite:///x.db"
+    monkeypatch.chdir(tmp_path)
+    assert resolve_url("sqlite:///x.db", default) == f"sqlite:///{tmp_path}/x.db"  # made absolute: jobs run elsewhere
 
 
 def test_sqlite_storage(tmp_path):

@@ -18,6 +18,8 @@ from storage import open_storage
 from tests.conftest import _pg_connect
 from tests.sweep_helpers import sweep_overrides
 
+pytestmark = pytest.mark.slow  # every test here starts processes or trains
+
 
 @pytest.fixture
 def role(fresh_pg_url: str) -> Iterator[tuple[str, str, Any]]:

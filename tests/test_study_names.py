@@ -21,6 +21,7 @@ from tests.sweep_helpers import sweep_config, sweep_overrides
 LONG = "x" * 300
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_300_character_study_name_is_refused_in_one_line_before_anything_starts(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest

@@ -48,6 +48,7 @@ def _finished(study: optuna.Study, value: float) -> None:
     study.add_trial(create_trial(state=TrialState.COMPLETE, value=value))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("path", ["enqueued", "retry-past-a-smaller-n_trials"])
 def test_the_driver_ends_when_the_budget_is_used_and_says_what_is_left_queued(path: str, tmp_path: Path) -> None:
@@ -126,6 +127,7 @@ def test_a_changed_definition_is_refused_naming_the_difference_and_the_ways_out(
     _driver(url, tmp_path, *changed[0], space=changed[1], trial=changed[2]).open_study()  # the new one is stored
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_log_to_linear_is_refused_in_one_line_with_no_trial_left_running(tmp_path: Path) -> None:
     """Issue: a parameter changed from log to linear gave Optuna's traceback ("Cannot set different log
@@ -206,6 +208,7 @@ def _jobs(study_name: str) -> list[int]:
     return [int(pid) for pid in found.stdout.split()]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_two_quick_ctrl_c_leave_no_job_and_no_trial_running(tmp_path: Path) -> None:
     """Issue: a second SIGINT interrupted the stop (`process.wait` in JobHandle._stop_all): a job trained on in its
