@@ -20,7 +20,8 @@ import numpy as np
 from .atomic_build import build_atomically, dataset_summary, remove_stale_builds
 from .format import SPLITS, DatasetError, SplitMeta, load_split, write_split
 from .leaks import check_splits, warn_same_file
-from .sudoku import augment, generate, read_csv
+from .sudoku import augment, generate
+from .sudoku_csv import read_csv
 
 FORMAT_VERSION = 1
 
