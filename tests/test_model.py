@@ -188,3 +188,52 @@ def test_auto_position_encoding_follows_the_mixer() -> None:
     assert TRMConfig(**SMALL, mixer="attention", pos_encodings="learned").pos_encodings == "learned"
     with pytest.raises(ValueError, match=r"arch.pos_encodings='alibi'"):
         TRMConfig(**SMALL, pos_encodings="alibi")
+
+
+def test_puzzle_emb_ndim_0_means_no_puzzle_embedding_as_in_the_reference() -> None:
+    """A reference config with `puzzle_emb_ndim: 0, puzzle_emb_len: 0` trains a model without a puzzle table or
+    prefix (0 used to become the hidden size here); tests/test_fidelity.py compares its forward with the
+    reference's."""
+    from trm.optim import build_optimizers
+
+    arch = TRMConfig(**{**SMALL, "puzzle_emb_len": 0}, puzzle_emb_ndim=0)
+    assert arch.puzzle_emb_len == 0 and arch.total_len == 81
+    model = ACTModel(arch).train()
+    assert count_params(model)["puzzle_emb_params"] == 0 and model.inner.puzzle_emb is None
+    optim_cfg = compose_train_config(["experiment=test_tiny"]).optim
+    optimizers = build_optimizers(model, optim_cfg)
+    assert len(optimizers) == 1  # no SignSGD without a table
+    data = batch(3)
+    carry, logits, q_halt = model(model.initial_carry(data), data, 0.0)
+    assert carry.y.shape == (3, 81, 32) and logits.shape == (3, 81, 11)
+    loss, _ = act_loss(logits, q_halt, carry.labels, carry.inputs, carry.halted, carry.steps)
+    loss.backward()
+    before = model.inner.lm_head.weight.detach().clone()
+    optimizers[0].step()
+    assert not torch.equal(before, model.inner.lm_head.weight)
+
+
+@pytest.mark.parametrize("ndim,expected_len", [(None, 1), (32, 1), (33, 2), (64, 2), (100, 4)])
+def test_puzzle_emb_len_0_is_derived_from_the_width_as_in_the_reference(ndim: int | None, expected_len: int) -> None:
+    arch = TRMConfig(**{**SMALL, "puzzle_emb_len": 0}, puzzle_emb_ndim=ndim)  # hidden 32: ceil(ndim / 32)
+    assert arch.puzzle_emb_len == expected_len
+    data = batch(2)
+    carry, logits, _ = ACTModel(arch)(ACTModel(arch).initial_carry(data), data, 0.0)
+    assert carry.y.shape[1] == 81 + expected_len and logits.shape == (2, 81, 11)
+
+
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        (
+            {"puzzle_emb_ndim": 0, "puzzle_emb_len": 16},
+            r"puzzle_emb_ndim=0 .*puzzle_emb_len=16.*set arch.puzzle_emb_len=0",
+        ),
+        ({"puzzle_emb_ndim": -1}, r"arch.puzzle_emb_ndim=-1: must be >= 0"),
+        ({"puzzle_emb_len": -2}, r"arch.puzzle_emb_len=-2: must be >= 0"),
+        ({"puzzle_emb_ndim": 65, "puzzle_emb_len": 2}, r"puzzle_emb_ndim=65 does not fit in arch.puzzle_emb_len=2"),
+    ],
+)
+def test_puzzle_prefix_settings_the_reference_cannot_run_are_refused(values: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TRMConfig(**{**SMALL, **values})

@@ -21,64 +21,15 @@ the reference implementation it is checked against bit for bit (tests/test_fidel
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from trm.model_config import TRMConfig
 
-@dataclass
-class TRMConfig:
-    """Architecture; one YAML per preset in conf/arch/."""
-
-    hidden_size: int
-    num_heads: int
-    expansion: float
-    L_layers: int
-    H_cycles: int
-    L_cycles: int
-    mixer: str = "attention"  # "attention" (with pos_encodings) or "mlp_t" (mixes across the sequence)
-    pos_encodings: str = "auto"  # "rope" | "learned" | "none" | "auto" (rope for attention, none for mlp_t)
-    puzzle_emb_len: int = 16  # prefix positions; the puzzle embedding fills the first ones, zeros after
-    puzzle_emb_ndim: int | None = None  # defaults to hidden_size
-    halt_max_steps: int = 16
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    # Filled from the dataset's metadata, not from the arch preset.
-    vocab_size: int = 11
-    seq_len: int = 81
-    num_puzzle_identifiers: int = 1
-
-    def __post_init__(self) -> None:
-        if self.mixer not in ("attention", "mlp_t"):
-            raise ValueError(f"arch.mixer={self.mixer!r}: expected 'attention' or 'mlp_t'")
-        if self.pos_encodings == "auto":  # a searched mixer brings its own position encoding
-            self.pos_encodings = "rope" if self.mixer == "attention" else "none"
-        if self.pos_encodings not in ("rope", "learned", "none"):
-            raise ValueError(f"arch.pos_encodings={self.pos_encodings!r}: expected 'rope', 'learned', 'none' or 'auto'")
-        if self.mixer == "attention" and self.hidden_size % self.num_heads:
-            raise ValueError(f"arch.hidden_size={self.hidden_size} is not divisible by arch.num_heads={self.num_heads}")
-        for key in ("H_cycles", "L_cycles", "L_layers", "halt_max_steps"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"arch.{key}={getattr(self, key)}: must be >= 1")
-
-    @classmethod
-    def from_dict(cls, values: dict, **dataset_fields: int) -> TRMConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"arch has unknown keys {unknown}; accepted: {sorted(known)}")
-        return cls(**{**values, **dataset_fields})
-
-    @property
-    def total_len(self) -> int:
-        return self.seq_len + self.puzzle_emb_len
-
-    @property
-    def emb_ndim(self) -> int:
-        return self.puzzle_emb_ndim or self.hidden_size
+__all__ = ["ACTModel", "Carry", "TRMConfig", "TinyRecursiveModel", "count_params", "trunc_normal_init_"]
 
 
 # Std of a standard normal truncated to [-2, 2]: 0.8796. torch's trunc_normal_(std=s) draws from N(0, s^2) cut at
@@ -212,14 +163,10 @@ class TinyRecursiveModel(nn.Module):
         self.embed_scale = math.sqrt(cfg.hidden_size)
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         trunc_normal_init_(self.embed_tokens.weight, std=1.0 / self.embed_scale)
-        # Puzzle embedding: trained by SignSGD (trm.optim), zero at start, as in the reference.
-        self.puzzle_emb = nn.Embedding(cfg.num_puzzle_identifiers, cfg.emb_ndim)
-        nn.init.zeros_(self.puzzle_emb.weight)
-        if cfg.emb_ndim > cfg.puzzle_emb_len * cfg.hidden_size:
-            raise ValueError(
-                f"arch.puzzle_emb_ndim={cfg.emb_ndim} does not fit in arch.puzzle_emb_len={cfg.puzzle_emb_len} "
-                f"positions of arch.hidden_size={cfg.hidden_size}"
-            )
+        # Puzzle embedding: trained by SignSGD (trm.optim), zero at start, as in the reference; none for width 0.
+        self.puzzle_emb = nn.Embedding(cfg.num_puzzle_identifiers, cfg.emb_ndim) if cfg.emb_ndim else None
+        if self.puzzle_emb is not None:
+            nn.init.zeros_(self.puzzle_emb.weight)
         self.pos_emb = None
         if cfg.pos_encodings == "learned":
             self.pos_emb = nn.Parameter(
@@ -237,10 +184,11 @@ class TinyRecursiveModel(nn.Module):
 
     def embed(self, inputs: Tensor, puzzle_identifiers: Tensor) -> Tensor:
         cfg = self.cfg
-        tokens = self.embed_tokens(inputs)
-        prefix = self.puzzle_emb(puzzle_identifiers).to(tokens.dtype)
-        prefix = F.pad(prefix, (0, cfg.puzzle_emb_len * cfg.hidden_size - cfg.emb_ndim))
-        x = torch.cat([prefix.view(-1, cfg.puzzle_emb_len, cfg.hidden_size), tokens], dim=1)
+        x = tokens = self.embed_tokens(inputs)
+        if self.puzzle_emb is not None:
+            prefix = self.puzzle_emb(puzzle_identifiers).to(tokens.dtype)
+            prefix = F.pad(prefix, (0, cfg.puzzle_emb_len * cfg.hidden_size - cfg.emb_ndim))
+            x = torch.cat([prefix.view(-1, cfg.puzzle_emb_len, cfg.hidden_size), tokens], dim=1)
         if self.pos_emb is not None:
             x = 0.707106781 * (x + self.pos_emb.to(x.dtype))  # keep the variance of a sum of two
         return self.embed_scale * x
