@@ -23,6 +23,10 @@ from trm.reference_weights import ReferenceWeightsError, load_reference_state, o
 
 GOLDEN_PATH = Path(__file__).parent / "fidelity" / "trm_reference_small.pt"
 VARIANTS = ("mlp_t", "att")
+# Relative tolerance of eval steps 1 and 2. The file was recorded on another CPU: float32 kernels of another ISA
+# round differently, and the reference itself, run on an AMX Xeon, is 4.6e-6 (step 1) and 2.5e-5 (step 2, MLP-t)
+# from its recorded numbers, where our model is bitwise equal to it (docs/fidelity.md).
+EVAL_TOLERANCE = (1e-5, 1e-4)
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +82,11 @@ def test_eval_matches_the_reference_over_16_act_steps(golden: dict[str, Any], na
         for step in range(16):
             carry, logits, q_halt = model(carry, batch)
             if step < 2:
-                assert relative_error(logits, recorded["logits"][step]) < 1e-5, f"logits at step {step + 1}"
-                assert relative_error(q_halt, recorded["q_halt_logits"][step]) < 1e-5, f"q_halt at step {step + 1}"
-                assert relative_error(carry.y, recorded["z_H"][step]) < 1e-5, f"y (z_H) after step {step + 1}"
-                assert relative_error(carry.z, recorded["z_L"][step]) < 1e-5, f"z (z_L) after step {step + 1}"
+                tolerance = EVAL_TOLERANCE[step]
+                assert relative_error(logits, recorded["logits"][step]) < tolerance, f"logits at step {step + 1}"
+                assert relative_error(q_halt, recorded["q_halt_logits"][step]) < tolerance, f"q_halt at {step + 1}"
+                assert relative_error(carry.y, recorded["z_H"][step]) < tolerance, f"y (z_H) after step {step + 1}"
+                assert relative_error(carry.z, recorded["z_L"][step]) < tolerance, f"z (z_L) after step {step + 1}"
             assert torch.equal(carry.halted, recorded["halted"][step]), f"halting at step {step + 1}"
             assert torch.equal(carry.steps.long(), recorded["steps"][step].long()), f"step counters at {step + 1}"
 
