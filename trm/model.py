@@ -53,8 +53,20 @@ def rms_norm(x: Tensor, eps: float) -> Tensor:
     return (x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
+class CastedLinear(nn.Linear):
+    """A linear layer that computes in its input's dtype, its weights cast to it, as the reference's layers do.
+
+    In a bf16 stream (bf16_reference) that is a bf16 GEMM on explicitly cast weights: bitwise the reference's on
+    any CPU (autocast's own cast of an fp32 weight takes another oneDNN path on some ISAs, which rounds
+    differently). In fp32, and under `bf16` (an fp32 stream that autocast casts), the cast is a no-op."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return F.linear(x, self.weight.to(x.dtype), bias)
+
+
 def Linear(in_features: int, out_features: int, bias: bool = False) -> nn.Linear:
-    layer = nn.Linear(in_features, out_features, bias=bias)
+    layer = CastedLinear(in_features, out_features, bias=bias)
     trunc_normal_init_(layer.weight, std=1.0 / math.sqrt(in_features))
     if bias:
         nn.init.zeros_(layer.bias)
@@ -182,15 +194,18 @@ class TinyRecursiveModel(nn.Module):
         self.register_buffer("y_init", trunc_normal_init_(torch.empty(cfg.hidden_size), 1.0))
         self.register_buffer("z_init", trunc_normal_init_(torch.empty(cfg.hidden_size), 1.0))
 
-    def embed(self, inputs: Tensor, puzzle_identifiers: Tensor) -> Tensor:
+    def embed(self, inputs: Tensor, puzzle_identifiers: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+        """The input sequence in `dtype`. Each table is cast to `dtype` before the sum and the scale, as the
+        reference does in its forward_dtype: under bf16_reference (a bf16 carry) the rounding is the reference's
+        bit for bit; summing in fp32 and rounding once differs by one bf16 step in ~20% of entries."""
         cfg = self.cfg
-        x = tokens = self.embed_tokens(inputs)
+        x = tokens = self.embed_tokens(inputs).to(dtype)
         if self.puzzle_emb is not None:
-            prefix = self.puzzle_emb(puzzle_identifiers).to(tokens.dtype)
+            prefix = self.puzzle_emb(puzzle_identifiers).to(dtype)
             prefix = F.pad(prefix, (0, cfg.puzzle_emb_len * cfg.hidden_size - cfg.emb_ndim))
             x = torch.cat([prefix.view(-1, cfg.puzzle_emb_len, cfg.hidden_size), tokens], dim=1)
         if self.pos_emb is not None:
-            x = 0.707106781 * (x + self.pos_emb.to(x.dtype))  # keep the variance of a sum of two
+            x = 0.707106781 * (x + self.pos_emb.to(dtype))  # keep the variance of a sum of two
         return self.embed_scale * x
 
     def latent_recursion(self, x: Tensor, y: Tensor, z: Tensor, l_cycles: int) -> tuple[Tensor, Tensor]:
@@ -202,7 +217,7 @@ class TinyRecursiveModel(nn.Module):
     def forward(
         self, y: Tensor, z: Tensor, inputs: Tensor, puzzle_identifiers: Tensor, h_cycles: int, l_cycles: int
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        x = self.embed(inputs, puzzle_identifiers).to(y.dtype)  # a bf16 carry means a bf16 residual stream
+        x = self.embed(inputs, puzzle_identifiers, y.dtype)  # a bf16 carry means a bf16 residual stream
         with torch.no_grad():
             for _ in range(h_cycles - 1):
                 y, z = self.latent_recursion(x, y, z, l_cycles)
