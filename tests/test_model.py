@@ -129,12 +129,30 @@ def test_metrics_count_halted_puzzles_only() -> None:
     q_halt = torch.tensor([2.0, 2.0, -2.0])
     _, sums = act_loss(logits, q_halt, labels, inputs, halted, steps)
     m = normalize_metrics(sums.tolist(), "train")
-    assert m["train/count"] == 2
+    assert m["train/halted_examples"] == 2 and "train/count" not in m
     assert m["train/exact_accuracy"] == pytest.approx(0.5)
     assert m["train/accuracy"] == pytest.approx((1 + 80 / 81) / 2)
     assert m["train/blank_accuracy"] == pytest.approx((1 + 9 / 10) / 2)
     assert m["train/q_halt_accuracy"] == pytest.approx(0.5)  # puzzle 1 said "halt, correct" but was wrong
     assert m["train/steps"] == pytest.approx(3.5)
+
+
+def test_losses_are_divided_as_the_reference_divides_them() -> None:
+    """Train losses per example (the reference: per global batch), eval losses per halted labelled example (the
+    reference's eval divides every metric by its count): same names, same meanings. A row without labels (not
+    in Sudoku) makes the two divisors differ."""
+    labels = torch.full((3, 81), 5)
+    labels[2] = IGNORE_INDEX  # no labelled cell: never counted
+    inputs = torch.full((3, 81), 5)
+    logits = torch.randn(3, 81, 11, generator=torch.Generator().manual_seed(0))
+    halted = torch.tensor([True, True, True])
+    _, sums = act_loss(logits, torch.zeros(3), labels, inputs, halted, torch.ones(3))
+    values = dict(zip(METRIC_KEYS, sums.tolist()))
+    train, evaluation = normalize_metrics(sums.tolist(), "train"), normalize_metrics(sums.tolist(), "eval")
+    for loss in ("lm_loss", "q_halt_loss"):
+        assert train[f"train/{loss}"] == pytest.approx(values[loss] / 3)
+        assert evaluation[f"eval/{loss}"] == pytest.approx(values[loss] / 2)
+    assert train["train/halted_examples"] == evaluation["eval/halted_examples"] == 2
 
 
 def test_flops_grow_with_recursion_depth() -> None:
@@ -237,3 +255,4 @@ def test_puzzle_emb_len_0_is_derived_from_the_width_as_in_the_reference(ndim: in
 def test_puzzle_prefix_settings_the_reference_cannot_run_are_refused(values: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         TRMConfig(**{**SMALL, **values})
+

@@ -42,7 +42,7 @@ def test_run_writes_metrics_checkpoints_and_summary(tmp_path: Path, data_root: P
     assert [r["step"] for r in evals] == [10, 20]
     for key in ("accuracy", "exact_accuracy", "q_halt_accuracy", "steps", "lm_loss", "q_halt_loss"):
         assert f"eval/{key}" in evals[0] and f"train/{key}" in records[0]
-    assert evals[0]["eval/count"] == 32  # the whole fixed eval subset, every example once
+    assert evals[0]["eval/halted_examples"] == 32  # the whole fixed eval subset, every example once
     assert evals[0]["eval/steps"] == 3  # eval runs all halting steps
     assert summary["best_step"] in (10, 20)
     assert summary["best_value"] == max(r["eval/exact_accuracy"] for r in evals)
