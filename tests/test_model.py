@@ -256,3 +256,11 @@ def test_puzzle_prefix_settings_the_reference_cannot_run_are_refused(values: dic
     with pytest.raises(ValueError, match=message):
         TRMConfig(**{**SMALL, **values})
 
+
+def test_q_continue_is_refused_in_one_line_not_ignored() -> None:
+    """The reference's `no_ACT_continue: false` trains a Q-continue head we do not compute: refused, naming it;
+    its default (true) is accepted, so a reference arch config with the key set loads."""
+    assert TRMConfig.from_dict({**SMALL, "no_ACT_continue": True}).no_ACT_continue
+    with pytest.raises(ValueError, match=r"arch.no_ACT_continue=False: the reference's Q-continue head") as err:
+        TRMConfig.from_dict({**SMALL, "no_ACT_continue": False})
+    assert "\n" not in str(err.value)

@@ -31,6 +31,9 @@ class TRMConfig:
     halt_max_steps: int = 16
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    # The reference's switch for its Q-continue head. Only true is computed here: Q-halt alone, the paper's Sudoku
+    # setting; false (a bootstrapped Q-continue target, a second forward per step) is refused, never ignored.
+    no_ACT_continue: bool = True
     # Filled from the dataset's metadata, not from the arch preset.
     vocab_size: int = 11
     seq_len: int = 81
@@ -48,6 +51,11 @@ class TRMConfig:
         for key in ("H_cycles", "L_cycles", "L_layers", "halt_max_steps"):
             if getattr(self, key) < 1:
                 raise ValueError(f"arch.{key}={getattr(self, key)}: must be >= 1")
+        if self.no_ACT_continue is not True:
+            raise ValueError(
+                f"arch.no_ACT_continue={self.no_ACT_continue!r}: the reference's Q-continue head (a bootstrapped "
+                "target from a second forward per step) is not implemented; only true (Q-halt alone) is accepted"
+            )
         self._check_puzzle_prefix()
 
     def _check_puzzle_prefix(self) -> None:
