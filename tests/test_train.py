@@ -54,6 +54,7 @@ def test_run_writes_metrics_checkpoints_and_summary(tmp_path: Path, data_root: P
     timing = saved["timing"]
     assert 0 < speed["seconds"] < timing["last_step_end"] - timing["first_step_end"]
     assert speed["samples_per_s"] == pytest.approx(16 * 15 / speed["seconds"], rel=1e-3)
+    assert speed["compiles"]["in_timed_steps"] == {"compiles": 0, "graphs": 0}  # eager: TorchDynamo compiled nothing
     state = checkpoint.load(str(tmp_path / "checkpoints"))
     assert state["step"] == 20 and {"model", "ema", "optimizers", "loader", "ranks", "best"} <= set(state)
     assert checkpoint.load(str(tmp_path / "checkpoints"), checkpoint.BEST) is not None
