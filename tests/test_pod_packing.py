@@ -69,6 +69,7 @@ def pod_study(
             "heartbeat.interval_s=1",
             "poll_s=0.2",
             "wandb.enabled=false",
+            "reeval.at_end=false",  # the packing tests count training processes per VM
             "preflight.enabled=false",  # tests/test_preflight.py covers it; here the packing
             *extra,
         ]
