@@ -35,7 +35,8 @@ from sweeps.config import compose_sweep_config
 from trm.data.build import _arrays, build_from_csv
 from trm.data.format import load_split, write_split
 from trm.data.loader import TrainLoader
-from trm.data.sudoku import augment, generate, read_csv
+from trm.data.sudoku import augment, generate
+from trm.data.sudoku_csv import read_csv
 
 GLOBAL_BATCH = 768  # the paper's
 CHIPS_PER_HOST = 4  # TPU v4

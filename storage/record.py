@@ -111,7 +111,7 @@ BEST_CHECKPOINT_NOTE_ATTR = "best_checkpoint_note"  # the job's word that best.p
 # `trial_detail`; writers merge into the attribute with `merged_details` (the driver writes train_overrides at
 # launch and driver_timing at the end, the job final_metrics and timing in between: never at the same time).
 DETAILS_ATTR = "details"
-THROUGHPUT_DETAIL = "throughput"  # the job's steady-state step speed (trm/throughput.py), read by sweeps.utilization
+THROUGHPUT_DETAIL = "throughput"  # step speed and compile counts (trm/throughput.py), read by sweeps.utilization
 DETAIL_KEYS = ("final_metrics", "timing", "driver_timing", THROUGHPUT_DETAIL, TRAIN_OVERRIDES_ATTR)
 
 

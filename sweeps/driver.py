@@ -348,7 +348,7 @@ class Driver:
         try:
             while True:
                 try:
-                    if self.step_loop(started):
+                    if self.loop_once(started):
                         break
                     if outage:
                         self.after_outage()
@@ -383,7 +383,7 @@ class Driver:
         log_study_summary(study, self.cfg)
         return study
 
-    def step_loop(self, started: float) -> bool:
+    def loop_once(self, started: float) -> bool:
         """One pass of the driver loop: start trials within budget, collect finished jobs, recover stale
         trials, show progress. True when the study is done (or out of time) and nothing of ours runs."""
         out_of_time = self.cfg.timeout is not None and time.time() - started > self.cfg.timeout

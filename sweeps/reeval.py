@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from storage.record import CHECKPOINT_URL_ATTR, TRAIN_OVERRIDES_ATTR, Reeval, reevals, trial_detail
+from storage.record import CHECKPOINT_URL_ATTR, SLOT_ATTR, TRAIN_OVERRIDES_ATTR, Reeval, reevals, trial_detail
 from sweeps.job_command import StudyLink, job_name
 from sweeps.launchers.base import JobSpec, Launcher
 from sweeps.paths import StudyRoots
@@ -165,13 +165,16 @@ def reevaluate(
     settings: ReevalSettings,
     only_missing: bool = False,
 ) -> list[Ranked]:
-    """Run the re-eval job of each of the top_k trials in turn (one slot: the study's jobs are done) and return
-    the ranking. `only_missing`: skip trials already re-evaluated (a restarted driver's end of study)."""
+    """Run the re-eval job of each of the top_k trials in turn and return the ranking. Each job runs on the slot
+    its trial trained on (its checkpoint may be on that slot's own disk: a pod has no shared filesystem), or the
+    first slot where the trial's is not one of this launcher's. `only_missing`: skip trials already re-evaluated
+    (a restarted driver's end of study)."""
     stored = reevals(study.user_attrs)
     seeds = int(cfg.study.seeds)
     checkpoint = "best.pt" if str(cfg.study.value) == "best" else "latest.pt"
-    slot = launcher.slots()[0]
+    slots = {slot.name: slot for slot in launcher.slots()}
     for trial in top_trials(study, settings.top_k):
+        slot = slots.get(str(trial.user_attrs.get(SLOT_ATTR)), next(iter(slots.values())))
         if only_missing and trial.number in stored:
             continue
         link = StudyLink(str(study.study_name), uid, trial.number, storage_url, cfg.storage.get("password_env") or None)

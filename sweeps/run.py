@@ -144,7 +144,7 @@ def cli() -> None:
 
 def _entry() -> None:
     if {"--help", "-h"} & set(sys.argv[1:]):  # the sweep's groups, not every group on the search path
-        print(help_text())
+        run_app(lambda: print(help_text()))  # run_app: a reader that stops early (| head) ends it quietly
         return
     run_app(main)
 

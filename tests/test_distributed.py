@@ -54,8 +54,8 @@ def test_n_process_job_matches_single_process_run(tmp_path: Path, nnodes: int) -
         for key in ("train/lm_loss", "train/accuracy", "eval/lm_loss", "eval/accuracy", "eval/exact_accuracy"):
             if key in a:
                 assert b[key] == pytest.approx(a[key], rel=2e-4, abs=1e-5), (a["step"], key)
-    evals = [r for r in many if "eval/count" in r]
-    assert evals and all(r["eval/count"] == 32 for r in evals)  # every eval example counted exactly once
+    evals = [r for r in many if "eval/halted_examples" in r]
+    assert evals and all(r["eval/halted_examples"] == 32 for r in evals)  # every eval example counted exactly once
     summary = json.loads((multi_out / "summary.json").read_text())
     assert summary["rank_steps"] == [20] * nnodes
     for node in range(nnodes):  # each node built its own data in its own directory

@@ -129,12 +129,30 @@ def test_metrics_count_halted_puzzles_only() -> None:
     q_halt = torch.tensor([2.0, 2.0, -2.0])
     _, sums = act_loss(logits, q_halt, labels, inputs, halted, steps)
     m = normalize_metrics(sums.tolist(), "train")
-    assert m["train/count"] == 2
+    assert m["train/halted_examples"] == 2 and "train/count" not in m
     assert m["train/exact_accuracy"] == pytest.approx(0.5)
     assert m["train/accuracy"] == pytest.approx((1 + 80 / 81) / 2)
     assert m["train/blank_accuracy"] == pytest.approx((1 + 9 / 10) / 2)
     assert m["train/q_halt_accuracy"] == pytest.approx(0.5)  # puzzle 1 said "halt, correct" but was wrong
     assert m["train/steps"] == pytest.approx(3.5)
+
+
+def test_losses_are_divided_as_the_reference_divides_them() -> None:
+    """Train losses per example (the reference: per global batch), eval losses per halted labelled example (the
+    reference's eval divides every metric by its count): same names, same meanings. A row without labels (not
+    in Sudoku) makes the two divisors differ."""
+    labels = torch.full((3, 81), 5)
+    labels[2] = IGNORE_INDEX  # no labelled cell: never counted
+    inputs = torch.full((3, 81), 5)
+    logits = torch.randn(3, 81, 11, generator=torch.Generator().manual_seed(0))
+    halted = torch.tensor([True, True, True])
+    _, sums = act_loss(logits, torch.zeros(3), labels, inputs, halted, torch.ones(3))
+    values = dict(zip(METRIC_KEYS, sums.tolist()))
+    train, evaluation = normalize_metrics(sums.tolist(), "train"), normalize_metrics(sums.tolist(), "eval")
+    for loss in ("lm_loss", "q_halt_loss"):
+        assert train[f"train/{loss}"] == pytest.approx(values[loss] / 3)
+        assert evaluation[f"eval/{loss}"] == pytest.approx(values[loss] / 2)
+    assert train["train/halted_examples"] == evaluation["eval/halted_examples"] == 2
 
 
 @pytest.mark.slow
@@ -190,3 +208,61 @@ def test_auto_position_encoding_follows_the_mixer() -> None:
     assert TRMConfig(**SMALL, mixer="attention", pos_encodings="learned").pos_encodings == "learned"
     with pytest.raises(ValueError, match=r"arch.pos_encodings='alibi'"):
         TRMConfig(**SMALL, pos_encodings="alibi")
+
+
+def test_puzzle_emb_ndim_0_means_no_puzzle_embedding_as_in_the_reference() -> None:
+    """A reference config with `puzzle_emb_ndim: 0, puzzle_emb_len: 0` trains a model without a puzzle table or
+    prefix (0 used to become the hidden size here); tests/test_fidelity.py compares its forward with the
+    reference's."""
+    from trm.optim import build_optimizers
+
+    arch = TRMConfig(**{**SMALL, "puzzle_emb_len": 0}, puzzle_emb_ndim=0)
+    assert arch.puzzle_emb_len == 0 and arch.total_len == 81
+    model = ACTModel(arch).train()
+    assert count_params(model)["puzzle_emb_params"] == 0 and model.inner.puzzle_emb is None
+    optim_cfg = compose_train_config(["experiment=test_tiny"]).optim
+    optimizers = build_optimizers(model, optim_cfg)
+    assert len(optimizers) == 1  # no SignSGD without a table
+    data = batch(3)
+    carry, logits, q_halt = model(model.initial_carry(data), data, 0.0)
+    assert carry.y.shape == (3, 81, 32) and logits.shape == (3, 81, 11)
+    loss, _ = act_loss(logits, q_halt, carry.labels, carry.inputs, carry.halted, carry.steps)
+    loss.backward()
+    before = model.inner.lm_head.weight.detach().clone()
+    optimizers[0].step()
+    assert not torch.equal(before, model.inner.lm_head.weight)
+
+
+@pytest.mark.parametrize("ndim,expected_len", [(None, 1), (32, 1), (33, 2), (64, 2), (100, 4)])
+def test_puzzle_emb_len_0_is_derived_from_the_width_as_in_the_reference(ndim: int | None, expected_len: int) -> None:
+    arch = TRMConfig(**{**SMALL, "puzzle_emb_len": 0}, puzzle_emb_ndim=ndim)  # hidden 32: ceil(ndim / 32)
+    assert arch.puzzle_emb_len == expected_len
+    data = batch(2)
+    carry, logits, _ = ACTModel(arch)(ACTModel(arch).initial_carry(data), data, 0.0)
+    assert carry.y.shape[1] == 81 + expected_len and logits.shape == (2, 81, 11)
+
+
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        (
+            {"puzzle_emb_ndim": 0, "puzzle_emb_len": 16},
+            r"puzzle_emb_ndim=0 .*puzzle_emb_len=16.*set arch.puzzle_emb_len=0",
+        ),
+        ({"puzzle_emb_ndim": -1}, r"arch.puzzle_emb_ndim=-1: must be >= 0"),
+        ({"puzzle_emb_len": -2}, r"arch.puzzle_emb_len=-2: must be >= 0"),
+        ({"puzzle_emb_ndim": 65, "puzzle_emb_len": 2}, r"puzzle_emb_ndim=65 does not fit in arch.puzzle_emb_len=2"),
+    ],
+)
+def test_puzzle_prefix_settings_the_reference_cannot_run_are_refused(values: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TRMConfig(**{**SMALL, **values})
+
+
+def test_q_continue_is_refused_in_one_line_not_ignored() -> None:
+    """The reference's `no_ACT_continue: false` trains a Q-continue head we do not compute: refused, naming it;
+    its default (true) is accepted, so a reference arch config with the key set loads."""
+    assert TRMConfig.from_dict({**SMALL, "no_ACT_continue": True}).no_ACT_continue
+    with pytest.raises(ValueError, match=r"arch.no_ACT_continue=False: the reference's Q-continue head") as err:
+        TRMConfig.from_dict({**SMALL, "no_ACT_continue": False})
+    assert "\n" not in str(err.value)

@@ -69,6 +69,7 @@ def pod_study(
             "heartbeat.interval_s=1",
             "poll_s=0.2",
             "wandb.enabled=false",
+            "reeval.at_end=false",  # the packing tests count training processes per VM
             "preflight.enabled=false",  # tests/test_preflight.py covers it; here the packing
             *extra,
         ]
@@ -113,7 +114,7 @@ def test_two_processes_on_a_v4_host_get_the_recipes_bounds_and_ports_of_their_ow
     assert [s.env["TPU_VISIBLE_DEVICES"] for s in pairs] == ["0,1", "2,3"]
     caches = [o for s in pairs for o in s.overrides if o.startswith("runtime.compile_cache_subdir=")]
     assert caches == ["runtime.compile_cache_subdir=chips-0-1", "runtime.compile_cache_subdir=chips-2-3"]
-    from trm.config import compose_train_config
+    from contracts.hydra_app import compose_train_config
     from trm.runtime import compile_cache_dir
 
     runtime = compose_train_config(["runtime.compile_cache_dir=/c", caches[1]]).runtime

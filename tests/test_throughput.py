@@ -7,12 +7,14 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeps.estimate import Utilization, UtilizationError
 from sweeps.utilization import measured, override
 from sweeps.validate import SweepConfigError
 from tests.sweep_helpers import sweep_config
+from trm.compile_counters import CompileWatch
 from trm.throughput import StepTimer
 
 
@@ -26,7 +28,7 @@ class FakeClock:
 
 def test_the_step_timer_starts_at_the_first_log_point_and_leaves_evals_out() -> None:
     clock = FakeClock()
-    timer = StepTimer(clock)
+    timer = StepTimer(clock, CompileWatch(lambda: {"compiles": 2}))
     clock.now += 30.0  # steps 1-10: compile and warm-up, before the first log point
     timer.mark(10)
     clock.now += 5.0  # steps 11-20
@@ -44,7 +46,32 @@ def test_the_step_timer_starts_at_the_first_log_point_and_leaves_evals_out() -> 
         "flops_per_s": 1000 * 64 * 20 / 9.0,
         "devices": 4,
         "examples_per_device": 16.0,
+        "compiles": {
+            "at_first_log_point": {"compiles": 2},
+            "total": {"compiles": 2},
+            "in_timed_steps": {"compiles": 0},
+        },
     }
+
+
+def test_a_step_that_compiles_after_the_first_log_point_is_counted_and_warned() -> None:
+    """TorchDynamo's own counters (CPU): a shape change in the timed steps is a recompile the trial stores beside
+    its throughput, with a warning line; a compile inside an excluded block (an eval's graph) is not the step's."""
+    step = torch.compile(lambda x: x * 2 + 1, backend="eager", dynamic=False)
+    timer = StepTimer(FakeClock())
+    step(torch.ones(3))  # the first compile, before the first log point
+    assert timer.mark(1) is None
+    step(torch.ones(3))
+    assert timer.mark(2) is None  # the same graph: nothing compiled
+    with timer.excluded():
+        step(torch.ones(5))  # an eval's shape
+    assert timer.mark(3) is None
+    step(torch.ones(7))  # the training step's shape changes
+    warning = timer.mark(4)
+    assert warning is not None and "compiled 1 more time(s) between steps 3 and 4" in warning
+    compiles = timer.compiles.summary()
+    assert compiles["in_timed_steps"]["compiles"] == 1
+    assert compiles["total"]["compiles"] - compiles["at_first_log_point"]["compiles"] == 2  # the eval's included
 
 
 def test_a_run_with_one_log_point_measures_nothing() -> None:

@@ -278,8 +278,8 @@ def test_the_control_plane_keeps_off_libtpus_ports_and_names_the_key_when_its_po
     """On worker 0 the TPU runtime holds libtpu's ports while a job runs (the stand-in's too): the default
     runtime.port is not one of them, and a port that is taken fails the job in one line naming runtime.port and
     what the network must allow."""
+    from contracts.hydra_app import compose_train_config
     from sweeps.slots import LIBTPU_PORTS
-    from trm.config import compose_train_config
 
     assert compose_train_config([]).runtime.port not in LIBTPU_PORTS
     spec = job(tmp_path)

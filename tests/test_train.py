@@ -44,7 +44,7 @@ def test_run_writes_metrics_checkpoints_and_summary(tmp_path: Path, data_root: P
     assert [r["step"] for r in evals] == [10, 20]
     for key in ("accuracy", "exact_accuracy", "q_halt_accuracy", "steps", "lm_loss", "q_halt_loss"):
         assert f"eval/{key}" in evals[0] and f"train/{key}" in records[0]
-    assert evals[0]["eval/count"] == 32  # the whole fixed eval subset, every example once
+    assert evals[0]["eval/halted_examples"] == 32  # the whole fixed eval subset, every example once
     assert evals[0]["eval/steps"] == 3  # eval runs all halting steps
     assert summary["best_step"] in (10, 20)
     assert summary["best_value"] == max(r["eval/exact_accuracy"] for r in evals)
@@ -56,6 +56,7 @@ def test_run_writes_metrics_checkpoints_and_summary(tmp_path: Path, data_root: P
     timing = saved["timing"]
     assert 0 < speed["seconds"] < timing["last_step_end"] - timing["first_step_end"]
     assert speed["samples_per_s"] == pytest.approx(16 * 15 / speed["seconds"], rel=1e-3)
+    assert speed["compiles"]["in_timed_steps"] == {"compiles": 0, "graphs": 0}  # eager: TorchDynamo compiled nothing
     state = checkpoint.load(str(tmp_path / "checkpoints"))
     assert state["step"] == 20 and {"model", "ema", "optimizers", "loader", "ranks", "best"} <= set(state)
     assert checkpoint.load(str(tmp_path / "checkpoints"), checkpoint.BEST) is not None

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, open_dict
 from optuna.trial import TrialState
 
 from contracts.hydra_app import compose_train_config
-from contracts.metric_names import EVAL_METRICS, METRIC_KEYS, TRIAL_NUMBERS
+from contracts.metric_names import EVAL_METRICS, LOGGED_METRICS, METRIC_KEYS, TRIAL_NUMBERS
 from storage.record import ATTEMPT_ATTRS
 from sweeps.driver import Driver
 from sweeps.job_command import job_name
@@ -60,6 +60,18 @@ def test_metric_names_are_what_the_trainer_logs_and_stores() -> None:
 
     assert set(normalize_metrics([1.0] * len(METRIC_KEYS), "eval")) == set(EVAL_METRICS)
     assert set(TRIAL_NUMBERS) <= set(ATTEMPT_ATTRS)  # numbers the job stores on its trial (trm/trial_link.py)
+
+
+def test_every_logged_metric_has_its_meaning_in_docs_fidelity() -> None:
+    """docs/fidelity.md's Metrics table names each metric the trainer logs (and only those), with its meaning."""
+    from trm.losses import normalize_metrics
+
+    text = (Path(__file__).parent.parent / "docs" / "fidelity.md").read_text()
+    section = text.split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    documented = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
+    for prefix in ("train", "eval"):
+        logged = {key.split("/", 1)[1] for key in normalize_metrics([1.0] * len(METRIC_KEYS), prefix)}
+        assert logged == documented == set(LOGGED_METRICS), prefix
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """TRM loss (stablemax or softmax cross-entropy on the answer + 0.5 x Q-halt BCE) and its metrics.
 
 Metrics are returned as *sums* over the batch (device tensors, no host sync); the trainer accumulates them
-and normalizes at log points: losses by the number of examples, the rest by `count` (halted examples).
+and normalizes at log points as the reference does (`normalize_metrics`; docs/fidelity.md, Metrics).
 """
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from contracts.metric_names import METRIC_KEYS  # torch-free, so the sweep driver can validate metric names
+from contracts.metric_names import (  # torch-free, so the sweep driver can validate metric names
+    HALTED_EXAMPLES,
+    METRIC_KEYS,
+)
 
 IGNORE_INDEX = -100  # label of a cell the loss skips (torch cross_entropy's default ignore_index); on disk: PAD_LABEL
 BLANK_TOKEN = 1
@@ -90,14 +93,17 @@ def act_loss(
 
 
 def normalize_metrics(sums: list[float], prefix: str) -> dict[str, float]:
-    """Turn accumulated metric sums into means, named `<prefix>/<metric>`."""
+    """Turn accumulated metric sums into means named `<prefix>/<metric>`, each meaning what the reference's
+    metric of that name means: rates per halted example (`count`); train losses per example (the reference: per
+    global batch), eval losses per halted example (its eval divides every metric by `count`). The count itself
+    is logged as `halted_examples` (trm/metric_names.py says why)."""
     values = dict(zip(METRIC_KEYS, sums))
     count = max(values["count"], 1.0)
-    examples = max(values["examples"], 1.0)
+    loss_divisor = count if prefix == "eval" else max(values["examples"], 1.0)
     out = {}
     for key, value in values.items():
         if key in ("count", "examples"):
             continue
-        out[f"{prefix}/{key}"] = value / (examples if key.endswith("loss") else count)
-    out[f"{prefix}/count"] = values["count"]
+        out[f"{prefix}/{key}"] = value / (loss_divisor if key.endswith("loss") else count)
+    out[f"{prefix}/{HALTED_EXAMPLES}"] = values["count"]
     return out

@@ -21,7 +21,6 @@ The network and its ACT wrapper follow the order of the reference implementation
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 from typing import NamedTuple, cast
 
 import torch
@@ -29,58 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from trm.fused_mix import mix_sublayer
+from trm.model_config import TRMConfig
 
-
-@dataclass
-class TRMConfig:
-    """Architecture; one YAML per preset in conf/arch/."""
-
-    hidden_size: int
-    num_heads: int
-    expansion: float
-    L_layers: int
-    H_cycles: int
-    L_cycles: int
-    mixer: str = "attention"  # "attention" (with pos_encodings) or "mlp_t" (mixes across the sequence)
-    pos_encodings: str = "auto"  # "rope" | "learned" | "none" | "auto" (rope for attention, none for mlp_t)
-    puzzle_emb_len: int = 16  # prefix positions; the puzzle embedding fills the first ones, zeros after
-    puzzle_emb_ndim: int | None = None  # defaults to hidden_size
-    halt_max_steps: int = 16
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    # Filled from the dataset's metadata, not from the arch preset.
-    vocab_size: int = 11
-    seq_len: int = 81
-    num_puzzle_identifiers: int = 1
-
-    def __post_init__(self) -> None:
-        if self.mixer not in ("attention", "mlp_t"):
-            raise ValueError(f"arch.mixer={self.mixer!r}: expected 'attention' or 'mlp_t'")
-        if self.pos_encodings == "auto":  # a searched mixer brings its own position encoding
-            self.pos_encodings = "rope" if self.mixer == "attention" else "none"
-        if self.pos_encodings not in ("rope", "learned", "none"):
-            raise ValueError(f"arch.pos_encodings={self.pos_encodings!r}: expected 'rope', 'learned', 'none' or 'auto'")
-        if self.mixer == "attention" and self.hidden_size % self.num_heads:
-            raise ValueError(f"arch.hidden_size={self.hidden_size} is not divisible by arch.num_heads={self.num_heads}")
-        for key in ("H_cycles", "L_cycles", "L_layers", "halt_max_steps"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"arch.{key}={getattr(self, key)}: must be >= 1")
-
-    @classmethod
-    def from_dict(cls, values: dict, **dataset_fields: int) -> TRMConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"arch has unknown keys {unknown}; accepted: {sorted(known)}")
-        return cls(**{**values, **dataset_fields})
-
-    @property
-    def total_len(self) -> int:
-        return self.seq_len + self.puzzle_emb_len
-
-    @property
-    def emb_ndim(self) -> int:
-        return self.puzzle_emb_ndim or self.hidden_size
+__all__ = ["ACTModel", "Carry", "TRMConfig", "TinyRecursiveModel", "count_params", "trunc_normal_init_"]
 
 
 # Std of a standard normal truncated to [-2, 2]: 0.8796. torch's trunc_normal_(std=s) draws from N(0, s^2) cut at
@@ -104,8 +54,21 @@ def rms_norm(x: Tensor, eps: float) -> Tensor:
     return (x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-def Linear(in_features: int, out_features: int, bias: bool = False) -> nn.Linear:
-    layer = nn.Linear(in_features, out_features, bias=bias)
+class CastedLinear(nn.Linear):
+    """A linear layer that computes in its input's dtype, its weights cast to it, as the reference's layers do.
+
+    In a bf16 stream (bf16_reference) that is a bf16 GEMM on explicitly cast weights: bitwise the reference's on
+    any CPU (autocast's own cast of an fp32 weight takes another oneDNN path on some ISAs, which rounds
+    differently). In fp32, and under `bf16` (an fp32 stream that autocast casts), the cast is a no-op."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return F.linear(x, self.weight.to(x.dtype), bias)
+
+
+def init_linear(in_features: int, out_features: int, bias: bool = False) -> nn.Linear:
+    """A CastedLinear with the reference's init: truncated normal of std 1/sqrt(fan-in), zero bias."""
+    layer = CastedLinear(in_features, out_features, bias=bias)
     trunc_normal_init_(layer.weight, std=1.0 / math.sqrt(in_features))
     if bias:
         nn.init.zeros_(layer.bias)
@@ -118,8 +81,8 @@ class SwiGLU(nn.Module):
     def __init__(self, dim: int, expansion: float):
         super().__init__()
         inner = -(-round(expansion * dim * 2 / 3) // 256) * 256
-        self.gate_up = Linear(dim, 2 * inner)
-        self.down = Linear(inner, dim)
+        self.gate_up = init_linear(dim, 2 * inner)
+        self.down = init_linear(inner, dim)
 
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)
@@ -152,8 +115,8 @@ class Attention(nn.Module):
         super().__init__()
         self.num_heads = cfg.num_heads
         self.head_dim = cfg.hidden_size // cfg.num_heads
-        self.qkv = Linear(cfg.hidden_size, 3 * cfg.hidden_size)
-        self.out = Linear(cfg.hidden_size, cfg.hidden_size)
+        self.qkv = init_linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.out = init_linear(cfg.hidden_size, cfg.hidden_size)
         self.rotary = Rotary(self.head_dim, cfg.total_len, cfg.rope_theta) if cfg.pos_encodings == "rope" else None
 
     def forward(self, x: Tensor) -> Tensor:
@@ -221,37 +184,37 @@ class TinyRecursiveModel(nn.Module):
         self.embed_scale = math.sqrt(cfg.hidden_size)
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         trunc_normal_init_(self.embed_tokens.weight, std=1.0 / self.embed_scale)
-        # Puzzle embedding: trained by SignSGD (trm.optim), zero at start, as in the reference.
-        self.puzzle_emb = nn.Embedding(cfg.num_puzzle_identifiers, cfg.emb_ndim)
-        nn.init.zeros_(self.puzzle_emb.weight)
-        if cfg.emb_ndim > cfg.puzzle_emb_len * cfg.hidden_size:
-            raise ValueError(
-                f"arch.puzzle_emb_ndim={cfg.emb_ndim} does not fit in arch.puzzle_emb_len={cfg.puzzle_emb_len} "
-                f"positions of arch.hidden_size={cfg.hidden_size}"
-            )
+        # Puzzle embedding: trained by SignSGD (trm.optim), zero at start, as in the reference; none for width 0.
+        self.puzzle_emb = nn.Embedding(cfg.num_puzzle_identifiers, cfg.emb_ndim) if cfg.emb_ndim else None
+        if self.puzzle_emb is not None:
+            nn.init.zeros_(self.puzzle_emb.weight)
         self.pos_emb = None
         if cfg.pos_encodings == "learned":
             self.pos_emb = nn.Parameter(
                 trunc_normal_init_(torch.empty(cfg.total_len, cfg.hidden_size), 1.0 / self.embed_scale)
             )
         self.net = RecursiveNet(cfg)
-        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size)
+        self.lm_head = init_linear(cfg.hidden_size, cfg.vocab_size)
         # Two outputs (halt, continue) as in the reference; only the halt logit is used (no ACT-continue).
-        self.q_head = Linear(cfg.hidden_size, 2, bias=True)
+        self.q_head = init_linear(cfg.hidden_size, 2, bias=True)
         with torch.no_grad():
             self.q_head.weight.zero_()
             self.q_head.bias.fill_(-5.0)  # start by never halting early
         self.register_buffer("y_init", trunc_normal_init_(torch.empty(cfg.hidden_size), 1.0))
         self.register_buffer("z_init", trunc_normal_init_(torch.empty(cfg.hidden_size), 1.0))
 
-    def embed(self, inputs: Tensor, puzzle_identifiers: Tensor) -> Tensor:
+    def embed(self, inputs: Tensor, puzzle_identifiers: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+        """The input sequence in `dtype`. Each table is cast to `dtype` before the sum and the scale, as the
+        reference does in its forward_dtype: under bf16_reference (a bf16 carry) the rounding is the reference's
+        bit for bit; summing in fp32 and rounding once differs by one bf16 step in ~20% of entries."""
         cfg = self.cfg
-        tokens = self.embed_tokens(inputs)
-        prefix = self.puzzle_emb(puzzle_identifiers).to(tokens.dtype)
-        prefix = F.pad(prefix, (0, cfg.puzzle_emb_len * cfg.hidden_size - cfg.emb_ndim))
-        x = torch.cat([prefix.view(-1, cfg.puzzle_emb_len, cfg.hidden_size), tokens], dim=1)
+        x = tokens = self.embed_tokens(inputs).to(dtype)
+        if self.puzzle_emb is not None:
+            prefix = self.puzzle_emb(puzzle_identifiers).to(dtype)
+            prefix = F.pad(prefix, (0, cfg.puzzle_emb_len * cfg.hidden_size - cfg.emb_ndim))
+            x = torch.cat([prefix.view(-1, cfg.puzzle_emb_len, cfg.hidden_size), tokens], dim=1)
         if self.pos_emb is not None:
-            x = 0.707106781 * (x + self.pos_emb.to(x.dtype))  # keep the variance of a sum of two
+            x = 0.707106781 * (x + self.pos_emb.to(dtype))  # keep the variance of a sum of two
         return self.embed_scale * x
 
     def latent_recursion(self, x: Tensor, y: Tensor, z: Tensor, l_cycles: int) -> tuple[Tensor, Tensor]:
@@ -263,7 +226,7 @@ class TinyRecursiveModel(nn.Module):
     def forward(
         self, y: Tensor, z: Tensor, inputs: Tensor, puzzle_identifiers: Tensor, h_cycles: int, l_cycles: int
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        x = self.embed(inputs, puzzle_identifiers).to(y.dtype)  # a bf16 carry means a bf16 residual stream
+        x = self.embed(inputs, puzzle_identifiers, y.dtype)  # a bf16 carry means a bf16 residual stream
         with torch.no_grad():
             for _ in range(h_cycles - 1):
                 y, z = self.latent_recursion(x, y, z, l_cycles)

@@ -8,7 +8,8 @@ where a step is only dispatched, the time is still the device's), without
 - the steps before the first log point: they hold the compile (torch.compile, XLA's first graphs) and warm-up;
 - evals, checkpoints, logging and the progress write to the study: they are timed apart and taken out.
 
-The result is stored in the trial's `details` (`throughput`) and read back by `python -m sweeps.utilization`.
+The result is stored in the trial's `details` (`throughput`) and read back by `python -m sweeps.utilization`, with
+the compile counts of the job (trm/compile_counters.py: a step that compiled again inside the timed steps).
 """
 
 from __future__ import annotations
@@ -18,19 +19,23 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from trm.compile_counters import CompileWatch
+
 
 class StepTimer:
     """Training-step seconds and steps from the first log point on; `excluded()` takes a block out."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter, compiles: CompileWatch | None = None) -> None:
         self.clock = clock
+        self.compiles = compiles or CompileWatch()
         self.steps = 0  # measured steps (after the first log point)
         self.seconds = 0.0  # their wall time, excluded blocks taken out
         self._excluded = 0.0  # excluded time since the last mark
         self._last: tuple[int, float] | None = None  # (step, time) of the latest log point
 
-    def mark(self, step: int) -> None:
-        """A log point, after the device was waited for: the steps since the last one count from here on."""
+    def mark(self, step: int) -> str | None:
+        """A log point, after the device was waited for: the steps since the last one count from here on.
+        Returns a warning line when those steps compiled (after the first log point)."""
         now = self.clock()
         if self._last is None:
             self._last = (step, now)  # timing starts here: the steps before held the compile
@@ -40,13 +45,15 @@ class StepTimer:
             self.seconds += max(0.0, now - last_time - self._excluded)
             self._last = (step, now)
         self._excluded = 0.0
+        return self.compiles.mark(step)
 
     @contextmanager
     def excluded(self) -> Iterator[None]:
         """Time spent in this block (an eval, a checkpoint) is not step time."""
         start = self.clock()
         try:
-            yield
+            with self.compiles.excluded():
+                yield
         finally:
             if self._last is not None:
                 self._excluded += self.clock() - start
@@ -63,4 +70,5 @@ class StepTimer:
             "flops_per_s": flops_per_s,  # summed over the job's devices
             "devices": devices,
             "examples_per_device": global_batch / devices,
+            "compiles": self.compiles.summary(),
         }

@@ -192,7 +192,9 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
 
             if done % train.log_interval == 0 or done == total:
                 record = train_record(runtime, state, optimizers, cycles)  # waits for the device
-                timer.mark(done)
+                compile_warning = timer.mark(done)
+                if compile_warning and is_main:
+                    print(compile_warning, file=sys.stderr, flush=True)
                 with timer.excluded():  # logging and the progress write to the study are not step time
                     log.log({"step": done, **record})
                     if is_main and reporter is not None:

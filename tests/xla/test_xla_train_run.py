@@ -63,8 +63,8 @@ def test_xla_run_matches_cpu_run(runs: dict[str, Path]) -> None:
         assert a.keys() == b.keys()
         for key, value in b.items():
             assert a[key] == pytest.approx(value, rel=1e-4, abs=1e-5), (a["step"], key)
-    evals = [r for r in xla if "eval/count" in r]
-    assert evals and all(r["eval/count"] == 32 for r in evals)  # every eval example once: no double count
+    evals = [r for r in xla if "eval/halted_examples" in r]
+    assert evals and all(r["eval/halted_examples"] == 32 for r in evals)  # every eval example once: no double count
 
 
 def test_xla_run_summary_and_checkpoint(runs: dict[str, Path]) -> None:

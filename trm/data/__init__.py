@@ -7,7 +7,8 @@ Builder and loader names are imported lazily: data building never pays for impor
 from typing import Any
 
 from .format import DatasetError, SplitMeta, fingerprint, load_split, read_meta, write_split
-from .sudoku import augment, generate, read_csv, solve, solve_count, validate_pairs
+from .sudoku import augment, generate, solve, solve_count
+from .sudoku_csv import read_csv, validate_pairs
 
 _LAZY = {
     "TrainLoader": "loader",

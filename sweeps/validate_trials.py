@@ -1,0 +1,204 @@
+"""The search space and each trial's training config, checked against the trainer's own config before anything
+runs: every searched key exists (the training config composed with each branch of the space, exactly as a trial
+would get it), every range gives values of the key's type, step counts and batch sizes are positive, a batch
+splits over the launcher's world, a dataset given by path exists where it can be checked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+
+from contracts.choices import check_device_choice, check_kernels_choice, check_precision_choice, compile_mode
+from contracts.hydra_app import compose_train_config
+from contracts.overrides import parse_override
+from sweeps.config_values import SweepConfigError, is_a, is_int, kind_of, type_name
+from sweeps.space import SearchSpace, to_overrides
+
+# Counts in the trial's training config that must be >= 1 (0 steps trains nothing; a 0 interval divides by zero).
+POSITIVE_TRAIN_KEYS = (
+    "train.steps",
+    "train.eval_interval",
+    "train.log_interval",
+    "train.global_batch_size",
+    "train.eval_batch_size",
+)
+
+
+def compose_trial(base: list[str], values: dict[str, Any], where: str) -> DictConfig:
+    """The training config one trial would get; Hydra's own error, with the study key named, if not."""
+    overrides = [*base, *to_overrides(values)]
+    try:
+        return compose_train_config(overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        message = str(err).strip().splitlines()[0]
+        culprit = next((k for k in values if k.split(".")[-1] in message or k in message), None)
+        named = f"{where}[{culprit!r}]={values[culprit]!r}" if culprit else f"{where} ({' '.join(overrides)})"
+        raise SweepConfigError(f"{named} does not fit the training config (conf/train.yaml): {message}") from None
+
+
+def _ranges(cfg: DictConfig, space: SearchSpace) -> Iterator[tuple[str, str, str, BaseDistribution, dict[str, Any]]]:
+    """(where, key, spec as written, distribution, the choice it is conditional on) for every searched key."""
+    specs = dict(cfg.study.space[cfg.scale].items())
+    for key, dist in space.params.items():
+        yield f"study.space.{cfg.scale}", key, str(specs[key]), dist, {}
+    branches = (cfg.study.get("conditional") or {}).get(cfg.scale) or {}
+    for cond in space.conditionals:
+        # The branch as written ("true" for the choice True), named as sweeps.space names it.
+        choice, written = next(
+            (c, params) for c, params in branches[cond.parent].items() if str(c).lower() == str(cond.choice).lower()
+        )
+        for key, dist in cond.params.items():
+            yield (
+                f"study.conditional[{cond.parent!r}][{choice!r}]",
+                key,
+                str(dict(written.items())[key]),
+                dist,
+                {cond.parent: cond.choice},
+            )
+
+
+def _as_the_job_reads(key: str, value: Any) -> Any:
+    """A sampled value as trm.train will read it from its command line (choice("[0.9,0.95]") is a list there)."""
+    override = to_overrides({key: value})[0]
+    parsed = parse_override(override)
+    if parsed.is_sweep_override():
+        raise HydraException(
+            f"`{override}` is a list of several values on a command line; quote the value inside the choice"
+        )
+    return parsed.value()
+
+
+def _fits(value: Any, reference: Any) -> bool:
+    """Whether a value can stand where the training config has `reference` (null always may: e.g. eval_examples)."""
+    kind = kind_of(reference)
+    return value is None or kind is None or is_a(value, kind)
+
+
+def check_range_types(cfg: DictConfig, space: SearchSpace, base: list[str]) -> None:
+    """Every value a range can give must have the type the key has in the training config: a float for an integer
+    key (`interval(2, 7)` for arch.L_layers) or a string for a number composes today and fails the trial that
+    draws it. A choice of a config group (optim: choice(adamw, lion)) must name existing options, each of them."""
+    configs: dict[tuple[tuple[str, Any], ...], DictConfig] = {}
+
+    def config_with(choice: dict[str, Any], where: str) -> DictConfig:
+        key = tuple(choice.items())
+        if key not in configs:
+            configs[key] = compose_trial(base, choice, where)
+        return configs[key]
+
+    for where, key, spec, dist, condition in _ranges(cfg, space):
+        reference = OmegaConf.select(
+            config_with(condition, where), key, default=None, throw_on_resolution_failure=False
+        )
+        named = f"{where}[{key!r}]={spec!r}"
+        if isinstance(reference, DictConfig):  # a config group: each choice must be one of its options
+            for choice in dist.choices if isinstance(dist, CategoricalDistribution) else ():
+                config_with({**condition, key: choice}, where)
+            continue
+        if isinstance(dist, CategoricalDistribution):
+            for choice in dist.choices:
+                try:
+                    value = _as_the_job_reads(key, choice)
+                except HydraException as err:
+                    raise SweepConfigError(
+                        f"{named}: the choice {choice!r} does not survive the trial's command line: {str(err).strip().splitlines()[0]}"
+                    ) from None
+                if not _fits(value, reference):
+                    raise SweepConfigError(
+                        f"{named}: {key} is {type_name(reference)} in the training config (now {reference!r}) but the "
+                        f"choice {choice!r} is {type_name(value)}; give choices of that type"
+                    )
+        elif isinstance(dist, FloatDistribution) and not _fits(float(dist.low), reference):
+            hint = (
+                f"; use range({int(dist.low)}, {int(dist.high) + 1}) or choice(...) of integers"
+                if is_int(reference)
+                else ""
+            )
+            raise SweepConfigError(
+                f"{named}: {key} is {type_name(reference)} in the training config (now {reference!r}) but interval(...) draws floats{hint}"
+            )
+        elif isinstance(dist, IntDistribution) and not _fits(int(dist.low), reference):
+            raise SweepConfigError(
+                f"{named}: {key} is {type_name(reference)} in the training config (now {reference!r}) but range(...) draws integers; use choice(...)"
+            )
+
+
+def check_trial_config(
+    train_cfg: DictConfig, world_size: int, launcher_name: str, local_data: bool, slot_chips: int | None
+) -> None:
+    for key in POSITIVE_TRAIN_KEYS:
+        value = OmegaConf.select(train_cfg, key)
+        if not is_int(value) or value < 1:
+            raise SweepConfigError(
+                f"{key}={value!r} in the trials' training config: expected an integer >= 1 (from trial.overrides, the study's fixed overrides or its search space)"
+            )
+    try:  # the job would refuse these at start; a sweep refuses them before its first trial
+        check_precision_choice(train_cfg.train.precision, train_cfg.train.bf16_mode)
+        compile_mode(train_cfg.train.compile)
+        check_kernels_choice(train_cfg.train.kernels)
+        check_device_choice(OmegaConf.select(train_cfg, "runtime.device", default="auto"))
+    except ValueError as e:
+        raise SweepConfigError(f"{e} (in the trials' training config)") from None
+    examples = train_cfg.train.eval_examples
+    if examples is not None and (not is_int(examples) or examples < 1):
+        raise SweepConfigError(
+            f"train.eval_examples={examples!r} in the trials' training config: expected an integer >= 1, or null for the whole test split"
+        )
+    batch = train_cfg.train.global_batch_size
+    if batch % world_size:
+        raise SweepConfigError(
+            f"train.global_batch_size={batch} is not divisible by the world size {world_size} of launcher "
+            f"{launcher_name}: use a multiple of {world_size}"
+        )
+    if slot_chips and batch % slot_chips:
+        raise SweepConfigError(
+            f"train.global_batch_size={batch} is not divisible by the {slot_chips} chips of each slot "
+            f"(launcher.slots): the global batch stays what the study says and each chip takes an equal share; "
+            f"use a multiple of {slot_chips} or other slots"
+        )
+    if local_data and train_cfg.data.source == "path":
+        path = OmegaConf.select(train_cfg, "data.path", throw_on_missing=False)
+        if path in (None, "???") or not (Path(path) / "train" / "dataset.json").exists():
+            raise SweepConfigError(
+                f"data.path={path!r}: no dataset there (expected train/dataset.json); build one with "
+                f"`python -m trm.data.build --source csv ...` or use data=sudoku_generated"
+            )
+
+
+# What `trial` holds. The trial length is no longer a key of its own: it is train.steps of the trial's training
+# config (trial.overrides or the experiment's), the one source for the job and for the pruner's max resource.
+TRIAL_KEYS = frozenset({"overrides", "run_root", "checkpoint_root"})
+
+
+def trial_length(base_overrides: list[str]) -> int:
+    """train.steps of every trial: the training config that trial.overrides (and the study's fixed overrides) make.
+    It is the pruner's max resource and the progress display's 100%."""
+    steps = compose_trial(base_overrides, {}, "trial.overrides").train.steps
+    if not is_int(steps) or steps < 1:
+        raise SweepConfigError(f"train.steps={steps!r} (in trial.overrides): expected an integer >= 1")
+    return int(steps)
+
+
+def check_trial_keys(cfg: DictConfig, space: SearchSpace) -> None:
+    unknown = sorted(set(cfg.trial.keys()) - TRIAL_KEYS)
+    if "train_steps" in unknown:
+        raise SweepConfigError(
+            "trial.train_steps is gone: the trial length is train.steps in trial.overrides, one source for the "
+            "trials and the pruner (e.g. 'trial.overrides=[experiment=tiny_cpu,train.steps=60]')"
+        )
+    if unknown:
+        raise SweepConfigError(
+            f"trial.{unknown[0]}: not a trial setting, so nothing would read it; accepted: {sorted(TRIAL_KEYS)}"
+        )
+    searched = [*space.params, *(key for cond in space.conditionals for key in cond.params)]
+    if "train.steps" in searched:
+        raise SweepConfigError(
+            f"study.space.{cfg.scale}['train.steps']: the trial length is the pruner's max resource, the same for every "
+            "trial; set it in trial.overrides (or a study's `fixed`), or run one study per length"
+        )
