@@ -105,6 +105,8 @@ def test_every_launcher_knob_in_conf_is_its_constructors_default(name: str) -> N
     from hydra.utils import get_class
 
     conf = packaged_yaml(f"launcher/{name}.yaml")
+    assert conf.pop("defaults") == ["_base", "_self_"]  # shared knobs: conf/launcher/_base.yaml, its own win
+    conf = {**packaged_yaml("launcher/_base.yaml"), **conf}
     launcher = get_class(conf.pop("_target_"))
     params = inspect.signature(launcher).parameters
     assert set(conf) == set(params), f"conf/launcher/{name}.yaml vs the constructor"

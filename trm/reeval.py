@@ -20,7 +20,7 @@ from typing import cast
 from omegaconf import DictConfig
 
 from contracts.hydra_app import to_dict
-from contracts.metric_names import MAXIMIZED
+from contracts.metric_names import HALTED_EXAMPLES, MAXIMIZED
 from storage import engine_settings, open_storage
 from storage.record import STUDY_UID_ATTR, Reeval, reeval_attr
 from trm import checkpoint
@@ -102,7 +102,7 @@ def _evaluate(cfg: DictConfig, runtime: Runtime) -> Reeval:
     )
     metrics = evaluate(eval_model, batches, runtime, cycles, precision=chosen.mode, loss=train.loss)
     objective = str(train.objective)
-    counted = int(metrics["eval/count"])
+    counted = int(metrics[f"eval/{HALTED_EXAMPLES}"])
     value = float(metrics[objective])
     return Reeval(
         trial=int(cfg.sweep.trial_number) if cfg.sweep.trial_number is not None else -1,
