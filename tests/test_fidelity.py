@@ -209,6 +209,7 @@ def bf16_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
     return golden_bf16, torch.load(out, weights_only=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", VARIANTS)
 def test_bf16_reference_eval_is_the_references_bit_for_bit(bf16_runs: tuple[dict, dict], name: str) -> None:
     """train.precision=bf16_reference computes what the reference computes with forward_dtype=bfloat16: every

@@ -18,6 +18,8 @@ from sweeps.launchers.torchrun import free_port
 from sweeps.preflight import PreflightError, main
 from tests.sweep_helpers import FAST_TRIAL, fake_pod, trial_list
 
+pytestmark = pytest.mark.slow  # every test here starts processes or trains
+
 FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
 OLD_PYTHON3 = FAKE_GCLOUD.parent / "vm-bin" / "python3"
 

@@ -218,6 +218,7 @@ def test_the_legacy_xla_dist_launcher_is_gone() -> None:
         compose_sweep_config(["launcher=xla_dist"])
 
 
+@pytest.mark.slow
 def test_every_gcloud_call_is_quiet_and_carries_the_ssh_flags(pod: Path, tmp_path: Path) -> None:
     """The first ssh sets up keys and would prompt (no terminal: the stand-in fails it, as gcloud does) unless
     --quiet; VMs without an external IP need --internal-ip (or --tunnel-through-iap) on every ssh and scp."""
@@ -232,6 +233,7 @@ def test_every_gcloud_call_is_quiet_and_carries_the_ssh_flags(pod: Path, tmp_pat
         launcher(ssh_flags=["internal-ip"]).validate()
 
 
+@pytest.mark.slow
 def test_an_old_python3_on_the_vms_is_refused_naming_the_key_and_the_fix(pod: Path) -> None:
     """The stand-in VMs' python3 is 3.10 (as TPU VM images have shipped): refused at prepare, before any trial."""
     with pytest.raises(
@@ -240,6 +242,7 @@ def test_an_old_python3_on_the_vms_is_refused_naming_the_key_and_the_fix(pod: Pa
         launcher(python="python3").prepare()
 
 
+@pytest.mark.slow
 def test_a_python_under_home_is_expanded_by_the_vm_shell(pod: Path, tmp_path: Path) -> None:
     """launcher.python=~/... is each VM's own home (the VM's shell expands `~`; quoted whole it would not)."""
     for worker in (0, 1):
@@ -252,6 +255,7 @@ def test_a_python_under_home_is_expanded_by_the_vm_shell(pod: Path, tmp_path: Pa
     assert (pod / "test-pod" / "worker-0" / "my trm" / "run" / "summary.json").is_file()
 
 
+@pytest.mark.slow
 def test_a_job_ignoring_sigterm_is_killed_after_the_grace_on_every_vm(pod: Path, tmp_path: Path) -> None:
     """A job stuck where it cannot act on SIGTERM (compiling, TPU start-up, a collective) would keep its chips:
     the stop sends SIGKILL on the VMs after launcher.kill_grace_s."""
@@ -272,6 +276,7 @@ def test_a_job_ignoring_sigterm_is_killed_after_the_grace_on_every_vm(pod: Path,
             os.kill(int(pid), signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_the_control_plane_keeps_off_libtpus_ports_and_names_the_key_when_its_port_is_taken(
     pod: Path, tmp_path: Path
 ) -> None:
@@ -291,6 +296,7 @@ def test_the_control_plane_keeps_off_libtpus_ports_and_names_the_key_when_its_po
     assert "must be free" in line and "ephemeral port" in line
 
 
+@pytest.mark.slow
 def test_checkpoints_on_gcs_need_gcsfs_which_the_tpu_extra_brings(pod: Path, tmp_path: Path) -> None:
     """fsspec opens gs:// only with gcsfs: the `tpu` extra installs it, and a worker without it refuses a gs://
     checkpoint.url at start-up in one line naming the key, before any training step."""
@@ -309,6 +315,7 @@ def test_checkpoints_on_gcs_need_gcsfs_which_the_tpu_extra_brings(pod: Path, tmp
     assert not (pod / "test-pod" / "worker-0" / "trm" / "run" / "metrics.jsonl").exists()  # nothing trained
 
 
+@pytest.mark.slow
 def test_a_slot_whose_chips_an_earlier_job_still_holds_takes_no_more_trials(pod: Path) -> None:
     """A job that outlived its stop keeps its chips: the slot is not given to the next trial (which would find
     the TPU busy); a slot of the same VM on other chips is."""
