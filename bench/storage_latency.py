@@ -52,12 +52,14 @@ from typing import Any
 
 import optuna
 import psycopg2
+from optuna.distributions import FloatDistribution
 from sqlalchemy.engine import make_url
 
 import storage
 from bench._results import RESULTS, cpu_facts, fmt, percentile, write_results
 from storage.url import driver_url
 from sweeps.draw import draw_within_budget
+from sweeps.space import SearchSpace
 from trm.trial_link import TrialLink
 
 OPERATIONS = ("report+should_prune", "ask+tell")
@@ -82,13 +84,8 @@ def psycopg2_url(url: str) -> str:
     return driver_url(url).render_as_string(hide_password=False)
 
 
-class OneFloat:
-    """One continuous parameter, as a real space has: the driver's duplicate check compares it."""
-
-    conditionals: list[Any] = []
-
-    def sample(self, trial: optuna.Trial) -> dict[str, Any]:
-        return {"x": trial.suggest_float("x", 0.0, 1.0)}
+# One continuous parameter, as a real space has: the driver's duplicate check compares it.
+ONE_FLOAT = SearchSpace({"x": FloatDistribution(0.0, 1.0)})
 
 
 def build_op(spec: dict[str, Any]) -> tuple[Callable[[int], None], optuna.Study]:
@@ -122,7 +119,7 @@ def build_op(spec: dict[str, Any]) -> tuple[Callable[[int], None], optuna.Study]
         )
         study = optuna.load_study(study_name=name, storage=rdb, sampler=sampler)
         # The driver's own draw (sweeps/draw.py), with a budget never reached: every ask goes through.
-        ask = partial(draw_within_budget, study, rdb, OneFloat(), 10**9)
+        ask = partial(draw_within_budget, study, rdb, ONE_FLOAT, 10**9)
     else:
         study = optuna.load_study(study_name=name, storage=plain, sampler=sampler)
         ask = study.ask
