@@ -92,7 +92,7 @@ bench-pruning: setup      ## the CPU proxy study with and without the Hyperband 
 
 # Our train step vs the TRM reference's (a TinyRecursiveModels checkout at REF, imported from there, never copied),
 # side by side per mode. The reference's side runs under its own venv: torch pinned first, as in setup, then what
-# its model imports (einops, pydantic). REF_ARGS: this 2-core AVX2 machine's sizes (bf16 is ~20x slower there).
+# its model imports (einops, pydantic). REF_ARGS: sizes for a 2-core CPU without bf16 units (docs/benchmarks.md).
 REF_VENV  ?= .venv-ref
 REF_PY    := $(REF_VENV)/bin/python
 REF_STAMP := $(REF_VENV)/.installed
