@@ -1,6 +1,6 @@
 """Rank 0's link to its Optuna trial: report each eval, ask the pruner, store the outcome.
 
-The study record is the channel back to the driver (DESIGN.md): with ssh fan-out to many VMs, exit codes
+The study record is the channel back to the driver: with ssh fan-out to many VMs, exit codes
 and logs are not reliable, so the job writes `outcome`, metrics, best step and the error tail as trial user
 attributes, and the driver trusts those. The job never `tell`s: the driver does, after reading them.
 

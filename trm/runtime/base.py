@@ -1,6 +1,6 @@
 """The runtime the training loop talks to: who am I, reduce, broadcast, barrier; and the control plane.
 
-Two planes (DESIGN.md): a gloo *control plane* over the job's processes for everything that is not a model
+Two planes: a gloo *control plane* over the job's processes for everything that is not a model
 tensor (start-up agreement, prune verdicts, barriers), and a *data plane* for gradients: DDP for
 `torch`, nothing for `single` (both here), SPMD for `xla` (trm/runtime/xla.py, one process per host). Every
 collective has a timeout so no rank waits forever on a dead peer. `trm.runtime.init_runtime` picks one.
