@@ -235,9 +235,12 @@ def test_every_gcloud_call_is_quiet_and_carries_the_ssh_flags(pod: Path, tmp_pat
 
 @pytest.mark.slow
 def test_an_old_python3_on_the_vms_is_refused_naming_the_key_and_the_fix(pod: Path) -> None:
-    """The stand-in VMs' python3 is 3.10 (as TPU VM images have shipped): refused at prepare, before any trial."""
+    """The stand-in VMs' python3 is 3.10 (as TPU VM images have shipped): refused at prepare, before any trial,
+    naming every worker in worker order (they answer in any order)."""
     with pytest.raises(
-        LauncherConfigError, match=r"launcher.python='python3' is older than Python 3.11 \(worker 0 python 3.10.12"
+        LauncherConfigError,
+        match=r"launcher.python='python3' is older than Python 3.11 "
+        r"\(worker 0 python 3.10.12; worker 1 python 3.10.12\)",
     ):
         launcher(python="python3").prepare()
 

@@ -152,7 +152,9 @@ class TpuPodLauncher:
         argv = self.ssh_argv("all", python_check(self.python))
         proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=self.ssh_timeout_s)
         if proc.returncode == TOO_OLD:
-            found = "; ".join(re.findall(r"worker \S+ python \S+", proc.stdout))  # one os.write per worker
+            # One os.write per worker, in whatever order the workers answer: sorted so the message is stable.
+            answers = sorted(re.findall(r"worker (\d+) python (\S+)", proc.stdout), key=lambda a: int(a[0]))
+            found = "; ".join(f"worker {w} python {v}" for w, v in answers)
             raise LauncherConfigError(
                 f"launcher.python={self.python!r} is older than Python {min_python()} ({found}): "
                 + VENV_FIX.format(v=min_python())
