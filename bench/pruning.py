@@ -231,23 +231,41 @@ REPLAY_PRUNERS = {  # what-if pruners replayed on the reference arm's recorded c
 }
 
 
+RESOURCES = ("steps", "gflops")  # what a replay reports as Optuna's step: the training step, or cumulative GFLOPs
+
+
 def replay_curves(
-    trials: list[dict[str, Any]], pruner: optuna.pruners.BasePruner, metric: str, objective: str = "eval/exact_accuracy"
+    trials: list[dict[str, Any]],
+    pruner: optuna.pruners.BasePruner,
+    metric: str,
+    objective: str = "eval/exact_accuracy",
+    resource: str = "steps",
 ) -> dict[str, Any]:
     """Optuna's `pruner` on recorded curves, on an in-memory study: the trials that reported are asked in their
-    order, report `metric` at each eval and ask should_prune(); a finished one is told its best `objective`.
+    order (with their recorded parameters), report `metric` at each eval and ask should_prune(); a finished one is
+    told its best `objective`. The step reported is the training step (`resource="steps"`) or the trial's
+    cumulative FLOPs to that eval in whole GFLOPs (`"gflops"`: successive-halving rungs become FLOP budgets).
     Returns the steps and FLOPs they ran (at each trial's FLOPs per step), the best value kept, the pruned trials."""
+    if resource not in RESOURCES:
+        raise ValueError(f"resource={resource!r}: expected one of {', '.join(RESOURCES)}")
     # A fixed name: Hyperband assigns brackets by a hash of the study name and trial number.
-    study = optuna.create_study(study_name="replay", direction="maximize", pruner=pruner)
+    study = optuna.create_study(
+        storage=optuna.storages.InMemoryStorage(), study_name="replay", direction="maximize", pruner=pruner
+    )
+    replayed = [rec for rec in sorted(trials, key=lambda r: r["number"]) if rec["eval"]]  # refused ones trained nothing
+    choices: dict[str, list[Any]] = {}
+    for rec in replayed:
+        for name, value in (rec.get("params") or {}).items():
+            choices.setdefault(name, []).extend([] if value in choices.get(name, []) else [value])
+    space = {name: optuna.distributions.CategoricalDistribution(values) for name, values in choices.items()}
     steps = flops = 0.0
     best, pruned_trials = None, []
-    for rec in sorted(trials, key=lambda r: r["number"]):
-        if not rec["eval"]:  # a refused duplicate or a failed launch: nothing reported, nothing to replay
-            continue
-        trial, per_step = study.ask(), (rec["compute_flops"] or 0) / max(1, rec["steps"] or 1)
+    for rec in replayed:
+        study.enqueue_trial(rec.get("params") or {})  # the trial carries its recorded parameters: none is drawn
+        trial, per_step = study.ask(space), (rec["compute_flops"] or 0) / max(1, rec["steps"] or 1)
         done, pruned = 0, False
         for r in rec["eval"]:
-            trial.report(r[metric], r["step"])
+            trial.report(r[metric], r["step"] if resource == "steps" else round(r["step"] * per_step / 1e9))
             done = r["step"]
             if trial.should_prune():
                 pruned = True

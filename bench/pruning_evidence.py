@@ -1,7 +1,7 @@
 """The evidence-checking pruner (sweeps/pruning_evidence.py) replayed on the saved unpruned studies' curves.
 
-    python bench/pruning_evidence.py                     # reads bench/results/pruning_1000steps.json
-    python bench/pruning_evidence.py --results other.json --out-name pruning_evidence_other
+    python -m bench.pruning_evidence                     # reads bench/results/pruning_1000steps.json
+    python -m bench.pruning_evidence --results other.json --out-name pruning_evidence_other
 
 Each rule is Optuna's own pruner, bare or wrapped in EvidencePruner, run on an in-memory Optuna study: the
 unpruned study's trained trials are asked in their order, each reports its recorded curve of the prune metric
@@ -12,21 +12,24 @@ a replay ranks rules; a real study shows one.
 
 Kept: the replay's best within one eval standard error of the unpruned best, the binomial
 sqrt(p (1 - p) / n) at the unpruned best p and the eval's puzzle count n (`eval/count` of the curves).
-Table: bench/results/<out-name>.md; the cheapest rule that keeps the best in every seed first.
+Table: bench/results/<out-name>.md; the cheapest rule that keeps the best in every seed first. The replay and the
+table are shared with bench/pruning_replays.py (other Optuna pruners, some on cumulative FLOPs as the step).
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
+import json
 import math
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import optuna
 
-from bench._results import run_header, write_results
+from bench._results import RESULTS, run_header, write_results
 from bench.pruning import replay_curves
-from bench.pruning_replays import trained, unpruned_studies
 from storage.record import PRUNER_EVIDENCE_ATTR
 from sweeps.pruning_evidence import EvidencePruner
 
@@ -46,15 +49,44 @@ AUDITS = [(4, 0, 4), (5, 0, 5), (6, 0, 4), (6, 0, 6), (8, 0, 6), (3, 3, 3), (4, 
 AGREEMENTS = (0.3, 0.5, 0.7)
 
 
+class Rule(NamedTuple):
+    """A replayed rule: the metric its trials report, a factory for a fresh pruner per replay (some keep state on
+    the instance: Hyperband its brackets), and what is reported as Optuna's step (bench.pruning.RESOURCES)."""
+
+    metric: str
+    make: Callable[[], optuna.pruners.BasePruner]
+    resource: str = "steps"
+
+
+def trained(arm: dict[str, Any]) -> list[dict[str, Any]]:
+    """The trials that reported, in the order the study ran them (refused duplicates trained nothing)."""
+    return sorted((t for t in arm["trials"] if t["eval"]), key=lambda t: t["number"])
+
+
+def unpruned_studies(
+    argv: list[str] | None, doc: str | None, out_name: str
+) -> tuple[argparse.Namespace, dict[str, Any], list[dict[str, Any]]]:
+    """A replay script's arguments, the saved multi-seed results they name, and each seed's unpruned study."""
+    p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    p.add_argument("--results", type=Path, default=RESULTS / "pruning_1000steps.json")
+    p.add_argument("--out-dir", type=Path, default=RESULTS)
+    p.add_argument("--out-name", default=out_name)
+    args = p.parse_args(argv)
+    saved = json.loads(args.results.read_text())
+    return args, saved, [seed["arms"][0] for seed in saved["per_seed"]]
+
+
 def standard_error(p: float, n: int) -> float:
     """The binomial standard error of an accuracy p measured on n puzzles."""
     return math.sqrt(p * (1 - p) / n)
 
 
-def replay(arm: dict[str, Any], pruner: optuna.pruners.BasePruner, metric: str) -> dict[str, Any]:
+def replay(
+    arm: dict[str, Any], pruner: optuna.pruners.BasePruner, metric: str, resource: str = "steps"
+) -> dict[str, Any]:
     """One rule on one unpruned study's curves: steps and FLOPs against the study's, the best kept."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    run = replay_curves(arm["trials"], pruner, metric, OBJECTIVE)
+    run = replay_curves(arm["trials"], pruner, metric, OBJECTIVE, resource)
     reference = max(max(r[OBJECTIVE] for r in t["eval"]) for t in trained(arm))
     se = standard_error(reference, int(trained(arm)[0]["eval"][-1]["eval/count"]))
     gap = reference - (run["best"] if run["best"] is not None else 0.0)
@@ -76,26 +108,29 @@ def rungs_on(record: dict[str, Any] | None) -> list[int] | None:
     return None if record is None else sorted(int(step) for step, rung in record["rungs"].items() if rung["on"])
 
 
-def rules(steps: int) -> dict[str, tuple[str, Callable[[], optuna.pruners.BasePruner]]]:
-    """Every rule: the bare Optuna pruners, then each wrapped with every audit setting; name -> (metric, factory)."""
-    out: dict[str, tuple[str, Callable[[], optuna.pruners.BasePruner]]] = {}
+def rules(steps: int) -> dict[str, Rule]:
+    """Every rule: the bare Optuna pruners, then each wrapped with every audit setting."""
+    out: dict[str, Rule] = {}
     for metric, (name, make) in itertools.product(METRICS, WRAPPED.items()):
-        out[f"{name}, {metric}"] = (metric, lambda m=make: m(steps))
+        out[f"{name}, {metric}"] = Rule(metric, lambda m=make: m(steps))
         for (first, every, min_audit), agree in itertools.product(AUDITS, AGREEMENTS):
             label = f"evidence(audit first {first}, every {every or '-'}, tau >= {agree} over >= {min_audit}) on {name}, {metric}"
-            out[label] = (
+            out[label] = Rule(
                 metric,
                 lambda m=make, f=first, e=every, a=agree, k=min_audit: EvidencePruner(m(steps), f, e, k, a),
             )
     return out
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args, saved, arms = unpruned_studies(argv, __doc__, "pruning_evidence")
-    steps = max(t["steps"] for arm in arms for t in trained(arm))
+def replay_all(
+    argv: list[str] | None, doc: str | None, out_name: str, rules: Callable[[list[dict[str, Any]]], dict[str, Rule]]
+) -> dict[str, Any]:
+    """Every rule (`rules(arms)`, name -> Rule) replayed on every seed's unpruned study: the JSON result and the
+    table at <out-dir>/<out-name>.{json,md}, sorted by seeds kept, then mean FLOPs."""
+    args, saved, arms = unpruned_studies(argv, doc, out_name)
     rows = []
-    for name, (metric, make) in rules(steps).items():
-        seeds = [replay(arm, make(), metric) for arm in arms]
+    for name, rule in rules(arms).items():
+        seeds = [replay(arm, rule.make(), rule.metric, rule.resource) for arm in arms]
         rows.append({
             "rule": name,
             "seeds": seeds,
@@ -104,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "mean_flops_ratio": sum(s["flops_ratio"] for s in seeds) / len(seeds),
         })  # fmt: skip
     rows.sort(key=lambda r: (-r["kept_in"], r["mean_flops_ratio"]))
-    result = {**run_header("pruning_evidence", argv), "source": str(args.results), "rows": rows}
+    result = {**run_header(out_name, argv), "source": str(args.results), "rows": rows}
     seeds = [s["seed"] for s in saved["per_seed"]]
     lines = [
         f"Replays on the unpruned studies of {args.results.name} (seeds {seeds}): per seed the FLOPs share, the gap "
@@ -123,6 +158,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     write_results(args.out_name, result, "\n".join(lines), args.out_dir)
     return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    return replay_all(
+        argv, __doc__, "pruning_evidence", lambda arms: rules(max(t["steps"] for a in arms for t in trained(a)))
+    )
 
 
 if __name__ == "__main__":
