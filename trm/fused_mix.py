@@ -17,8 +17,9 @@ So it serves the bf16 precisions only; fp32 keeps the torch path.
 
 Gradients: `mix_sublayer` is a torch custom op (torch.compile keeps it as one call) whose backward recomputes the
 sublayer from its input in torch ops (`mix_sublayer_backward`, the explicit chain rule of the same bf16 roundings),
-so nothing of the inner width is saved. Under Triton's interpreter (TRITON_INTERPRET=1) it runs on CPU tensors:
-the tests' way to check the kernel without a GPU.
+so nothing of the inner width is saved. `train.kernels=fused_mix_bwd` differentiates it with a Triton backward
+instead (trm/fused_mix_backward.py), for which the kernel also writes the residual sum (SAVE_SUM). Under Triton's
+interpreter (TRITON_INTERPRET=1) it runs on CPU tensors: the tests' way to check the kernel without a GPU.
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def _mix_kernel(
 def _tuned_kernel() -> Any:
     """The kernel under Triton's autotuner over TILES, keyed on the shapes (batch too: it sets the grid)."""
     configs = [triton.Config({"BLOCK_C": c, "BLOCK_I": i}, num_warps=w) for c, i, w in TILES]
-    return triton.autotune(configs=configs, key=["batch", "hidden", "seq", "inner", "ROUND_SUM", "SAVE_SUM"])(_mix_kernel)
+    key = ["batch", "hidden", "seq", "inner", "ROUND_SUM", "SAVE_SUM"]
+    return triton.autotune(configs=configs, key=key)(_mix_kernel)
 
 
 def tuned_tile() -> str | None:

@@ -4,12 +4,12 @@
 normalized (one more write of h's size, no inner-width tensor), and whose backward is `mix_sublayer_grads`:
 
 1. One Triton kernel per (batch row, channel block), in the flash-attention orientation (channels are the dots'
-   M, so every product's left operand stays in registers): the norm's backward from the saved sum and the output
-   gradient (the tile holds the whole seq axis), then over the inner width in chunks: gate and up recomputed
-   (K = seq), the down product's input gradient (K = seq), silu*mul's backward, and the input gradient
-   accumulated on chip (K = the chunk). It writes act = silu(gate) * up and the gate/up gradient in bf16, rows
-   (batch, channel), and the input and output gradients transposed to the same rows, seq padded to a multiple
-   of 8 (aligned GEMM operands).
+   M, so the gate/up gradient enters the input-gradient product from registers, as attention's probabilities do):
+   the norm's backward from the saved sum and the output gradient (the tile holds the whole seq axis), then over
+   the inner width in chunks (weights by pipelined TMA copies): gate and up recomputed (K = seq), the down
+   product's input gradient (K = seq), silu*mul's backward, the input gradient accumulated on chip (K = the
+   chunk). It writes act = silu(gate) * up and the gate/up gradient in bf16 (rows: batch x hidden), and h and
+   the output gradient transposed to the same rows, seq padded to a multiple of 8 (aligned GEMM operands).
 2. The weight gradients, sums over all batch x hidden rows, as two bf16 GEMMs (cuBLAS on a GPU) of those.
 
 The torch path's backward, the recompute one (trm.fused_mix.mix_sublayer_backward) and this one compute the same
@@ -28,16 +28,39 @@ from torch import Tensor
 
 from trm.fused_mix import _dot, _jit, _round_bf16, interpreting, launch_forward, padded_seq, tl, triton
 
+try:  # with Triton (trm/kernels.py refuses the fused choices without it)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - depends on the install
+    TensorDescriptor = None
+
 # Tile choices of the backward kernel (channels per program, inner-width chunk per loop step, warps), as
 # trm.fused_mix.TILES: the autotuner times them on a GPU; the interpreter takes the first. Chunks divide the inner
 # width (a multiple of 256). The loop holds the input-gradient accumulator [channels, SEQ_PAD] and three
-# [channels, chunk] fp32 products: the larger tiles need 8 warps to stay within the registers.
-BWD_TILES = ((64, 32, 4), (64, 64, 4), (128, 32, 8), (128, 64, 8), (64, 32, 8))
+# [channels, chunk] fp32 products. Compiled for sm_90 (Triton 3.6, paper MLP-t) they spill 0, 120, 160 and 312
+# bytes of registers, in this order; 4 warps with chunk 64, or 128 channels with chunk 64, spill 380+.
+BWD_TILES = ((64, 32, 8), (64, 64, 8), (64, 32, 4), (128, 32, 8))
+MAX_SEQ_PAD = 256  # a TMA copy's largest block side: the weights' blocks span SEQ_PAD
+
+
+@_jit
+def _norm_grad(
+    sum_ptr, dy_ptr, offsets, tile, eps, seq: tl.constexpr, ROUND_SUM: tl.constexpr, INTERPRET: tl.constexpr
+):
+    """The gradient of rms_norm (over seq, axis 1 of the [channels, SEQ_PAD] tile) w.r.t. its input, the residual
+    sum as the forward saved it, in fp32 rounded as to h's dtype; padded seq and channels: 0."""
+    total = tl.load(sum_ptr + offsets, mask=tile, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + offsets, mask=tile, other=0.0).to(tl.float32)
+    inv = tl.rsqrt(tl.sum(total * total, axis=1) / seq + eps)
+    y = total * inv[:, None]
+    d_total = inv[:, None] * (dy - y * (tl.sum(dy * y, axis=1) / seq)[:, None])
+    if ROUND_SUM:
+        d_total = _round_bf16(d_total, INTERPRET)
+    return d_total
 
 
 @_jit
 def _mix_grad_kernel(
-    h_ptr, sum_ptr, dy_ptr, wgu_ptr, wd_ptr, dx_ptr, act_ptr, dgu_ptr, xt_ptr, dout_ptr, batch, hidden, eps,
+    h_ptr, sum_ptr, dy_ptr, wgu_desc, wd_desc, dx_ptr, act_desc, dgu_desc, xt_ptr, dout_ptr, batch, hidden, eps,
     seq: tl.constexpr, inner: tl.constexpr, seq8: tl.constexpr, ROUND_SUM: tl.constexpr, INTERPRET: tl.constexpr,
     SEQ_PAD: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_I: tl.constexpr,
 ):  # fmt: skip
@@ -46,30 +69,25 @@ def _mix_grad_kernel(
     row = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     s = tl.arange(0, SEQ_PAD)
-    i = tl.arange(0, BLOCK_I)
     c_ok = c < hidden
     tile = c_ok[:, None] & (s < seq)[None, :]
     offsets = row * seq * hidden + s[None, :] * hidden + c[:, None]
-    # The norm's backward (rms_norm over seq, the sum rounded to h's dtype as the forward saved it).
-    total = tl.load(sum_ptr + offsets, mask=tile, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + offsets, mask=tile, other=0.0).to(tl.float32)
-    inv = tl.rsqrt(tl.sum(total * total, axis=1) / seq + eps)
-    y = total * inv[:, None]
-    d_total = inv[:, None] * (dy - y * (tl.sum(dy * y, axis=1) / seq)[:, None])
-    if ROUND_SUM:
-        d_total = _round_bf16(d_total, INTERPRET)
-    d_out = _round_bf16(d_total, INTERPRET).to(tl.bfloat16)  # padded seq and channels: 0
+    d_out = _round_bf16(_norm_grad(sum_ptr, dy_ptr, offsets, tile, eps, seq, ROUND_SUM, INTERPRET), INTERPRET)
+    d_out = d_out.to(tl.bfloat16)  # the down product's output gradient
     x = tl.load(h_ptr + offsets, mask=tile, other=0.0)
     if not ROUND_SUM:  # an fp32 stream: the dots take it rounded to bf16, as autocast does
         x = _round_bf16(x, INTERPRET)
     x = x.to(tl.bfloat16)
     m = row * hidden + c  # the row of (batch, channel) in the [batch * hidden, ...] outputs
+    rows_out = m[:, None] * seq8 + s[None, :]
+    padded = c_ok[:, None] & (s < seq8)[None, :]
+    tl.store(xt_ptr + rows_out, x, mask=padded)
+    tl.store(dout_ptr + rows_out, d_out, mask=padded)
     acc = tl.zeros((BLOCK_C, SEQ_PAD), dtype=tl.float32)
     for start in range(0, inner, BLOCK_I):
-        rows = start + i
-        w_gate = tl.load(wgu_ptr + rows[:, None] * SEQ_PAD + s[None, :])  # [chunk, SEQ_PAD], zero-padded
-        w_up = tl.load(wgu_ptr + (rows[:, None] + inner) * SEQ_PAD + s[None, :])
-        w_down = tl.load(wd_ptr + s[:, None] * inner + rows[None, :])  # [SEQ_PAD, chunk]
+        w_gate = wgu_desc.load([start, 0])  # [chunk, SEQ_PAD], zero-padded; TMA copies on a GPU
+        w_up = wgu_desc.load([inner + start, 0])
+        w_down = wd_desc.load([0, start])  # [SEQ_PAD, chunk]
         zeros = tl.zeros((BLOCK_C, BLOCK_I), dtype=tl.float32)
         gate = _round_bf16(_dot(x, tl.trans(w_gate), zeros, INTERPRET), INTERPRET)  # [channels, chunk]
         up = _round_bf16(_dot(x, tl.trans(w_up), zeros, INTERPRET), INTERPRET)
@@ -81,24 +99,34 @@ def _mix_grad_kernel(
         d_up = _round_bf16(d_act * silu, INTERPRET).to(tl.bfloat16)
         acc = _dot(d_gate, w_gate, acc, INTERPRET)  # [channels, SEQ_PAD]
         acc = _dot(d_up, w_up, acc, INTERPRET)
-        written = c_ok[:, None] & (rows < inner)[None, :]
-        tl.store(act_ptr + m[:, None] * inner + rows[None, :], act, mask=written)
-        tl.store(dgu_ptr + m[:, None] * (2 * inner) + rows[None, :], d_gate, mask=written)
-        tl.store(dgu_ptr + m[:, None] * (2 * inner) + inner + rows[None, :], d_up, mask=written)
+        b, c0 = tl.program_id(0), tl.program_id(1) * BLOCK_C  # [batch, hidden, width]: channels past hidden dropped
+        act_desc.store([b, c0, start], tl.reshape(act, (1, BLOCK_C, BLOCK_I)))
+        dgu_desc.store([b, c0, start], tl.reshape(d_gate, (1, BLOCK_C, BLOCK_I)))
+        dgu_desc.store([b, c0, inner + start], tl.reshape(d_up, (1, BLOCK_C, BLOCK_I)))
+    if ROUND_SUM:  # the norm's gradient is bf16 already: d_out
+        d_total = d_out.to(tl.float32)
+    else:  # recomputed: holding it through the loop spilled registers
+        d_total = _norm_grad(sum_ptr, dy_ptr, offsets, tile, eps, seq, ROUND_SUM, INTERPRET)
     d_x = d_total + _round_bf16(acc, INTERPRET)
     if ROUND_SUM:
         d_x = _round_bf16(d_x, INTERPRET)
     tl.store(dx_ptr + offsets, d_x.to(dx_ptr.dtype.element_ty), mask=tile)
-    rows_out = m[:, None] * seq8 + s[None, :]
-    padded = c_ok[:, None] & (s < seq8)[None, :]
-    tl.store(xt_ptr + rows_out, x, mask=padded)
-    tl.store(dout_ptr + rows_out, d_out, mask=padded)
+
+
+def _descriptor_blocks(nargs: dict[str, Any]) -> None:
+    """The blocks the TMA descriptors copy: the weights' [chunk, SEQ_PAD] and [SEQ_PAD, chunk] rows of the tile's
+    chunk, act's and the gate/up gradient's [1, channels, chunk]."""
+    nargs["wgu_desc"].block_shape = [nargs["BLOCK_I"], nargs["SEQ_PAD"]]
+    nargs["wd_desc"].block_shape = [nargs["SEQ_PAD"], nargs["BLOCK_I"]]
+    nargs["act_desc"].block_shape = nargs["dgu_desc"].block_shape = [1, nargs["BLOCK_C"], nargs["BLOCK_I"]]
 
 
 @functools.cache
 def _tuned_grad_kernel() -> Any:
     """The backward kernel under Triton's autotuner over BWD_TILES, keyed on the shapes."""
-    configs = [triton.Config({"BLOCK_C": c, "BLOCK_I": i}, num_warps=w) for c, i, w in BWD_TILES]
+    configs = [
+        triton.Config({"BLOCK_C": c, "BLOCK_I": i}, num_warps=w, pre_hook=_descriptor_blocks) for c, i, w in BWD_TILES
+    ]
     return triton.autotune(configs=configs, key=["batch", "hidden", "seq", "inner", "ROUND_SUM"])(_mix_grad_kernel)
 
 
@@ -111,6 +139,11 @@ def tuned_grad_tile() -> str | None:
 @torch.library.custom_op("trm::mix_sublayer_saving", mutates_args=())
 def mix_sublayer_saving(h: Tensor, gate_up: Tensor, down: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     """trm.fused_mix.mix_sublayer and the residual sum it normalized (h's shape and dtype), for the backward."""
+    if padded_seq(h.shape[1]) > MAX_SEQ_PAD:
+        raise ValueError(
+            f"train.kernels=fused_mix_bwd: seq {h.shape[1]} pads to {padded_seq(h.shape[1])}, over {MAX_SEQ_PAD}: "
+            "the largest block of the backward's TMA copies of the weights"
+        )
     return launch_forward(h, gate_up, down, eps, save_sum=True)
 
 
@@ -134,11 +167,18 @@ def mix_sublayer_grads(
     d_h = torch.empty_like(h)
     act, d_gu = h.new_empty(rows, inner, dtype=bf16), h.new_empty(rows, 2 * inner, dtype=bf16)
     x_t, d_out_t = h.new_empty(rows, seq8, dtype=bf16), h.new_empty(rows, seq8, dtype=bf16)
-    args = (h, total, grad_y, gate_up_pad, down_pad, d_h, act, d_gu, x_t, d_out_t, batch, hidden, eps)
+    # Block shapes set per tile (_descriptor_blocks); SEQ_PAD rows of 2 bytes: the 16-byte alignment TMA needs.
+    descriptors = [
+        TensorDescriptor.from_tensor(t, [1] * t.dim())
+        for t in (gate_up_pad, down_pad, act.view(batch, hidden, inner), d_gu.view(batch, hidden, 2 * inner))
+    ]
+    args = (h, total, grad_y, *descriptors[:2], d_h, *descriptors[2:], x_t, d_out_t, batch, hidden, eps)
     meta = {"seq": seq, "inner": inner, "seq8": seq8, "ROUND_SUM": h.dtype != torch.float32, "SEQ_PAD": seq_pad}
     if interpreting():
         block_c, chunk, _ = BWD_TILES[0]
         grid = (batch, -(-hidden // block_c))
+        names = ("wgu_desc", "wd_desc", "act_desc", "dgu_desc")
+        _descriptor_blocks({**dict(zip(names, descriptors)), "BLOCK_C": block_c, "BLOCK_I": chunk, "SEQ_PAD": seq_pad})
         _mix_grad_kernel[grid](*args, **meta, INTERPRET=True, BLOCK_C=block_c, BLOCK_I=chunk)
     else:
         _tuned_grad_kernel()[lambda m: (batch, -(-hidden // m["BLOCK_C"]))](*args, **meta, INTERPRET=False)

@@ -25,7 +25,8 @@ from contracts.choices import AUTO, check_kernels_choice
 if TYPE_CHECKING:
     from trm.model import ACTModel
 
-FUSED = {"fused_mix": "all", "fused_mix_nograd": "nograd", "fused_mix_bwd": "all_bwd"}  # choice -> trm.model.Block.fused_mix
+# choice -> trm.model.Block.fused_mix
+FUSED = {"fused_mix": "all", "fused_mix_nograd": "nograd", "fused_mix_bwd": "all_bwd"}
 AUTO_CUDA = "fused_mix_nograd"  # the fastest on an H200 (docs/benchmarks.md, "Fused kernels")
 BF16_PRECISIONS = ("bf16", "bf16_reference")
 
