@@ -15,7 +15,9 @@ Built for a lease of a few minutes (docs/benchmarks.md, "Fused kernels"): one pr
    medians, share of the same round's bf16 matmul peak, and same-round ratios against the reference and
    against our torch path. The first step's lm_loss of every runner is recorded (same start: they must agree
    to bf16 rounding).
-3. A table (bench/results/<out-name>.md) and everything (.json); the table is also printed last.
+3. One mix sublayer alone at the timed steps' shape (eager, autocast, --precision): each candidate's forward
+   without gradients and forward + backward, median ms over --sublayer-calls calls: which part a kernel saves.
+4. A table (bench/results/<out-name>.md) and everything (.json); the table is also printed last.
 With --device cpu a fused candidate runs Triton's interpreter (TRITON_INTERPRET=1, set here): only --quick sizes.
 """
 
@@ -51,9 +53,10 @@ from bench.trainer_vs_reference import (
 from contracts.choices import KERNEL_CHOICES
 from trm.flops import flops_per_sample_step
 from trm.fused_mix import tuned_tile
-from trm.kernels import apply_kernels
+from trm.fused_mix_backward import tuned_grad_tile
+from trm.kernels import FUSED, apply_kernels
 from trm.losses import act_loss
-from trm.model import ACTModel
+from trm.model import ACTModel, Block
 from trm.step import autocast, carry_dtype
 
 NAME = "gpu_candidates"
@@ -67,7 +70,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--arch", default=None, help="conf/arch preset (trm_mlp_t_sudoku; tiny with --quick)")
     p.add_argument("--batch", type=int, default=None, help="batch of the timed steps (768; 2 with --quick)")
     p.add_argument("--check-batch", type=int, default=None, help="batch of the gradient check (32; 2 with --quick)")
-    p.add_argument("--candidates", default="torch,fused_mix,fused_mix_nograd", help="train.kernels choices, in order")
+    p.add_argument(
+        "--candidates", default="torch,fused_mix,fused_mix_nograd,fused_mix_bwd", help="train.kernels choices, in order"
+    )
     p.add_argument("--precision", default="bf16_reference", choices=("bf16_reference", "bf16"))
     p.add_argument("--compile", default="model", choices=("off", "net", "model"), help="train.compile of ours")
     p.add_argument("--repeats", type=int, default=None, help="measured rounds (7; 1 with --quick)")
@@ -75,6 +80,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=330.0, help="start no warm-up after this many seconds")
     p.add_argument("--matmul-size", type=int, default=None, help="n of the n^3 peak (8192; 256 with --quick)")
     p.add_argument("--matmul-seconds", type=float, default=0.2)
+    p.add_argument("--sublayer-calls", type=int, default=None, help="timed calls per sublayer case (20; 1 --quick)")
     p.add_argument("--threads", type=int, default=min(8, len(os.sched_getaffinity(0))))
     p.add_argument("--quick", action="store_true", help="smoke run: tiny arch, batch 2, 1 round")
     p.add_argument("--out-dir", type=Path, default=RESULTS)
@@ -85,6 +91,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.check_batch = args.check_batch or (2 if args.quick else 32)
     args.repeats = args.repeats or (1 if args.quick else 7)
     args.matmul_size = args.matmul_size or (256 if args.quick else 8192)
+    args.sublayer_calls = args.sublayer_calls or (1 if args.quick else 20)
     args.candidates = [c for c in args.candidates.split(",") if c]
     unknown = [c for c in args.candidates if c not in KERNEL_CHOICES or c == "auto"]
     if unknown or "torch" not in args.candidates:
@@ -155,6 +162,51 @@ def gradient_check(args: argparse.Namespace, state_path: Path) -> list[dict[str,
     return rows
 
 
+def sublayer_times(args: argparse.Namespace, arch: Any) -> list[dict[str, Any]]:
+    """Part 3: one Block's mix sublayer, [batch, seq, hidden] of the timed steps, per candidate: median ms of a
+    forward without gradients and of a forward + backward (after 2 unmeasured calls: Triton's autotuning)."""
+    device = torch.device(args.device)
+    block = Block(arch).to(device)
+    stream = torch.bfloat16 if args.precision == "bf16_reference" else torch.float32
+    h = torch.randn(args.batch, arch.total_len, arch.hidden_size, device=device).to(stream)
+    grad_y = torch.randn_like(h)
+
+    def forward() -> None:
+        with torch.no_grad():
+            block.mix_sublayer(h)
+
+    def forward_backward() -> None:
+        x = h.detach().requires_grad_()
+        block.mix_sublayer(x).backward(grad_y)
+
+    def median_ms(fn: Any) -> float:
+        times = []
+        for i in range(2 + args.sublayer_calls):
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn()
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            if i >= 2:
+                times.append(time.perf_counter() - start)
+        return 1e3 * median(times)
+
+    rows = []
+    for choice in args.candidates:
+        block.fused_mix = FUSED.get(choice, "off")
+        try:
+            with autocast(args.precision, device):
+                row = {"choice": choice, "forward_ms": median_ms(forward), "train_ms": median_ms(forward_backward)}
+        except Exception as err:  # noqa: BLE001 - a failing candidate is a result; the others still run
+            traceback.print_exc(limit=5)
+            row = {"choice": choice, "error": f"{type(err).__name__}: {err}"[:500]}
+        block.zero_grad(set_to_none=True)
+        rows.append(row)
+        print(f"  sublayer {choice}: {row}", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -185,6 +237,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for runner in ours.values():
                 load_same_start(runner, state_path)
         result["gradient_check"] = gradient_check(args, state_path)
+        result["sublayer"] = sublayer_times(args, arch)
         runners = [r for r in (ref, *ours.values()) if r is not None]
         for runner in runners:
             if time.time() - started > args.budget_s:
@@ -215,6 +268,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "matmul": matmul,
             "variants": rows,
             "fused_mix_tile": tuned_tile(),  # what Triton's autotuner chose (trm/fused_mix.py TILES)
+            "fused_mix_grad_tile": tuned_grad_tile(),  # and for the backward (trm/fused_mix_backward.py BWD_TILES)
             "wall_s": time.time() - started,
         }
     )
@@ -253,6 +307,11 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {c['max_grad_error_vs_fp32']:.4f} ({c['torch_max_grad_error_vs_fp32']:.4f}) "
             f"| {c['worst_ratio_to_torch_rounding']:.2f} ({c['worst_parameter']}) | {'yes' if c['passes'] else 'NO'} |"
         )
+    lines += ["", "| candidate: one mix sublayer, eager | forward, no grad (ms) | forward + backward (ms) |"]
+    lines.append("|---|---:|---:|")
+    for c in result["sublayer"]:
+        cells = f"failed: {c['error'][:200]} |" if "error" in c else f"{c['forward_ms']:.3f} | {c['train_ms']:.3f}"
+        lines.append(f"| {c['choice']} | {cells} |")
     peak = median(result["matmul"]["flops_samples"]["bf16"])
     where = f"{gpu['name']} (CUDA {gpu['cuda']})" if gpu else "CPU"
     lines += [

@@ -14,7 +14,7 @@ AUTO = "auto"
 PRECISION_MODES = ("fp32", "bf16", "bf16_reference")  # the keys of trm.step.PRECISIONS: what the step runs
 BF16_MODES = ("bf16", "bf16_reference")  # what train.bf16_mode may ask `auto` for
 PRECISION_REQUESTS = (AUTO, *PRECISION_MODES)  # what train.precision accepts
-KERNEL_CHOICES = (AUTO, "torch", "fused_mix", "fused_mix_nograd")  # train.kernels (trm/kernels.py)
+KERNEL_CHOICES = (AUTO, "torch", "fused_mix", "fused_mix_nograd", "fused_mix_bwd")  # train.kernels (trm/kernels.py)
 
 
 def compile_mode(value: Any) -> str:

@@ -100,8 +100,16 @@ def one_step(choice: str, precision: str) -> tuple[float, dict[str, torch.Tensor
     return float(loss), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("precision", ["bf16_reference", "bf16"])
-@pytest.mark.parametrize("choice", ["fused_mix", "fused_mix_nograd"])
+@pytest.mark.parametrize(
+    ("choice", "precision"),
+    [
+        ("fused_mix", "bf16_reference"),
+        ("fused_mix", "bf16"),
+        ("fused_mix_nograd", "bf16_reference"),
+        ("fused_mix_nograd", "bf16"),
+        ("fused_mix_bwd", "bf16_reference"),  # its fp32 stream: tests/test_fused_mix_backward.py, at sublayer level
+    ],
+)
 def test_a_training_step_with_a_fused_choice_is_the_torch_step(choice: str, precision: str) -> None:
     """Loss against the torch path's, and every gradient of one step (two H cycles: one without gradients) against
     fp32: the fused choice is no further from fp32 than bf16 rounding takes the torch path (up to 2x: two
@@ -143,4 +151,6 @@ def test_impossible_or_unknown_choices_are_refused_with_the_key_and_the_reason()
     with pytest.raises(ValueError, match="train.kernels=fused_mix_nograd: .*XLA"):
         resolve_kernels("fused_mix_nograd", "xla", "bf16", "mlp_t")
     assert resolve_kernels("torch", "cuda", "fp32", "attention").choice == "torch"
-    assert set(KERNEL_CHOICES) == {"auto", "torch", "fused_mix", "fused_mix_nograd"}
+    assert set(KERNEL_CHOICES) == {"auto", "torch", "fused_mix", "fused_mix_nograd", "fused_mix_bwd"}
+    with pytest.raises(ValueError, match="train.kernels=fused_mix_bwd: .*arch.mixer=attention"):
+        resolve_kernels("fused_mix_bwd", "cuda", "bf16", "attention")

@@ -17,8 +17,9 @@ So it serves the bf16 precisions only; fp32 keeps the torch path.
 
 Gradients: `mix_sublayer` is a torch custom op (torch.compile keeps it as one call) whose backward recomputes the
 sublayer from its input in torch ops (`mix_sublayer_backward`, the explicit chain rule of the same bf16 roundings),
-so nothing of the inner width is saved. Under Triton's interpreter (TRITON_INTERPRET=1) it runs on CPU tensors:
-the tests' way to check the kernel without a GPU.
+so nothing of the inner width is saved. `train.kernels=fused_mix_bwd` differentiates it with a Triton backward
+instead (trm/fused_mix_backward.py), for which the kernel also writes the residual sum (SAVE_SUM). Under Triton's
+interpreter (TRITON_INTERPRET=1) it runs on CPU tensors: the tests' way to check the kernel without a GPU.
 """
 
 from __future__ import annotations
@@ -83,10 +84,12 @@ def _round_bf16(x, INTERPRET: tl.constexpr):
 
 @_jit
 def _mix_kernel(
-    h_ptr, wgu_ptr, wd_ptr, out_ptr, batch, hidden, eps, seq: tl.constexpr, inner: tl.constexpr,
-    ROUND_SUM: tl.constexpr, INTERPRET: tl.constexpr, SEQ_PAD: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_I: tl.constexpr,
+    h_ptr, wgu_ptr, wd_ptr, out_ptr, sum_ptr, batch, hidden, eps, seq: tl.constexpr, inner: tl.constexpr,
+    ROUND_SUM: tl.constexpr, SAVE_SUM: tl.constexpr, INTERPRET: tl.constexpr, SEQ_PAD: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_I: tl.constexpr,
 ):  # fmt: skip
-    """One program: batch row program_id(0), channels [program_id(1) * BLOCK_C, + BLOCK_C), the whole seq."""
+    """One program: batch row program_id(0), channels [program_id(1) * BLOCK_C, + BLOCK_C), the whole seq.
+    SAVE_SUM: the residual sum (the norm's input, in h's dtype) goes to sum_ptr too, for the fused backward."""
     row = tl.program_id(0).to(tl.int64)
     s = tl.arange(0, SEQ_PAD)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -94,7 +97,10 @@ def _mix_kernel(
     s_ok = s < seq
     tile = s_ok[:, None] & (c < hidden)[None, :]
     offsets = row * seq * hidden + s[:, None] * hidden + c[None, :]
-    x = tl.load(h_ptr + offsets, mask=tile, other=0.0).to(tl.bfloat16)
+    x = tl.load(h_ptr + offsets, mask=tile, other=0.0)
+    if not ROUND_SUM:  # an fp32 stream, rounded to bf16 as autocast does (the interpreter's cast truncates)
+        x = _round_bf16(x, INTERPRET)
+    x = x.to(tl.bfloat16)
     acc = tl.zeros((SEQ_PAD, BLOCK_C), dtype=tl.float32)
     for start in range(0, inner, BLOCK_I):
         rows = start + i
@@ -110,6 +116,8 @@ def _mix_kernel(
     total = h.to(tl.float32) + _round_bf16(acc, INTERPRET)
     if ROUND_SUM:
         total = _round_bf16(total, INTERPRET)
+    if SAVE_SUM:
+        tl.store(sum_ptr + offsets, total.to(sum_ptr.dtype.element_ty), mask=tile)
     mean_square = tl.sum(total * total, axis=0) / seq
     y = total * tl.rsqrt(mean_square + eps)[None, :]
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=tile)
@@ -119,7 +127,8 @@ def _mix_kernel(
 def _tuned_kernel() -> Any:
     """The kernel under Triton's autotuner over TILES, keyed on the shapes (batch too: it sets the grid)."""
     configs = [triton.Config({"BLOCK_C": c, "BLOCK_I": i}, num_warps=w) for c, i, w in TILES]
-    return triton.autotune(configs=configs, key=["batch", "hidden", "seq", "inner", "ROUND_SUM"])(_mix_kernel)
+    key = ["batch", "hidden", "seq", "inner", "ROUND_SUM", "SAVE_SUM"]
+    return triton.autotune(configs=configs, key=key)(_mix_kernel)
 
 
 def tuned_tile() -> str | None:
@@ -140,24 +149,36 @@ def _check(h: Tensor, gate_up: Tensor, down: Tensor) -> None:
         raise ValueError(f"fused_mix: weights must be bf16 (got {gate_up.dtype}, {down.dtype})")
 
 
-@torch.library.custom_op("trm::mix_sublayer", mutates_args=())
-def mix_sublayer(h: Tensor, gate_up: Tensor, down: Tensor, eps: float) -> Tensor:
-    """rms_norm(h + mix(h)) over the seq axis of h [batch, seq, hidden]; gate_up [2*inner, seq] and down
-    [seq, inner] are the mix SwiGLU's weights in bf16."""
+def padded_seq(seq: int) -> int:
+    """The kernels' SEQ_PAD: seq rounded up to a power of two, at least 16 (the dots' smallest K)."""
+    return max(16, 1 << (seq - 1).bit_length())
+
+
+def launch_forward(h: Tensor, gate_up: Tensor, down: Tensor, eps: float, save_sum: bool) -> tuple[Tensor, Tensor]:
+    """The kernel's output and, with save_sum, the residual sum it normalized (else an empty tensor)."""
     _check(h, gate_up, down)
     batch, seq, hidden = h.shape
-    seq_pad = max(16, 1 << (seq - 1).bit_length())
+    seq_pad = padded_seq(seq)
     # Zero-padded to SEQ_PAD (aligned rows, loads without masks; the pad adds zeros to every dot): 0.4 MB at most.
     h, gate_up, down = h.contiguous(), F.pad(gate_up, (0, seq_pad - seq)), F.pad(down, (0, 0, 0, seq_pad - seq))
     out = torch.empty_like(h)
-    args = (h, gate_up, down, out, batch, hidden, eps)
-    meta = {"seq": seq, "inner": down.shape[1], "ROUND_SUM": h.dtype != torch.float32, "SEQ_PAD": seq_pad}
+    total = torch.empty_like(h) if save_sum else h.new_empty(0)
+    args = (h, gate_up, down, out, total if save_sum else out, batch, hidden, eps)
+    meta = {"seq": seq, "inner": down.shape[1], "ROUND_SUM": h.dtype != torch.float32, "SAVE_SUM": save_sum}
+    meta["SEQ_PAD"] = seq_pad
     if interpreting():
         block_c, chunk, _ = TILES[0]
         _mix_kernel[(batch, -(-hidden // block_c))](*args, **meta, INTERPRET=True, BLOCK_C=block_c, BLOCK_I=chunk)
     else:
         _tuned_kernel()[lambda m: (batch, -(-hidden // m["BLOCK_C"]))](*args, **meta, INTERPRET=False)
-    return out
+    return out, total
+
+
+@torch.library.custom_op("trm::mix_sublayer", mutates_args=())
+def mix_sublayer(h: Tensor, gate_up: Tensor, down: Tensor, eps: float) -> Tensor:
+    """rms_norm(h + mix(h)) over the seq axis of h [batch, seq, hidden]; gate_up [2*inner, seq] and down
+    [seq, inner] are the mix SwiGLU's weights in bf16."""
+    return launch_forward(h, gate_up, down, eps, save_sum=False)[0]
 
 
 @mix_sublayer.register_fake

@@ -3,6 +3,8 @@
 - `torch`: the model's torch ops (under train.compile, what inductor makes of them).
 - `fused_mix`: the sublayer as one Triton kernel (trm/fused_mix.py) in every call; the calls that carry gradients
   recompute it in torch ops in the backward.
+- `fused_mix_bwd`: the kernel in every call, and in the calls with gradients a Triton backward
+  (trm/fused_mix_backward.py: the forward keeps the residual sum; no recompute of the forward's output).
 - `fused_mix_nograd`: the kernel only in the calls without gradients (TRM's H_cycles - 1 no-grad cycles, and eval);
   the calls with gradients keep the torch path.
 - `auto` (the default): `AUTO_CUDA` on a CUDA GPU with Triton when the precision is bf16 and the mixer mlp_t,
@@ -23,7 +25,8 @@ from contracts.choices import AUTO, check_kernels_choice
 if TYPE_CHECKING:
     from trm.model import ACTModel
 
-FUSED = {"fused_mix": "all", "fused_mix_nograd": "nograd"}  # choice -> trm.model.Block.fused_mix
+# choice -> trm.model.Block.fused_mix
+FUSED = {"fused_mix": "all", "fused_mix_nograd": "nograd", "fused_mix_bwd": "all_bwd"}
 AUTO_CUDA = "fused_mix_nograd"  # the fastest on an H200 (docs/benchmarks.md, "Fused kernels")
 BF16_PRECISIONS = ("bf16", "bf16_reference")
 

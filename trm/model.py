@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from trm.fused_mix import mix_sublayer
+from trm.fused_mix_backward import mix_sublayer_trainable
 from trm.model_config import TRMConfig
 
 __all__ = ["ACTModel", "Carry", "TRMConfig", "TinyRecursiveModel", "count_params", "trunc_normal_init_"]
@@ -138,7 +139,8 @@ class Block(nn.Module):
         self.mlp_t = cfg.mixer == "mlp_t"
         self.mix = SwiGLU(cfg.total_len, cfg.expansion) if self.mlp_t else Attention(cfg)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.expansion)
-        self.fused_mix = "off"  # off | nograd | all: where the mix runs as one kernel (trm/kernels.py sets it)
+        # off | nograd | all | all_bwd: where the mix runs as one kernel, all_bwd with the Triton backward
+        self.fused_mix = "off"  # (trm/kernels.py sets it)
 
     def forward(self, h: Tensor) -> Tensor:
         h = self.mix_sublayer(h)
@@ -148,9 +150,11 @@ class Block(nn.Module):
         """Token mixing, its residual and norm; `fused_mix` says where mlp_t's runs as one Triton kernel."""
         if not self.mlp_t:
             return rms_norm(h + self.mix(h), self.eps)
-        if self.fused_mix == "all" or (self.fused_mix == "nograd" and not torch.is_grad_enabled()):
+        grad = torch.is_grad_enabled()
+        if self.fused_mix in ("all", "all_bwd") or (self.fused_mix == "nograd" and not grad):
             mix, bf16 = cast(SwiGLU, self.mix), torch.bfloat16  # the lines below in one kernel (trm/fused_mix.py)
-            return mix_sublayer(h, mix.gate_up.weight.to(bf16), mix.down.weight.to(bf16), self.eps)
+            fused = mix_sublayer_trainable if self.fused_mix == "all_bwd" and grad else mix_sublayer
+            return fused(h, mix.gate_up.weight.to(bf16), mix.down.weight.to(bf16), self.eps)
         # Mix and normalize while transposed ([B, hidden, seq]): the residual's RMSNorm runs over the *sequence*
         # axis for each channel, as in the reference; normalizing over hidden after transposing back is another
         # network (gradients 10^6x larger, docs/fidelity.md).
