@@ -30,14 +30,14 @@ from storage import StorageGoneError, database_gone, redact
 from storage.errors import StoragePermissionError, permission_denied
 from sweeps.budget import baseline_params, budget_used
 from sweeps.definition import study_definition
-from sweeps.distinct_draws import check_draws, choose_sampler, exhausted_line
+from sweeps.distinct_draws import choose_sampler, exhausted_line
 from sweeps.draw import draw_within_budget, failed_unless_started
 from sweeps.interrupts import signals_held
 from sweeps.preflight import check_before_study
 from sweeps.progress import ProgressView, print_best, route_optuna_logging
 from sweeps.queued import log_left_queued
 from sweeps.recovery import abandon, settle_orphans, stop_stalled
-from sweeps.reeval import ReevalSettings, reevaluate
+from sweeps.reeval import reevaluate
 from sweeps.running import RunningTrial
 from sweeps.slots import SlotPool
 from sweeps.study import open_study
@@ -72,16 +72,14 @@ class Driver(TrialLifecycle):
     def validate(self) -> None:
         """Everything that can be wrong, before anything runs (see sweeps.validate)."""
         validate_sweep(self.cfg, self.space, self.base_overrides, self.launcher)
-        check_draws(self.cfg.draws)
-        ReevalSettings.of(self.cfg.reeval)
 
     def open_study(self) -> optuna.Study:
         """Open and check the study (sweeps.study); its uid places the trial directories."""
         definition = study_definition(self.cfg, self.space, self.train_steps, self.base_overrides)
         self.opened = open_study(self.cfg, self.storage_url, self.train_steps, definition)
         self.set_study_uid(self.opened.uid)
-        seed = int(self.cfg.seed) + self.opened.driver_index  # repeats are drawn again (sweeps.distinct_draws)
-        sampler = choose_sampler(self.opened.study.sampler, self.space, int(self.cfg.n_trials), self.cfg.draws, seed)
+        seed = self.sweep.seed + self.opened.driver_index  # repeats are drawn again (sweeps.distinct_draws)
+        sampler = choose_sampler(self.opened.study.sampler, self.space, self.sweep.n_trials, self.sweep.draws, seed)
         self.opened.study.sampler = sampler
         return self.opened.study
 
@@ -90,14 +88,14 @@ class Driver(TrialLifecycle):
     def study_done(self) -> bool:
         """Budget spent and nothing running anywhere: a trial RUNNING elsewhere may belong to a dead driver, so we
         wait for it to finish or go stale (and then run its retry). A queued (WAITING) one would not start: ignored."""
-        if budget_used(self.study.get_trials(deepcopy=False)) < self.cfg.n_trials:
+        if budget_used(self.study.get_trials(deepcopy=False)) < self.sweep.n_trials:
             return False
         return not self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
 
     def enqueue_baseline(self) -> None:
-        if not self.study_cfg.get("enqueue_baseline") or self.study.get_trials(deepcopy=False):
+        if not self.sweep.study.enqueue_baseline or self.study.get_trials(deepcopy=False):
             return
-        baseline = dict((self.study_cfg.get("baseline") or {}).get(self.scale) or {})
+        baseline = dict(self.sweep.study.baseline.get(self.scale) or {})
         params = baseline_params(baseline, self.space.conditionals)
         self.study.enqueue_trial(params, user_attrs={"baseline": True})
         log.info("enqueued the baseline configuration as the first trial: %s", baseline)
@@ -106,14 +104,14 @@ class Driver(TrialLifecycle):
 
     def recover(self) -> None:
         """Settle trials whose driver died, and stop our jobs that stalled (sweeps/recovery.py)."""
-        if time.time() - self.outage_ended < float(self.cfg.heartbeat.grace_s):
+        if time.time() - self.outage_ended < self.sweep.heartbeat.grace_s:
             return  # right after a database outage every heartbeat looks stale: wait until live drivers beat again
         settle_orphans(
             self.study,
             self.storage,
-            grace_s=float(self.cfg.heartbeat.grace_s),
-            max_retry=int(self.cfg.heartbeat.max_retry),
-            seeds=int(self.study_cfg.seeds),
+            grace_s=self.sweep.heartbeat.grace_s,
+            max_retry=self.sweep.heartbeat.max_retry,
+            seeds=self.sweep.study.seeds,
             objective_values=self.objective_values,
             ours=self.running.keys(),
         )
@@ -130,7 +128,7 @@ class Driver(TrialLifecycle):
         started = time.time()
         self.last_recover = time.time()
         outage = 0.0
-        backoff = self.cfg.storage_outage_backoff
+        backoff = self.sweep.storage_outage_backoff
         try:
             while True:
                 try:
@@ -161,9 +159,9 @@ class Driver(TrialLifecycle):
             self.abandon_running()
             raise
         if self.exhausted:
-            log.info(exhausted_line(study.get_trials(deepcopy=False), self.space, int(self.cfg.n_trials)))
+            log.info(exhausted_line(study.get_trials(deepcopy=False), self.space, self.sweep.n_trials))
         self.log_summary()
-        reeval = ReevalSettings.of(self.cfg.reeval)
+        reeval = self.sweep.reeval
         if reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/reeval.py)
             reevaluate(study, self.cfg, self.launcher, self.roots, self.study_uid, self.storage_url, reeval, True)
         log_study_summary(study, self.cfg)
@@ -172,7 +170,7 @@ class Driver(TrialLifecycle):
     def loop_once(self, started: float) -> bool:
         """One pass of the driver loop: start trials within budget, collect finished jobs, recover stale
         trials, show progress. True when the study is done (or out of time) and nothing of ours runs."""
-        out_of_time = self.cfg.timeout is not None and time.time() - started > self.cfg.timeout
+        out_of_time = self.sweep.timeout is not None and time.time() - started > self.sweep.timeout
         if not out_of_time:
             self.start_within_budget()
         for number, running in list(self.running.items()):
@@ -184,18 +182,18 @@ class Driver(TrialLifecycle):
                     self.exhausted = False  # it may have queued a retry: the next draw decides again
         if not self.running and (out_of_time or self.exhausted or self.study_done()):
             return True
-        if time.time() - self.last_recover > self.cfg.heartbeat.interval_s:
+        if time.time() - self.last_recover > self.sweep.heartbeat.interval_s:
             self.recover()  # another driver may have died meanwhile: its trials come back to us
-            stop_stalled(self.storage, self.running, float(self.cfg.stall_timeout_s))
+            stop_stalled(self.storage, self.running, self.sweep.stall_timeout_s)
             self.last_recover = time.time()
         self.log_progress()
-        time.sleep(self.cfg.poll_s)
+        time.sleep(self.sweep.poll_s)
         return False
 
     @functools.cached_property
     def slot_pool(self) -> SlotPool:
         """Where trials run (sweeps/slots.py): one per slot of launcher.slots, at most max_concurrent at once."""
-        return SlotPool(self.launcher.slots(), self.cfg.max_concurrent)
+        return SlotPool(self.launcher.slots(), self.sweep.max_concurrent)
 
     def start_within_budget(self) -> None:
         """Start a trial on every free slot until the budget (or the search space) is spent."""
@@ -203,7 +201,7 @@ class Driver(TrialLifecycle):
             # Ctrl-C waits until a drawn trial's job is ours to stop (sweeps.interrupts): none is left untracked.
             with signals_held():
                 try:  # a failed draw (the database restarting) or launch hands the slot back, or no trial starts again
-                    draw = draw_within_budget(self.study, self.storage, self.space, int(self.cfg.n_trials))
+                    draw = draw_within_budget(self.study, self.storage, self.space, self.sweep.n_trials)
                     self.exhausted = draw.exhausted
                     if draw.trial is None:
                         self.slot_pool.give_back(slot)
@@ -242,10 +240,10 @@ class Driver(TrialLifecycle):
     def progress_view(self) -> ProgressView:
         """The study's progress display (sweeps/progress.py), started at the first pass of the loop."""
         return ProgressView(
-            self.study_cfg.name,
-            int(self.cfg.n_trials),
+            str(self.sweep.study.name),
+            self.sweep.n_trials,
             self.slot_pool.limit,
-            float(self.cfg.progress_interval_s),
+            self.sweep.progress_interval_s,
         )
 
     def log_progress(self) -> None:
@@ -259,5 +257,5 @@ class Driver(TrialLifecycle):
 
     def log_summary(self) -> None:
         self.progress_view.close(self.study)
-        print_best(self.study, str(self.study_cfg.objective))
-        log_left_queued(self.study, int(self.cfg.n_trials))
+        print_best(self.study, self.sweep.study.objective)
+        log_left_queued(self.study, self.sweep.n_trials)

@@ -44,6 +44,7 @@ from sweeps.running import RunningTrial
 from sweeps.slots import Slot
 from sweeps.space import SearchSpace, parse_space, to_overrides
 from sweeps.study import OpenStudy, StudyNotOpenError, quiet_optuna_warnings
+from sweeps.typed_config import typed_sweep
 from sweeps.wandb_summary import trial_wandb_overrides
 
 log = logging.getLogger("sweeps")
@@ -54,15 +55,15 @@ class TrialLifecycle(ABC):
 
     def __init__(self, cfg: DictConfig):
         quiet_optuna_warnings()
-        self.cfg = cfg
-        self.study_cfg = cfg.study
-        self.scale = cfg.scale
+        self.sweep = typed_sweep(cfg)  # the typed config; every block's own checks run here (sweeps/schema.py)
+        self.cfg = cfg  # as composed: what the modules that build from it (sampler, pruner, launcher) read
+        self.scale = self.sweep.scale
         self.space: SearchSpace = parse_space(
-            self.study_cfg.space.get(self.scale),
-            (self.study_cfg.get("conditional") or {}).get(self.scale),
+            self.sweep.study.space.get(self.scale),
+            self.sweep.study.conditional.get(self.scale),
             where=f"study.space.{self.scale}",
         )
-        self.base_overrides = [*cfg.trial.overrides, *(self.study_cfg.get("fixed") or {}).get(self.scale, [])]
+        self.base_overrides = [*self.sweep.trial.overrides, *self.sweep.study.fixed.get(self.scale, [])]
         self.launcher = build_launcher(cfg.launcher)
         self.storage_url = resolve_url(cfg.storage.url, Path(DEFAULT_SQLITE_PATH).resolve())
         self.opened: OpenStudy | None = None
@@ -85,10 +86,10 @@ class TrialLifecycle(ABC):
         """Trial directories: <root>/<study name>/<first 8 of the study's uid>/trial-<n> (sweeps.paths)."""
         self.study_uid = uid
         self.roots = StudyRoots.of(
-            str(self.cfg.output_root),
-            self.cfg.trial.get("run_root"),
-            self.cfg.trial.get("checkpoint_root"),
-            str(self.study_cfg.name),
+            self.sweep.output_root,
+            self.sweep.trial.run_root,
+            self.sweep.trial.checkpoint_root,
+            str(self.sweep.study.name),
             uid,
         )
 
@@ -99,9 +100,7 @@ class TrialLifecycle(ABC):
 
     def training_overrides(self, sampled: dict[str, Any]) -> list[str]:
         """What a trial trains: pasted after `python -m trm.train` they re-train it (sweeps/best.py)."""
-        return training_overrides(
-            self.base_overrides, sampled, str(self.study_cfg.objective), str(self.study_cfg.direction)
-        )
+        return training_overrides(self.base_overrides, sampled, self.sweep.study.objective, self.sweep.study.direction)
 
     def checkpoint_url(self, origin: int) -> str:
         """A retry chain's checkpoints: under its first trial's directory."""
@@ -109,7 +108,7 @@ class TrialLifecycle(ABC):
 
     def trial_paths(self, number: int, origin: int, seed_index: int = 0) -> TrialPaths:
         """Where the job of seed `seed_index` of trial `number` writes (its own directories when seeds > 1)."""
-        return self.roots.trial(number, origin, seed_index, int(self.study_cfg.seeds))
+        return self.roots.trial(number, origin, seed_index, self.sweep.study.seeds)
 
     def job_command(
         self, number: int, sampled: dict[str, Any], origin: int, seed_index: int = 0, slot: Slot | None = None
@@ -117,12 +116,12 @@ class TrialLifecycle(ABC):
         """The job's command line for one seed of trial `number` on `slot` (sweeps/job_command.py)."""
         paths = self.trial_paths(number, origin, seed_index)
         link = StudyLink(
-            study=str(self.study_cfg.name),
+            study=str(self.sweep.study.name),
             study_uid=self.study_uid,
             trial_number=number,
             storage=self.storage_url,
-            password_env=self.cfg.storage.password_env or None,
-            seed_index=seed_index if int(self.study_cfg.seeds) > 1 else None,
+            password_env=self.sweep.storage.password_env or None,
+            seed_index=seed_index if self.sweep.study.seeds > 1 else None,
         )
         return JobCommand(
             training=self.training_overrides(sampled),
@@ -146,7 +145,7 @@ class TrialLifecycle(ABC):
         trial.set_user_attr(DETAILS_ATTR, {TRAIN_OVERRIDES_ATTR: self.training_overrides(sampled)})
         trial.set_user_attr(CHECKPOINT_URL_ATTR, self.checkpoint_url(origin))
         trial.set_user_attr(SLOT_ATTR, slot.name)
-        heartbeat = HeartbeatThread(self.storage, trial_id_of(trial), float(self.cfg.heartbeat.interval_s))
+        heartbeat = HeartbeatThread(self.storage, trial_id_of(trial), self.sweep.heartbeat.interval_s)
         heartbeat.start()
         running = RunningTrial(trial, None, heartbeat, workdir, sampled=sampled, origin=origin, slot=slot)
         self.launch_seed(running, 0)
@@ -174,7 +173,10 @@ class TrialLifecycle(ABC):
         try:
             running.handle = self.launcher.launch(
                 JobSpec(
-                    job_name(self.study_cfg.name, self.study_uid, trial.number), overrides, workdir, slot=running.slot
+                    job_name(str(self.sweep.study.name), self.study_uid, trial.number),
+                    overrides,
+                    workdir,
+                    slot=running.slot,
                 )
             )
         except Exception as err:
@@ -195,7 +197,7 @@ class TrialLifecycle(ABC):
         verdict = job_verdict(
             attrs,
             measured,
-            self.study_cfg.objective,
+            self.sweep.study.objective,
             exit_code=exit_code,
             launcher_failure=running.job.failure,
             cancelled=running.job.cancelled,
@@ -203,7 +205,7 @@ class TrialLifecycle(ABC):
         if verdict.state == TrialState.COMPLETE:
             if len(running.seed_objectives) == running.seed_index:  # not twice after a database outage
                 running.seed_objectives.append(verdict.values)
-            if running.seed_index + 1 < int(self.study_cfg.seeds):
+            if running.seed_index + 1 < self.sweep.study.seeds:
                 self.launch_seed(running, running.seed_index + 1)
                 return None
         return self.tell_outcome(running, verdict.state, verdict.reason, retry=verdict.requeue)
@@ -214,7 +216,7 @@ class TrialLifecycle(ABC):
         """Tell Optuna; the heartbeat stops only once that is stored (a database outage leaves the trial ours).
         `retry`: a FAIL worth a retry, queued while retries are left; the reason says which (sweeps/retry.py)."""
         trial = running.trial
-        frozen, max_retry = self.storage.get_trial(trial_id_of(trial)), int(self.cfg.heartbeat.max_retry)
+        frozen, max_retry = self.storage.get_trial(trial_id_of(trial)), self.sweep.heartbeat.max_retry
         checkpoints = self.trial_paths(trial.number, running.origin).checkpoint_url
         plan = plan_retry(frozen, max_retry, checkpoints) if retry else None
         stored = frozen.user_attrs
@@ -236,15 +238,15 @@ class TrialLifecycle(ABC):
                 trial.set_user_attr("seed_std", statistics.pstdev(v[0] for v in per_seed))
             self.study.tell(trial, mean if len(mean) > 1 else mean[0])
             log.info(
-                "trial %d COMPLETE: %s = %.4f%s", trial.number, self.study_cfg.objective, mean[0], self.best_line()
+                "trial %d COMPLETE: %s = %.4f%s", trial.number, self.sweep.study.objective, mean[0], self.best_line()
             )
         running.heartbeat.stop()
         return state
 
     def objective_values(self, attrs: Mapping[str, Any]) -> list[float] | None:
         """One seed's objective value(s) as this study measures them (sweeps.outcome.objective_values)."""
-        extra = [str(o.name) for o in self.study_cfg.get("objectives") or []]
-        return objective_values(attrs, self.study_cfg.objective, extra, self.study_cfg.value == "best")
+        extra = [o.name for o in self.sweep.study.objectives]
+        return objective_values(attrs, self.sweep.study.objective, extra, self.sweep.study.value == "best")
 
     def settle(self, running: RunningTrial, code: int) -> bool:
         """Tell Optuna about a seed's job that exited with `code`; True when the trial is settled (no seed follows)."""
