@@ -41,11 +41,10 @@ from storage.record import (
     Reeval,
     trial_detail,
 )
+from sweeps.config_values import SweepConfigError
 from sweeps.launchers.base import LauncherConfigError
 from sweeps.paths import StudyRoots
 from sweeps.reeval import (
-    ReevalConfigError,
-    ReevalSettings,
     interval,
     overlap_line,
     ranking,
@@ -140,6 +139,7 @@ def run_reeval(args: dict[str, str], study: optuna.Study) -> list[str]:
     ranking's lines."""
     from sweeps.config import compose_sweep_config
     from sweeps.optuna_parts import build_launcher  # the driver's own check that the config builds a launcher
+    from sweeps.typed_config import typed_sweep
 
     url, _ = storage_from_args(args)
     overrides = [f"study.name={study.study_name}", *(f"{k}={args[k]}" for k in SWEEP_KEYS if k in args)]
@@ -147,9 +147,9 @@ def run_reeval(args: dict[str, str], study: optuna.Study) -> list[str]:
     overrides += [f"storage.password_env={args['storage.password_env']}"] if args.get("storage.password_env") else []
     try:
         cfg = compose_sweep_config(overrides)
-        settings = ReevalSettings.of(cfg.reeval)
+        settings = typed_sweep(cfg).reeval
         launcher = build_launcher(cfg.launcher)
-    except (ReevalConfigError, LauncherConfigError, HydraException) as err:
+    except (SweepConfigError, LauncherConfigError, HydraException) as err:
         raise ArgumentError(str(err)) from None
     launcher.prepare()
     uid = str(study.user_attrs.get(STUDY_UID_ATTR) or "")

@@ -21,7 +21,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import optuna
-from omegaconf import DictConfig
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.samplers import BaseSampler, BruteForceSampler, RandomSampler
 from optuna.study import Study
@@ -29,6 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from storage.record import DUPLICATE_OF_ATTR
 from sweeps.budget import TRAINS
+from sweeps.schema import Draws
 from sweeps.space import SearchSpace
 
 log = logging.getLogger("sweeps")
@@ -36,20 +36,6 @@ log = logging.getLogger("sweeps")
 RELATIVE_ATTEMPTS = 3  # joint draws tried before the parameters are drawn one by one (each may be an optimization)
 RANDOM_ATTEMPTS = 200  # uniform draws (cheap) after the wrapped sampler's max_redraws all repeated
 Config = frozenset[tuple[str, Any]]  # a configuration as Optuna stores it: {param name: value}, order-free
-
-
-class DrawsConfigError(ValueError):
-    """A bad `draws.*` knob; names the key, the value and what is accepted."""
-
-
-def check_draws(node: DictConfig | Mapping[str, Any]) -> tuple[int, float | None]:
-    """(max_redraws, enumerate_share) from the `draws` block of conf/sweep.yaml, or a DrawsConfigError."""
-    redraws, share = node.get("max_redraws"), node.get("enumerate_share")
-    if not isinstance(redraws, int) or isinstance(redraws, bool) or redraws < 0:
-        raise DrawsConfigError(f"draws.max_redraws={redraws!r}: expected a whole number >= 0")
-    if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1):
-        raise DrawsConfigError(f"draws.enumerate_share={share!r}: expected a number in (0, 1], or null (never)")
-    return redraws, None if share is None else float(share)
 
 
 def _choices(dist: BaseDistribution) -> int | None:
@@ -253,12 +239,10 @@ class DistinctSampler(BaseSampler):
         return scratch.params
 
 
-def choose_sampler(
-    sampler: BaseSampler, space: SearchSpace, n_trials: int, node: DictConfig | Mapping[str, Any], seed: int
-) -> BaseSampler:
+def choose_sampler(sampler: BaseSampler, space: SearchSpace, n_trials: int, draws: Draws, seed: int) -> BaseSampler:
     """The study's sampler for this driver: BruteForceSampler when the space is finite and n_trials covers
     `draws.enumerate_share` of it, else the configured one; either way wrapped so that repeats are drawn again."""
-    redraws, share = check_draws(node)
+    redraws, share = draws.max_redraws, draws.enumerate_share
     size = space_size(space)
     if share is not None and size is not None and n_trials >= share * size:
         log.info(

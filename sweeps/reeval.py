@@ -12,7 +12,7 @@ report and the W&B summary rank by the re-evaluation (`ranking`) and say when th
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,32 +25,9 @@ from storage.record import CHECKPOINT_URL_ATTR, SLOT_ATTR, TRAIN_OVERRIDES_ATTR,
 from sweeps.job_command import StudyLink, job_name
 from sweeps.launchers.base import JobSpec, Launcher
 from sweeps.paths import StudyRoots
+from sweeps.schema import ReevalSettings
 
 log = logging.getLogger("sweeps")
-
-
-class ReevalConfigError(ValueError):
-    """A bad `reeval.*` knob; names the key, the value and what is accepted."""
-
-
-@dataclass(frozen=True)
-class ReevalSettings:
-    """conf/sweep.yaml `reeval`: whether the study's end runs it, how many trials, how many test puzzles."""
-
-    at_end: bool
-    top_k: int
-    examples: int | None  # None: the whole test split
-
-    @classmethod
-    def of(cls, node: DictConfig | Mapping[str, Any]) -> ReevalSettings:
-        at_end, top_k, examples = node.get("at_end"), node.get("top_k"), node.get("examples")
-        if not isinstance(at_end, bool):
-            raise ReevalConfigError(f"reeval.at_end={at_end!r}: expected true or false")
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise ReevalConfigError(f"reeval.top_k={top_k!r}: expected a whole number >= 1")
-        if examples is not None and (isinstance(examples, bool) or not isinstance(examples, int) or examples < 1):
-            raise ReevalConfigError(f"reeval.examples={examples!r}: expected a whole number >= 1, or null (all)")
-        return cls(at_end, top_k, examples)
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections import Counter
 
 import hydra
 import optuna
+from hydra.errors import HydraException
 from omegaconf import DictConfig, MissingMandatoryValue
+from omegaconf.errors import OmegaConfBaseException
 from optuna.trial import TrialState
 
 from contracts.hydra_app import CONFIG_PATH, run_app
@@ -23,8 +26,11 @@ from sweeps.interrupts import interrupt_once
 from sweeps.launchers.base import JobSpec, LauncherConfigError
 from sweeps.slots import SLOT_CHOICES, SlotConfigError
 from sweeps.space import SearchSpaceError, to_overrides
+from sweeps.typed_config import composition_error_line
 from sweeps.validate import SweepConfigError
 
+FULL_ERROR = "HYDRA_FULL_ERROR"
+USERS_FULL_ERROR: dict[str, str | None] = {}  # its value before _entry set it, for main to put back
 CONFIG_ERRORS = (
     SweepConfigError,
     SearchSpaceError,
@@ -38,26 +44,27 @@ CONFIG_ERRORS = (
 
 def dry_run(driver: Driver) -> None:
     """Print the command of each of the first n_trials trials, sampled in memory: nothing is stored or run."""
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=driver.cfg.seed), directions=["maximize"])
+    sweep = driver.sweep
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=sweep.seed), directions=["maximize"])
     print(
-        f"# study {driver.study_cfg.name} ({driver.cfg.scale} scale), storage {redact(driver.storage_url)}, launcher {driver.cfg.launcher._target_.rsplit('.', 1)[-1]}"
+        f"# study {sweep.study.name} ({sweep.scale} scale), storage {redact(driver.storage_url)}, launcher {str(sweep.launcher['_target_']).rsplit('.', 1)[-1]}"
     )
     trials = []
-    for _ in range(driver.cfg.n_trials):
+    for _ in range(sweep.n_trials):
         trial = study.ask()
         sampled = driver.space.sample(trial)
         workdir = driver.roots.workdir(trial.number)
         spec = JobSpec(
-            f"{driver.study_cfg.name}-{trial.number}",
+            f"{sweep.study.name}-{trial.number}",
             driver.job_command(trial.number, sampled, trial.number).overrides(),
             workdir,
         )
         trials.append((trial.number, sampled, spec))
         study.tell(trial, 0.0)
     costs = []
-    if driver.cfg.estimate.enabled:  # every trial's model priced from its FLOPs (trm.info, one process)
+    if sweep.estimate.enabled:  # every trial's model priced from its FLOPs (trm.info, one process)
         costs = estimate.trial_costs([[*driver.base_overrides, *to_overrides(sampled)] for _, sampled, _ in trials])
-    utilization = estimate.Utilization.parse(driver.cfg.estimate.utilization)  # validated already
+    utilization = estimate.Utilization.parse(sweep.estimate.utilization)  # checked by the schema already
     for i, (number, sampled, spec) in enumerate(trials):
         print(f"trial {number}: {' '.join(to_overrides(sampled))}")
         print("  " + describe_command(driver, spec))
@@ -79,7 +86,7 @@ def print_packings(driver: Driver, costs: list[estimate.Cost], utilization: esti
         if slots[0].chips:
             options[kind] = (len(slots), int(slots[0].chips))
     if options:
-        rows = estimate.packings(costs, options, float(driver.cfg.estimate.peak_tflops) * 1e12, utilization)
+        rows = estimate.packings(costs, options, driver.sweep.estimate.peak_tflops * 1e12, utilization)
         print("\n".join(estimate.describe_packings(rows, utilization)))
 
 
@@ -89,6 +96,7 @@ def describe_command(driver: Driver, spec: JobSpec) -> str:
 
 @hydra.main(config_path=CONFIG_PATH, config_name="sweep", execution_whitelist=["storage.hydra_secrets.RefuseSecrets"])
 def main(cfg: DictConfig) -> None:
+    _restore(FULL_ERROR, USERS_FULL_ERROR.pop(FULL_ERROR, None))  # composed: Hydra reports as the user asked again
     logging.getLogger("sweeps").setLevel(logging.INFO)
     # Ctrl-C or SIGTERM stops our jobs and records their trials; a second one cannot cut that short.
     interrupt_once()
@@ -120,6 +128,13 @@ def main(cfg: DictConfig) -> None:
         sys.exit(1)
 
 
+def _restore(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 def all_failed(study: optuna.Study) -> str | None:
     """Why the study has nothing to show: every trial that ran failed (None when any completed or was pruned).
     A driver that exits 0 after that would tell a script or a scheduler that the sweep worked."""
@@ -146,7 +161,15 @@ def _entry() -> None:
     if {"--help", "-h"} & set(sys.argv[1:]):  # the sweep's groups, not every group on the search path
         run_app(lambda: print(help_text()))  # run_app: a reader that stops early (| head) ends it quietly
         return
-    run_app(main)
+    # Hydra prints an error composing the config over several lines and exits 1; raised instead (HYDRA_FULL_ERROR,
+    # only until main starts: a trial's job must not inherit it) it is one line here, and exit 2 as every bad input.
+    USERS_FULL_ERROR[FULL_ERROR] = os.environ.get(FULL_ERROR)
+    os.environ[FULL_ERROR] = "1"
+    try:
+        run_app(main)
+    except (HydraException, OmegaConfBaseException) as err:
+        print(f"error: {composition_error_line(err)}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

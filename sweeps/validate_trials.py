@@ -171,11 +171,6 @@ def check_trial_config(
             )
 
 
-# What `trial` holds. The trial length is no longer a key of its own: it is train.steps of the trial's training
-# config (trial.overrides or the experiment's), the one source for the job and for the pruner's max resource.
-TRIAL_KEYS = frozenset({"overrides", "run_root", "checkpoint_root"})
-
-
 def trial_length(base_overrides: list[str]) -> int:
     """train.steps of every trial: the training config that trial.overrides (and the study's fixed overrides) make.
     It is the pruner's max resource and the progress display's 100%."""
@@ -185,17 +180,8 @@ def trial_length(base_overrides: list[str]) -> int:
     return int(steps)
 
 
-def check_trial_keys(cfg: DictConfig, space: SearchSpace) -> None:
-    unknown = sorted(set(cfg.trial.keys()) - TRIAL_KEYS)
-    if "train_steps" in unknown:
-        raise SweepConfigError(
-            "trial.train_steps is gone: the trial length is train.steps in trial.overrides, one source for the "
-            "trials and the pruner (e.g. 'trial.overrides=[experiment=tiny_cpu,train.steps=60]')"
-        )
-    if unknown:
-        raise SweepConfigError(
-            f"trial.{unknown[0]}: not a trial setting, so nothing would read it; accepted: {sorted(TRIAL_KEYS)}"
-        )
+def check_searched_keys(cfg: DictConfig, space: SearchSpace) -> None:
+    """The trial length is the pruner's max resource: one value for the whole study, never searched."""
     searched = [*space.params, *(key for cond in space.conditionals for key in cond.params)]
     if "train.steps" in searched:
         raise SweepConfigError(

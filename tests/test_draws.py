@@ -21,19 +21,20 @@ from dashboards.report_view import StudyView
 from storage import open_storage
 from storage.record import DUPLICATE_OF_ATTR
 from sweeps.config import compose_sweep_config
+from sweeps.config_values import SweepConfigError
 from sweeps.distinct_draws import (
     DistinctSampler,
-    DrawsConfigError,
     EnumeratingSampler,
-    check_draws,
     choose_sampler,
     space_size,
 )
 from sweeps.draw import draw_within_budget
 from sweeps.driver import Driver
 from sweeps.optuna_parts import build
+from sweeps.schema import Draws
 from sweeps.space import parse_space
 from sweeps.status import collect
+from sweeps.typed_config import typed_block
 from tests.sweep_helpers import sweep_config
 from tests.test_sweeps import with_space
 
@@ -51,14 +52,14 @@ def test_space_size_counts_each_conditional_branch_with_its_own_parameters() -> 
 def test_a_finite_space_the_budget_covers_is_enumerated_a_large_one_is_not(caplog: pytest.LogCaptureFixture) -> None:
     small = parse_space({"optim.lr": "choice(0.001, 0.002)"})
     large = parse_space({"arch.hidden_size": "range(8, 64, 8)", "arch.H_cycles": "range(1, 4)"})  # 28
-    knobs = {"max_redraws": 20, "enumerate_share": 0.5}
+    knobs = Draws(max_redraws=20, enumerate_share=0.5)
     with caplog.at_level(logging.INFO, logger="sweeps"):
         chosen = choose_sampler(TPESampler(seed=0), small, 5, knobs, seed=0)
     assert isinstance(chosen, DistinctSampler) and isinstance(chosen.base, EnumeratingSampler)
     assert "2 configurations and n_trials=5 covers 100% of it: BruteForceSampler" in caplog.text
     kept = choose_sampler(TPESampler(seed=0), large, 8, knobs, seed=0)
     assert isinstance(kept, DistinctSampler) and isinstance(kept.base, TPESampler)
-    never = choose_sampler(TPESampler(seed=0), small, 5, {"max_redraws": 3, "enumerate_share": None}, seed=0)
+    never = choose_sampler(TPESampler(seed=0), small, 5, Draws(max_redraws=3, enumerate_share=None), seed=0)
     assert isinstance(never, DistinctSampler) and isinstance(never.base, TPESampler)
 
 
@@ -67,12 +68,12 @@ def test_a_finite_space_the_budget_covers_is_enumerated_a_large_one_is_not(caplo
     [
         ({"max_redraws": -1, "enumerate_share": 0.5}, r"draws.max_redraws=-1: expected a whole number >= 0"),
         ({"max_redraws": 3, "enumerate_share": 1.5}, r"draws.enumerate_share=1.5: expected a number in \(0, 1\]"),
-        ({"max_redraws": "x", "enumerate_share": 0.5}, r"draws.max_redraws='x'"),
+        ({"max_redraws": "x", "enumerate_share": 0.5}, r"draws.max_redraws='x': expected an integer, not str"),
     ],
 )
 def test_bad_draw_knobs_are_refused_naming_key_and_value(knobs: dict, message: str) -> None:
-    with pytest.raises(DrawsConfigError, match=message):
-        check_draws(knobs)
+    with pytest.raises(SweepConfigError, match=message):
+        typed_block("draws", Draws, knobs)
 
 
 def test_a_repeated_draw_is_drawn_again_and_not_recorded_as_fail(tmp_path: Path) -> None:
@@ -145,7 +146,7 @@ def test_every_configured_sampler_draws_thirty_distinct_configurations_of_the_ti
     one corner: 30 draws, 30 configurations (joint draws included: multivariate TPE, CMA-ES, NSGA-II)."""
     cfg = compose_sweep_config([f"sampler={sampler}", "study=model_scaling"])
     space = parse_space(cfg.study.space.tiny)
-    wrapped = choose_sampler(build(cfg.sampler), space, 30, cfg.draws, seed=0)
+    wrapped = choose_sampler(build(cfg.sampler), space, 30, typed_block("draws", Draws, cfg.draws), seed=0)
     study = optuna.create_study(sampler=wrapped, direction="maximize")
     for _ in range(30):
         trial = study.ask()

@@ -20,8 +20,11 @@ from optuna.trial import TrialState, create_trial
 from dashboards.report_page import write_report
 from storage.record import DUPLICATE_OF_ATTR, STUDY_UID_ATTR, Reeval, reeval_attr, reevals
 from sweeps import best
+from sweeps.config_values import SweepConfigError
 from sweeps.driver import Driver
-from sweeps.reeval import ReevalConfigError, ReevalSettings, interval, overlap_line, ranking, ranking_lines
+from sweeps.reeval import interval, overlap_line, ranking, ranking_lines
+from sweeps.schema import ReevalSettings
+from sweeps.typed_config import typed_block
 from sweeps.wandb_summary import log_study_summary, study_summary
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from tests.test_sweeps import with_space
@@ -71,14 +74,18 @@ def test_the_top_two_within_one_standard_error_say_so_in_one_line() -> None:
 @pytest.mark.parametrize(
     "node, message",
     [
-        ({"at_end": "yes", "top_k": 3, "examples": None}, r"reeval.at_end='yes': expected true or false"),
+        # OmegaConf's bool grammar takes yes/no/on/off; anything else is refused
+        (
+            {"at_end": "maybe", "top_k": 3, "examples": None},
+            r"reeval.at_end='maybe': Value 'maybe' is not a valid bool",
+        ),
         ({"at_end": True, "top_k": 0, "examples": None}, r"reeval.top_k=0: expected a whole number >= 1"),
         ({"at_end": True, "top_k": 2, "examples": -5}, r"reeval.examples=-5: expected a whole number >= 1, or null"),
     ],
 )
 def test_bad_reeval_knobs_are_refused_naming_key_and_value(node: dict, message: str) -> None:
-    with pytest.raises(ReevalConfigError, match=message):
-        ReevalSettings.of(node)
+    with pytest.raises(SweepConfigError, match=message):
+        typed_block("reeval", ReevalSettings, node)
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from sweeps.job_command import job_name
 from sweeps.launchers.base import JobSpec, quote_literals
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.optuna_parts import pruner_spec
+from sweeps.schema import Objective
 from sweeps.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir
 
@@ -37,6 +38,13 @@ def refused(cfg: DictConfig, expected: str) -> None:
         Driver(cfg).validate()
     root = Path(cfg.output_root)
     assert not root.exists() and not (root.parent / "db.sqlite").exists()
+
+
+def refused_composing(tmp_path: Path, expected: str, *extra: str, trial: list[str] | None = None) -> None:
+    """As `refused`, for input the schema refuses already while the config is composed (sweeps/schema.py)."""
+    with pytest.raises(SweepConfigError, match=expected):
+        Driver(config(tmp_path, *extra, trial=trial)).validate()
+    assert not (tmp_path / "out").exists() and not (tmp_path / "db.sqlite").exists()
 
 
 def with_space(cfg: DictConfig, space: dict, conditional: dict | None = None) -> DictConfig:
@@ -98,10 +106,10 @@ def test_extra_objectives_name_a_stored_number_or_an_eval_metric(tmp_path: Path)
     cfg = config(tmp_path, "study=model_scaling_pareto", "sampler=nsga2", "pruner=none")
     Driver(cfg).validate()  # compute_flops: a number the job stores on its trial
     with open_dict(cfg):
-        cfg.study.objectives = [{"name": "eval/lm_loss", "direction": "minimize"}]
+        cfg.study.objectives = [Objective(name="eval/lm_loss", direction="minimize")]  # the schema's type
     Driver(cfg).validate()  # an eval metric is read from the trial's final metrics
     with open_dict(cfg):
-        cfg.study.objectives = [{"name": "compute_flop", "direction": "minimize"}]
+        cfg.study.objectives = [Objective(name="compute_flop", direction="minimize")]
     refused(
         cfg,
         r"study.objectives\[0\].name='compute_flop': not a value a trial records; expected one of \[.*'compute_flops'",
@@ -176,7 +184,7 @@ def test_a_range_that_does_not_fit_the_keys_type_is_refused(
         (["pruner.audit_first=2", "pruner.audit_every=0"], r"audit_first=2 < min_audit=4 with audit_every=0"),
         # TPE takes it and fails at the first ask past its start-up trials
         (["sampler.n_startup_trials=abc"], r"sampler.n_startup_trials='abc': TPESampler takes an integer here"),
-        (["seed=abc"], r"sampler.seed='abc': TPESampler takes an integer or null here"),
+        (["seed=abc"], r"seed='abc': expected an integer, not str"),  # the schema's type, at composition
         (
             ["+sampler.n_startup=4"],
             r"sampler.n_startup=4: not an argument of TPESampler; accepted: \[.*'n_startup_trials'",
@@ -188,7 +196,7 @@ def test_a_range_that_does_not_fit_the_keys_type_is_refused(
 )
 @pytest.mark.slow
 def test_sampler_and_pruner_are_built_before_launch(override: list[str], expected: str, tmp_path: Path) -> None:
-    refused(config(tmp_path, *override), expected)
+    refused_composing(tmp_path, expected, *override)
 
 
 @pytest.mark.parametrize(
@@ -219,10 +227,13 @@ def test_the_sweep_driver_does_not_import_torch() -> None:
 @pytest.mark.parametrize(
     "override,trial,expected",
     [
-        ("n_trials=true", None, r"n_trials=True: expected an integer > 0"),
-        ("max_concurrent=true", None, r"max_concurrent=True: expected an integer >= 1"),
-        ("timeout=true", None, r"timeout=True: expected seconds > 0"),
-        ("study.seeds=true", None, r"study.seeds=True: expected an integer >= 1"),
+        # a YAML `true` is no count: the schema's types refuse it while composing
+        ("n_trials=true", None, r"n_trials=True: expected an integer, not bool"),
+        ("max_concurrent=true", None, r"max_concurrent=True: expected an integer, not bool"),
+        ("timeout=true", None, r"timeout=True: expected a number, not bool"),
+        ("study.seeds=true", None, r"study.seeds=True: expected an integer, not bool"),
+        ("n_trials=0", None, r"n_trials=0: expected an integer >= 1"),
+        ("study.seeds=0", None, r"study.seeds=0: expected an integer >= 1"),
         (
             "+trial.train_steps=60",
             None,
@@ -248,7 +259,9 @@ def test_the_sweep_driver_does_not_import_torch() -> None:
 def test_counts_that_are_not_positive_integers_are_refused(
     override: str | None, trial: list[str] | None, expected: str, tmp_path: Path
 ) -> None:
-    refused(config(tmp_path, *([override] if override else []), trial=trial_with(*trial) if trial else None), expected)
+    refused_composing(
+        tmp_path, expected, *([override] if override else []), trial=trial_with(*trial) if trial else None
+    )
 
 
 @pytest.mark.slow
@@ -382,7 +395,8 @@ def test_a_study_with_a_quote_and_non_ascii_in_its_name_and_a_comma_in_output_ro
             "error: study.objective='eval/exact_acc': not a metric the trainer produces",
         ),
         ("pruner.wrapped.reduction_factor=1", "error: pruner.wrapped.reduction_factor=1: expected an integer >= 2"),
-        ("n_trials=true", "error: n_trials=True: expected an integer > 0"),
+        ("n_trials=true", "error: n_trials=True: expected an integer, not bool"),  # composing: Hydra's error, one line
+        ("+arch=tiny", "error: ['arch'] are not sweep settings"),
         ("study.name=../escape", "error: study.name='../escape'"),
         ("output_root={tmp}/a-file/out", "error: output_root='{tmp}/a-file/out': cannot write there"),
     ],
@@ -423,9 +437,8 @@ def test_an_override_every_trial_would_ignore_is_refused_naming_the_right_form(
     override: str, key: str, tmp_path: Path
 ) -> None:
     """Issue 15: `sweeps.run +train.steps=60` (the old error's own hint) was accepted and silently ignored."""
-    refused(
-        config(tmp_path, override),
-        rf"\['{key}'\] are not sweep settings, so every trial would ignore them.*trial\.overrides",
+    refused_composing(
+        tmp_path, rf"\['{key}'\] are not sweep settings, so every trial would ignore them.*trial\.overrides", override
     )
 
 

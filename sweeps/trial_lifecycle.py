@@ -1,0 +1,278 @@
+"""A trial's life from draw to tell, and the study state every trial shares.
+
+    start_trial -> launch_seed (one job per seed) -> settle / on_job_end (the job's verdict, sweeps/outcome.py)
+    -> tell_outcome: COMPLETE (the seeds' mean) / PRUNED / FAIL (a retry queued while retries are left)
+
+The driver (sweeps/driver.py) owns the loop, the budget and the slots; this class owns what one trial is: its
+directories (sweeps.paths), its job's command line (sweeps.job_command), its heartbeat, and what Optuna is told.
+Invariant: the heartbeat of a trial stops only once its state is stored (a database outage leaves it ours).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+from omegaconf import DictConfig
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.trial import FrozenTrial, TrialState
+
+from storage import HeartbeatThread, resolve_url, trial_id_of
+from storage.record import (
+    CHECKPOINT_URL_ATTR,
+    DETAILS_ATTR,
+    SLOT_ATTR,
+    TRAIN_OVERRIDES_ATTR,
+    attempt_attr,
+    merged_details,
+)
+from storage.url import DEFAULT_SQLITE_PATH
+from sweeps.job_command import JobCommand, StudyLink, job_name, training_overrides
+from sweeps.launchers.base import JobSpec
+from sweeps.optuna_parts import build_launcher
+from sweeps.outcome import clip_reason, job_verdict, objective_values, seed_attrs, seed_mean
+from sweeps.paths import StudyRoots, TrialPaths
+from sweeps.recovery import requeue
+from sweeps.retry import plan_retry, retry_of, with_note
+from sweeps.running import RunningTrial
+from sweeps.slots import Slot
+from sweeps.space import SearchSpace, parse_space, to_overrides
+from sweeps.study import OpenStudy, StudyNotOpenError, quiet_optuna_warnings
+from sweeps.typed_config import typed_sweep
+from sweeps.wandb_summary import trial_wandb_overrides
+
+log = logging.getLogger("sweeps")
+
+
+class TrialLifecycle(ABC):
+    """The study's config, storage, launcher and directories, and each trial's state machine over them."""
+
+    def __init__(self, cfg: DictConfig):
+        quiet_optuna_warnings()
+        self.sweep = typed_sweep(cfg)  # the typed config; every block's own checks run here (sweeps/schema.py)
+        self.cfg = cfg  # as composed: what the modules that build from it (sampler, pruner, launcher) read
+        self.scale = self.sweep.scale
+        self.space: SearchSpace = parse_space(
+            self.sweep.study.space.get(self.scale),
+            self.sweep.study.conditional.get(self.scale),
+            where=f"study.space.{self.scale}",
+        )
+        self.base_overrides = [*self.sweep.trial.overrides, *self.sweep.study.fixed.get(self.scale, [])]
+        self.launcher = build_launcher(cfg.launcher)
+        self.storage_url = resolve_url(cfg.storage.url, Path(DEFAULT_SQLITE_PATH).resolve())
+        self.opened: OpenStudy | None = None
+        self.set_study_uid("UID")  # a dry run's stand-in; open_study sets the study's own
+
+    @property
+    def study(self) -> optuna.Study:
+        return self._open().study
+
+    @property
+    def storage(self) -> RDBStorage:
+        return self._open().storage
+
+    def _open(self) -> OpenStudy:
+        if self.opened is None:
+            raise StudyNotOpenError("the driver's study is not open yet: call open_study() (run() does) first")
+        return self.opened
+
+    def set_study_uid(self, uid: str) -> None:
+        """Trial directories: <root>/<study name>/<first 8 of the study's uid>/trial-<n> (sweeps.paths)."""
+        self.study_uid = uid
+        self.roots = StudyRoots.of(
+            self.sweep.output_root,
+            self.sweep.trial.run_root,
+            self.sweep.trial.checkpoint_root,
+            str(self.sweep.study.name),
+            uid,
+        )
+
+    def origin_number(self, trial: FrozenTrial) -> int:
+        """The first trial of a retry chain: its checkpoint directory is the one to resume from."""
+        history = RetryHeartbeatStaleTrialCallback.retry_history(trial)
+        return history[0] if history else trial.number
+
+    def training_overrides(self, sampled: dict[str, Any]) -> list[str]:
+        """What a trial trains: pasted after `python -m trm.train` they re-train it (sweeps/best.py)."""
+        return training_overrides(self.base_overrides, sampled, self.sweep.study.objective, self.sweep.study.direction)
+
+    def checkpoint_url(self, origin: int) -> str:
+        """A retry chain's checkpoints: under its first trial's directory."""
+        return self.roots.checkpoint_url(origin)
+
+    def trial_paths(self, number: int, origin: int, seed_index: int = 0) -> TrialPaths:
+        """Where the job of seed `seed_index` of trial `number` writes (its own directories when seeds > 1)."""
+        return self.roots.trial(number, origin, seed_index, self.sweep.study.seeds)
+
+    def job_command(
+        self, number: int, sampled: dict[str, Any], origin: int, seed_index: int = 0, slot: Slot | None = None
+    ) -> JobCommand:
+        """The job's command line for one seed of trial `number` on `slot` (sweeps/job_command.py)."""
+        paths = self.trial_paths(number, origin, seed_index)
+        link = StudyLink(
+            study=str(self.sweep.study.name),
+            study_uid=self.study_uid,
+            trial_number=number,
+            storage=self.storage_url,
+            password_env=self.sweep.storage.password_env or None,
+            seed_index=seed_index if self.sweep.study.seeds > 1 else None,
+        )
+        return JobCommand(
+            training=self.training_overrides(sampled),
+            tracking=trial_wandb_overrides(self.cfg, self.study_uid, origin, seed_index),
+            out_dir=paths.run_dir,
+            checkpoint_url=paths.checkpoint_url,
+            link=link,
+            extra=slot.overrides if slot else (),
+        )
+
+    def start_trial(self, trial: optuna.Trial, sampled: dict[str, Any], slot: Slot) -> RunningTrial:
+        frozen = self.storage.get_trial(trial_id_of(trial))
+        origin = self.origin_number(frozen)
+        for key, value in frozen.user_attrs.items():
+            if attempt_attr(key) and value is not None:  # a retry: its predecessor's outcome is not its own
+                trial.set_user_attr(key, None)
+        workdir = self.roots.workdir(trial.number)
+        trial.set_user_attr("overrides", to_overrides(sampled))
+        trial.set_user_attr("workdir", str(workdir))
+        # A fresh `details` (a retry's predecessor's belong to its own attempt): the job and finish() add theirs.
+        trial.set_user_attr(DETAILS_ATTR, {TRAIN_OVERRIDES_ATTR: self.training_overrides(sampled)})
+        trial.set_user_attr(CHECKPOINT_URL_ATTR, self.checkpoint_url(origin))
+        trial.set_user_attr(SLOT_ATTR, slot.name)
+        heartbeat = HeartbeatThread(self.storage, trial_id_of(trial), self.sweep.heartbeat.interval_s)
+        heartbeat.start()
+        running = RunningTrial(trial, None, heartbeat, workdir, sampled=sampled, origin=origin, slot=slot)
+        self.launch_seed(running, 0)
+        resumed = retry_of(trial.number, origin, self.trial_paths(origin, origin).checkpoint_url)
+        where = "" if slot.whole else f" on {slot.name}"
+        log.info(
+            "trial %d started%s%s: %s%s",
+            trial.number,
+            where,
+            resumed,
+            " ".join(to_overrides(sampled)),
+            self.best_line(),
+        )
+        return running
+
+    def launch_seed(self, running: RunningTrial, index: int) -> None:
+        """Start the job for one seed of the trial (a single job when study.seeds is 1); with several seeds each
+        has its own output and checkpoint directories (sweeps.paths), and only seed 0 reports to the pruner."""
+        trial = running.trial
+        overrides = self.job_command(trial.number, running.sampled, running.origin, index, running.slot).overrides()
+        workdir = self.trial_paths(trial.number, running.origin, index).workdir
+        running.seed_index = index
+        running.launched_at.append(time.time())
+        running.progress, running.progress_seen = None, time.time()
+        try:
+            running.handle = self.launcher.launch(
+                JobSpec(
+                    job_name(str(self.sweep.study.name), self.study_uid, trial.number),
+                    overrides,
+                    workdir,
+                    slot=running.slot,
+                )
+            )
+        except Exception as err:
+            running.heartbeat.stop()
+            self.tell_fail(trial, f"launch failed: {type(err).__name__}: {err}")
+            raise
+
+    def tell_fail(self, trial: optuna.Trial, reason: str) -> None:
+        trial.set_user_attr("fail_reason", clip_reason(reason))
+        self.study.tell(trial, state=TrialState.FAIL)
+        log.warning("trial %d FAIL: %s", trial.number, reason.splitlines()[0] if reason else "")
+
+    def on_job_end(self, running: RunningTrial, exit_code: int) -> TrialState | None:
+        """Tell Optuna what the job recorded (sweeps/outcome.py decides); None if more seeds follow."""
+        trial = running.trial
+        attrs = seed_attrs(self.storage.get_trial(trial_id_of(trial)).user_attrs, running.seed_index)
+        measured = self.objective_values(attrs) if attrs.get("outcome") == "COMPLETE" else None
+        verdict = job_verdict(
+            attrs,
+            measured,
+            self.sweep.study.objective,
+            exit_code=exit_code,
+            launcher_failure=running.job.failure,
+            cancelled=running.job.cancelled,
+        )
+        if verdict.state == TrialState.COMPLETE:
+            if len(running.seed_objectives) == running.seed_index:  # not twice after a database outage
+                running.seed_objectives.append(verdict.values)
+            if running.seed_index + 1 < self.sweep.study.seeds:
+                self.launch_seed(running, running.seed_index + 1)
+                return None
+        return self.tell_outcome(running, verdict.state, verdict.reason, retry=verdict.requeue)
+
+    def tell_outcome(
+        self, running: RunningTrial, state: TrialState, reason: str = "", retry: bool = False
+    ) -> TrialState:
+        """Tell Optuna; the heartbeat stops only once that is stored (a database outage leaves the trial ours).
+        `retry`: a FAIL worth a retry, queued while retries are left; the reason says which (sweeps/retry.py)."""
+        trial = running.trial
+        frozen, max_retry = self.storage.get_trial(trial_id_of(trial)), self.sweep.heartbeat.max_retry
+        checkpoints = self.trial_paths(trial.number, running.origin).checkpoint_url
+        plan = plan_retry(frozen, max_retry, checkpoints) if retry else None
+        stored = frozen.user_attrs
+        timing = {"launched_at": running.launched_at, "exited_at": running.exited_at}
+        trial.set_user_attr(DETAILS_ATTR, merged_details(stored, driver_timing=timing))
+        if state == TrialState.FAIL:
+            self.tell_fail(trial, with_note(reason, plan.note) if plan else reason)
+            if plan and plan.queued:
+                requeue(self.study, self.storage, trial_id_of(trial), max_retry)
+        elif state == TrialState.PRUNED:
+            last_step = max(self.storage.get_trial(trial_id_of(trial)).intermediate_values, default=None)
+            self.study.tell(trial, state=TrialState.PRUNED)
+            log.info("trial %d PRUNED at step %s%s", trial.number, last_step, self.best_line())
+        else:
+            per_seed = running.seed_objectives
+            mean = seed_mean(per_seed)
+            if len(per_seed) > 1:  # TRM's seed variance is large: keep the spread on the trial
+                trial.set_user_attr("seed_values", [v[0] for v in per_seed])
+                trial.set_user_attr("seed_std", statistics.pstdev(v[0] for v in per_seed))
+            self.study.tell(trial, mean if len(mean) > 1 else mean[0])
+            log.info(
+                "trial %d COMPLETE: %s = %.4f%s", trial.number, self.sweep.study.objective, mean[0], self.best_line()
+            )
+        running.heartbeat.stop()
+        return state
+
+    def objective_values(self, attrs: Mapping[str, Any]) -> list[float] | None:
+        """One seed's objective value(s) as this study measures them (sweeps.outcome.objective_values)."""
+        extra = [o.name for o in self.sweep.study.objectives]
+        return objective_values(attrs, self.sweep.study.objective, extra, self.sweep.study.value == "best")
+
+    def settle(self, running: RunningTrial, code: int) -> bool:
+        """Tell Optuna about a seed's job that exited with `code`; True when the trial is settled (no seed follows)."""
+        if not running.exited_at or running.exited_at[-1] < running.launched_at[-1]:
+            running.exited_at.append(time.time())
+        try:
+            if running.stall_reason is not None:
+                self.tell_outcome(running, TrialState.FAIL, running.stall_reason, retry=True)
+                return True
+            return self.on_job_end(running, code) is not None
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as err:
+            if not self.settled_elsewhere(running):
+                raise
+            log.warning(
+                "trial %d was settled by another driver (%s): it judged this driver gone; is "
+                "heartbeat.grace_s shorter than a database outage?",
+                running.trial.number,
+                err,
+            )
+            running.heartbeat.stop()
+            return True
+
+    def settled_elsewhere(self, running: RunningTrial) -> bool:
+        """Whether our running trial was finished by someone else (another driver that found it orphaned)."""
+        return self.storage.get_trial(trial_id_of(running.trial)).state.is_finished()
+
+    @abstractmethod
+    def best_line(self) -> str:
+        """What ends each trial's state-change line (the driver's progress)."""
