@@ -7,9 +7,10 @@
   (trm/fused_mix_backward.py: the forward keeps the residual sum; no recompute of the forward's output).
 - `fused_mix_nograd`: the kernel only in the calls without gradients (TRM's H_cycles - 1 no-grad cycles, and eval);
   the calls with gradients keep the torch path.
-- `auto` (the default): `AUTO_CUDA` on a CUDA GPU with Triton when the precision is bf16 and the mixer mlp_t,
-  else `torch`. fused_mix_nograd was the fastest on a lent H200 (docs/benchmarks.md, "Fused kernels"): the
-  recompute in fused_mix's backward costs more than its fused forward saves.
+- `auto` (the default): on a CUDA GPU with Triton when the precision is bf16 and the mixer mlp_t, `AUTO_CUDA`
+  from compute capability 9.0 (Hopper: the backward's weight copies are TMA copies; the fastest on a lent H200,
+  docs/benchmarks.md, "Fused kernels") and `AUTO_CUDA_PRE_HOPPER` below it (Triton lowers those copies to plain
+  loads there, unmeasured); else `torch`.
 
 The kernel computes in bf16 (its dots take bf16 operands as autocast's do), so an explicit fused choice with fp32,
 without Triton, or on XLA is refused with the reason before the model is built. On a CPU a fused choice needs Triton's
@@ -27,7 +28,9 @@ if TYPE_CHECKING:
 
 # choice -> trm.model.Block.fused_mix
 FUSED = {"fused_mix": "all", "fused_mix_nograd": "nograd", "fused_mix_bwd": "all_bwd"}
-AUTO_CUDA = "fused_mix_nograd"  # the fastest on an H200 (docs/benchmarks.md, "Fused kernels")
+AUTO_CUDA = "fused_mix_bwd"  # the fastest on an H200 (docs/benchmarks.md, "Fused kernels")
+AUTO_CUDA_PRE_HOPPER = "fused_mix_nograd"  # no TMA below compute capability 9.0: the backward kernel unmeasured there
+HOPPER = (9, 0)
 BF16_PRECISIONS = ("bf16", "bf16_reference")
 
 
@@ -38,8 +41,11 @@ class Kernels(NamedTuple):
     reason: str
 
 
-def resolve_kernels(requested: object, device_type: str, precision: str, mixer: str) -> Kernels:
-    """The concrete choice for `train.kernels=requested` on this device, resolved precision and arch.mixer."""
+def resolve_kernels(
+    requested: object, device_type: str, precision: str, mixer: str, capability: tuple[int, int] | None = None
+) -> Kernels:
+    """The concrete choice for `train.kernels=requested` on this device (a CUDA device's compute `capability`),
+    resolved precision and arch.mixer."""
     from trm import fused_mix
 
     choice = check_kernels_choice(requested)
@@ -62,7 +68,11 @@ def resolve_kernels(requested: object, device_type: str, precision: str, mixer: 
     ]
     if choice == AUTO:
         if device_type == "cuda" and not blockers:
-            return Kernels(AUTO_CUDA, f"auto: CUDA, Triton, {precision}, mlp_t")
+            hopper = capability is not None and tuple(capability) >= HOPPER
+            sm = "sm_{}{}".format(*capability) if capability else "compute capability unknown"
+            return Kernels(
+                AUTO_CUDA if hopper else AUTO_CUDA_PRE_HOPPER, f"auto: CUDA {sm}, Triton, {precision}, mlp_t"
+            )
         return Kernels("torch", f"auto: {'; '.join(blockers) or f'the device is {device_type}'}")
     if choice in FUSED and blockers:
         raise ValueError(f"train.kernels={choice}: not possible here: {'; '.join(blockers)}")

@@ -84,7 +84,8 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
     check_batch(cfg, runtime)
     # train.precision=auto: bf16 where this device has bf16 units, else fp32 (trm/precision.py); checked by every
     # worker below (they must agree), held by the checkpoint's identity, shown on the start line and the summary.
-    chosen = resolve_precision(train.precision, device_facts(runtime.device), train.get("bf16_mode", "bf16"))
+    facts = device_facts(runtime.device)
+    chosen = resolve_precision(train.precision, facts, train.get("bf16_mode", "bf16"))
     compiling = compile_mode(train.compile)
     loss_divisor = runtime.loss_divisor(train.global_batch_size)  # examples one step's loss sums over
     torch.manual_seed(cfg.seed)
@@ -93,7 +94,9 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
     train_arrays, test_arrays, train_meta, _ = load_data(cfg)
     arch = TRMConfig.from_dict(to_dict(cfg.arch), **train_meta.arch_fields())
     validate_curriculum(cfg.curriculum, arch.H_cycles, arch.L_cycles)
-    kernels = resolve_kernels(train.kernels, runtime.device.type, chosen.mode, arch.mixer)  # trm/kernels.py
+    kernels = resolve_kernels(  # trm/kernels.py
+        train.kernels, runtime.device.type, chosen.mode, arch.mixer, facts.cuda_capability
+    )
     check_agreement(
         runtime,
         {
