@@ -8,7 +8,9 @@ differently, so bits can only be compared kernel for kernel).
 
 from __future__ import annotations
 
+import hashlib
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,6 +21,32 @@ from trm.reference_weights import load_reference_state
 # Environment variables that choose torch's CPU kernels: the golden bf16 file says which values it was recorded
 # with, and the forward that is compared with it runs with the same.
 KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+
+FIDELITY = Path(__file__).parent / "fidelity"
+BF16_GOLDEN_PATH = FIDELITY / "trm_reference_bf16.pt"  # weights, batch, kernel pins, and the eval of its CPU kind
+BF16_GOLDEN_CPU_KIND = "intel-amx"  # where trm_reference_bf16.pt was recorded: an Intel Xeon with amx_bf16
+
+
+def cpu_kind() -> str:
+    """The CPU kind a bf16 recording holds for (its vendor and bf16 units): with the kernels pinned, the attention
+    variant's bf16 bits still differ between kinds, for the reference as for us (docs/fidelity.md)."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in info.splitlines())}
+    vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(fields.get("vendor_id", ""), "other")
+    flags = set(fields.get("flags", "").split())
+    units = "amx" if "amx_bf16" in flags else "avx512bf16" if "avx512_bf16" in flags else "nobf16"
+    return f"{vendor}-{units}"
+
+
+def step_sha256(logits: torch.Tensor, q_halt: torch.Tensor) -> str:
+    """The bits of one eval step: its bf16 logits and fp32 Q-halt logits (as the recordings hash them)."""
+    data = logits.contiguous().view(torch.int16).numpy().tobytes() + q_halt.contiguous().numpy().tobytes()
+    return hashlib.sha256(data).hexdigest()
+
+
+def bf16_recording_path(kind: str) -> Path:
+    """The file holding the reference's bf16 eval recorded on a CPU of `kind`."""
+    return BF16_GOLDEN_PATH if kind == BF16_GOLDEN_CPU_KIND else FIDELITY / f"trm_reference_bf16.{kind}.pt"
 
 
 def our_config(ref: dict[str, Any]) -> TRMConfig:

@@ -10,7 +10,6 @@ of an untrained net amplify rounding, so only steps 1-2 are compared by value, a
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -186,27 +185,30 @@ def test_bf16_reference_mode_keeps_the_stream_in_bf16_and_stays_close(
         carry_dtype("fp16")
 
 
-BF16_GOLDEN_PATH = Path(__file__).parent / "fidelity" / "trm_reference_bf16.pt"
 NO_PUZZLE_EMB_PATH = Path(__file__).parent / "fidelity" / "trm_reference_no_puzzle_emb.pt"
-
-
-def step_sha256(logits: torch.Tensor, q_halt: torch.Tensor) -> str:
-    """The bits of one eval step: its bf16 logits and fp32 Q-halt logits (as the golden file hashes them)."""
-    data = logits.contiguous().view(torch.int16).numpy().tobytes() + q_halt.contiguous().numpy().tobytes()
-    return hashlib.sha256(data).hexdigest()
 
 
 @pytest.fixture(scope="module")
 def bf16_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the reference's recorded bf16 eval, ours): ours computed in a fresh process with the CPU kernels the
-    reference was recorded with (tests/reference_fixtures.py says why)."""
-    golden_bf16 = torch.load(BF16_GOLDEN_PATH, weights_only=False)
+    """(the reference's bf16 eval recorded on a CPU of this kind, ours): ours computed in a fresh process with the
+    CPU kernels the reference was recorded with (tests/reference_fixtures.py says why)."""
+    kind = fixtures.cpu_kind()
+    recording = fixtures.bf16_recording_path(kind)
+    if not recording.exists():
+        pytest.fail(
+            f"no recording of the reference's bf16 eval for this CPU kind ({kind}): the attention variant's bits "
+            f"differ between CPU kinds; record one with `python -m tests.record_reference_bf16 <reference checkout>` "
+            "(tests/fidelity/README.md)"
+        )
+    golden_bf16 = torch.load(fixtures.BF16_GOLDEN_PATH, weights_only=False)
+    recorded = torch.load(recording, weights_only=False)
+    assert recorded["kernels"] == golden_bf16["kernels"] and recorded["torch"] == torch.__version__
     out = tmp_path_factory.mktemp("bf16") / "ours.pt"
     env = {**os.environ, **{key: value for key, value in golden_bf16["kernels"].items() if value is not None}}
     root = Path(__file__).parent.parent
-    cmd = [sys.executable, "-m", "tests.reference_fixtures", str(BF16_GOLDEN_PATH), str(out)]
+    cmd = [sys.executable, "-m", "tests.reference_fixtures", str(fixtures.BF16_GOLDEN_PATH), str(out)]
     subprocess.run(cmd, env=env, cwd=root, check=True, timeout=300)
-    return golden_bf16, torch.load(out, weights_only=False)
+    return recorded, torch.load(out, weights_only=False)
 
 
 @pytest.mark.slow
@@ -223,7 +225,7 @@ def test_bf16_reference_eval_is_the_references_bit_for_bit(bf16_runs: tuple[dict
             f"logits at step {step}: relative error {difference:.2e}"
         )
     for step in range(16):
-        digest = step_sha256(computed["logits"][step], computed["q_halt_logits"][step])
+        digest = fixtures.step_sha256(computed["logits"][step], computed["q_halt_logits"][step])
         assert digest == recorded["sha256"][step], f"the bits of step {step + 1} differ"
     assert torch.equal(computed["z_H"], recorded["z_H"]) and torch.equal(computed["z_L"], recorded["z_L"])
     assert torch.equal(computed["halted"], recorded["halted"])
