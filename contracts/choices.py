@@ -6,15 +6,24 @@ the accepted values live here so the driver can refuse a typo without importing 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
-COMPILE_CHOICES = ("off", "net", "model")  # train.compile (true = net, false = off are accepted too)
-DEVICE_CHOICES = ("auto", "cpu", "cuda")  # runtime.device
+# The Literal types are the training config's schema (contracts/train_config.py: Hydra refuses any other value when it
+# composes); the tuples are the same values for the code that checks an argument itself.
+Compile = Literal["off", "net", "model"]  # train.compile (true = net, false = off are accepted too)
+Device = Literal["auto", "cpu", "cuda"]  # runtime.device
+PrecisionMode = Literal["fp32", "bf16", "bf16_reference"]  # the keys of trm.step.PRECISIONS: what the step runs
+Bf16Mode = Literal["bf16", "bf16_reference"]  # what train.bf16_mode may ask `auto` for
+PrecisionRequest = Literal["auto", "fp32", "bf16", "bf16_reference"]  # what train.precision accepts
+KernelChoice = Literal["auto", "torch", "fused_mix", "fused_mix_nograd"]  # train.kernels (trm/kernels.py)
+
+COMPILE_CHOICES: tuple[str, ...] = get_args(Compile)
+DEVICE_CHOICES: tuple[str, ...] = get_args(Device)
 AUTO = "auto"
-PRECISION_MODES = ("fp32", "bf16", "bf16_reference")  # the keys of trm.step.PRECISIONS: what the step runs
-BF16_MODES = ("bf16", "bf16_reference")  # what train.bf16_mode may ask `auto` for
-PRECISION_REQUESTS = (AUTO, *PRECISION_MODES)  # what train.precision accepts
-KERNEL_CHOICES = (AUTO, "torch", "fused_mix", "fused_mix_nograd")  # train.kernels (trm/kernels.py)
+PRECISION_MODES: tuple[str, ...] = get_args(PrecisionMode)
+BF16_MODES: tuple[str, ...] = get_args(Bf16Mode)
+PRECISION_REQUESTS: tuple[str, ...] = get_args(PrecisionRequest)
+KERNEL_CHOICES: tuple[str, ...] = get_args(KernelChoice)
 
 
 def compile_mode(value: Any) -> str:
