@@ -1,5 +1,7 @@
-"""The training choices a sweep validates before its first trial: `train.compile`, `runtime.device`,
-`train.precision`, `train.bf16_mode` and `train.kernels`. Each check names the key, the value and what is accepted.
+"""The training choices: `train.compile`, `runtime.device`, `train.precision`, `train.bf16_mode` and `train.kernels`.
+Their `Literal` types are the training config's schema's (contracts/train_config.py: Hydra refuses another value as
+it composes, for a job and for the sweep's validation of its trials); the checks below are for code that takes a
+choice as an argument. Each names the key, the value and what is accepted.
 
 What each choice does lives beside the code that does it (trm/compiling.py, trm/devices.py, trm/precision.py);
 the accepted values live here so the driver can refuse a typo without importing torch."""
@@ -8,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-# The Literal types are the training config's schema (contracts/train_config.py: Hydra refuses any other value when it
-# composes); the tuples are the same values for the code that checks an argument itself.
 Compile = Literal["off", "net", "model"]  # train.compile (true = net, false = off are accepted too)
 Device = Literal["auto", "cpu", "cuda"]  # runtime.device
 PrecisionMode = Literal["fp32", "bf16", "bf16_reference"]  # the keys of trm.step.PRECISIONS: what the step runs
