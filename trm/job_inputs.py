@@ -7,18 +7,19 @@ import numpy as np
 from omegaconf import DictConfig
 
 from trm.data.build import ensure_generated
-from trm.data.format import SplitMeta, load_split
+from trm.data.format import DatasetError, SplitMeta, load_split
 from trm.runtime.base import Runtime
 
 Arrays = dict[str, np.ndarray]
 
 
 def load_data(cfg: DictConfig) -> tuple[Arrays, Arrays, SplitMeta, SplitMeta]:
-    """Build (generated) or open (path) the dataset on this worker's own disk; no shared filesystem. `data.source`
-    is one of the two (contracts/train_config.py DataConfig)."""
+    """Build (generated) or open (path) the dataset on this worker's own disk; no shared filesystem."""
     data = cfg.data
     if data.source == "generate":
         ensure_generated(data.path, data.num_train, data.num_test, data.blanks, data.seed, num_aug=data.num_aug)
+    elif data.source != "path":  # an option without a schema (data=sudoku_extreme: contracts/train_config.py)
+        raise DatasetError(f"data.source={data.source!r}: expected 'generate' or 'path'")
     train_arrays, train_meta = load_split(data.path, "train")
     test_arrays, test_meta = load_split(data.path, "test")
     return train_arrays, test_arrays, train_meta, test_meta
