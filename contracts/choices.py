@@ -1,20 +1,31 @@
-"""The training choices a sweep validates before its first trial: `train.compile`, `runtime.device`,
-`train.precision`, `train.bf16_mode` and `train.kernels`. Each check names the key, the value and what is accepted.
+"""The training choices: `train.compile`, `runtime.device`, `train.precision`, `train.bf16_mode` and `train.kernels`.
+Their `Literal` types are the training config's schema's (contracts/train_config.py: Hydra refuses another value as
+it composes, for a job and for the sweep's validation of its trials); the checks below are for code that takes a
+choice as an argument. Each names the key, the value and what is accepted.
 
 What each choice does lives beside the code that does it (trm/compiling.py, trm/devices.py, trm/precision.py);
 the accepted values live here so the driver can refuse a typo without importing torch."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
-COMPILE_CHOICES = ("off", "net", "model")  # train.compile (true = net, false = off are accepted too)
-DEVICE_CHOICES = ("auto", "cpu", "cuda")  # runtime.device
+Compile = Literal["off", "net", "model"]  # train.compile (true = net, false = off are accepted too)
+Device = Literal["auto", "cpu", "cuda"]  # runtime.device
+PrecisionMode = Literal["fp32", "bf16", "bf16_reference"]  # the keys of trm.step.PRECISIONS: what the step runs
+Bf16Mode = Literal["bf16", "bf16_reference"]  # what train.bf16_mode may ask `auto` for
+PrecisionRequest = Literal["auto", "fp32", "bf16", "bf16_reference"]  # what train.precision accepts
+KernelChoice = Literal[
+    "auto", "torch", "fused_mix", "fused_mix_nograd", "fused_mix_bwd"
+]  # train.kernels (trm/kernels.py)
+
+COMPILE_CHOICES: tuple[str, ...] = get_args(Compile)
+DEVICE_CHOICES: tuple[str, ...] = get_args(Device)
 AUTO = "auto"
-PRECISION_MODES = ("fp32", "bf16", "bf16_reference")  # the keys of trm.step.PRECISIONS: what the step runs
-BF16_MODES = ("bf16", "bf16_reference")  # what train.bf16_mode may ask `auto` for
-PRECISION_REQUESTS = (AUTO, *PRECISION_MODES)  # what train.precision accepts
-KERNEL_CHOICES = (AUTO, "torch", "fused_mix", "fused_mix_nograd", "fused_mix_bwd")  # train.kernels (trm/kernels.py)
+PRECISION_MODES: tuple[str, ...] = get_args(PrecisionMode)
+BF16_MODES: tuple[str, ...] = get_args(Bf16Mode)
+PRECISION_REQUESTS: tuple[str, ...] = get_args(PrecisionRequest)
+KERNEL_CHOICES: tuple[str, ...] = get_args(KernelChoice)
 
 
 def compile_mode(value: Any) -> str:

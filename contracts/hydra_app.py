@@ -14,7 +14,12 @@ from typing import Any, cast
 import yaml
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from contracts import train_config
+from contracts.schema_checks import ConfigSchemaError, config_error_line
 
 # The configs are a package (conf/ in the checkout, `trm_sweeps_conf` in the wheel: pyproject.toml), so an
 # installed wheel finds them wherever it is run from. Both apps' `hydra.main` use CONFIG_PATH.
@@ -43,8 +48,19 @@ def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
 
 
 def compose_train_config(overrides: list[str]) -> DictConfig:
-    """The training config as `python -m trm.train <overrides>` would see it (without a Hydra run dir)."""
-    return compose_config("train", overrides)
+    """The training config as `python -m trm.train <overrides>` would see it (without a Hydra run dir), checked
+    against its schema (contracts/train_config.py): a ConfigSchemaError (a Hydra error and a ValueError) names the
+    key, the value and what is accepted; Hydra's other errors (a group option that does not exist) as they are."""
+    train_config.register()
+    try:
+        cfg = compose_config("train", overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        line = config_error_line(err)
+        if line is None:
+            raise
+        raise ConfigSchemaError(line) from err
+    train_config.check_train_config(cfg)
+    return cfg
 
 
 def packaged_yaml(relative: str) -> dict[str, Any]:

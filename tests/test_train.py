@@ -141,14 +141,14 @@ def test_unknown_override_is_one_clear_error(tmp_path: Path) -> None:
 
 
 def test_bad_compile_choice_names_key(tmp_path: Path, data_root: Path) -> None:
-    with pytest.raises(ValueError, match=r"train.compile='fast': expected one of \['off', 'net', 'model'\]"):
+    with pytest.raises(ValueError, match=r"train.compile='fast': .*expected one of \['off', 'net', 'model'"):
         run(config(tmp_path, data_root, "train.compile=fast"))
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
 def test_impossible_kernels_choice_is_refused_before_training(tmp_path: Path, data_root: Path) -> None:
     """train.kernels (trm/kernels.py): an unknown value, and a fused kernel with fp32, fail with the key and why."""
-    with pytest.raises(ValueError, match=r"train.kernels='cutlass': expected one of \['auto', 'torch'"):
+    with pytest.raises(ValueError, match=r"train.kernels='cutlass': .*expected one of \['auto', 'torch'"):
         run(config(tmp_path, data_root, "train.kernels=cutlass"))
     with pytest.raises(ValueError, match=r"train.kernels=fused_mix: not possible here: .*resolved to fp32"):
         run(config(tmp_path, data_root, "train.kernels=fused_mix", "train.precision=fp32"))

@@ -18,7 +18,7 @@ def load_data(cfg: DictConfig) -> tuple[Arrays, Arrays, SplitMeta, SplitMeta]:
     data = cfg.data
     if data.source == "generate":
         ensure_generated(data.path, data.num_train, data.num_test, data.blanks, data.seed, num_aug=data.num_aug)
-    elif data.source != "path":
+    elif data.source != "path":  # an option without a schema (data=sudoku_extreme: contracts/train_config.py)
         raise DatasetError(f"data.source={data.source!r}: expected 'generate' or 'path'")
     train_arrays, train_meta = load_split(data.path, "train")
     test_arrays, test_meta = load_split(data.path, "test")
@@ -26,10 +26,11 @@ def load_data(cfg: DictConfig) -> tuple[Arrays, Arrays, SplitMeta, SplitMeta]:
 
 
 def check_batch(cfg: DictConfig, runtime: Runtime) -> int:
-    """Per-process batch size; the global batch must split evenly over the processes."""
+    """Per-process batch size; the global batch must split evenly over the processes (the schema holds both
+    batches >= 1: contracts/train_config.py TrainLoop)."""
     for key in ("global_batch_size", "eval_batch_size"):
         value = cfg.train[key]
-        if value <= 0 or value % runtime.world_size:
+        if value % runtime.world_size:
             raise ValueError(
                 f"train.{key}={value} is not divisible by the world size {runtime.world_size}: "
                 f"use a positive multiple of {runtime.world_size}"

@@ -66,13 +66,12 @@ class SignSGD(Optimizer):
 
 
 def build_optimizers(model: nn.Module, optim_cfg: Any) -> list[Optimizer]:
-    """The dense optimizer (first) and SignSGD over the puzzle embedding."""
+    """The dense optimizer (first) and SignSGD over the puzzle embedding. `optim_cfg`'s values are checked by its
+    schema (contracts/train_config.py OptimConfig)."""
     name = optim_cfg.name
     dense = [p for n, p in model.named_parameters() if not is_puzzle_emb(n)]
     emb = [p for n, p in model.named_parameters() if is_puzzle_emb(n)]
     lr, wd, betas = float(optim_cfg.lr), float(optim_cfg.weight_decay), tuple(optim_cfg.betas)
-    if lr <= 0:
-        raise ValueError(f"optim.lr={lr}: must be > 0")
     if name == "adam_atan2":
         main: Optimizer = AdamAtan2(dense, lr=lr, betas=(float(betas[0]), float(betas[1])), weight_decay=wd)
     elif name == "adamw":

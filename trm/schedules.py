@@ -11,6 +11,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from contracts.schema_checks import build
+from contracts.train_config import CurriculumConfig
+
 
 def curriculum_stage(progress: float, cfg: Any) -> int:
     """Index of the curriculum level in use at `progress` (0 .. stages-1)."""
@@ -39,16 +42,14 @@ def exploration_at(progress: float, cfg: Any) -> float:
 
 
 def validate_curriculum(cfg: Any, h_final: int, l_final: int) -> None:
-    """Fail before training on a curriculum that cannot grow to the arch values."""
-    if not cfg.enabled:
+    """Fail before training on a curriculum that cannot grow to the arch values: its own ranges are its schema's
+    (contracts/train_config.py CurriculumConfig), the start values must not exceed the arch's."""
+    curriculum = build(CurriculumConfig, cfg, "curriculum")
+    if not curriculum.enabled:
         return
-    if cfg.stages < 2:
-        raise ValueError(f"curriculum.stages={cfg.stages}: an enabled curriculum needs >= 2 stages")
-    if not 0 < cfg.end_fraction <= 1:
-        raise ValueError(f"curriculum.end_fraction={cfg.end_fraction}: expected a value in (0, 1]")
     for key, start, final in (
-        ("start_H_cycles", cfg.start_H_cycles, h_final),
-        ("start_L_cycles", cfg.start_L_cycles, l_final),
+        ("start_H_cycles", curriculum.start_H_cycles, h_final),
+        ("start_L_cycles", curriculum.start_L_cycles, l_final),
     ):
-        if not 1 <= start <= final:
+        if start > final:
             raise ValueError(f"curriculum.{key}={start}: expected 1 <= value <= the arch value {final}")

@@ -26,6 +26,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from contracts import train_config
 from contracts.choices import compile_mode
 from contracts.hydra_app import CONFIG_PATH, run_app, to_dict
 from contracts.metrics_log import open_metrics
@@ -52,6 +53,8 @@ from trm.throughput import StepTimer
 from trm.tracking import make_tracker
 from trm.train_state import Best, TrainState
 from trm.trial_link import link_from_config
+
+train_config.register()  # conf/train.yaml's schema (contracts/train_config.py), before hydra.main composes it
 
 
 def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
@@ -309,6 +312,7 @@ def main(cfg: DictConfig) -> float | None:
     """Train; return the run's objective (`train.objective`, best over its evals) and nothing else, so that Hydra's
     own sweepers (hydra-optuna-sweeper: `python -m trm.train -m hydra/sweeper=optuna ...`) can optimize it.
     With reeval.run=true: evaluate the run's checkpoint again instead (trm/reeval.py, which imports this module)."""
+    train_config.check_train_config(cfg)  # the ranges (Hydra checked keys, types and choices as it composed)
     if cfg.reeval.run:
         from trm import reeval
 

@@ -32,8 +32,6 @@ from trm.model import ACTModel, Carry
 from trm.run_end import NonFiniteLossError
 from trm.runtime.base import Runtime
 
-DIRECTIONS = ("maximize", "minimize")
-
 
 @dataclass
 class Best:
@@ -46,9 +44,7 @@ class Best:
 
     @classmethod
     def start(cls, direction: str) -> Best:
-        """Nothing yet: the worst value in `direction`."""
-        if direction not in DIRECTIONS:
-            raise ValueError(f"train.objective_direction={direction!r}: expected 'maximize' or 'minimize'")
+        """Nothing yet: the worst value in `direction` (maximize or minimize: the schema's train.objective_direction)."""
         maximize = direction == "maximize"
         return cls(maximize=maximize, value=-math.inf if maximize else math.inf)
 

@@ -14,8 +14,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import optuna
@@ -23,6 +22,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from optuna.trial import TrialState
 
+from contracts.schema_checks import build
+from contracts.train_config import RetryPolicy, SweepLink
 from storage import EngineSettings, StorageError, engine_settings, open_storage
 from storage.record import (
     BEST_CHECKPOINT_NOTE_ATTR,
@@ -38,38 +39,14 @@ from storage.record import (
 )
 from trm.fingerprint import code_fingerprint
 
+__all__ = ["RetryPolicy", "TrialLink", "TrialLinkError", "link_from_config", "retry"]  # RetryPolicy: the schema's
+
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
 class TrialLinkError(RuntimeError):
     pass
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How long rank 0 keeps trying one storage call: a database restart must not lose a report. The defaults
-    are `sweep.report_retry` of conf/train.yaml (tests/test_conf_defaults.py keeps the two equal)."""
-
-    attempts: int = 10  # tries of one call before it fails (TrialLinkError)
-    first_delay_s: float = 0.5  # wait after the first failed try, doubled after each further one ...
-    max_delay_s: float = 10.0  # ... up to this
-
-    @classmethod
-    def from_config(cls, node: Mapping[str, Any] | None, where: str = "sweep.report_retry") -> RetryPolicy:
-        """The policy a config block sets (None: the defaults); a ValueError names a bad key or value."""
-        accepted = {f.name for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for name, value in (node or {}).items():
-            if name not in accepted:
-                raise ValueError(f"{where}.{name}: not a retry setting; accepted: {sorted(accepted)}")
-            whole = name == "attempts"
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not number or (whole and not isinstance(value, int)) or value < (1 if whole else 0):
-                expected = "a whole number >= 1" if whole else "seconds >= 0"
-                raise ValueError(f"{where}.{name}={value!r}: expected {expected}")
-            values[str(name)] = int(value) if whole else float(value)
-        return cls(**values)
 
 
 DEFAULT_RETRY = RetryPolicy()
@@ -200,21 +177,23 @@ class TrialLink:
 
 
 def link_from_config(cfg: DictConfig) -> TrialLink | None:
-    """A TrialLink when the run is a sweep trial (sweep.study set), else None."""
-    sweep = cfg.get("sweep")
-    if not sweep or sweep.study is None:
+    """A TrialLink when the run is a sweep trial (sweep.study set), else None. The block's keys, types and ranges
+    are its schema's (contracts/train_config.py SweepLink)."""
+    node = cfg.get("sweep")
+    if not node or node.study is None:
         return None
+    sweep = build(SweepLink, node, "sweep")
     if sweep.trial_number is None or sweep.storage is None:
         raise ValueError(
             f"sweep.study={sweep.study!r} needs sweep.trial_number and sweep.storage too "
             f"(got trial_number={sweep.trial_number!r}, storage set: {sweep.storage is not None})"
         )
     return TrialLink(
-        sweep.study,
-        int(sweep.trial_number),
+        str(sweep.study),
+        sweep.trial_number,
         sweep.storage,
-        sweep.get("password_env"),
-        int(sweep.get("seed_index") or 0),
-        retry_policy=RetryPolicy.from_config(sweep.get("report_retry")),
-        engine=engine_settings(sweep.get("storage_engine"), "sweep.storage_engine"),
+        sweep.password_env,
+        sweep.seed_index,
+        retry_policy=sweep.report_retry,
+        engine=engine_settings(sweep.storage_engine, "sweep.storage_engine"),
     )
