@@ -14,20 +14,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from contracts.choices import check_device_choice, check_kernels_choice, check_precision_choice, compile_mode
 from contracts.hydra_app import compose_train_config
 from contracts.overrides import parse_override
 from sweeps.config_values import SweepConfigError, is_a, is_int, kind_of, type_name
 from sweeps.space import SearchSpace, to_overrides
-
-# Counts in the trial's training config that must be >= 1 (0 steps trains nothing; a 0 interval divides by zero).
-POSITIVE_TRAIN_KEYS = (
-    "train.steps",
-    "train.eval_interval",
-    "train.log_interval",
-    "train.global_batch_size",
-    "train.eval_batch_size",
-)
 
 
 def compose_trial(base: list[str], values: dict[str, Any], where: str) -> DictConfig:
@@ -132,24 +122,8 @@ def check_range_types(cfg: DictConfig, space: SearchSpace, base: list[str]) -> N
 def check_trial_config(
     train_cfg: DictConfig, world_size: int, launcher_name: str, local_data: bool, slot_chips: int | None
 ) -> None:
-    for key in POSITIVE_TRAIN_KEYS:
-        value = OmegaConf.select(train_cfg, key)
-        if not is_int(value) or value < 1:
-            raise SweepConfigError(
-                f"{key}={value!r} in the trials' training config: expected an integer >= 1 (from trial.overrides, the study's fixed overrides or its search space)"
-            )
-    try:  # the job would refuse these at start; a sweep refuses them before its first trial
-        check_precision_choice(train_cfg.train.precision, train_cfg.train.bf16_mode)
-        compile_mode(train_cfg.train.compile)
-        check_kernels_choice(train_cfg.train.kernels)
-        check_device_choice(OmegaConf.select(train_cfg, "runtime.device", default="auto"))
-    except ValueError as e:
-        raise SweepConfigError(f"{e} (in the trials' training config)") from None
-    examples = train_cfg.train.eval_examples
-    if examples is not None and (not is_int(examples) or examples < 1):
-        raise SweepConfigError(
-            f"train.eval_examples={examples!r} in the trials' training config: expected an integer >= 1, or null for the whole test split"
-        )
+    """The checks that span the composed training config and the sweep (its types, choices and ranges were checked
+    composing it: contracts/train_config.py)."""
     batch = train_cfg.train.global_batch_size
     if batch % world_size:
         raise SweepConfigError(
