@@ -12,6 +12,7 @@ report and the W&B summary rank by the re-evaluation (`ranking`) and say when th
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -175,7 +176,9 @@ def paired_lines(study: optuna.Study, other: optuna.Study) -> list[str]:
 def trained_params(study: optuna.Study) -> list[dict[str, Any]]:
     """The parameters of the study's trials that trained (in trial order; a retry's failed attempts left out)."""
     trials = trained_trials(study.get_trials(deepcopy=False))
-    retried = {n for t in trials for n in RetryHeartbeatStaleTrialCallback.retry_history(t)}
+    with warnings.catch_warnings():  # retry_history is experimental: the warning is noise in a CLI's output
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        retried = {n for t in trials for n in RetryHeartbeatStaleTrialCallback.retry_history(t)}
     return [dict(t.params) for t in trials if t.number not in retried and t.state != TrialState.WAITING]
 
 
