@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup check lint demo test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning bench-reference ref-given soak clean
+.PHONY: help setup check lint demo demo-unpruned test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning bench-reference ref-given soak clean
 
 help:                     ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 20
@@ -19,9 +19,17 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q -c requirements.lock -e '.[cpu,test]'
 	touch $(STAMP)
 
-# A real small study on this machine: SQLite, one local process per trial, the tiny CPU preset.
+# A real small study on this machine: SQLite, one local process per trial, the tiny CPU preset. Its configurations
+# are drawn at random (sampler=random), so that demo-unpruned, the same study without pruning under its own name,
+# trains the same ones (TPE's draws after its startup trials follow the values seen, which pruning changes); the
+# last command says whether the two re-evaluated winners agree (docs/benchmarks.md, The demo study).
+DEMO := study=model_scaling sampler=random
 demo: setup               ## a real small study: SQLite, local processes, the tiny CPU preset
-	$(PY) -m sweeps.run study=model_scaling
+	$(PY) -m sweeps.run $(DEMO)
+
+demo-unpruned: setup      ## the demo's draws without pruning; compares its re-evaluated winner with the demo's
+	$(PY) -m sweeps.run $(DEMO) pruner=none study.name=model_scaling_unpruned
+	$(PY) -m sweeps.best study=model_scaling_unpruned paired=model_scaling
 
 # What CI enforces before any test: ruff (lint + format) and mypy on the packages (settings in pyproject.toml).
 lint: setup               ## ruff, mypy (strict on storage/ and sweeps/), the import layers (lint-imports)

@@ -16,7 +16,7 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 
-from storage.record import TRAIN_OVERRIDES_ATTR, drawn, trial_detail
+from storage.record import TRAIN_OVERRIDES_ATTR, trained_trials, trial_detail
 from sweeps.reeval import ranking
 from sweeps.space import params_to_values
 
@@ -59,7 +59,9 @@ class StudyView:
         self.name = study.study_name
         self.prefix = prefix  # element ids of this study's figures (several studies on one page)
         self.chips_arg = chips
-        self.trials = drawn(study.get_trials(deepcopy=False))  # refused repeats trained nothing: not shown
+        self.trials = trained_trials(
+            study.get_trials(deepcopy=False)
+        )  # refused repeats, trials never started: not shown
         self.multi = len(study.directions) > 1
         attrs = study.user_attrs
         objectives = attrs.get("objectives") or [attrs.get("objective") or "objective"]

@@ -58,6 +58,11 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
     return sorted(t.number for t in failed if t.number in running)
 
 
+# Why a trial whose driver never wrote its first heartbeat is orphaned: the driver writes it before the trial's job
+# starts (HeartbeatThread.start, synchronously), so such a trial trained nothing.
+NO_FIRST_HEARTBEAT = "its driver died before its first heartbeat"
+
+
 def orphaned_trials(study: optuna.Study, grace_s: float) -> list[tuple[FrozenTrial, str]]:
     """This study's RUNNING trials whose driver is gone: a heartbeat older than ``grace_s``, or no heartbeat
     at all and a start older than ``grace_s``; each with a few words on how its driver was found gone.
@@ -93,7 +98,7 @@ def orphaned_trials(study: optuna.Study, grace_s: float) -> list[tuple[FrozenTri
             if now.replace(tzinfo=None) - beat.replace(tzinfo=None) > grace:
                 orphans.append((trial, f"its driver died (no heartbeat for over {grace_s:g} s)"))
         elif trial.datetime_start is not None and datetime.now() - trial.datetime_start > grace:
-            orphans.append((trial, "its driver died before its first heartbeat"))
+            orphans.append((trial, NO_FIRST_HEARTBEAT))
     return orphans
 
 

@@ -50,13 +50,21 @@ class EvidenceRecord(TypedDict):
 
 # Trial attribute of a draw refused because another trial has exactly its parameters: the other's number.
 DUPLICATE_OF_ATTR = "duplicate_of"
-# Trial attribute of a trial that was asked and failed before its job started (why): it trained nothing.
+# Trial attribute of a trial that was asked and failed before any job of it started (why): it trained nothing.
 NOT_STARTED_ATTR = "not_started"
+# Optuna cannot delete a trial, so these stay FAIL in its record (and in optuna-dashboard's counts); each carries
+# one of these attributes, and every count and table of ours leaves it out (`trained_trials`).
+UNTRAINED_ATTRS = (DUPLICATE_OF_ATTR, NOT_STARTED_ATTR)
 
 
-def drawn(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
-    """The trials less refused repeats (they trained nothing): what counts and tables show."""
-    return [t for t in trials if DUPLICATE_OF_ATTR not in t.user_attrs]
+def untrained(trial: FrozenTrial) -> bool:
+    """Whether the trial trained nothing: a refused repeat, or a trial failed before any job of it started."""
+    return any(trial.user_attrs.get(attr) is not None for attr in UNTRAINED_ATTRS)
+
+
+def trained_trials(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials less those that trained nothing (`untrained`): what the budget, counts and tables take."""
+    return [t for t in trials if not untrained(t)]
 
 
 # Trial attribute the job's rank 0 rewrites at every log point ({"step": n, "at": epoch seconds}): the driver

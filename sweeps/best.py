@@ -1,5 +1,5 @@
-"""`python -m sweeps.best study=NAME [trial=N] [format=text|json] [storage.url=...] [reeval=true ...]`: reuse what a
-study found.
+"""`python -m sweeps.best study=NAME [trial=N] [format=text|json] [storage.url=...] [reeval=true ...] [paired=OTHER]`:
+reuse what a study found.
 
 Prints the best trial (or trial N) as things a user can paste: its parameters as `trm.train` overrides (plain
 keys: a conditional `optim.lr@adamw` becomes `optim.lr`), the whole command that re-trains it (append
@@ -9,7 +9,9 @@ checkpoint, its W&B run and the code version that produced it. Needs nothing but
 The best is the re-evaluated winner where the study's top trials were evaluated again (sweeps/reeval.py), with
 the ranking and its intervals. `reeval=true [reeval.top_k=K] [reeval.examples=N]` runs that re-evaluation now
 (jobs on the sweep's launcher: `site=`, `launcher=`, `output_root=`, `study.seeds=`, `study.value=` as the study
-was run with; defaults from conf/sweep.yaml, examples null = the whole test split).
+was run with; defaults from conf/sweep.yaml, examples null = the whole test split). `paired=OTHER` compares the
+study with another of the same draws in the same storage (the demo and `make demo-unpruned`): whether they trained
+the same configurations and found the same re-evaluated winner, or winners within one standard error.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from sweeps.paths import StudyRoots
 from sweeps.reeval import (
     interval,
     overlap_line,
+    paired_lines,
     ranking,
     ranking_lines,
     ranking_rows,
@@ -57,7 +60,14 @@ from sweeps.space import params_to_values, to_overrides
 USAGE = __doc__.split("\n\n")[0].strip() + "\n\n" + __doc__.split("\n\n", 1)[1].strip()
 SWEEP_KEYS = ("site", "launcher", "output_root", "study.seeds", "study.value")  # passed to the re-eval's sweep config
 REEVAL_KEYS = {"reeval": "false", "reeval.top_k": None, "reeval.examples": None, **dict.fromkeys(SWEEP_KEYS)}
-KNOWN: dict[str, str | None] = {"study": None, "trial": None, "format": "text", **STORAGE_KEYS, **REEVAL_KEYS}
+KNOWN: dict[str, str | None] = {
+    "study": None,
+    "trial": None,
+    "format": "text",
+    "paired": None,
+    **STORAGE_KEYS,
+    **REEVAL_KEYS,
+}
 FORMATS = ("text", "json")
 
 
@@ -167,11 +177,15 @@ def main_body(argv: list[str]) -> int:
     if args["format"] not in FORMATS:
         raise ArgumentError(f"format={args['format']!r}: expected one of {list(FORMATS)}")
     study = study_from_args(args)
+    other = study_from_args({**args, "study": args["paired"]}) if args.get("paired") else None  # missing: refused first
     if parse_bool("reeval", args["reeval"]):
         for line in run_reeval(args, study):
             print(line, file=sys.stderr if args["format"] == "json" else sys.stdout)
     info = describe(study, pick(study, args.get("trial")))
     print(json.dumps(info) if args["format"] == "json" else render_text(info))
+    if other is not None:
+        for line in paired_lines(study, other):
+            print(f"paired: {line}", file=sys.stderr if args["format"] == "json" else sys.stdout)
     return 0
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from storage.record import DUPLICATE_OF_ATTR, NOT_STARTED_ATTR
+from storage.record import DUPLICATE_OF_ATTR, trained_trials
 from sweeps.space import Conditional
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -23,7 +23,7 @@ def budget_used(trials: Sequence[FrozenTrial]) -> int:
     """Trials that used the budget: finished or running ones, less failures re-queued as a retry, refused
     duplicates and trials failed before they started (they trained nothing)."""
     retried = {n for t in trials for n in RetryHeartbeatStaleTrialCallback.retry_history(t)}
-    used = [t for t in trials if DUPLICATE_OF_ATTR not in t.user_attrs and NOT_STARTED_ATTR not in t.user_attrs]
+    used = trained_trials(trials)
     return sum(1 for t in used if t.state in FINISHED and t.number not in retried) + sum(
         1 for t in used if t.state == TrialState.RUNNING
     )

@@ -40,7 +40,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from storage.record import drawn
+from storage.record import trained_trials
 from sweeps.space import params_to_values
 
 log = logging.getLogger("sweeps")
@@ -138,7 +138,7 @@ def measure(
 ) -> Progress:
     """The study's progress from its trials. `now` is on the clock the trials' datetimes were stamped with
     (Optuna's: the local time of the process that told them, naive)."""
-    used = drawn(trials)
+    used = trained_trials(trials)
     retried_numbers = {n for t in trials for n in RetryHeartbeatStaleTrialCallback.retry_history(t)}
     complete = [t for t in used if t.state == TrialState.COMPLETE and t.values]
     pruned = [t for t in used if t.state == TrialState.PRUNED]
@@ -297,14 +297,16 @@ class ProgressView:
 
 
 def print_best(study: optuna.Study, objective: str) -> None:
-    """The study's result at the driver's end: its best trial, or (several objectives) its Pareto front."""
+    """The study's result at the driver's end: its best trial by the value it reported (the re-evaluation of the
+    top trials follows: sweeps/reeval.py), or (several objectives) its Pareto front."""
     if len(study.directions) == 1:
         try:
             best = study.best_trial
         except ValueError:
             log.info("no completed trial")
             return
-        print(f"best trial {best.number}: {objective} = {best.value:.4f} with {params_to_values(best.params)}")
+        values = params_to_values(best.params)
+        print(f"best trial {best.number} by its own eval: {objective} = {best.value:.4f} with {values}")
     else:
         for t in study.best_trials:
             print(f"Pareto trial {t.number}: {t.values} with {params_to_values(t.params)}")

@@ -6,6 +6,7 @@ decides), otherwise the trial is failed and, while it has retries left, queued a
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -16,7 +17,8 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from storage import orphaned_trials, retry_callback, trial_id_of
-from storage.record import CHECKPOINT_URL_ATTR, PROGRESS_ATTR
+from storage.heartbeat import NO_FIRST_HEARTBEAT
+from storage.record import CHECKPOINT_URL_ATTR, NOT_STARTED_ATTR, PROGRESS_ATTR, UNTRAINED_ATTRS
 from sweeps.outcome import clip_reason, orphan_verdict, seed_prefix
 from sweeps.retry import plan_retry, with_note
 from sweeps.running import RunningTrial
@@ -27,8 +29,11 @@ ObjectiveValues = Callable[[Mapping[str, Any]], list[float] | None]  # one seed'
 
 
 def requeue(study: optuna.Study, storage: RDBStorage, trial_id: int, max_retry: int) -> None:
-    """Queue a copy of a failed trial (same params), as Optuna's stale-trial retry does."""
-    retry_callback(max_retry)(study, storage.get_trial(trial_id))
+    """Queue a copy of a failed trial (same params), as Optuna's stale-trial retry does. Optuna's copy takes the
+    user attributes; the untrained marks (storage.record.UNTRAINED_ATTRS) are left out: the copy is to train."""
+    failed = copy.copy(storage.get_trial(trial_id))
+    failed.user_attrs = {k: v for k, v in failed.user_attrs.items() if k not in UNTRAINED_ATTRS}
+    retry_callback(max_retry)(study, failed)
 
 
 def settle_orphans(
@@ -52,6 +57,8 @@ def settle_orphans(
             if verdict.state == TrialState.FAIL:
                 reason = with_note(verdict.reason, plan.note) if plan else verdict.reason
                 storage.set_trial_user_attr(trial_id_of(orphan), "fail_reason", clip_reason(reason))
+                if why == NO_FIRST_HEARTBEAT:  # no job of it started: it trained nothing
+                    storage.set_trial_user_attr(trial_id_of(orphan), NOT_STARTED_ATTR, why)
                 study.tell(orphan.number, state=TrialState.FAIL)
             elif verdict.state == TrialState.PRUNED:
                 study.tell(orphan.number, state=TrialState.PRUNED)

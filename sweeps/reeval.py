@@ -12,20 +12,31 @@ report and the W&B summary rank by the re-evaluation (`ranking`) and say when th
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 from omegaconf import DictConfig
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from storage.record import CHECKPOINT_URL_ATTR, SLOT_ATTR, TRAIN_OVERRIDES_ATTR, Reeval, reevals, trial_detail
+from storage.record import (
+    CHECKPOINT_URL_ATTR,
+    SLOT_ATTR,
+    TRAIN_OVERRIDES_ATTR,
+    Reeval,
+    reevals,
+    trained_trials,
+    trial_detail,
+)
 from sweeps.job_command import StudyLink, job_name
 from sweeps.launchers.base import JobSpec, Launcher
 from sweeps.paths import StudyRoots
 from sweeps.schema import ReevalSettings
+from sweeps.space import params_to_values, to_overrides
 
 log = logging.getLogger("sweeps")
 
@@ -91,7 +102,9 @@ def ranking_lines(study: optuna.Study) -> list[str]:
     if not ranked:
         return []
     metric = ranked[0].reeval.metric
-    lines = [f"re-evaluated winner: trial {ranked[0].trial.number}, {metric} = {interval(ranked[0].reeval)}"]
+    winner = ranked[0].trial
+    shown = " ".join(to_overrides(params_to_values(winner.params)))
+    lines = [f"re-evaluated winner: trial {winner.number} ({shown}), {metric} = {interval(ranked[0].reeval)}"]
     for place, r in enumerate(ranked, 1):
         reported = f"{r.trial.value:.4f}" if r.trial.value is not None else "none"
         lines.append(
@@ -102,6 +115,48 @@ def ranking_lines(study: optuna.Study) -> list[str]:
     if overlap:
         lines.append(overlap)
     return lines
+
+
+def paired_lines(study: optuna.Study, other: optuna.Study) -> list[str]:
+    """Whether two studies of the same draws (the demo and its unpruned twin, `make demo-unpruned`) agree: whether
+    they trained the same configurations, and whether their re-evaluated winners are the same configuration or
+    within one standard error of each other (the overlap rule of `overlap_line`)."""
+    mine, theirs = trained_params(study), trained_params(other)
+    names = f"studies {study.study_name!r} and {other.study_name!r}"
+    if mine == theirs:
+        draws = f"{names} trained the same {len(mine)} configurations in the same order"
+    else:
+        missing = sum(1 for p in mine if p not in theirs)
+        draws = f"{names} trained different configurations: {missing} of the {len(mine)} of the first not in the second"
+    ranked = {s.study_name: ranking(s) for s in (study, other)}
+    empty = [name for name, r in ranked.items() if not r]
+    if empty:
+        return [
+            draws,
+            f"no re-evaluated trial in {empty[0]!r}: run `python -m sweeps.best study={empty[0]} reeval=true`",
+        ]
+    first, second = ranked[study.study_name][0], ranked[other.study_name][0]
+    both = (
+        f"trial {first.trial.number} {interval(first.reeval)} vs trial {second.trial.number} {interval(second.reeval)}"
+    )
+    if first.trial.params == second.trial.params:
+        shown = " ".join(to_overrides(params_to_values(first.trial.params)))
+        return [draws, f"the same re-evaluated winner ({shown}): {both}"]
+    a, b = first.reeval, second.reeval
+    if a.stderr is not None and b.stderr is not None and abs(a.value - b.value) <= a.stderr + b.stderr:
+        verdict = "different re-evaluated winners, within one standard error of each other (agree)"
+    else:
+        verdict = "different re-evaluated winners, further apart than one standard error (disagree)"
+    return [draws, f"{verdict}: {both}"]
+
+
+def trained_params(study: optuna.Study) -> list[dict[str, Any]]:
+    """The parameters of the study's trials that trained (in trial order; a retry's failed attempts left out)."""
+    trials = trained_trials(study.get_trials(deepcopy=False))
+    with warnings.catch_warnings():  # retry_history is experimental: the warning is noise in a CLI's output
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        retried = {n for t in trials for n in RetryHeartbeatStaleTrialCallback.retry_history(t)}
+    return [dict(t.params) for t in trials if t.number not in retried and t.state != TrialState.WAITING]
 
 
 def seed0_checkpoint_url(chain_url: str, seeds: int) -> str:

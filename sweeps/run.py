@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from contracts.hydra_app import CONFIG_PATH, run_app
 from storage import StorageError, redact
 from storage.errors import permission_denied
-from storage.record import drawn
+from storage.record import trained_trials
 from sweeps import estimate
 from sweeps.definition import StudyMismatchError
 from sweeps.driver import Driver
@@ -138,7 +138,7 @@ def _restore(name: str, value: str | None) -> None:
 def all_failed(study: optuna.Study) -> str | None:
     """Why the study has nothing to show: every trial that ran failed (None when any completed or was pruned).
     A driver that exits 0 after that would tell a script or a scheduler that the sweep worked."""
-    ran = drawn(study.get_trials(deepcopy=False))
+    ran = trained_trials(study.get_trials(deepcopy=False))
     if not ran or any(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in ran):
         return None
     reasons = Counter(

@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial
 
 from storage import redact
 from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, storage_from_args
-from storage.record import drawn
+from storage.record import trained_trials
 from sweeps.space import params_to_values
 
 FORMATS = ("table", "json", "csv")
@@ -51,7 +51,7 @@ def collect(storage: optuna.storages.BaseStorage, study_name: str | None) -> lis
     studies = []
     for name in names:
         study = optuna.load_study(study_name=name, storage=storage)
-        trials = drawn(study.get_trials(deepcopy=False))  # refused repeats trained nothing: not shown
+        trials = trained_trials(study.get_trials(deepcopy=False))  # refused repeats, trials never started: not shown
         counts = {
             state: sum(t.state.name == state for t in trials)
             for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")

@@ -27,6 +27,7 @@ from storage import HeartbeatThread, resolve_url, trial_id_of
 from storage.record import (
     CHECKPOINT_URL_ATTR,
     DETAILS_ATTR,
+    NOT_STARTED_ATTR,
     SLOT_ATTR,
     TRAIN_OVERRIDES_ATTR,
     attempt_attr,
@@ -181,7 +182,10 @@ class TrialLifecycle(ABC):
             )
         except Exception as err:
             running.heartbeat.stop()
-            self.tell_fail(trial, f"launch failed: {type(err).__name__}: {err}")
+            reason = f"launch failed: {type(err).__name__}: {err}"
+            if index == 0:  # no job of the trial ran: it trained nothing (no budget, not in our counts)
+                trial.set_user_attr(NOT_STARTED_ATTR, reason)
+            self.tell_fail(trial, reason)
             raise
 
     def tell_fail(self, trial: optuna.Trial, reason: str) -> None:

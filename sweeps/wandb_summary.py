@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 from optuna.trial import FrozenTrial, TrialState
 
 from contracts.wandb_runs import default_project, finish_run, resolve_mode, summary_run_id, trial_run_id
-from storage.record import STUDY_UID_ATTR, Reeval, drawn, reevals, samples_per_s
+from storage.record import STUDY_UID_ATTR, Reeval, reevals, samples_per_s, trained_trials
 from sweeps.reeval import interval, overlap_line, ranking, ranking_rows
 
 JOB_TYPE = "study-summary"
@@ -143,9 +143,9 @@ def trial_rows(
 
 
 def study_summary(study: optuna.Study) -> dict[str, Any]:
-    """Counts of the trials drawn (refused repeats trained nothing), and the best trial: the re-evaluated winner
+    """Counts of the trials that trained (storage.record.trained_trials), and the best trial: the re-evaluated winner
     where the study's top trials were evaluated again, with the ranking and its intervals."""
-    trials = drawn(study.get_trials(deepcopy=False))
+    trials = trained_trials(study.get_trials(deepcopy=False))
     out: dict[str, Any] = {f"count/{s.name.lower()}": sum(t.state == s for t in trials) for s in TrialState}
     out["count/total"] = len(trials)
     if len(study.directions) == 1:
@@ -185,7 +185,7 @@ def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
 
         root = Path(str(w.get("dir") or Path(str(cfg.output_root)) / study.study_name)).resolve()
         root.mkdir(parents=True, exist_ok=True)
-        trials = drawn(study.get_trials(deepcopy=False))
+        trials = trained_trials(study.get_trials(deepcopy=False))
         columns, rows = trial_rows(trials, reevals(study.user_attrs))
         attrs = study.user_attrs
         config: dict[str, Any] = {

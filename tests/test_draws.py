@@ -8,6 +8,7 @@ Issue 29: a user study over `optim.lr: choice(0.001, 0.002)` with n_trials=5 rec
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from pathlib import Path
 
 import optuna
@@ -19,7 +20,8 @@ from optuna.trial import TrialState, create_trial
 from dashboards.report_page import summary_line
 from dashboards.report_view import StudyView
 from storage import open_storage
-from storage.record import DUPLICATE_OF_ATTR
+from storage.record import DUPLICATE_OF_ATTR, NOT_STARTED_ATTR, trained_trials
+from sweeps.budget import budget_used
 from sweeps.config import compose_sweep_config
 from sweeps.config_values import SweepConfigError
 from sweeps.distinct_draws import (
@@ -31,10 +33,12 @@ from sweeps.distinct_draws import (
 from sweeps.draw import draw_within_budget
 from sweeps.driver import Driver
 from sweeps.optuna_parts import build
+from sweeps.progress import measure
 from sweeps.schema import Draws
 from sweeps.space import parse_space
 from sweeps.status import collect
 from sweeps.typed_config import typed_block
+from sweeps.wandb_summary import study_summary
 from tests.sweep_helpers import sweep_config
 from tests.test_sweeps import with_space
 
@@ -122,8 +126,11 @@ def test_an_exhausted_space_ends_cleanly_with_its_trained_trials_only(
 
 
 def test_status_and_the_report_count_trained_trials_only(tmp_path: Path) -> None:
-    """A refused repeat (recorded FAIL with duplicate_of by older versions, or when redraws run out) trained
-    nothing: sweeps.status and the report neither count nor list it."""
+    """Trials that trained nothing stay FAIL in Optuna's record (and optuna-dashboard's counts): a refused repeat
+    (duplicate_of: by older versions, or when redraws run out) and a trial failed before any job of it started
+    (not_started: not sampled, its launch refused, its driver dead before the first heartbeat). sweeps.status, the
+    report, the W&B summary, the driver's progress and the budget neither count nor list them; a real failure and a
+    retry whose inherited mark was cleared (None) are counted."""
     db = f"sqlite:///{tmp_path}/counts.db"
     study = optuna.create_study(study_name="counts", storage=db)
     dist = {"x": FloatDistribution(0, 1)}
@@ -132,10 +139,20 @@ def test_status_and_the_report_count_trained_trials_only(tmp_path: Path) -> None
         create_trial(state=TrialState.FAIL, params={"x": 0.5}, distributions=dist, user_attrs={DUPLICATE_OF_ATTR: 0})
     )
     study.add_trial(create_trial(state=TrialState.FAIL, params={"x": 0.7}, distributions=dist))  # a real failure
+    never = {NOT_STARTED_ATTR: "launch failed: RuntimeError: no VM"}
+    study.add_trial(create_trial(state=TrialState.FAIL, params={"x": 0.8}, distributions=dist, user_attrs=never))
+    cleared = {NOT_STARTED_ATTR: None}  # a mark cleared on a later attempt: it trained
+    study.add_trial(create_trial(state=TrialState.FAIL, params={"x": 0.9}, distributions=dist, user_attrs=cleared))
     (shown,) = collect(open_storage(db), "counts")
-    assert shown["counts"] == {"COMPLETE": 1, "PRUNED": 0, "FAIL": 1, "RUNNING": 0, "WAITING": 0}
-    assert [t["number"] for t in shown["trials"]] == [0, 2]
-    assert "trials: complete 1, fail 1;" in summary_line(StudyView(study))
+    assert shown["counts"] == {"COMPLETE": 1, "PRUNED": 0, "FAIL": 2, "RUNNING": 0, "WAITING": 0}
+    assert [t["number"] for t in shown["trials"]] == [0, 2, 4]
+    assert "trials: complete 1, fail 2;" in summary_line(StudyView(study))
+    summary = study_summary(study)
+    assert (summary["count/fail"], summary["count/total"]) == (2, 3)
+    trials = study.get_trials(deepcopy=False)
+    assert budget_used(trials) == 3 and [t.number for t in trained_trials(trials)] == [0, 2, 4]
+    progress = measure(trials, study.directions, 6, 1, 0.0, datetime.now())
+    assert (progress.complete, progress.failed) == (1, 2)
 
 
 # GP's joint draw takes the same path as multivariate TPE's; 30 GP fits cost minutes, so it is left out here.

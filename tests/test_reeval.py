@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import optuna
@@ -22,7 +23,7 @@ from storage.record import DUPLICATE_OF_ATTR, STUDY_UID_ATTR, Reeval, reeval_att
 from sweeps import best
 from sweeps.config_values import SweepConfigError
 from sweeps.driver import Driver
-from sweeps.reeval import interval, overlap_line, ranking, ranking_lines
+from sweeps.reeval import interval, overlap_line, paired_lines, ranking, ranking_lines
 from sweeps.schema import ReevalSettings
 from sweeps.typed_config import typed_block
 from sweeps.wandb_summary import log_study_summary, study_summary
@@ -55,7 +56,7 @@ def test_the_ranking_follows_the_reevaluation_not_the_reported_value() -> None:
     assert study.best_trial.number == 0 and study.best_value == 0.90  # Optuna's record is not rewritten
     assert overlap_line(ranked) is None
     lines = ranking_lines(study)
-    assert lines[0] == "re-evaluated winner: trial 1, eval/exact_accuracy = 0.7000 ± 0.0200 (512 puzzles)"
+    assert lines[0] == "re-evaluated winner: trial 1 (x=0.8), eval/exact_accuracy = 0.7000 ± 0.0200 (512 puzzles)"
     assert "reported 0.8000" in lines[1] and len(lines) == 3
 
 
@@ -69,6 +70,63 @@ def test_the_top_two_within_one_standard_error_say_so_in_one_line() -> None:
     assert ranking_lines(study)[-1] == line
     apart = study_with([0.9, 0.8], [record(0, 0.61, 0.01), record(1, 0.64, 0.01)])  # 0.03 > 0.01 + 0.01
     assert overlap_line(ranking(apart)) is None
+
+
+def study_of(name: str, reported: list[float], stored: list[Reeval], storage: str | None = None) -> optuna.Study:
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    for value in reported:
+        study.add_trial(create_trial(value=value, params={"x": value}, distributions={"x": FloatDistribution(0, 1)}))
+    for r in stored:
+        study.set_user_attr(reeval_attr(r.trial), r.as_dict())
+    return study
+
+
+def test_paired_studies_agree_on_the_same_winner_or_within_one_standard_error() -> None:
+    """The demo and its unpruned twin (make demo-unpruned): the same draws, and the same re-evaluated winner or two
+    within one standard error agree; winners further apart, or other draws, are said to differ."""
+    demo = study_of("demo", [0.9, 0.8, 0.7], [record(0, 0.60, 0.02), record(1, 0.70, 0.02)])
+    same_draws = "studies 'demo' and 'twin' trained the same 3 configurations in the same order"
+    twin = study_of("twin", [0.9, 0.8, 0.7], [record(0, 0.61, 0.02), record(1, 0.69, 0.02)])
+    assert paired_lines(demo, twin) == [
+        same_draws,
+        "the same re-evaluated winner (x=0.8): trial 1 0.7000 ± 0.0200 (512 puzzles) vs trial 1 0.6900 ± 0.0200 "
+        "(512 puzzles)",
+    ]
+    close = study_of("twin", [0.9, 0.8, 0.7], [record(0, 0.73, 0.02), record(1, 0.69, 0.02)])  # 0.03 <= 0.02 + 0.02
+    assert paired_lines(demo, close)[1].startswith(
+        "different re-evaluated winners, within one standard error of each other (agree): trial 1 0.7000"
+    )
+    apart = study_of("twin", [0.9, 0.8, 0.7], [record(0, 0.80, 0.01), record(1, 0.69, 0.01)])  # 0.10 > 0.02 + 0.01
+    assert "further apart than one standard error (disagree)" in paired_lines(demo, apart)[1]
+    other = study_of("twin", [0.9, 0.5, 0.7], [record(0, 0.70, 0.02)])
+    assert paired_lines(demo, other)[0] == (
+        "studies 'demo' and 'twin' trained different configurations: 1 of the 3 of the first not in the second"
+    )
+    bare = study_of("twin", [0.9, 0.8, 0.7], [])
+    assert paired_lines(demo, bare) == [
+        same_draws,
+        "no re-evaluated trial in 'twin': run `python -m sweeps.best study=twin reeval=true`",
+    ]
+
+
+def test_sweeps_best_paired_prints_the_comparison_and_refuses_a_missing_study(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = f"sqlite:///{tmp_path}/paired.db"
+    study_of("demo", [0.9, 0.8], [record(0, 0.60, 0.02), record(1, 0.70, 0.02)], db)
+    study_of("twin", [0.9, 0.8], [record(0, 0.62, 0.02), record(1, 0.71, 0.02)], db)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", optuna.exceptions.ExperimentalWarning)  # none in the CLI's output
+        assert best.main(["study=twin", f"storage.url={db}", "paired=demo"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("study twin, trial 1 (COMPLETE)")
+    assert out[-2:] == [
+        "paired: studies 'twin' and 'demo' trained the same 2 configurations in the same order",
+        "paired: the same re-evaluated winner (x=0.8): trial 1 0.7100 ± 0.0200 (512 puzzles) vs trial 1 0.7000 "
+        "± 0.0200 (512 puzzles)",
+    ]
+    assert best.main(["study=twin", f"storage.url={db}", "paired=dmeo"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: study='dmeo' not found in {db}"
 
 
 @pytest.mark.parametrize(

@@ -21,9 +21,13 @@ import pytest
 from optuna.trial import TrialState
 
 from storage import open_storage, orphaned_trials, trial_id_of
-from storage.record import attempt_attr
+from storage.heartbeat import NO_FIRST_HEARTBEAT
+from storage.record import NOT_STARTED_ATTR, attempt_attr, trained_trials
+from sweeps.budget import budget_used
 from sweeps.driver import Driver
 from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs
+from sweeps.recovery import settle_orphans
+from sweeps.status import collect
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides
 
 WHY = "its driver died"
@@ -177,6 +181,28 @@ def test_a_trial_without_any_heartbeat_is_found_orphaned(pg_url: str) -> None:
     assert {t.number for t, _ in orphaned_trials(study, grace_s=1.0)} == {silent.number, beating.number}
 
 
+def test_an_orphan_that_never_beat_trained_nothing_and_its_retry_carries_no_mark(tmp_path: Path) -> None:
+    """A driver writes a trial's first heartbeat before its job starts: an orphan without one trained nothing. It is
+    FAIL marked not_started (no budget, left out of sweeps.status), and its retry, queued with the same parameters
+    and Optuna's copy of its attributes, carries no mark (it is to train). An orphan that beat keeps its FAIL."""
+    storage = _storage(f"sqlite:///{tmp_path}/db.sqlite")
+    study = optuna.create_study(study_name="never-beat", storage=storage, direction="maximize")
+    lr = {"optim.lr": optuna.distributions.CategoricalDistribution([0.01, 0.02])}
+    silent, beating = study.ask(lr), study.ask(lr)
+    storage.record_heartbeat(trial_id_of(beating))
+    time.sleep(1.1)  # the database's clock (SQLite: whole seconds) past the beat
+    settle_orphans(study, storage, grace_s=0.0, max_retry=2, seeds=1, objective_values=values_of, ours=())
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.WAITING, TrialState.WAITING]
+    assert trials[silent.number].user_attrs[NOT_STARTED_ATTR] == NO_FIRST_HEARTBEAT
+    assert NOT_STARTED_ATTR not in trials[beating.number].user_attrs  # its job may have trained
+    retry = next(t for t in trials[2:] if silent.number in t.system_attrs["retry_history"])
+    assert retry.params == trials[silent.number].params and NOT_STARTED_ATTR not in retry.user_attrs
+    assert [t.number for t in trained_trials(trials)] == [beating.number, 2, 3] and budget_used(trials) == 0
+    (shown,) = collect(storage, "never-beat")
+    assert shown["counts"] == {"COMPLETE": 0, "PRUNED": 0, "FAIL": 1, "RUNNING": 0, "WAITING": 2}
+
+
 def _dead_driver_trial(url: str, study_name: str, attrs: dict[str, Any], beat: bool) -> int:
     """What a driver that died mid-trial leaves: a RUNNING trial with the study's params, maybe a heartbeat,
     and whatever its job stored."""
@@ -212,8 +238,10 @@ def test_a_trial_whose_driver_died_before_its_first_heartbeat_does_not_block_the
     trials = study.get_trials(deepcopy=False)
     assert trials[number].state == TrialState.FAIL
     assert "before its first heartbeat" in trials[number].user_attrs["fail_reason"]
+    assert trials[number].user_attrs[NOT_STARTED_ATTR] == NO_FIRST_HEARTBEAT  # no job started: trained nothing
     retry = trials[number + 1]
     assert retry.state == TrialState.COMPLETE and retry.params == trials[number].params
+    assert retry.user_attrs.get(NOT_STARTED_ATTR) is None and budget_used(trials) == 1
     assert not any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
 
 

@@ -26,6 +26,7 @@ from sweeps.driver import Driver
 from sweeps.interrupts import interrupt_once, signals_held
 from sweeps.retry import RESUMABLE, plan_retry, retry_of
 from sweeps.space import parse_space
+from sweeps.status import collect
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides, trial_file_exists
 from tests.test_study_record import _run_driver
 from tests.test_sweeps import with_space
@@ -196,8 +197,9 @@ def test_a_trial_drawn_and_then_not_launched_is_failed_once(
     assert trial.state == TrialState.FAIL
     if where == "launch":
         assert trial.user_attrs["fail_reason"] == f"launch failed: RuntimeError: refused at the {where}"
-    else:
-        assert f"refused at the {where}" in trial.user_attrs[NOT_STARTED_ATTR] and budget_used([trial]) == 0
+    assert f"refused at the {where}" in trial.user_attrs[NOT_STARTED_ATTR] and budget_used([trial]) == 0
+    (shown,) = collect(open_storage(url), "defined")
+    assert shown["counts"]["FAIL"] == 0 and shown["trials"] == []  # it trained nothing: not in our counts
 
 
 # ------------------------------------------------------------------ 3: Ctrl-C, twice
