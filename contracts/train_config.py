@@ -251,7 +251,7 @@ class TrainApp:
     """conf/train.yaml: the typed blocks, and the groups typed by their own schemas or not at all (Any)."""
 
     seed: int = MISSING
-    out_dir: str = MISSING
+    out_dir: str | None = MISSING  # ${hydra:runtime.output_dir}: None outside a run (`--cfg job --resolve`)
     arch: Any = MISSING  # trm.model_config.TRMConfig
     optim: OptimConfig = MISSING
     # Typed by each option's own schema: a preset may set keys of another option (experiment=test_tiny sets
