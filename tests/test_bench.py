@@ -360,3 +360,28 @@ def test_the_shipped_model_scaling_pruner_keeps_each_saved_studys_best_in_its_re
         shipped_flops.append(shipped["flops_ratio"])
         before_flops.append(before["flops_ratio"])
     assert sum(shipped_flops) < sum(before_flops) < 3.0  # 85% against 94% of the unpruned FLOPs, on average
+
+
+def test_pruning_settled_compares_only_the_trials_every_arm_settled() -> None:
+    """A stopped run: trial 2 settled in one arm only, so both are compared on trials 0-1; the pruned arm's best
+    within one eval SE of the reference's is kept, its FLOPs are the share of the reference's."""
+    from bench.pruning_settled import compare
+
+    def trial(number: int, state: str, value: float | None, flops: float) -> dict:
+        return {"number": number, "state": state, "value": value, "steps": 10, "compute_flops": flops, "params": {}}
+
+    reference = {
+        0: trial(0, "COMPLETE", 0.90, 4e12),
+        1: trial(1, "COMPLETE", 0.95, 4e12),
+        2: trial(2, "COMPLETE", 0.99, 4e12),
+    }
+    pruned = {0: trial(0, "COMPLETE", 0.90, 4e12), 1: trial(1, "PRUNED", None, 1e12), 2: trial(2, "RUNNING", None, 0)}
+    result = compare({"none": reference, "evidence": pruned}, eval_examples=100)
+    assert result["settled_trials"] == 2
+    stderr = result["reference_stderr"]
+    assert abs(stderr - (0.95 * 0.05 / 100) ** 0.5) < 1e-12
+    arm = result["arms"]["evidence"]
+    assert (arm["complete"], arm["pruned"], arm["best_trial"]) == (1, 1, 0)
+    assert arm["flops_ratio"] == 5e12 / 8e12
+    assert abs(arm["gap"] - 0.05) < 1e-12 and not arm["kept"]  # 0.05 > one SE (0.0218)
+    assert result["arms"]["none"]["kept"]
