@@ -68,7 +68,7 @@ def resolve_kernels(
     ]
     if choice == AUTO:
         if device_type == "cuda" and not blockers:
-            hopper = capability is not None and tuple(capability) >= HOPPER
+            hopper = capability is not None and capability >= HOPPER
             sm = "sm_{}{}".format(*capability) if capability else "compute capability unknown"
             return Kernels(
                 AUTO_CUDA if hopper else AUTO_CUDA_PRE_HOPPER, f"auto: CUDA {sm}, Triton, {precision}, mlp_t"
