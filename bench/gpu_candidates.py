@@ -15,8 +15,9 @@ Built for a lease of a few minutes (docs/benchmarks.md, "Fused kernels"): one pr
    medians, share of the same round's bf16 matmul peak, and same-round ratios against the reference and
    against our torch path. The first step's lm_loss of every runner is recorded (same start: they must agree
    to bf16 rounding).
-3. One mix sublayer alone at the timed steps' shape (eager, autocast, --precision): each candidate's forward
-   without gradients and forward + backward, median ms over --sublayer-calls calls: which part a kernel saves.
+3. One block alone (the mix sublayer and the channel SwiGLU) at the timed steps' shape (eager, autocast,
+   --precision): each candidate's forward without gradients and forward + backward, median ms over
+   --sublayer-calls calls: which part a kernel saves.
 4. A table (bench/results/<out-name>.md) and everything (.json); the table is also printed last.
 With --device cpu a fused candidate runs Triton's interpreter (TRITON_INTERPRET=1, set here): only --quick sizes.
 """
@@ -35,7 +36,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1] == "cpu":
+if [a for i, a in enumerate(sys.argv[1:]) if sys.argv[i] == "--device"][-1:] == ["cpu"]:  # the last, as argparse
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton loads: a fused candidate on a CPU tensor
 
 import torch
@@ -54,7 +55,8 @@ from contracts.choices import KERNEL_CHOICES
 from trm.flops import flops_per_sample_step
 from trm.fused_mix import tuned_tile
 from trm.fused_mix_backward import tuned_grad_tile
-from trm.kernels import FUSED, apply_kernels
+from trm.fused_swiglu import tuned_tiles
+from trm.kernels import apply_kernels
 from trm.losses import act_loss
 from trm.model import ACTModel, Block
 from trm.step import autocast, carry_dtype
@@ -71,7 +73,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=None, help="batch of the timed steps (768; 2 with --quick)")
     p.add_argument("--check-batch", type=int, default=None, help="batch of the gradient check (32; 2 with --quick)")
     p.add_argument(
-        "--candidates", default="torch,fused_mix,fused_mix_nograd,fused_mix_bwd", help="train.kernels choices, in order"
+        "--candidates",
+        default="torch,fused_mix_nograd,fused_mix_bwd,fused_mix_swiglu",
+        help="train.kernels choices, in order",
     )
     p.add_argument("--precision", default="bf16_reference", choices=("bf16_reference", "bf16"))
     p.add_argument("--compile", default="model", choices=("off", "net", "model"), help="train.compile of ours")
@@ -163,8 +167,8 @@ def gradient_check(args: argparse.Namespace, state_path: Path) -> list[dict[str,
 
 
 def sublayer_times(args: argparse.Namespace, arch: Any) -> list[dict[str, Any]]:
-    """Part 3: one Block's mix sublayer, [batch, seq, hidden] of the timed steps, per candidate: median ms of a
-    forward without gradients and of a forward + backward (after 2 unmeasured calls: Triton's autotuning)."""
+    """Part 3: one Block, [batch, seq, hidden] of the timed steps, per candidate: median ms of a forward without
+    gradients and of a forward + backward (after 2 unmeasured calls: Triton's autotuning)."""
     device = torch.device(args.device)
     block = Block(arch).to(device)
     stream = torch.bfloat16 if args.precision == "bf16_reference" else torch.float32
@@ -173,11 +177,11 @@ def sublayer_times(args: argparse.Namespace, arch: Any) -> list[dict[str, Any]]:
 
     def forward() -> None:
         with torch.no_grad():
-            block.mix_sublayer(h)
+            block(h)
 
     def forward_backward() -> None:
         x = h.detach().requires_grad_()
-        block.mix_sublayer(x).backward(grad_y)
+        block(x).backward(grad_y)
 
     def median_ms(fn: Any) -> float:
         times = []
@@ -194,7 +198,7 @@ def sublayer_times(args: argparse.Namespace, arch: Any) -> list[dict[str, Any]]:
 
     rows = []
     for choice in args.candidates:
-        block.fused_mix = FUSED.get(choice, "off")
+        apply_kernels(block, choice)
         try:
             with autocast(args.precision, device):
                 row = {"choice": choice, "forward_ms": median_ms(forward), "train_ms": median_ms(forward_backward)}
@@ -203,7 +207,7 @@ def sublayer_times(args: argparse.Namespace, arch: Any) -> list[dict[str, Any]]:
             row = {"choice": choice, "error": f"{type(err).__name__}: {err}"[:500]}
         block.zero_grad(set_to_none=True)
         rows.append(row)
-        print(f"  sublayer {choice}: {row}", flush=True)
+        print(f"  block {choice}: {row}", flush=True)
     return rows
 
 
@@ -269,6 +273,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "variants": rows,
             "fused_mix_tile": tuned_tile(),  # what Triton's autotuner chose (trm/fused_mix.py TILES)
             "fused_mix_grad_tile": tuned_grad_tile(),  # and for the backward (trm/fused_mix_backward.py BWD_TILES)
+            "fused_swiglu_tiles": tuned_tiles(),  # the channel SwiGLU's (trm/fused_swiglu.py TILES)
             "wall_s": time.time() - started,
         }
     )
@@ -307,7 +312,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {c['max_grad_error_vs_fp32']:.4f} ({c['torch_max_grad_error_vs_fp32']:.4f}) "
             f"| {c['worst_ratio_to_torch_rounding']:.2f} ({c['worst_parameter']}) | {'yes' if c['passes'] else 'NO'} |"
         )
-    lines += ["", "| candidate: one mix sublayer, eager | forward, no grad (ms) | forward + backward (ms) |"]
+    lines += ["", "| candidate: one block, eager | forward, no grad (ms) | forward + backward (ms) |"]
     lines.append("|---|---:|---:|")
     for c in result["sublayer"]:
         cells = f"failed: {c['error'][:200]} |" if "error" in c else f"{c['forward_ms']:.3f} | {c['train_ms']:.3f}"

@@ -16,7 +16,7 @@ PrecisionMode = Literal["fp32", "bf16", "bf16_reference"]  # the keys of trm.ste
 Bf16Mode = Literal["bf16", "bf16_reference"]  # what train.bf16_mode may ask `auto` for
 PrecisionRequest = Literal["auto", "fp32", "bf16", "bf16_reference"]  # what train.precision accepts
 KernelChoice = Literal[
-    "auto", "torch", "fused_mix", "fused_mix_nograd", "fused_mix_bwd"
+    "auto", "torch", "fused_mix", "fused_mix_nograd", "fused_mix_bwd", "fused_mix_swiglu"
 ]  # train.kernels (trm/kernels.py)
 
 COMPILE_CHOICES: tuple[str, ...] = get_args(Compile)

@@ -6,6 +6,8 @@ run of the same comparisons is bench/gpu_candidates.py's (docs/benchmarks.md, "F
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -21,6 +23,21 @@ BF16_TOL = 2e-2  # bf16 keeps 8 bits: two computations of the same function diff
 def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
     ours, reference = ours.detach().double(), reference.detach().double()
     return float((ours - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
+
+
+def assert_compiled_is_eager(
+    fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...], grad: torch.Tensor
+) -> None:
+    """`fn` traced by torch.compile (AOTAutograd, as inductor does) gives eager's value and input gradients, bit for
+    bit: a custom op and its registered backward trace as one call each."""
+    results = []
+    for call in (fn, torch.compile(fn, backend="aot_eager", fullgraph=True)):
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        out = call(*leaves)
+        out.backward(grad)
+        results.append((out, *(t.grad for t in leaves)))
+    for eager, compiled in zip(*results):
+        assert compiled is not None and torch.equal(eager, compiled)
 
 
 def mix_block(seq: int, hidden: int, seed: int) -> Block:
@@ -109,6 +126,8 @@ def one_step(choice: str, precision: str) -> tuple[float, dict[str, torch.Tensor
         ("fused_mix_nograd", "bf16_reference"),
         ("fused_mix_nograd", "bf16"),
         ("fused_mix_bwd", "bf16_reference"),  # its fp32 stream: tests/test_fused_mix_backward.py, at sublayer level
+        ("fused_mix_swiglu", "bf16_reference"),
+        ("fused_mix_swiglu", "bf16"),
     ],
 )
 def test_a_training_step_with_a_fused_choice_is_the_torch_step(choice: str, precision: str) -> None:
@@ -156,6 +175,13 @@ def test_impossible_or_unknown_choices_are_refused_with_the_key_and_the_reason()
     with pytest.raises(ValueError, match="train.kernels=fused_mix_nograd: .*XLA"):
         resolve_kernels("fused_mix_nograd", "xla", "bf16", "mlp_t")
     assert resolve_kernels("torch", "cuda", "fp32", "attention").choice == "torch"
-    assert set(KERNEL_CHOICES) == {"auto", "torch", "fused_mix", "fused_mix_nograd", "fused_mix_bwd"}
+    assert set(KERNEL_CHOICES) == {
+        "auto",
+        "torch",
+        "fused_mix",
+        "fused_mix_nograd",
+        "fused_mix_bwd",
+        "fused_mix_swiglu",
+    }
     with pytest.raises(ValueError, match="train.kernels=fused_mix_bwd: .*arch.mixer=attention"):
         resolve_kernels("fused_mix_bwd", "cuda", "bf16", "attention")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.test_fused_mix import BF16_TOL, mix_block, relative_error
+from tests.test_fused_mix import BF16_TOL, assert_compiled_is_eager, mix_block, relative_error
 from trm.fused_mix import mix_sublayer, mix_sublayer_backward
 from trm.fused_mix_backward import mix_sublayer_grads, mix_sublayer_saving, mix_sublayer_trainable
 from trm.step import autocast
@@ -68,14 +68,7 @@ def test_torch_compile_traces_the_saving_op_and_its_backward() -> None:
     def sublayer(h: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
         return 2 * mix_sublayer_trainable(h * 1, gate_up.bfloat16(), down.bfloat16(), block.eps)
 
-    results = []
-    for fn in (sublayer, torch.compile(sublayer, backend="aot_eager", fullgraph=True)):
-        h, gate_up, down = (t.clone().requires_grad_() for t in (h0, gate_up0, down0))
-        out = fn(h, gate_up, down)
-        out.backward(grad_y)
-        results.append((out, h.grad, gate_up.grad, down.grad))
-    for eager, compiled in zip(*results):
-        assert compiled is not None and torch.equal(eager, compiled)
+    assert_compiled_is_eager(sublayer, (h0, gate_up0, down0), grad_y)
 
 
 def test_a_seq_past_the_tma_block_is_refused_before_the_kernel_runs() -> None:

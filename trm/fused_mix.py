@@ -132,8 +132,8 @@ def _tuned_kernel() -> Any:
 
 
 def tuned_tile() -> str | None:
-    """The tile the autotuner chose (after a GPU call), for the bench's record."""
-    best = _tuned_kernel().best_config if available() and not interpreting() else None
+    """The tile the autotuner chose (after a GPU call; None before one), for the bench's record."""
+    best = getattr(_tuned_kernel(), "best_config", None) if available() and not interpreting() else None
     return None if best is None else str(best)
 
 

@@ -131,8 +131,8 @@ def _tuned_grad_kernel() -> Any:
 
 
 def tuned_grad_tile() -> str | None:
-    """The backward tile the autotuner chose (after a GPU call), for the bench's record."""
-    best = _tuned_grad_kernel().best_config if triton is not None and not interpreting() else None
+    """The backward tile the autotuner chose (after a GPU call; None before one), for the bench's record."""
+    best = getattr(_tuned_grad_kernel(), "best_config", None) if triton is not None and not interpreting() else None
     return None if best is None else str(best)
 
 

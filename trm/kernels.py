@@ -5,6 +5,8 @@
   recompute it in torch ops in the backward.
 - `fused_mix_bwd`: the kernel in every call, and in the calls with gradients a Triton backward
   (trm/fused_mix_backward.py: the forward keeps the residual sum; no recompute of the forward's output).
+- `fused_mix_swiglu`: `fused_mix_bwd`, and the channel SwiGLU's silu*mul inside its GEMMs (trm/fused_swiglu.py),
+  forward and backward, in every call.
 - `fused_mix_nograd`: the kernel only in the calls without gradients (TRM's H_cycles - 1 no-grad cycles, and eval);
   the calls with gradients keep the torch path.
 - `auto` (the default): on a CUDA GPU with Triton when the precision is bf16 and the mixer mlp_t, `AUTO_CUDA`
@@ -24,10 +26,11 @@ from typing import TYPE_CHECKING, NamedTuple
 from contracts.choices import AUTO, check_kernels_choice
 
 if TYPE_CHECKING:
-    from trm.model import ACTModel
+    from trm.model import ACTModel, Block
 
 # choice -> trm.model.Block.fused_mix
-FUSED = {"fused_mix": "all", "fused_mix_nograd": "nograd", "fused_mix_bwd": "all_bwd"}
+FUSED = {"fused_mix": "all", "fused_mix_nograd": "nograd", "fused_mix_bwd": "all_bwd", "fused_mix_swiglu": "all_bwd"}
+FUSED_SWIGLU = ("fused_mix_swiglu",)  # choices that also set trm.model.Block.fused_swiglu
 AUTO_CUDA = "fused_mix_bwd"  # the fastest on an H200 (docs/benchmarks.md, "Fused kernels")
 AUTO_CUDA_PRE_HOPPER = "fused_mix_nograd"  # no TMA below compute capability 9.0: the backward kernel unmeasured there
 HOPPER = (9, 0)
@@ -79,10 +82,11 @@ def resolve_kernels(
     return Kernels(choice, f"train.kernels={choice} (explicit)")
 
 
-def apply_kernels(model: ACTModel, choice: str) -> None:
-    """Point every block of `model` at `choice`'s kernels (before torch.compile traces it)."""
+def apply_kernels(model: ACTModel | Block, choice: str) -> None:
+    """Point every block of `model` (or the one block) at `choice`'s kernels (before torch.compile traces it)."""
     from trm.model import Block
 
     for block in model.modules():
         if isinstance(block, Block):
             block.fused_mix = FUSED.get(choice, "off")
+            block.fused_swiglu = choice in FUSED_SWIGLU

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from trm.fused_mix import mix_sublayer
 from trm.fused_mix_backward import mix_sublayer_trainable
+from trm.fused_swiglu import swiglu, swiglu_trainable
 from trm.model_config import TRMConfig
 
 __all__ = ["ACTModel", "Carry", "TRMConfig", "TinyRecursiveModel", "count_params", "trunc_normal_init_"]
@@ -140,11 +141,20 @@ class Block(nn.Module):
         self.mix = SwiGLU(cfg.total_len, cfg.expansion) if self.mlp_t else Attention(cfg)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.expansion)
         # off | nograd | all | all_bwd: where the mix runs as one kernel, all_bwd with the Triton backward
-        self.fused_mix = "off"  # (trm/kernels.py sets it)
+        self.fused_mix = "off"  # (trm/kernels.py sets both)
+        self.fused_swiglu = False  # the channel SwiGLU's silu*mul inside its GEMMs (trm/fused_swiglu.py)
 
     def forward(self, h: Tensor) -> Tensor:
         h = self.mix_sublayer(h)
-        return rms_norm(h + self.mlp(h), self.eps)
+        return rms_norm(h + self.channel_mlp(h), self.eps)
+
+    def channel_mlp(self, h: Tensor) -> Tensor:
+        """The channel SwiGLU; with `fused_swiglu`, its Triton GEMMs (the same values to bf16 rounding)."""
+        if not self.fused_swiglu:
+            return self.mlp(h)
+        fused = swiglu_trainable if torch.is_grad_enabled() else swiglu
+        bf16 = torch.bfloat16
+        return fused(h, self.mlp.gate_up.weight.to(bf16), self.mlp.down.weight.to(bf16))
 
     def mix_sublayer(self, h: Tensor) -> Tensor:
         """Token mixing, its residual and norm; `fused_mix` says where mlp_t's runs as one Triton kernel."""

@@ -1,0 +1,82 @@
+"""train.kernels=fused_mix_swiglu: the channel SwiGLU's Triton GEMMs (trm/fused_swiglu.py) compute the torch path's
+values and gradients to bf16 rounding, eager and traced by torch.compile. Triton's interpreter runs the kernels on
+this CPU; the GPU run of the same comparisons is bench/gpu_candidates.py's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.test_fused_mix import BF16_TOL, assert_compiled_is_eager, mix_block, relative_error
+from trm.fused_swiglu import swiglu, swiglu_saving, swiglu_trainable
+from trm.step import autocast
+
+
+@pytest.mark.parametrize(
+    ("tokens", "hidden", "stream"),
+    [(2 * 23, 72, torch.bfloat16), (3 * 40, 130, torch.float32), (70, 64, torch.bfloat16)],
+)
+def test_the_kernel_computes_the_torch_swiglu(tokens: int, hidden: int, stream: torch.dtype) -> None:
+    """Odd sizes: tokens not a multiple of the row block, hidden (the dots' K) not a multiple of the K step; a bf16
+    stream (bf16_reference) and an fp32 one (bf16, rounded to bf16 inside as autocast does)."""
+    block = mix_block(23, hidden, seed=hidden)
+    torch.manual_seed(tokens)
+    x = torch.randn(tokens, hidden).to(stream)
+    with torch.no_grad(), autocast("bf16_reference", x.device):
+        torch_path = block.mlp(x)
+        block.fused_swiglu = True
+        fused = block.channel_mlp(x)
+    assert fused.dtype == torch_path.dtype == torch.bfloat16 and fused.shape == x.shape
+    assert torch.isfinite(fused).all()
+    assert relative_error(fused, torch_path) < BF16_TOL
+    assert not torch.equal(fused, torch_path)  # the kernel ran, not the torch path
+
+
+def test_the_saving_kernel_keeps_the_torch_paths_gate_and_up() -> None:
+    block = mix_block(23, 48, seed=3)
+    gate_up, down = block.mlp.gate_up.weight.bfloat16(), block.mlp.down.weight.bfloat16()
+    x = torch.randn(2, 17, 48, dtype=torch.bfloat16)
+    y, gu = swiglu_saving(x, gate_up, down)
+    assert torch.equal(y, swiglu(x, gate_up, down))  # the same kernel, the same output
+    assert gu.shape == (2 * 17, gate_up.shape[0]) and gu.dtype == torch.bfloat16
+    assert relative_error(gu, x.reshape(-1, 48) @ gate_up.t()) < BF16_TOL
+
+
+@pytest.mark.parametrize("stream", [torch.bfloat16, torch.float32])
+def test_a_block_with_the_fused_swiglu_differentiates_like_the_torch_path(stream: torch.dtype) -> None:
+    block = mix_block(29, 72, seed=1)
+    torch.manual_seed(1)
+    h0, grad_y = torch.randn(2, 29, 72).to(stream), torch.randn(2, 29, 72).to(stream)
+    grads = {}
+    for fused in (False, True):
+        block.fused_swiglu = fused
+        block.zero_grad(set_to_none=True)
+        h = h0.clone().requires_grad_()
+        with autocast("bf16_reference", h.device):
+            (h + block.channel_mlp(h)).backward(grad_y)  # the residual, as trm.model.Block adds it
+        grads[fused] = (h.grad, block.mlp.gate_up.weight.grad, block.mlp.down.weight.grad)
+    for name, mine, theirs in zip(("h", "gate_up", "down"), grads[True], grads[False]):
+        assert mine is not None and theirs is not None, name
+        assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, name
+        assert relative_error(mine, theirs) < BF16_TOL, name
+        assert not torch.equal(mine, theirs), name  # the kernels ran, not the torch path
+
+
+def test_torch_compile_traces_the_swiglu_ops_and_their_backward() -> None:
+    """train.compile traces the custom ops (AOTAutograd, as inductor does; the saved gate/up product is an output
+    without a gradient): the same values and gradients as eager, bit for bit."""
+    block = mix_block(23, 40, seed=2)
+    gate_up0, down0 = block.mlp.gate_up.weight.detach(), block.mlp.down.weight.detach()
+    torch.manual_seed(2)
+    x0, grad_y = torch.randn(2, 23, 40, dtype=torch.bfloat16), torch.randn(2, 23, 40, dtype=torch.bfloat16)
+
+    def sublayer(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+        return 2 * swiglu_trainable(x * 1, gate_up.bfloat16(), down.bfloat16())
+
+    assert_compiled_is_eager(sublayer, (x0, gate_up0, down0), grad_y)
+
+
+def test_the_kernel_refuses_weights_of_another_shape() -> None:
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"fused_swiglu: .* inner a multiple of 128"):
+        swiglu(x, torch.zeros(200, 8, dtype=torch.bfloat16), torch.zeros(8, 100, dtype=torch.bfloat16))
