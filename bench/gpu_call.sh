@@ -11,6 +11,7 @@
 # importable as the wheel names them (trm_sweeps_conf), and runs the reference and every candidate side by side
 # in one process (ARGS go to the bench: --candidates, --budget-s, --repeats ...). The call, from the tool:
 #   command: bench/gpu_call.sh run      carry: [".device"]      timeout_s: 480
+# and PROFILE=fused_mix_swiglu before it adds that choice's kernel-time profile (bench/gpu_profile.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +39,9 @@ run() {
   nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader || true
   python3 -m bench.gpu_candidates --device cuda --ref .device/ref --ref-python python3 \
     --out-dir "${OUT:-bench/results}" "$@"
+  if [[ -n "${PROFILE:-}" ]]; then  # PROFILE=<choice>: where that choice's step goes next (about 1 minute more)
+    python3 -m bench.gpu_profile --kernels "$PROFILE" --out-dir "${OUT:-bench/results}" --out-name "gpu_profile_$PROFILE"
+  fi
 }
 
 case "${1:-}" in

@@ -25,7 +25,7 @@ from trm.step import carry_dtype
 
 KINDS = (  # first match wins; names are lower-cased
     ("matmul", ("gemm", "cutlass", "nvjet", "xmma", "cublas", "wgmma")),
-    ("fused mix (trm/fused_mix.py)", ("_mix_kernel",)),
+    ("ours (trm/fused_*.py)", ("_mix_kernel", "_mix_grad_kernel", "_swiglu_kernel", "_swiglu_grad_kernel")),
     ("fused (triton)", ("triton",)),
     ("copies", ("memcpy", "memset", "copy")),
     ("aten elementwise / reduce", ("elementwise", "vectorized", "reduce", "kernel")),

@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from bench import pruning, pruning_evidence, pruning_replays
+from bench import gpu_profile, pruning, pruning_evidence, pruning_replays
 from sweeps.config import compose_sweep_config
 from sweeps.optuna_parts import build, pruner_spec
 
@@ -385,3 +385,12 @@ def test_pruning_settled_compares_only_the_trials_every_arm_settled() -> None:
     assert arm["flops_ratio"] == 5e12 / 8e12
     assert abs(arm["gap"] - 0.05) < 1e-12 and not arm["kept"]  # 0.05 > one SE (0.0218)
     assert result["arms"]["none"]["kept"]
+
+
+def test_the_gpu_profile_counts_our_triton_kernels_apart_from_inductors() -> None:
+    """Kernel names as torch.profiler reports them on a GPU (bench/results/gpu_profile_h200_*.json): each of ours
+    (trm/fused_*.py) in its own kind, before the generic Triton match that inductor's kernels fall under."""
+    ours = ("_mix_kernel", "_mix_grad_kernel", "_swiglu_kernel", "_swiglu_grad_kernel")
+    assert {gpu_profile.kind_of(name) for name in ours} == {"ours (trm/fused_*.py)"}
+    assert gpu_profile.kind_of("triton_poi_fused__unsafe_view_mul_silu_split_7") == "fused (triton)"
+    assert gpu_profile.kind_of("nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN") == "matmul"
