@@ -5,6 +5,7 @@ Each runs as a user would (`python bench/<script>.py --quick --out-dir DIR`) and
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -394,3 +395,20 @@ def test_the_gpu_profile_counts_our_triton_kernels_apart_from_inductors() -> Non
     assert {gpu_profile.kind_of(name) for name in ours} == {"ours (trm/fused_*.py)"}
     assert gpu_profile.kind_of("triton_poi_fused__unsafe_view_mul_silu_split_7") == "fused (triton)"
     assert gpu_profile.kind_of("nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN") == "matmul"
+
+
+@pytest.mark.slow
+def test_every_channel_swiglu_tile_compiles_for_hopper_without_spills(tmp_path: Path) -> None:
+    """trm/fused_swiglu.py's promise for its tiles, read off Triton's sm_90 compile (bench/triton_sm90.py) on
+    this CPU: no register spills, tensor-core (wgmma) dots fed by TMA copies, shared memory within a block's."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.triton_sm90", "--out-dir", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    kernels = json.loads((tmp_path / "triton_sm90.json").read_text())["kernels"]
+    assert {k["kernel"] for k in kernels} == {"forward", "forward (saving gate/up)", "backward"}
+    for k in kernels:
+        assert k["spill_bytes"] == 0 and k["wgmma"] > 0 and k["tma_copies"] > 0, k
+        assert k["shared_bytes"] <= 227 * 1024 and 0 < k["registers"] <= 255, k

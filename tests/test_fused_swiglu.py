@@ -14,7 +14,7 @@ from trm.step import autocast
 
 @pytest.mark.parametrize(
     ("tokens", "hidden", "stream"),
-    [(2 * 23, 72, torch.bfloat16), (3 * 40, 130, torch.float32), (70, 64, torch.bfloat16)],
+    [(2 * 23, 72, torch.bfloat16), (3 * 40, 136, torch.float32), (70, 64, torch.bfloat16)],
 )
 def test_the_kernel_computes_the_torch_swiglu(tokens: int, hidden: int, stream: torch.dtype) -> None:
     """Odd sizes: tokens not a multiple of the row block, hidden (the dots' K) not a multiple of the K step; a bf16
@@ -78,5 +78,8 @@ def test_torch_compile_traces_the_swiglu_ops_and_their_backward() -> None:
 
 def test_the_kernel_refuses_weights_of_another_shape() -> None:
     x = torch.randn(4, 8, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match=r"fused_swiglu: .* inner a multiple of 128"):
+    with pytest.raises(ValueError, match=r"fused_swiglu: .* inner a multiple of 128, dim of 8"):
         swiglu(x, torch.zeros(200, 8, dtype=torch.bfloat16), torch.zeros(8, 100, dtype=torch.bfloat16))
+    odd = torch.randn(4, 12, dtype=torch.bfloat16)  # a hidden size whose rows are not 16-byte aligned
+    with pytest.raises(ValueError, match=r"dim of 8 \(arch.hidden_size"):
+        swiglu(odd, torch.zeros(256, 12, dtype=torch.bfloat16), torch.zeros(12, 128, dtype=torch.bfloat16))

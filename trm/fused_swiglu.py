@@ -33,97 +33,97 @@ import torch
 from torch import Tensor
 
 from trm.fused_mix import _dot, _jit, _round_bf16, interpreting, tl, triton
+from trm.fused_mix_backward import TensorDescriptor
 
-# Tile choices (tokens per program, inner columns per program, K step, warps, pipeline stages): Triton's
-# autotuner times them at the first call per shape on a GPU; the interpreter takes the first. The inner width is a
-# multiple of 256 (trm.model.SwiGLU), so every column block divides it; the tokens and dim are masked.
-TILES = ((64, 64, 64, 4, 3), (128, 64, 64, 8, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 4), (128, 64, 32, 4, 4))
-MAX_BLOCK_N = max(n for _, n, _, _, _ in TILES)
+# Tile choices (tokens per program, inner columns per program, K step, warps, pipeline stages) of each kernel:
+# Triton's autotuner times them at the first call per shape on a GPU; the interpreter takes the first. The inner
+# width is a multiple of 256 (trm.model.SwiGLU), so every column block divides it. Compiled for sm_90 at the paper's
+# sizes, none spills registers and every dot is a wgmma fed by TMA copies (bench/triton_sm90.py; the tests check it).
+FWD_TILES = ((64, 64, 64, 4, 3), (128, 64, 64, 8, 4), (64, 128, 64, 8, 3), (128, 128, 64, 8, 3), (128, 128, 64, 8, 4))
+BWD_TILES = ((64, 64, 64, 4, 3), (64, 64, 64, 4, 4), (128, 64, 64, 8, 3), (128, 64, 64, 8, 4), (64, 128, 64, 8, 3))
+TILES = {"forward": FWD_TILES, "backward": BWD_TILES}
+MAX_BLOCK_N = max(n for tiles in TILES.values() for _, n, _, _, _ in tiles)
 
 
 @_jit
 def _swiglu_kernel(
-    x_ptr, w_ptr, act_ptr, gu_ptr, tokens, dim: tl.constexpr, inner: tl.constexpr, ROUND_X: tl.constexpr,
+    x_desc, w_desc, act_desc, gu_desc, dim: tl.constexpr, inner: tl.constexpr, ROUND_X: tl.constexpr,
     SAVE_GU: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """One program: inner columns [program_id(0) * BLOCK_N, + BLOCK_N) of tokens [program_id(1) * BLOCK_M, ...).
-    Column blocks vary fastest, so programs running together share their rows of x (read once from memory).
-    ROUND_X: x is fp32 (rounded to bf16 as autocast does); SAVE_GU: gate and up go to gu_ptr [tokens, 2 x inner]."""
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m = tl.program_id(1).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    k = tl.arange(0, BLOCK_K)
-    m_ok = m < tokens
+    Column blocks vary fastest, so programs running together share their rows of x (read once from memory). Every
+    block moves by TMA copies on a GPU (rows past the tokens and K past dim read as 0, and are not written).
+    ROUND_X: x is fp32 (rounded to bf16 as autocast does); SAVE_GU: gate and up go to gu [tokens, 2 x inner]."""
+    n0 = tl.program_id(0) * BLOCK_N
+    m0 = tl.program_id(1) * BLOCK_M
     acc_gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for start in range(0, dim, BLOCK_K):
-        kk = start + k
-        k_ok = kk < dim
-        x = tl.load(x_ptr + m[:, None] * dim + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+    for k0 in range(0, dim, BLOCK_K):
+        x = x_desc.load([m0, k0])  # [M, K]
         if ROUND_X:
             x = _round_bf16(x, INTERPRET)
         x = x.to(tl.bfloat16)
-        w_gate = tl.load(w_ptr + n[None, :] * dim + kk[:, None], mask=k_ok[:, None], other=0.0)  # [K, N]
-        w_up = tl.load(w_ptr + (n[None, :] + inner) * dim + kk[:, None], mask=k_ok[:, None], other=0.0)
-        acc_gate = _dot(x, w_gate, acc_gate, INTERPRET)
-        acc_up = _dot(x, w_up, acc_up, INTERPRET)
+        acc_gate = _dot(x, tl.trans(w_desc.load([n0, k0])), acc_gate, INTERPRET)  # weights' rows: [N, K]
+        acc_up = _dot(x, tl.trans(w_desc.load([inner + n0, k0])), acc_up, INTERPRET)
     gate = _round_bf16(acc_gate, INTERPRET)
     up = _round_bf16(acc_up, INTERPRET)
-    act = _round_bf16(gate * tl.sigmoid(gate) * up, INTERPRET)
-    rows = m[:, None] * inner + n[None, :]
-    tl.store(act_ptr + rows, act.to(tl.bfloat16), mask=m_ok[:, None])
+    act_desc.store([m0, n0], _round_bf16(gate * tl.sigmoid(gate) * up, INTERPRET).to(tl.bfloat16))
     if SAVE_GU:
-        saved = m[:, None] * (2 * inner) + n[None, :]
-        tl.store(gu_ptr + saved, gate.to(tl.bfloat16), mask=m_ok[:, None])
-        tl.store(gu_ptr + saved + inner, up.to(tl.bfloat16), mask=m_ok[:, None])
+        gu_desc.store([m0, n0], gate.to(tl.bfloat16))
+        gu_desc.store([m0, inner + n0], up.to(tl.bfloat16))
 
 
 @_jit
 def _swiglu_grad_kernel(
-    dy_ptr, wd_ptr, gu_ptr, dgu_ptr, act_ptr, tokens, dim: tl.constexpr, inner: tl.constexpr,
-    INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    dy_desc, wd_desc, gu_desc, dgu_desc, act_desc, dim: tl.constexpr, inner: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """One program, the forward's tile: d_act = dy @ down (K = dim) for inner columns [program_id(0) * BLOCK_N, ...)
     of tokens [program_id(1) * BLOCK_M, ...), then silu*mul's backward from the saved gate and up: the gate/up
-    gradient to dgu_ptr [tokens, 2 x inner] and act (recomputed) to act_ptr [tokens, inner], all bf16."""
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m = tl.program_id(1).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    k = tl.arange(0, BLOCK_K)
-    m_ok = m < tokens
+    gradient to dgu [tokens, 2 x inner] and act (recomputed) to act [tokens, inner], all bf16."""
+    n0 = tl.program_id(0) * BLOCK_N
+    m0 = tl.program_id(1) * BLOCK_M
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for start in range(0, dim, BLOCK_K):
-        kk = start + k
-        k_ok = kk < dim
-        dy = tl.load(dy_ptr + m[:, None] * dim + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-        w_down = tl.load(wd_ptr + kk[:, None] * inner + n[None, :], mask=k_ok[:, None], other=0.0)  # [K, N]
-        acc = _dot(dy, w_down, acc, INTERPRET)
+    for k0 in range(0, dim, BLOCK_K):
+        acc = _dot(dy_desc.load([m0, k0]), wd_desc.load([k0, n0]), acc, INTERPRET)  # [M, K] @ [K, N]
     d_act = _round_bf16(acc, INTERPRET)
-    saved = m[:, None] * (2 * inner) + n[None, :]
-    gate = tl.load(gu_ptr + saved, mask=m_ok[:, None], other=0.0).to(tl.float32)
-    up = tl.load(gu_ptr + saved + inner, mask=m_ok[:, None], other=0.0).to(tl.float32)
+    gate = gu_desc.load([m0, n0]).to(tl.float32)
+    up = gu_desc.load([m0, inner + n0]).to(tl.float32)
     sig = tl.sigmoid(gate)
     silu = gate * sig
-    d_gate = _round_bf16(d_act * up * (sig * (1 + gate * (1 - sig))), INTERPRET)
-    d_up = _round_bf16(d_act * silu, INTERPRET)
-    act = _round_bf16(silu * up, INTERPRET)
-    tl.store(dgu_ptr + saved, d_gate.to(tl.bfloat16), mask=m_ok[:, None])
-    tl.store(dgu_ptr + saved + inner, d_up.to(tl.bfloat16), mask=m_ok[:, None])
-    tl.store(act_ptr + m[:, None] * inner + n[None, :], act.to(tl.bfloat16), mask=m_ok[:, None])
+    dgu_desc.store([m0, n0], _round_bf16(d_act * up * (sig * (1 + gate * (1 - sig))), INTERPRET).to(tl.bfloat16))
+    dgu_desc.store([m0, inner + n0], _round_bf16(d_act * silu, INTERPRET).to(tl.bfloat16))
+    act_desc.store([m0, n0], _round_bf16(silu * up, INTERPRET).to(tl.bfloat16))
 
 
-def _configs() -> list[Any]:
-    return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-        for bm, bn, bk, w, s in TILES
-    ]
+KERNELS = {"forward": _swiglu_kernel, "backward": _swiglu_grad_kernel}
+# The descriptors of each kernel, in argument order: the block each copies, from the tile's sizes.
+_BLOCKS = {
+    "forward": {"x_desc": "MK", "w_desc": "NK", "act_desc": "MN", "gu_desc": "MN"},
+    "backward": {"dy_desc": "MK", "wd_desc": "KN", "gu_desc": "MN", "dgu_desc": "MN", "act_desc": "MN"},
+}
+
+
+def _descriptor_blocks(nargs: dict[str, Any]) -> None:
+    """Set each descriptor's block shape to the tile's (the autotuner's pre_hook, and the interpreter's launch)."""
+    size = {"M": nargs["BLOCK_M"], "N": nargs["BLOCK_N"], "K": nargs["BLOCK_K"]}
+    for name, sides in _BLOCKS["forward" if "x_desc" in nargs else "backward"].items():
+        nargs[name].block_shape = [size[side] for side in sides]
 
 
 @functools.cache
 def _tuned(kernel_name: str) -> Any:
-    """One of the two kernels under Triton's autotuner over TILES, keyed on the shapes."""
-    kernel = {"forward": _swiglu_kernel, "backward": _swiglu_grad_kernel}[kernel_name]
-    key = ["tokens", "dim", "inner"] + (["ROUND_X", "SAVE_GU"] if kernel_name == "forward" else [])
-    return triton.autotune(configs=_configs(), key=key)(kernel)
+    """One of the two kernels under Triton's autotuner over its TILES, keyed on the shapes."""
+    kernel = KERNELS[kernel_name]
+    configs = [
+        triton.Config(
+            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s, pre_hook=_descriptor_blocks
+        )
+        for bm, bn, bk, w, s in TILES[kernel_name]
+    ]
+    key = ["dim", "inner"] + (["ROUND_X", "SAVE_GU"] if kernel_name == "forward" else [])
+    return triton.autotune(configs=configs, key=key)(kernel)
 
 
 def tuned_tiles() -> dict[str, str | None]:
@@ -134,25 +134,28 @@ def tuned_tiles() -> dict[str, str | None]:
     return {name: None if config is None else str(config) for name, config in best.items()}
 
 
-def _launch(kernel_name: str, args: tuple[Any, ...], tokens: int, **meta: Any) -> None:
-    """One of the kernels over the (inner column block, token block) grid; `meta` holds dim and inner."""
+def _launch(kernel_name: str, tensors: tuple[Tensor, ...], tokens: int, **meta: Any) -> None:
+    """One of the kernels over the (inner column block, token block) grid, its tensors as TMA descriptors (block
+    shapes set per tile); `meta` holds dim and inner."""
+    descriptors = [TensorDescriptor.from_tensor(t, [1] * t.dim()) for t in tensors]
     inner = meta["inner"]
     if interpreting():
-        bm, bn, bk, _, _ = TILES[0]
-        kernel = _swiglu_kernel if kernel_name == "forward" else _swiglu_grad_kernel
-        kernel[(inner // bn, -(-tokens // bm))](*args, **meta, INTERPRET=True, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+        bm, bn, bk, _, _ = TILES[kernel_name][0]
+        tile = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+        _descriptor_blocks({**dict(zip(_BLOCKS[kernel_name], descriptors)), **tile})
+        KERNELS[kernel_name][(inner // bn, -(-tokens // bm))](*descriptors, **meta, INTERPRET=True, **tile)
     else:
-        _tuned(kernel_name)[lambda m: (inner // m["BLOCK_N"], -(-tokens // m["BLOCK_M"]))](
-            *args, **meta, INTERPRET=False
-        )
+        grid = lambda m: (inner // m["BLOCK_N"], -(-tokens // m["BLOCK_M"]))  # noqa: E731 - the autotuner's grid
+        _tuned(kernel_name)[grid](*descriptors, **meta, INTERPRET=False)
 
 
 def _check(x: Tensor, gate_up: Tensor, down: Tensor) -> None:
     dim, inner = x.shape[-1], down.shape[1]
-    if gate_up.shape != (2 * inner, dim) or down.shape != (dim, inner) or inner % MAX_BLOCK_N:
+    if gate_up.shape != (2 * inner, dim) or down.shape != (dim, inner) or inner % MAX_BLOCK_N or dim % 8:
         raise ValueError(
             f"fused_swiglu: x {tuple(x.shape)}, gate_up {tuple(gate_up.shape)}, down {tuple(down.shape)}: expected "
-            f"gate_up [2*inner, dim], down [dim, inner], inner a multiple of {MAX_BLOCK_N}"
+            f"gate_up [2*inner, dim], down [dim, inner], inner a multiple of {MAX_BLOCK_N}, dim of 8 (arch.hidden_size: "
+            "a TMA copy's rows are 16-byte aligned)"
         )
     if gate_up.dtype != torch.bfloat16 or down.dtype != torch.bfloat16:
         raise ValueError(f"fused_swiglu: weights must be bf16 (got {gate_up.dtype}, {down.dtype})")
@@ -166,8 +169,8 @@ def launch_forward(x: Tensor, gate_up: Tensor, down: Tensor, save_gu: bool) -> t
     tokens = flat.shape[0]
     act = flat.new_empty(tokens, inner, dtype=torch.bfloat16)
     gu = flat.new_empty(tokens, 2 * inner, dtype=torch.bfloat16) if save_gu else act.new_empty(0)
-    args = (flat, gate_up.contiguous(), act, gu if save_gu else act, tokens)
-    _launch("forward", args, tokens, dim=dim, inner=inner, ROUND_X=x.dtype != torch.bfloat16, SAVE_GU=save_gu)
+    tensors = (flat, gate_up.contiguous(), act, gu if save_gu else act)
+    _launch("forward", tensors, tokens, dim=dim, inner=inner, ROUND_X=x.dtype != torch.bfloat16, SAVE_GU=save_gu)
     return (act @ down.t()).view(*x.shape[:-1], dim), gu
 
 
@@ -205,7 +208,7 @@ def swiglu_grads(x: Tensor, gu: Tensor, grad_y: Tensor, gate_up: Tensor, down: T
     tokens = xb.shape[0]
     d_gu = dy.new_empty(tokens, 2 * inner)
     act = dy.new_empty(tokens, inner)
-    _launch("backward", (dy, down.contiguous(), gu, d_gu, act, tokens), tokens, dim=dim, inner=inner)
+    _launch("backward", (dy, down.contiguous(), gu, d_gu, act), tokens, dim=dim, inner=inner)
     d_x = (d_gu @ gate_up).to(x.dtype).view(x.shape)  # bf16 GEMMs, fp32 accumulation (cuBLAS on a GPU)
     return d_x, d_gu.t() @ xb, dy.t() @ act
 
