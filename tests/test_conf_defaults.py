@@ -89,7 +89,7 @@ def test_a_bad_engine_setting_is_named(block: dict, expected: str) -> None:
     ("block", "expected"),
     [
         ({"attempts": 0}, r"sweep\.report_retry\.attempts=0: expected a whole number >= 1"),
-        ({"first_delay_s": -1}, r"sweep\.report_retry\.first_delay_s=-1\.0: expected seconds >= 0"),
+        ({"first_delay_s": -1}, r"sweep\.report_retry\.first_delay_s=-1: expected seconds >= 0"),
         ({"tries": 3}, r"sweep\.report_retry\.tries: Key 'tries' not in 'RetryPolicy'; accepted: \['attempts'"),
     ],
 )
