@@ -122,7 +122,7 @@ class Driver(TrialLifecycle):
         route_optuna_logging()  # Optuna's lines in the driver's format and log file (sweeps/progress.py)
         self.validate()
         self.launcher.prepare()
-        check_before_study(self.cfg, self.launcher)  # a tpu_pod study: the preflight, or no trial starts
+        check_before_study(self.sweep, self.launcher)  # a tpu_pod study: the preflight, or no trial starts
         study = self.open_study()
         log.info("study %r in %s: %d trials so far", study.study_name, redact(self.storage_url), len(study.trials))
         self.recover()
