@@ -163,9 +163,8 @@ class Driver(TrialLifecycle):
         if self.exhausted:
             log.info(exhausted_line(study.get_trials(deepcopy=False), self.space, self.sweep.n_trials))
         self.log_summary()
-        reeval = self.sweep.reeval
-        if reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/reeval.py)
-            reevaluate(study, self.cfg, self.launcher, self.roots, self.study_uid, self.storage_url, reeval, True)
+        if self.sweep.reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/reeval.py)
+            reevaluate(study, self.sweep, self.launcher, self.roots, self.study_uid, self.storage_url, True)
         log_study_summary(study, self.cfg)
         return study
 
