@@ -165,7 +165,7 @@ class Driver(TrialLifecycle):
         self.log_summary()
         if self.sweep.reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/reeval.py)
             reevaluate(study, self.sweep, self.launcher, self.roots, self.study_uid, self.storage_url, True)
-        log_study_summary(study, self.cfg)
+        log_study_summary(study, self.sweep)
         return study
 
     def loop_once(self, started: float) -> bool:
