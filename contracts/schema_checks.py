@@ -1,14 +1,15 @@
-"""What a config schema's checks share (contracts/train_config.py): the refusal a __post_init__ raises, OmegaConf's
-error as one line naming the key, the value and what is accepted, and a block built from its schema.
+"""What a config schema's checks share (contracts/train_config.py, sweeps/schema.py): the range checks a
+__post_init__ runs and the one-line refusal they raise, OmegaConf's error as one line naming the key, the value and
+what is accepted, and a block built from its schema.
 
-A schema's dataclass checks ranges and relations in __post_init__, with `require`: Hydra checks the keys, types and
-choices as it composes, but never constructs the dataclass, so `build` (one block) or a config's own check
-(train_config.check_train_config) does."""
+A schema's dataclass checks ranges and relations in __post_init__ (`require`, `at_least`; `Checks` for another
+error class): Hydra checks the keys, types and choices as it composes, but never constructs the dataclass, so
+`build` (one block) or a config's own check (train_config.check_train_config, sweeps.typed_config) does."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import fields, is_dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, TypeVar, cast
 
 from hydra.errors import ConfigCompositionException
@@ -23,18 +24,54 @@ class ConfigSchemaError(ConfigCompositionException, ValueError):
     composition error (what the sweep's validation catches) and a ValueError (what a bad value is)."""
 
 
-def require(key: str, value: Any, ok: bool, accepted: str) -> None:
-    """Refuse `key=value` unless `ok`: the ValueError a schema's __post_init__ raises."""
-    if not ok:
-        raise ValueError(f"{key}={value!r}: expected {accepted}")
+def shown(value: Any) -> str:
+    """A value as the user wrote it: a float field's 0 reads `0`, not `0.0` (OmegaConf made it a float); a string
+    is quoted. A float that `:g` would round reads as its repr."""
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return repr(value)
 
 
-def at_least(key: str, value: Any, low: int, none: str | None = None) -> None:
-    """`value` >= `low`; with `none`, null is accepted too and means that."""
-    if value is None and none is not None:
-        return
-    accepted = f"a whole number >= {low}" + (f", or null ({none})" if none else "")
-    require(key, value, value is not None and value >= low, accepted)
+@dataclass(frozen=True)
+class Checks:
+    """The range checks of a schema's __post_init__, each refusing in one line, `key=value: expected <what is
+    accepted>`, with `error`: a ValueError for the training config's schemas, SweepConfigError for the sweep's
+    (sweeps/schema.py; what the sweep's CLI reports)."""
+
+    error: type[ValueError] = ValueError
+
+    def require(self, key: str, value: Any, ok: bool, accepted: str) -> None:
+        """Refuse `key=value` unless `ok`."""
+        if not ok:
+            raise self.error(f"{key}={shown(value)}: expected {accepted}")
+
+    def at_least(self, key: str, value: Any, low: float, none: str | None = None, what: str = "a whole number") -> None:
+        """`value` >= `low`, `what` naming the kind (`a whole number`, `gigabytes`); with `none`, null is accepted
+        too and means that."""
+        if value is None and none is not None:
+            return
+        self.require(key, value, value is not None and value >= low, f"{what} >= {low:g}{_or_null(none)}")
+
+    def seconds(self, key: str, value: Any, none: str | None = None) -> None:
+        """A duration > 0; with `none`, null is accepted too and means that."""
+        if value is None and none is not None:
+            return
+        self.require(key, value, value is not None and value > 0, f"seconds > 0{_or_null(none)}")
+
+    def one_of(self, key: str, value: Any, accepted: Sequence[Any]) -> None:
+        self.require(key, value, value in accepted, f"one of {list(accepted)}")
+
+
+def _or_null(none: str | None) -> str:
+    return f", or null ({none})" if none else ""
+
+
+_VALUE_ERRORS = Checks()  # the training config's schemas (contracts/train_config.py) raise ValueError
+require = _VALUE_ERRORS.require
+at_least = _VALUE_ERRORS.at_least
+seconds = _VALUE_ERRORS.seconds
+one_of = _VALUE_ERRORS.one_of
 
 
 def config_error_line(err: BaseException, where: str = "") -> str | None:

@@ -27,7 +27,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from contracts.choices import Bf16Mode, Device, KernelChoice, PrecisionRequest
 from contracts.metric_names import EVAL_METRICS
-from contracts.schema_checks import ConfigSchemaError, at_least, build, require
+from contracts.schema_checks import ConfigSchemaError, at_least, build, one_of, require, seconds
 
 CompileSetting = Literal["off", "net", "model", True, False]  # true = net, false = off (trm/compiling.py)
 
@@ -63,7 +63,7 @@ class TrainLoop:
         at_least("train.stop_after", self.stop_after, 1, none="no early stop")
         at_least("train.eval_examples", self.eval_examples, 1, none="the whole test split")
         require("train.grad_clip", self.grad_clip, self.grad_clip >= 0, ">= 0 (0: off)")
-        require("train.objective", self.objective, self.objective in EVAL_METRICS, f"one of {list(EVAL_METRICS)}")
+        one_of("train.objective", self.objective, EVAL_METRICS)
 
 
 @dataclass
@@ -197,7 +197,7 @@ class RuntimeConfig:
     compile_cache_subdir: str | None = MISSING
 
     def __post_init__(self) -> None:
-        require("runtime.timeout_s", self.timeout_s, self.timeout_s > 0, "seconds > 0")
+        seconds("runtime.timeout_s", self.timeout_s)
         require("runtime.port", self.port, 1 <= self.port <= 65535, "a TCP port in [1, 65535]")
         at_least("runtime.rank", self.rank, 0, none="from the environment")
         at_least("runtime.world_size", self.world_size, 1, none="from the environment")

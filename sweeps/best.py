@@ -157,7 +157,7 @@ def run_reeval(args: dict[str, str], study: optuna.Study) -> list[str]:
     overrides += [f"storage.password_env={args['storage.password_env']}"] if args.get("storage.password_env") else []
     try:
         cfg = compose_sweep_config(overrides)
-        settings = typed_sweep(cfg).reeval
+        sweep = typed_sweep(cfg)
         launcher = build_launcher(cfg.launcher)
     except (SweepConfigError, LauncherConfigError, HydraException) as err:
         raise ArgumentError(str(err)) from None
@@ -165,10 +165,8 @@ def run_reeval(args: dict[str, str], study: optuna.Study) -> list[str]:
     uid = str(study.user_attrs.get(STUDY_UID_ATTR) or "")
     if not uid:
         raise ArgumentError(f"study {study.study_name!r} has no uid: it was not written by sweeps.run")
-    roots = StudyRoots.of(
-        str(cfg.output_root), cfg.trial.get("run_root"), cfg.trial.get("checkpoint_root"), study.study_name, uid
-    )
-    reevaluate(study, cfg, launcher, roots, uid, url, settings)
+    roots = StudyRoots.of(sweep.output_root, sweep.trial.run_root, sweep.trial.checkpoint_root, study.study_name, uid)
+    reevaluate(study, sweep, launcher, roots, uid, url)
     return ranking_lines(study)
 
 

@@ -18,7 +18,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -31,7 +30,7 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial
 
 from contracts.hydra_app import packaged_yaml
-from sweeps.optuna_parts import pruner_spec
+from sweeps.schema import Study
 from sweeps.space import SearchSpace
 
 ALLOW_KEY = "study.allow_changed_definition"
@@ -47,12 +46,12 @@ class StudyDefinitionError(StudyMismatchError):
     """The study exists with another definition (sweeps/definition.py); names every difference and the way out."""
 
 
-def study_directions(study_cfg: DictConfig) -> list[str]:
-    return [str(study_cfg.direction), *(str(o.direction) for o in study_cfg.get("objectives") or [])]
+def study_directions(study: Study) -> list[str]:
+    return [study.direction, *(o.direction for o in study.objectives)]
 
 
-def objective_names(study_cfg: DictConfig) -> list[str]:
-    return [str(study_cfg.objective), *(str(o.name) for o in study_cfg.get("objectives") or [])]
+def objective_names(study: Study) -> list[str]:
+    return [study.objective, *(o.name for o in study.objectives)]
 
 
 def optuna_params(space: SearchSpace) -> dict[str, BaseDistribution]:
@@ -76,15 +75,16 @@ def experiment_preset(base_overrides: Sequence[str]) -> str:
 
 
 def study_definition(
-    cfg: DictConfig, space: SearchSpace, train_steps: int, base_overrides: Sequence[str]
+    study: Study, pruner: Mapping[str, Any], space: SearchSpace, train_steps: int, base_overrides: Sequence[str]
 ) -> dict[str, Any]:
-    """This config's definition of its study, as stored on the study (JSON: Optuna's own distribution form)."""
+    """This config's definition of its study, as stored on the study (JSON: Optuna's own distribution form);
+    `pruner` as sweeps.optuna_parts.pruner_spec resolves it."""
     return {
-        "objectives": objective_names(cfg.study),
-        "directions": [d.lower() for d in study_directions(cfg.study)],
+        "objectives": objective_names(study),
+        "directions": [d.lower() for d in study_directions(study)],
         "train_steps": int(train_steps),
         "experiment": experiment_preset(base_overrides),
-        "pruner": pruner_spec(cfg, train_steps),
+        "pruner": dict(pruner),
         "space": {name: json.loads(distribution_to_json(dist)) for name, dist in optuna_params(space).items()},
     }
 

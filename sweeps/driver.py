@@ -33,6 +33,7 @@ from sweeps.definition import study_definition
 from sweeps.distinct_draws import choose_sampler, exhausted_line
 from sweeps.draw import draw_within_budget, failed_unless_started
 from sweeps.interrupts import signals_held
+from sweeps.optuna_parts import pruner_spec
 from sweeps.preflight import check_before_study
 from sweeps.progress import ProgressView, print_best, route_optuna_logging
 from sweeps.queued import log_left_queued
@@ -75,8 +76,9 @@ class Driver(TrialLifecycle):
 
     def open_study(self) -> optuna.Study:
         """Open and check the study (sweeps.study); its uid places the trial directories."""
-        definition = study_definition(self.cfg, self.space, self.train_steps, self.base_overrides)
-        self.opened = open_study(self.cfg, self.storage_url, self.train_steps, definition)
+        pruner = pruner_spec(self.cfg, self.train_steps)
+        definition = study_definition(self.sweep.study, pruner, self.space, self.train_steps, self.base_overrides)
+        self.opened = open_study(self.sweep, self.cfg, self.storage_url, self.train_steps, definition)
         self.set_study_uid(self.opened.uid)
         seed = self.sweep.seed + self.opened.driver_index  # repeats are drawn again (sweeps.distinct_draws)
         sampler = choose_sampler(self.opened.study.sampler, self.space, self.sweep.n_trials, self.sweep.draws, seed)
@@ -120,7 +122,7 @@ class Driver(TrialLifecycle):
         route_optuna_logging()  # Optuna's lines in the driver's format and log file (sweeps/progress.py)
         self.validate()
         self.launcher.prepare()
-        check_before_study(self.cfg, self.launcher)  # a tpu_pod study: the preflight, or no trial starts
+        check_before_study(self.sweep, self.launcher)  # a tpu_pod study: the preflight, or no trial starts
         study = self.open_study()
         log.info("study %r in %s: %d trials so far", study.study_name, redact(self.storage_url), len(study.trials))
         self.recover()
@@ -161,10 +163,9 @@ class Driver(TrialLifecycle):
         if self.exhausted:
             log.info(exhausted_line(study.get_trials(deepcopy=False), self.space, self.sweep.n_trials))
         self.log_summary()
-        reeval = self.sweep.reeval
-        if reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/reeval.py)
-            reevaluate(study, self.cfg, self.launcher, self.roots, self.study_uid, self.storage_url, reeval, True)
-        log_study_summary(study, self.cfg)
+        if self.sweep.reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/reeval.py)
+            reevaluate(study, self.sweep, self.launcher, self.roots, self.study_uid, self.storage_url, True)
+        log_study_summary(study, self.sweep)
         return study
 
     def loop_once(self, started: float) -> bool:

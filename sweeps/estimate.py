@@ -123,11 +123,12 @@ def _hours(h: float) -> str:
     return f"{h:.1f} h" if h >= 1 else f"{h * 60:.0f} min"
 
 
-def describe(cost: Cost, cfg: DictConfig, util: Utilization) -> str:
-    """One trial's cost on each pod of `estimate.pods`, at `util` (estimate.utilization, parsed once per dry run)."""
-    est, peak = cfg.estimate, cfg.estimate.peak_tflops * 1e12
+def describe(cost: Cost, pods: Mapping[str, int], peak_tflops: float, util: Utilization) -> str:
+    """One trial's cost on each of `pods` (estimate.pods) at `peak_tflops` per chip and `util` (estimate.utilization,
+    parsed once per dry run). The settings come one by one: sweeps/schema.py's Estimate block imports this module."""
+    peak = peak_tflops * 1e12
     per_pod = []
-    for name, chips in est.pods.items():
+    for name, chips in pods.items():
         fraction = util.at(cost.global_batch / chips)
         shown = "" if util.single else f" at {fraction:.0%}"
         step_ms = cost.step_s(chips, peak, fraction) * 1e3
@@ -135,16 +136,17 @@ def describe(cost: Cost, cfg: DictConfig, util: Utilization) -> str:
     return (
         f"{cost.params / 1e6:.2f}M params, {cost.flops_per_sample_step / 1e9:.1f} GFLOP/sample-step, "
         f"batch {cost.global_batch} x {cost.steps} steps: {', '.join(per_pod)} "
-        f"(utilization {util.describe()} of {est.peak_tflops:g} TFLOP/s per chip)"
+        f"(utilization {util.describe()} of {peak_tflops:g} TFLOP/s per chip)"
     )
 
 
-def describe_total(costs: list[Cost], cfg: DictConfig, util: Utilization) -> str:
-    """The whole study if no trial is pruned (an upper bound): what launching it commits to."""
-    est, peak = cfg.estimate, cfg.estimate.peak_tflops * 1e12
+def describe_total(costs: list[Cost], pods: Mapping[str, int], peak_tflops: float, util: Utilization) -> str:
+    """The whole study if no trial is pruned (an upper bound): what launching it commits to (arguments as in
+    describe)."""
+    peak = peak_tflops * 1e12
     per_pod = ", ".join(
         f"{name} {_hours(sum(c.hours(chips, peak, util.at(c.global_batch / chips)) for c in costs))}"
-        for name, chips in est.pods.items()
+        for name, chips in pods.items()
     )
     return f"{len(costs)} trials, none pruned: {per_pod}"
 

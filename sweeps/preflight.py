@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 from sweeps.launchers.remote_shell import VENV_FIX, min_python, shell_path
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.preflight_probe import MARK
+from sweeps.schema import Preflight, SweepConfig, Trial
 from sweeps.slots import LIBTPU_PORTS
 
 PROBE = Path(__file__).with_name("preflight_probe.py")
@@ -42,16 +43,18 @@ class Answer:
     error: str = ""
 
 
-def probe_args(cfg: DictConfig, train: DictConfig, peers: int) -> dict[str, Any]:
+def probe_args(settings: Preflight, trial: Trial, train: DictConfig, peers: int) -> dict[str, Any]:
+    """What the probe checks on each VM. `train` is the trials' training config as composed (conf/train.yaml):
+    its data block depends on the dataset chosen, which no one schema types."""
     data = train.data
     return {
         "packages": list(PACKAGES),
-        "chips_glob": str(cfg.preflight.chips_glob),
+        "chips_glob": settings.chips_glob,
         "data_path": None if data.get("source") == "generate" else str(data.path),  # generated: built on the VM
         "splits": ["train", "test"],
-        "checkpoint_url": str(cfg.trial.get("checkpoint_root") or cfg.trial.get("run_root") or "runs"),
+        "checkpoint_url": trial.checkpoint_root or trial.run_root or "runs",
         "port": int(train.runtime.port),
-        "reach_s": float(cfg.preflight.reach_s),
+        "reach_s": settings.reach_s,
         "peers": peers,
     }
 
@@ -86,12 +89,14 @@ def ask_workers(launcher: TpuPodLauncher, args: dict[str, Any], timeout_s: float
     return answers
 
 
-def problems(answers: list[Answer], cfg: DictConfig, train: DictConfig) -> list[str]:
-    """One line per problem: `worker N: what is wrong: the fix`."""
+def problems(
+    answers: list[Answer], settings: Preflight, trial: Trial, launcher: TpuPodLauncher, train: DictConfig
+) -> list[str]:
+    """One line per problem: `worker N: what is wrong: the fix`. `train` as in probe_args."""
     from contracts.code_version import code_fingerprint
 
     out = []
-    expect = {k: v for k, v in (cfg.preflight.expect or {}).items() if v is not None}
+    expect = {k: v for k, v in (settings.expect or {}).items() if v is not None}
     ours = code_fingerprint()
     port = int(train.runtime.port)
     first = next((a.facts for a in answers if a.facts), None)
@@ -102,7 +107,7 @@ def problems(answers: list[Answer], cfg: DictConfig, train: DictConfig) -> list[
             continue
         if tuple(map(int, f["python"].split(".")[:2])) < tuple(map(int, min_python().split("."))):
             out.append(
-                f"worker {w}: launcher.python={cfg.launcher.python!r} is Python {f['python']}, older than "
+                f"worker {w}: launcher.python={launcher.python!r} is Python {f['python']}, older than "
                 f"{min_python()}: " + VENV_FIX.format(v=min_python())
             )
             continue  # nothing of the project can run there: the rest would only repeat it
@@ -121,10 +126,8 @@ def problems(answers: list[Answer], cfg: DictConfig, train: DictConfig) -> list[
                 "launcher.deploy=true installs this version"
             )
         chips, holders = f["chips"]
-        if chips != int(cfg.launcher.chips_per_vm):
-            out.append(
-                f"worker {w}: {chips} TPU chip(s) at {cfg.preflight.chips_glob}, expected {cfg.launcher.chips_per_vm}"
-            )
+        if chips != int(launcher.chips_per_vm):
+            out.append(f"worker {w}: {chips} TPU chip(s) at {settings.chips_glob}, expected {launcher.chips_per_vm}")
         if holders:
             out.append(f"worker {w}: its chips are open in pid(s) {holders} (a job left running?): stop them first")
         if f["port"].get("bind"):
@@ -148,10 +151,10 @@ def problems(answers: list[Answer], cfg: DictConfig, train: DictConfig) -> list[
                 out.append(f"worker {w}: the dataset at {train.data.path} differs from worker 0's: build it again")
         if f.get("checkpoint"):
             out.append(
-                f"worker {w}: cannot write the checkpoint location {cfg.trial.get('checkpoint_root')!r} "
+                f"worker {w}: cannot write the checkpoint location {trial.checkpoint_root!r} "
                 f"({f['checkpoint']}); for gs:// install gcsfs (trm-sweeps[tpu]) and grant the VM's service account"
             )
-        if f["free_gb"] < float(cfg.preflight.min_free_gb):
+        if f["free_gb"] < settings.min_free_gb:
             out.append(f"worker {w}: {f['free_gb']} GB free under launcher.remote_dir (preflight.min_free_gb)")
     return out
 
@@ -170,21 +173,21 @@ def table(answers: list[Answer]) -> str:
     return "\n".join("  ".join(c.ljust(n) for c, n in zip(r, widths)).rstrip() for r in rows)
 
 
-def preflight(cfg: DictConfig, launcher: TpuPodLauncher) -> tuple[str, list[str]]:
-    """The table and the problems of the pod `cfg` names (its launcher already validated)."""
+def preflight(sweep: SweepConfig, launcher: TpuPodLauncher) -> tuple[str, list[str]]:
+    """The table and the problems of the pod `sweep` names (its launcher already validated)."""
     from contracts.hydra_app import compose_train_config
 
-    train = compose_train_config(list(cfg.trial.overrides))
-    args = probe_args(cfg, train, peers=len(launcher.worker_ids()) - 1)
-    answers = ask_workers(launcher, args, float(cfg.preflight.timeout_s))
-    return table(answers), problems(answers, cfg, train)
+    train = compose_train_config(list(sweep.trial.overrides))
+    args = probe_args(sweep.preflight, sweep.trial, train, peers=len(launcher.worker_ids()) - 1)
+    answers = ask_workers(launcher, args, sweep.preflight.timeout_s)
+    return table(answers), problems(answers, sweep.preflight, sweep.trial, launcher, train)
 
 
-def check_before_study(cfg: DictConfig, launcher: object) -> None:
+def check_before_study(sweep: SweepConfig, launcher: object) -> None:
     """The driver's hook: a tpu_pod study starts only on a pod without problems (preflight.enabled=false skips)."""
-    if not isinstance(launcher, TpuPodLauncher) or not cfg.get("preflight", {}).get("enabled", True):
+    if not isinstance(launcher, TpuPodLauncher) or not sweep.preflight.enabled:
         return
-    shown, found = preflight(cfg, launcher)
+    shown, found = preflight(sweep, launcher)
     if found:
         raise PreflightError(
             "the pod is not ready (python -m sweeps.preflight says the same; preflight.enabled=false skips it):\n"
@@ -197,14 +200,16 @@ def check_before_study(cfg: DictConfig, launcher: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     from sweeps.config import compose_sweep_config
     from sweeps.optuna_parts import build_launcher
+    from sweeps.typed_config import typed_sweep
 
     cfg = compose_sweep_config(list(sys.argv[1:] if argv is None else argv))
+    sweep = typed_sweep(cfg)  # every block's checks, before any VM is asked
     launcher = build_launcher(cfg.launcher)
     if not isinstance(launcher, TpuPodLauncher):
         print("sweeps.preflight checks a TPU pod: give site=pod (launcher=tpu_pod)", file=sys.stderr)
         return 2
     launcher.validate()
-    shown, found = preflight(cfg, launcher)
+    shown, found = preflight(sweep, launcher)
     print(shown)
     print("\n".join(found) if found else "no problems: the pod is ready")
     return 1 if found else 0

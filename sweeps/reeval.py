@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from omegaconf import DictConfig
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
@@ -35,7 +34,7 @@ from storage.record import (
 from sweeps.job_command import StudyLink, job_name
 from sweeps.launchers.base import JobSpec, Launcher
 from sweeps.paths import StudyRoots
-from sweeps.schema import ReevalSettings
+from sweeps.schema import SweepConfig
 from sweeps.space import params_to_values, to_overrides
 
 log = logging.getLogger("sweeps")
@@ -189,27 +188,26 @@ def reeval_overrides(
 
 def reevaluate(
     study: optuna.Study,
-    cfg: DictConfig,
+    sweep: SweepConfig,
     launcher: Launcher,
     roots: StudyRoots,
     uid: str,
     storage_url: str,
-    settings: ReevalSettings,
     only_missing: bool = False,
 ) -> list[Ranked]:
-    """Run the re-eval job of each of the top_k trials in turn and return the ranking. Each job runs on the slot
+    """Run the re-eval job of each of `sweep.reeval`'s top_k trials in turn and return the ranking. Each job runs on the slot
     its trial trained on (its checkpoint may be on that slot's own disk: a pod has no shared filesystem), or the
     first slot where the trial's is not one of this launcher's. `only_missing`: skip trials already re-evaluated
     (a restarted driver's end of study)."""
     stored = reevals(study.user_attrs)
-    seeds = int(cfg.study.seeds)
-    checkpoint = "best.pt" if str(cfg.study.value) == "best" else "latest.pt"
+    settings, seeds = sweep.reeval, sweep.study.seeds
+    checkpoint = "best.pt" if sweep.study.value == "best" else "latest.pt"
     slots = {slot.name: slot for slot in launcher.slots()}
     for trial in top_trials(study, settings.top_k):
         slot = slots.get(str(trial.user_attrs.get(SLOT_ATTR)), next(iter(slots.values())))
         if only_missing and trial.number in stored:
             continue
-        link = StudyLink(str(study.study_name), uid, trial.number, storage_url, cfg.storage.get("password_env") or None)
+        link = StudyLink(str(study.study_name), uid, trial.number, storage_url, sweep.storage.password_env or None)
         out_dir = f"{roots.run_root}/trial-{trial.number}/reeval"
         overrides = reeval_overrides(trial, link, out_dir, seeds, settings.examples, checkpoint)
         if overrides is None:
@@ -223,7 +221,7 @@ def reevaluate(
             log.warning("re-evaluation of trial %d could not start: %s: %s", trial.number, type(err).__name__, err)
             continue
         try:
-            code = handle.wait(timeout_s=float(cfg.stall_timeout_s))
+            code = handle.wait(timeout_s=sweep.stall_timeout_s)
         except BaseException:
             handle.cancel()
             raise
@@ -231,7 +229,7 @@ def reevaluate(
             handle.cancel(grace_s=0)
         record = reevals(study.user_attrs).get(trial.number)
         if code != 0 or record is None:
-            why = handle.failure or (f"no result in {cfg.stall_timeout_s} s" if code is None else f"exit code {code}")
+            why = handle.failure or (f"no result in {sweep.stall_timeout_s} s" if code is None else f"exit code {code}")
             log.warning("re-evaluation of trial %d failed: %s", trial.number, why)
             continue
         log.info("trial %d re-evaluated: %s = %s", trial.number, record.metric, interval(record))

@@ -65,13 +65,14 @@ def dry_run(driver: Driver) -> None:
     if sweep.estimate.enabled:  # every trial's model priced from its FLOPs (trm.info, one process)
         costs = estimate.trial_costs([[*driver.base_overrides, *to_overrides(sampled)] for _, sampled, _ in trials])
     utilization = estimate.Utilization.parse(sweep.estimate.utilization)  # checked by the schema already
+    pods = sweep.estimate.pods
     for i, (number, sampled, spec) in enumerate(trials):
         print(f"trial {number}: {' '.join(to_overrides(sampled))}")
         print("  " + describe_command(driver, spec))
         if costs:
-            print("  cost: " + estimate.describe(costs[i], driver.cfg, utilization))
+            print("  cost: " + estimate.describe(costs[i], pods, sweep.estimate.peak_tflops, utilization))
     if costs:
-        print("# study cost: " + estimate.describe_total(costs, driver.cfg, utilization))
+        print("# study cost: " + estimate.describe_total(costs, pods, sweep.estimate.peak_tflops, utilization))
         print_packings(driver, costs, utilization)
 
 

@@ -22,6 +22,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from contracts.metric_names import EVAL_METRICS, MAXIMIZED, MINIMIZED, TRIAL_NUMBERS
+from contracts.schema_checks import Checks
 from contracts.wandb_runs import MODES
 from storage import study_name
 from sweeps.config_values import SweepConfigError
@@ -31,25 +32,8 @@ from sweeps.estimate import Utilization, UtilizationError
 # ruff: noqa: UP045
 
 
-def shown(value: Any) -> str:
-    """A value as the user wrote it: a float field's 0 reads `0`, not `0.0`; a string is quoted."""
-    return f"{value:g}" if isinstance(value, float) else repr(value)
-
-
-def _at_least(key: str, value: float | None, minimum: float, what: str, null: str = "") -> None:
-    """`key=value: expected <what> >= minimum` unless value >= minimum (None passes: the field's null)."""
-    if value is not None and value < minimum:
-        raise SweepConfigError(f"{key}={shown(value)}: expected {what} >= {minimum:g}{null}")
-
-
-def _seconds(key: str, value: float | None, null: str = "") -> None:
-    if value is not None and value <= 0:
-        raise SweepConfigError(f"{key}={shown(value)}: expected seconds > 0{null}")
-
-
-def _one_of(key: str, value: str, accepted: tuple[str, ...]) -> None:
-    if value not in accepted:
-        raise SweepConfigError(f"{key}={value!r}: expected one of {list(accepted)}")
+# Each block's range checks refuse with SweepConfigError, the error the sweep's validation reports.
+check = Checks(SweepConfigError)
 
 
 @dataclass
@@ -87,8 +71,8 @@ class Study:
             ("direction", self.direction),
             *((f"objectives[{i}].direction", o.direction) for i, o in enumerate(self.objectives)),
         ):
-            _one_of(f"study.{key}", str(direction).lower(), ("maximize", "minimize"))
-        _one_of("study.value", self.value, ("best", "last"))
+            check.one_of(f"study.{key}", str(direction).lower(), ("maximize", "minimize"))
+        check.one_of("study.value", self.value, ("best", "last"))
         if self.objective not in EVAL_METRICS:
             raise SweepConfigError(
                 f"study.objective={self.objective!r}: not a metric the trainer produces at its evals; expected one of {list(EVAL_METRICS)}"
@@ -100,7 +84,7 @@ class Study:
                     f"{list(TRIAL_NUMBERS)} (stored by the job) or an eval metric {list(EVAL_METRICS)}"
                 )
         self._check_prune_metric()
-        _at_least("study.seeds", self.seeds, 1, "an integer")
+        check.at_least("study.seeds", self.seeds, 1, what="an integer")
 
     def _check_prune_metric(self) -> None:
         """The pruner compares reported values in the study's direction: a metric reported in its place must be an
@@ -145,9 +129,9 @@ class Heartbeat:
     max_retry: int = MISSING
 
     def __post_init__(self) -> None:
-        _seconds("heartbeat.interval_s", self.interval_s)
-        _seconds("heartbeat.grace_s", self.grace_s)
-        _at_least("heartbeat.max_retry", self.max_retry, 0, "an integer")
+        check.seconds("heartbeat.interval_s", self.interval_s)
+        check.seconds("heartbeat.grace_s", self.grace_s)
+        check.at_least("heartbeat.max_retry", self.max_retry, 0, what="an integer")
         if self.grace_s <= self.interval_s:
             raise SweepConfigError(
                 f"heartbeat.grace_s={self.grace_s:g} must exceed heartbeat.interval_s={self.interval_s:g}: "
@@ -163,12 +147,11 @@ class Draws:
     enumerate_share: Optional[float] = MISSING
 
     def __post_init__(self) -> None:
-        _at_least("draws.max_redraws", self.max_redraws, 0, "a whole number")
+        check.at_least("draws.max_redraws", self.max_redraws, 0)
         share = self.enumerate_share
-        if share is not None and not 0 < share <= 1:
-            raise SweepConfigError(
-                f"draws.enumerate_share={shown(share)}: expected a number in (0, 1], or null (never)"
-            )
+        check.require(
+            "draws.enumerate_share", share, share is None or 0 < share <= 1, "a number in (0, 1], or null (never)"
+        )
 
 
 @dataclass
@@ -180,8 +163,8 @@ class ReevalSettings:
     examples: Optional[int] = MISSING  # None: the whole test split
 
     def __post_init__(self) -> None:
-        _at_least("reeval.top_k", self.top_k, 1, "a whole number")
-        _at_least("reeval.examples", self.examples, 1, "a whole number", ", or null (all)")
+        check.at_least("reeval.top_k", self.top_k, 1)
+        check.at_least("reeval.examples", self.examples, 1, none="all")
 
 
 @dataclass
@@ -194,10 +177,7 @@ class Estimate:
     pods: dict[str, int] = MISSING
 
     def __post_init__(self) -> None:
-        if self.peak_tflops <= 0:
-            raise SweepConfigError(
-                f"estimate.peak_tflops={shown(self.peak_tflops)}: expected the chip's peak in TFLOP/s, > 0"
-            )
+        check.require("estimate.peak_tflops", self.peak_tflops, self.peak_tflops > 0, "the chip's peak in TFLOP/s, > 0")
         try:
             Utilization.parse(self.utilization)
         except UtilizationError as err:
@@ -212,8 +192,8 @@ class Backoff:
     max_s: float = MISSING
 
     def __post_init__(self) -> None:
-        _seconds("storage_outage_backoff.first_s", self.first_s)
-        _seconds("storage_outage_backoff.max_s", self.max_s)
+        check.seconds("storage_outage_backoff.first_s", self.first_s)
+        check.seconds("storage_outage_backoff.max_s", self.max_s)
 
 
 @dataclass
@@ -228,9 +208,9 @@ class Preflight:
     min_free_gb: float = MISSING
 
     def __post_init__(self) -> None:
-        _seconds("preflight.timeout_s", self.timeout_s)
-        _seconds("preflight.reach_s", self.reach_s)
-        _at_least("preflight.min_free_gb", self.min_free_gb, 0, "gigabytes")
+        check.seconds("preflight.timeout_s", self.timeout_s)
+        check.seconds("preflight.reach_s", self.reach_s)
+        check.at_least("preflight.min_free_gb", self.min_free_gb, 0, what="gigabytes")
 
 
 @dataclass
@@ -246,7 +226,7 @@ class Wandb:
     dir: Optional[str] = MISSING
 
     def __post_init__(self) -> None:
-        _one_of("wandb.mode", self.mode, MODES)
+        check.one_of("wandb.mode", self.mode, MODES)
 
 
 @dataclass
@@ -278,11 +258,11 @@ class SweepConfig:
     wandb: Wandb = MISSING
 
     def __post_init__(self) -> None:
-        _at_least("n_trials", self.n_trials, 1, "an integer")
-        _at_least("max_concurrent", self.max_concurrent, 1, "an integer", ", or null for one trial per slot")
-        _seconds("timeout", self.timeout, ", or null for no limit")
+        check.at_least("n_trials", self.n_trials, 1, what="an integer")
+        check.at_least("max_concurrent", self.max_concurrent, 1, none="one trial per slot", what="an integer")
+        check.seconds("timeout", self.timeout, none="no limit")
         for key in ("stall_timeout_s", "poll_s", "progress_interval_s"):
-            _seconds(key, getattr(self, key))
+            check.seconds(key, getattr(self, key))
         if self.scale not in self.study.space:
             raise SweepConfigError(
                 f"scale={self.scale!r}: study {self.study.name!r} has ranges for {sorted(self.study.space)} only"

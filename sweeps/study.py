@@ -38,6 +38,7 @@ from sweeps.definition import (
     study_directions,
 )
 from sweeps.optuna_parts import build, pruner_spec, resolved_dict
+from sweeps.schema import Study, SweepConfig
 
 log = logging.getLogger("sweeps")
 
@@ -63,12 +64,12 @@ class OpenStudy:
     driver_index: int
 
 
-def reported_metric(study_cfg: DictConfig) -> str:
+def reported_metric(study_cfg: Study) -> str:
     """What the trials report to the pruner at each eval (study.prune_metric, else the objective)."""
-    return str(study_cfg.get("prune_metric") or study_cfg.objective)
+    return study_cfg.prune_metric or study_cfg.objective
 
 
-def _check_matches(study: optuna.Study, study_cfg: DictConfig) -> None:
+def _check_matches(study: optuna.Study, study_cfg: Study) -> None:
     stored, name = study.user_attrs, study_cfg.name
     objectives, directions = objective_names(study_cfg), study_directions(study_cfg)
     if (
@@ -110,21 +111,27 @@ def _check_definition(study: optuna.Study, definition: Mapping[str, Any], allowe
 
 
 def open_study(
-    cfg: DictConfig, storage_url: str, train_steps: int, definition: Mapping[str, Any] | None = None
+    sweep: SweepConfig,
+    cfg: DictConfig,
+    storage_url: str,
+    train_steps: int,
+    definition: Mapping[str, Any] | None = None,
 ) -> OpenStudy:
     """Create or load the configured study, check it, record its facts; raise StudyMismatchError (or
-    StudyDefinitionError, against `definition`: sweeps/definition.py) if it differs."""
-    study_cfg, hb = cfg.study, cfg.heartbeat
+    StudyDefinitionError, against `definition`: sweeps/definition.py) if it differs. `sweep` is what it reads;
+    `cfg`, the same config as composed, is what it builds the sampler and the pruner from (`_target_` nodes,
+    instantiated by Hydra) and records their targets and the launcher's."""
+    study_cfg, hb = sweep.study, sweep.heartbeat
     storage = open_storage(
         storage_url,
-        password_env=cfg.storage.password_env,
+        password_env=sweep.storage.password_env,
         heartbeat_interval=int(hb.interval_s),
         grace_period=int(hb.grace_s),
-        failed_trial_callback=retry_callback(int(hb.max_retry)),
-        **engine_settings(cfg.storage.get("engine"), "storage.engine"),
+        failed_trial_callback=retry_callback(hb.max_retry),
+        **engine_settings(sweep.storage.engine, "storage.engine"),
     )
     study = optuna.create_study(
-        study_name=study_cfg.name,
+        study_name=str(study_cfg.name),
         storage=storage,
         sampler=build(cfg.sampler),
         pruner=build(cfg.pruner),
@@ -133,7 +140,7 @@ def open_study(
     )
     _check_matches(study, study_cfg)
     if definition is not None:
-        _check_definition(study, definition, bool(study_cfg.get("allow_changed_definition")))
+        _check_definition(study, definition, study_cfg.allow_changed_definition)
     objectives, stored = objective_names(study_cfg), study.user_attrs
     attrs = {
         OBJECTIVE_ATTR: study_cfg.objective,
@@ -142,7 +149,7 @@ def open_study(
         PRUNE_METRIC_ATTR: reported_metric(study_cfg),
         "sampler": cfg.sampler._target_.rsplit(".", 1)[-1],
         "launcher": cfg.launcher._target_.rsplit(".", 1)[-1],
-        "scale": cfg.scale,
+        "scale": sweep.scale,
     }
     if definition is not None:
         attrs[DEFINITION_ATTR] = dict(definition)
@@ -161,7 +168,7 @@ def open_study(
     if driver_index:
         # A restarted or second driver with the study's seed would draw the first driver's parameters again:
         # each driver of a study gets its own seed, derived from the configured one and its start order.
-        seed = int(np.random.SeedSequence([int(cfg.seed), driver_index]).generate_state(1)[0])
+        seed = int(np.random.SeedSequence([sweep.seed, driver_index]).generate_state(1)[0])
         study.sampler = build({**resolved_dict(cfg.sampler), "seed": seed})
-        log.info("driver %d of this study: sampler seed %d (from seed=%s)", driver_index, seed, cfg.seed)
+        log.info("driver %d of this study: sampler seed %d (from seed=%s)", driver_index, seed, sweep.seed)
     return OpenStudy(storage, study, str(uid), driver_index)

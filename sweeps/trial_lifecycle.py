@@ -126,7 +126,7 @@ class TrialLifecycle(ABC):
         )
         return JobCommand(
             training=self.training_overrides(sampled),
-            tracking=trial_wandb_overrides(self.cfg, self.study_uid, origin, seed_index),
+            tracking=trial_wandb_overrides(self.sweep.wandb, self.study_uid, origin, seed_index),
             out_dir=paths.run_dir,
             checkpoint_url=paths.checkpoint_url,
             link=link,

@@ -14,8 +14,9 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from contracts.schema_checks import shown
 from sweeps.config_values import SweepConfigError
-from sweeps.schema import SweepConfig, shown
+from sweeps.schema import SweepConfig
 
 T = TypeVar("T")
 

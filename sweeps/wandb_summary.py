@@ -1,13 +1,13 @@
 """The study on W&B: one `study-summary` run per study, and the W&B settings the trials get.
 
-    log_study_summary(study, cfg)   one run (group = study name, job type `study-summary`) holding a
+    log_study_summary(study, sweep) one run (group = study name, job type `study-summary`) holding a
                                     wandb.Table of every trial: number, state, value, parameters, best step,
                                     model size, compute and its re-evaluation; the summary has the counts of
                                     trained trials and the best trial, ranked by the re-evaluation where
                                     there is one (sweeps/reeval.py: `reeval/ranking`, `reeval/overlap`).
                                     Its id comes from the study's uid (`summary_run_id`) with resume="allow",
                                     so each driver start of the study updates the same run.
-    trial_wandb_overrides(cfg, uid, origin, seed_index)
+    trial_wandb_overrides(sweep.wandb, uid, origin, seed_index)
                                     the sweep's `wandb:` block as training overrides (`wandb.project=...`),
                                     so trials and the summary run land in the same project, and the trial's
                                     run id (`wandb.run_id`, `trial_run_id`: a retry continues its chain's run).
@@ -25,14 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from omegaconf import DictConfig
 from optuna.trial import FrozenTrial, TrialState
 
 from contracts.wandb_runs import default_project, finish_run, resolve_mode, summary_run_id, trial_run_id
 from storage.record import STUDY_UID_ATTR, Reeval, reevals, samples_per_s, trained_trials
 from sweeps.reeval import interval, overlap_line, ranking, ranking_rows
+from sweeps.schema import SweepConfig, Wandb
 
 JOB_TYPE = "study-summary"
+INIT_TIMEOUT_S = 60.0  # the trials' default (conf/train.yaml wandb.init_timeout_s); the sweep has no such key
 # Trial user attributes copied into the table (written by the job's trial link and the driver).
 ATTR_COLUMNS = ("outcome", "best_step", "steps", "params_count", "compute_flops", "seed_std", "fail_reason")
 BASE_COLUMNS = [
@@ -51,34 +52,26 @@ BASE_COLUMNS = [
 ]
 
 
-def _wandb_cfg(cfg: DictConfig) -> dict[str, Any]:
-    node = cfg.get("wandb")
-    return dict(node) if node is not None else {}
-
-
 def trial_wandb_overrides(
-    cfg: DictConfig, study_uid: str | None = None, origin: int | None = None, seed_index: int = 0
+    w: Wandb, study_uid: str | None = None, origin: int | None = None, seed_index: int = 0
 ) -> list[str]:
-    """Training overrides carrying the sweep's `wandb:` block to a trial (empty when there is none), and with the
-    study's uid and the trial's retry-chain origin, its run id (`wandb.run_id`).
+    """Training overrides carrying the sweep's `wandb:` block to a trial (what differs from the trial's defaults),
+    and with the study's uid and the trial's retry-chain origin, its run id (`wandb.run_id`).
 
     Both apps take the defaults of these keys from one file (conf/wandb/default.yaml); the copy is still needed for
     what a sweep changes (`sweeps.run wandb.project=mine`), which the trials' own composition cannot see."""
-    w = _wandb_cfg(cfg)
-    if not w:
-        return []
     out = []
-    if not w.get("enabled", True):
+    if not w.enabled:
         out.append("wandb.enabled=false")
     elif study_uid is not None and origin is not None:
         out.append(f"wandb.run_id={trial_run_id(study_uid, origin, seed_index)}")
-    if w.get("mode") and w["mode"] != "auto":
-        out.append(f"wandb.mode={w['mode']}")
-    if w.get("project"):
-        out.append(f"wandb.project={w['project']}")
-    if w.get("entity"):
-        out.append(f"wandb.entity={w['entity']}")
-    tags = list(w.get("tags") or [])
+    if w.mode != "auto":
+        out.append(f"wandb.mode={w.mode}")
+    if w.project:
+        out.append(f"wandb.project={w.project}")
+    if w.entity:
+        out.append(f"wandb.entity={w.entity}")
+    tags = w.tags
     if tags:
         out.append("wandb.tags=[" + ",".join("'" + str(t).replace("'", "") + "'" for t in tags) + "]")
     return out
@@ -172,18 +165,18 @@ def study_summary(study: optuna.Study) -> dict[str, Any]:
     return out
 
 
-def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
+def log_study_summary(study: optuna.Study, sweep: SweepConfig) -> Path | None:
     """Log one `study-summary` run for `study`; returns its run directory, or None when disabled or failed."""
-    w = _wandb_cfg(cfg)
-    if not w.get("enabled", True) or not w.get("summary", True):
+    w = sweep.wandb
+    if not w.enabled or not w.summary:
         return None
     try:
-        mode = resolve_mode(w.get("mode"))
+        mode = resolve_mode(w.mode)
         if mode == "disabled":
             return None
         import wandb
 
-        root = Path(str(w.get("dir") or Path(str(cfg.output_root)) / study.study_name)).resolve()
+        root = Path(w.dir or Path(sweep.output_root) / study.study_name).resolve()
         root.mkdir(parents=True, exist_ok=True)
         trials = trained_trials(study.get_trials(deepcopy=False))
         columns, rows = trial_rows(trials, reevals(study.user_attrs))
@@ -196,7 +189,7 @@ def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
                 for k in ("objective", "objectives", "sampler", "launcher", "pruner", "scale")
                 if k in attrs
             },
-            "n_trials": cfg.get("n_trials"),
+            "n_trials": sweep.n_trials,
         }
         uid = attrs.get(STUDY_UID_ATTR)  # set by the driver when it opens the study
         pruner = attrs.get("pruner")
@@ -208,10 +201,10 @@ def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
         ):
             if spec:
                 tags.append(f"{key}:{str(spec).rsplit('.', 1)[-1]}"[:64])
-        tags += [str(t)[:64] for t in (w.get("tags") or [])]
+        tags += [t[:64] for t in w.tags]
         run = wandb.init(
-            project=str(w.get("project") or default_project()),
-            entity=w.get("entity"),
+            project=w.project or default_project(),
+            entity=w.entity,
             id=summary_run_id(uid) if uid else None,
             resume="allow" if uid else None,  # a restarted driver updates this study's run
             group=study.study_name,
@@ -221,9 +214,7 @@ def log_study_summary(study: optuna.Study, cfg: DictConfig) -> Path | None:
             mode=mode,
             config=config,
             tags=list(dict.fromkeys(tags)),
-            settings=wandb.Settings(
-                silent=True, console="off", x_disable_stats=True, init_timeout=float(w.get("init_timeout_s") or 60)
-            ),
+            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=INIT_TIMEOUT_S),
             reinit="create_new",
         )
         try:

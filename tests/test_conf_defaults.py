@@ -17,6 +17,7 @@ from contracts.wandb_runs import default_project
 from storage import StorageConfigError, engine_settings, open_storage
 from storage.engine_config import RULES
 from sweeps.config import compose_sweep_config
+from sweeps.typed_config import typed_sweep
 from sweeps.wandb_summary import trial_wandb_overrides
 from trm.trial_link import RetryPolicy
 
@@ -51,7 +52,7 @@ def test_the_wandb_keys_a_sweep_passes_on_are_the_shared_file() -> None:
     changed = compose_sweep_config(
         ["wandb.mode=offline", "wandb.project=mine", "wandb.entity=team", "wandb.tags=[a]", "wandb.enabled=false"]
     )
-    forwarded = {o.split("=", 1)[0] for o in trial_wandb_overrides(changed)}
+    forwarded = {o.split("=", 1)[0] for o in trial_wandb_overrides(typed_sweep(changed).wandb)}
     assert forwarded == {f"wandb.{key}" for key in shared}
 
 
@@ -89,7 +90,7 @@ def test_a_bad_engine_setting_is_named(block: dict, expected: str) -> None:
     ("block", "expected"),
     [
         ({"attempts": 0}, r"sweep\.report_retry\.attempts=0: expected a whole number >= 1"),
-        ({"first_delay_s": -1}, r"sweep\.report_retry\.first_delay_s=-1\.0: expected seconds >= 0"),
+        ({"first_delay_s": -1}, r"sweep\.report_retry\.first_delay_s=-1: expected seconds >= 0"),
         ({"tries": 3}, r"sweep\.report_retry\.tries: Key 'tries' not in 'RetryPolicy'; accepted: \['attempts'"),
     ],
 )

@@ -20,6 +20,7 @@ from storage import redact
 from storage.record import STUDY_UID_ATTR
 from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
+from sweeps.typed_config import typed_sweep
 from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, trial_dir
 from tests.wandb_offline import find_runs, read_offline_run
@@ -222,7 +223,7 @@ def test_sweep_wandb_block_becomes_trial_overrides(tmp_path: Path) -> None:
     cfg = sweep_config(
         f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.project=trm-x", "wandb.mode=offline", "wandb.tags=[a,b]"
     )
-    overrides = trial_wandb_overrides(cfg)
+    overrides = trial_wandb_overrides(typed_sweep(cfg).wandb)
     assert overrides == ["wandb.mode=offline", "wandb.project=trm-x", "wandb.tags=['a','b']"]
     train = compose_train_config(overrides)  # they are valid training overrides
     assert train.wandb.project == "trm-x" and list(train.wandb.tags) == ["a", "b"] and train.wandb.mode == "offline"
@@ -296,14 +297,14 @@ def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: No
 @pytest.mark.slow
 def test_a_restarted_driver_updates_the_one_study_summary_run(tmp_path: Path, offline_env: None) -> None:
     storage = f"sqlite:///{tmp_path}/db.sqlite"
-    cfg = sweep_config(storage, tmp_path, "study.name=summary_twice")
+    sweep = typed_sweep(sweep_config(storage, tmp_path, "study.name=summary_twice"))
     study = optuna.create_study(study_name="summary_twice", storage=storage, direction="maximize")
     uid = "feedfacefeedfacefeedfacefeedface"
     study.set_user_attr(STUDY_UID_ATTR, uid)
     study.add_trial(create_trial(state=TrialState.COMPLETE, value=0.25))
-    first = log_study_summary(study, cfg)
+    first = log_study_summary(study, sweep)
     study.add_trial(create_trial(state=TrialState.COMPLETE, value=0.75))  # the next driver start ran another trial
-    second = log_study_summary(study, cfg)
+    second = log_study_summary(study, sweep)
     assert first and second and first != second  # offline: one directory per driver start ...
     runs = [read_offline_run(p) for p in find_runs(tmp_path)]
     assert [r.run_id for r in runs] == [summary_run_id(uid)] * 2  # ... of one run, which the second updates

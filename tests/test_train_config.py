@@ -31,9 +31,11 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
         # ranges and relations: the dataclasses' __post_init__
         (["train.eval_batch_size=0"], r"^train.eval_batch_size=0: expected a whole number >= 1$"),
         (["train.objective=eval/acc"], r"^train.objective='eval/acc': expected one of \['eval/halted_examples'"),
-        (["optim.lr=0"], r"^optim.lr=0.0: expected > 0$"),
+        (["optim.lr=0"], r"^optim.lr=0: expected > 0$"),
+        (["optim.lr=-1.23456789e-4"], r"^optim.lr=-0.000123456789: expected > 0$"),  # not rounded as :g would
+        (["runtime.timeout_s=0"], r"^runtime.timeout_s=0: expected seconds > 0$"),
         (["optim.betas=[0.9,1.0]"], r"^optim.betas=\[0.9, 1.0\]: expected two values in \[0, 1\)$"),
-        (["optim=adamw", "optim.eps=0"], r"^optim.eps=0.0: expected > 0$"),
+        (["optim=adamw", "optim.eps=0"], r"^optim.eps=0: expected > 0$"),
         (["optim.warmup_steps=-1"], r"^optim.warmup_steps=-1: expected >= 0"),
         (["halting.exploration_prob=1.5"], r"^halting.exploration_prob=1.5: expected a probability in \[0, 1\]$"),
         (["curriculum=linear", "curriculum.stages=1"], r"^curriculum.stages=1: expected >= 2 for an enabled"),
@@ -81,5 +83,5 @@ def test_the_job_refuses_a_range_before_it_trains(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode != 0
-    assert "optim.lr=-1.0: expected > 0" in proc.stderr
+    assert "optim.lr=-1: expected > 0" in proc.stderr  # as written, not -1.0
     assert not (tmp_path / "metrics.jsonl").exists()

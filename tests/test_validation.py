@@ -239,6 +239,7 @@ def test_the_sweep_driver_does_not_import_torch() -> None:
         ("study.seeds=true", None, r"study.seeds=True: expected an integer, not bool"),
         ("n_trials=0", None, r"n_trials=0: expected an integer >= 1"),
         ("study.seeds=0", None, r"study.seeds=0: expected an integer >= 1"),
+        ("max_concurrent=0", None, r"max_concurrent=0: expected an integer >= 1, or null \(one trial per slot\)$"),
         (
             "+trial.train_steps=60",
             None,
@@ -423,6 +424,7 @@ def test_the_driver_exits_2_with_one_line_naming_the_key(override: str, expected
     "override, expected",
     [
         ("stall_timeout_s=0", r"stall_timeout_s=0: expected seconds > 0"),
+        ("timeout=0", r"timeout=0: expected seconds > 0, or null \(no limit\)$"),
         ("heartbeat.interval_s=0", r"heartbeat.interval_s=0: expected seconds > 0"),
         ("heartbeat.grace_s=1", r"heartbeat.grace_s=1 must exceed heartbeat.interval_s=1"),
     ],
