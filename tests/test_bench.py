@@ -213,20 +213,22 @@ def test_trainer_vs_reference_bench_runs_our_side_and_writes_the_table(tmp_path:
 @pytest.mark.slow
 def test_gpu_candidates_bench_checks_and_times_every_candidate(tmp_path: Path) -> None:
     """The prepared GPU bench, on this CPU (the fused kernels in Triton's interpreter), without the reference:
-    each candidate's gradient check against fp32 and the torch path, its sublayer and step timings, the table."""
-    result = run_bench("gpu_candidates.py", tmp_path, "--device", "cpu", "--compile", "off")
+    each candidate's gradient check against fp32 and the torch path, its block and step timings, the table. Two
+    candidates (fused_mix_swiglu runs every kernel of the others'): the interpreter takes a minute a candidate."""
+    candidates = ("--candidates", "torch,fused_mix_swiglu")
+    result = run_bench("gpu_candidates.py", tmp_path, "--device", "cpu", "--compile", "off", *candidates)
     checks = {c["choice"]: c for c in result["gradient_check"]}
-    assert set(checks) == {"torch", "fused_mix_nograd", "fused_mix_bwd", "fused_mix_swiglu"}
+    assert set(checks) == {"torch", "fused_mix_swiglu"}
     assert checks["torch"]["worst_ratio_to_torch_rounding"] == pytest.approx(1.0)
     assert all(c["passes"] and c["loss"] == pytest.approx(c["torch_loss"], rel=1e-2) for c in checks.values())
     rows = {r["variant"]: r for r in result["variants"]}
-    assert set(rows) == {"ours torch", "ours fused_mix_nograd", "ours fused_mix_bwd", "ours fused_mix_swiglu"}
+    assert set(rows) == {"ours torch", "ours fused_mix_swiglu"}
     assert all(len(r["times_s"]) == 1 and r["samples_per_s"] > 0 and r["first_lm_loss"] for r in rows.values())
     assert rows["ours torch"]["vs_ours_torch"] == pytest.approx(1.0) and rows["ours torch"]["vs_reference"] is None
     sublayer = {c["choice"]: c for c in result["sublayer"]}  # one block alone, each candidate
     assert set(sublayer) == set(checks) and all(c["forward_ms"] > 0 < c["train_ms"] for c in sublayer.values())
     table = (tmp_path / "gpu_candidates.md").read_text()
-    assert "| ours fused_mix_nograd |" in table and "| fused_mix_swiglu | " in table and "| fused_mix_bwd | " in table
+    assert "| ours fused_mix_swiglu |" in table and "| fused_mix_swiglu | " in table and "| torch | " in table
 
 
 @pytest.mark.slow
