@@ -1,7 +1,8 @@
 """What our Triton kernels compile to on a Hopper GPU, read on a machine without one: registers, spills, wgmma.
 
-    python -m bench.triton_sm90                 # every tile of trm/fused_swiglu.py, the paper's sizes
-    python -m bench.triton_sm90 --dim 512 --inner 1536 --out-dir /tmp/r
+    python -m bench.triton_sm90                 # every tile of trm/fused_*.py at the paper's sizes
+    python -m bench.triton_sm90 --seq 97 --hidden 512 --out-dir /tmp/r
+    python -m bench.triton_sm90 --capability 80 --out-name triton_sm80   # Ampere: no wgmma, no TMA
 
 Triton compiles a kernel for a named target (sm_90) without a device, and its bundled ptxas reports registers and
 spill bytes per thread. Before a GPU is lent, this says which tile choices are worth the autotuner's time: a tile
@@ -19,93 +20,148 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from bench._results import RESULTS, run_header, write_results
-from trm import fused_swiglu
+from trm import fused_mix, fused_mix_backward, fused_swiglu
+from trm.model import SwiGLU
 
 NAME = "triton_sm90"
-TARGET = GPUTarget("cuda", 90, 32)
+HOPPER = 90  # compute capability x 10 of the lent H100/H200
 PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 
 
-def _descriptor(rows: int, cols: int) -> str:
-    return f"tensordesc<bf16[{rows},{cols}]>"
+def _descriptor(*block: int) -> str:
+    return f"tensordesc<bf16[{','.join(map(str, block))}]>"
 
 
-def swiglu_signature(kernel_name: str, tile: tuple[int, ...]) -> dict[str, str]:
-    """trm.fused_swiglu's kernel arguments as Triton types: bf16 descriptors of the tile's blocks, then constexprs."""
-    size = dict(zip("MNK", tile[:3]))
-    blocks = {
-        name: _descriptor(*(size[side] for side in sides)) for name, sides in fused_swiglu._BLOCKS[kernel_name].items()
-    }
-    flags = ("ROUND_X", "SAVE_GU") if kernel_name == "forward" else ()
-    names = ("dim", "inner", *flags, "INTERPRET", "BLOCK_M", "BLOCK_N", "BLOCK_K")
-    return {**blocks, **dict.fromkeys(names, "constexpr")}
+def _constexprs(*names: str) -> dict[str, str]:
+    return dict.fromkeys(names, "constexpr")
 
 
-def compile_report(kernel_name: str, tile: tuple[int, ...], dim: int, inner: int, save_gu: bool) -> dict[str, Any]:
-    """One kernel at one tile (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages), compiled for sm_90."""
-    block_m, block_n, block_k, warps, stages = tile
-    signature = swiglu_signature(kernel_name, tile)
-    values: dict[str, Any] = {"dim": dim, "inner": inner, "INTERPRET": False}
-    values |= {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k}
-    if kernel_name == "forward":
-        values |= {"ROUND_X": False, "SAVE_GU": save_gu}
-    constexprs = {(list(signature).index(name),): value for name, value in values.items()}
-    source = ASTSource(fn=fused_swiglu.KERNELS[kernel_name], signature=signature, constexprs=constexprs)
-    compiled = triton.compile(source, target=TARGET, options={"num_warps": warps, "num_stages": stages})
+class Case(NamedTuple):
+    """One kernel as the compiler sees it at one tile: its argument types and its constexpr values."""
+
+    kernel: str
+    fn: Any
+    tile: tuple[int, ...]
+    warps: int
+    stages: int
+    signature: dict[str, str]
+    constexprs: dict[str, Any]
+
+
+def swiglu_cases(dim: int, inner: int) -> list[Case]:
+    """trm/fused_swiglu.py's two kernels at each of their tiles (the forward also as it saves gate/up)."""
+    cases = []
+    for name, save_gu in (("forward", False), ("forward", True), ("backward", False)):
+        for bm, bn, bk, warps, stages in fused_swiglu.TILES[name]:
+            size = {"M": bm, "N": bn, "K": bk}
+            blocks = {
+                arg: _descriptor(*(size[side] for side in sides)) for arg, sides in fused_swiglu._BLOCKS[name].items()
+            }
+            values: dict[str, Any] = {"dim": dim, "inner": inner}
+            values |= {"ROUND_X": False, "SAVE_GU": save_gu} if name == "forward" else {}
+            values |= {"INTERPRET": False, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+            label = f"fused_swiglu {name}" + (" (saving gate/up)" if save_gu else "")
+            signature = {**blocks, **_constexprs(*values)}
+            cases.append(Case(label, fused_swiglu.KERNELS[name], (bm, bn, bk), warps, stages, signature, values))
+    return cases
+
+
+def mix_cases(seq: int, inner: int) -> list[Case]:
+    """trm/fused_mix.py's forward (also as it saves the residual sum) and trm/fused_mix_backward.py's kernel, a
+    bf16 stream (bf16_reference), at each of their tiles."""
+    seq_pad, seq8 = fused_mix.padded_seq(seq), -(-seq // 8) * 8
+    scalars = {"batch": "i32", "hidden": "i32", "eps": "fp32"}
+    cases = []
+    for save in (False, True):
+        for c, i, warps, stages in fused_mix.TILES:
+            values = {"seq": seq, "inner": inner, "ROUND_SUM": True, "SAVE_SUM": save, "INTERPRET": False}
+            values |= {"SEQ_PAD": seq_pad, "BLOCK_C": c, "BLOCK_I": i}
+            signature = {"h_ptr": "*bf16", "wgu_desc": _descriptor(i, seq_pad), "wd_desc": _descriptor(seq_pad, i)}
+            signature |= {"out_ptr": "*bf16", "sum_ptr": "*bf16", **scalars, **_constexprs(*values)}
+            label = "fused_mix forward" + (" (saving the sum)" if save else "")
+            cases.append(Case(label, fused_mix._mix_kernel, (c, i), warps, stages, signature, values))
+    for c, i, warps in fused_mix_backward.BWD_TILES:
+        values = {"seq": seq, "inner": inner, "seq8": seq8, "ROUND_SUM": True, "INTERPRET": False}
+        values |= {"SEQ_PAD": seq_pad, "BLOCK_C": c, "BLOCK_I": i}
+        signature = {"h_ptr": "*bf16", "sum_ptr": "*bf16", "dy_ptr": "*bf16", "wgu_desc": _descriptor(i, seq_pad)}
+        signature |= {"wd_desc": _descriptor(seq_pad, i), "dx_ptr": "*bf16", "act_desc": _descriptor(1, c, i)}
+        signature |= {"dgu_desc": _descriptor(1, c, i), "xt_ptr": "*bf16", "dout_ptr": "*bf16", **scalars}
+        signature |= _constexprs(*values)
+        cases.append(
+            Case("fused_mix backward", fused_mix_backward._mix_grad_kernel, (c, i), warps, 3, signature, values)
+        )
+    return cases
+
+
+def compile_report(case: Case, capability: int = HOPPER) -> dict[str, Any]:
+    """One case compiled for sm_<capability>: ptxas's registers and spill bytes, the PTX's wgmma and TMA counts (and
+    plain global loads: what a TMA copy becomes on a GPU without TMA)."""
+    constexprs = {(list(case.signature).index(name),): value for name, value in case.constexprs.items()}
+    source = ASTSource(fn=case.fn, signature=case.signature, constexprs=constexprs)
+    target = GPUTarget("cuda", capability, 32)
+    compiled = triton.compile(source, target=target, options={"num_warps": case.warps, "num_stages": case.stages})
     ptx = compiled.asm["ptx"]
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
         f.write(ptx)
         f.flush()
         info = subprocess.run(
-            [str(PTXAS), "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True, text=True, check=True
+            [str(PTXAS), f"-arch=sm_{capability}{'a' if capability == HOPPER else ''}", "-v", f.name, "-o", os.devnull],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stderr
     registers = re.search(r"Used (\d+) registers", info)
     spills = re.search(r"(\d+) bytes spill stores", info)
     return {
-        "kernel": kernel_name + (" (saving gate/up)" if save_gu else ""),
-        "tile": list(tile),
+        "kernel": case.kernel,
+        "tile": [*case.tile, case.warps, case.stages],
         "registers": int(registers.group(1)) if registers else None,
         "spill_bytes": int(spills.group(1)) if spills else None,
         "wgmma": ptx.count("wgmma.mma_async"),
         "tma_copies": ptx.count("cp.async.bulk.tensor"),
+        "global_loads": ptx.count("ld.global"),
         "shared_bytes": compiled.metadata.shared,
     }
 
 
+def inner_width(dim: int) -> int:
+    """The inner width trm.model.SwiGLU gives `dim` at the presets' expansion (4)."""
+    return int(SwiGLU(dim, 4.0).down.weight.shape[1])
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--dim", type=int, default=512, help="the channel SwiGLU's input width (arch.hidden_size)")
-    p.add_argument("--inner", type=int, default=1536, help="its inner width (trm.model.SwiGLU of dim, expansion 4)")
+    p.add_argument("--hidden", type=int, default=512, help="arch.hidden_size: the channel SwiGLU's input width")
+    p.add_argument("--seq", type=int, default=97, help="arch's total_len: the token mixing's width")
+    p.add_argument("--capability", type=int, default=HOPPER, help="the target's compute capability x 10 (80: Ampere)")
     p.add_argument("--out-dir", type=Path, default=RESULTS)
+    p.add_argument("--out-name", default=NAME)
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("TRITON_INTERPRET=1: the interpreter replaces the kernels; unset it to compile them")
     result: dict[str, Any] = run_header(NAME, argv)
-    cases = [("forward", False), ("forward", True), ("backward", False)]
-    result["kernels"] = [
-        compile_report(name, tile, args.dim, args.inner, save_gu)
-        for name, save_gu in cases
-        for tile in fused_swiglu.TILES[name]
-    ]
-    lines = ["| kernel | tile (M, N, K, warps, stages) | registers | spill bytes | wgmma | TMA copies | shared KB |"]
-    lines.append("|---|---|---:|---:|---:|---:|---:|")
+    cases = mix_cases(args.seq, inner_width(args.seq)) + swiglu_cases(args.hidden, inner_width(args.hidden))
+    result["kernels"] = [compile_report(case, args.capability) for case in cases]
+    lines = ["| kernel | tile (blocks, warps, stages) | registers | spill bytes | wgmma | TMA copies | global loads "
+             "| shared KB |", "|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for k in result["kernels"]:
         lines.append(
             f"| {k['kernel']} | {tuple(k['tile'])} | {k['registers']} | {k['spill_bytes']} | {k['wgmma']} "
-            f"| {k['tma_copies']} | {k['shared_bytes'] / 1024:.0f} |"
+            f"| {k['tma_copies']} | {k['global_loads']} | {k['shared_bytes'] / 1024:.0f} |"
         )
     lines += [
         "",
-        f"trm/fused_swiglu.py compiled for sm_90 (Triton {triton.__version__}), dim {args.dim}, inner {args.inner}.",
+        f"Compiled for sm_{args.capability} (Triton {triton.__version__}): seq {args.seq}, hidden {args.hidden}, bf16 "
+        "stream.",
     ]
-    write_results(NAME, result, "\n".join(lines), args.out_dir)
+    write_results(args.out_name, result, "\n".join(lines), args.out_dir)
     return result
 
 

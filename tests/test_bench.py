@@ -400,9 +400,11 @@ def test_the_gpu_profile_counts_our_triton_kernels_apart_from_inductors() -> Non
 
 
 @pytest.mark.slow
-def test_every_channel_swiglu_tile_compiles_for_hopper_without_spills(tmp_path: Path) -> None:
-    """trm/fused_swiglu.py's promise for its tiles, read off Triton's sm_90 compile (bench/triton_sm90.py) on
-    this CPU: no register spills, tensor-core (wgmma) dots fed by TMA copies, shared memory within a block's."""
+def test_every_fused_kernel_tile_compiles_to_hopper_tensor_cores(tmp_path: Path) -> None:
+    """What trm/fused_mix.py and trm/fused_swiglu.py promise for their tiles, read off Triton's sm_90 compile
+    (bench/triton_sm90.py) on this CPU: wgmma dots fed by TMA copies, shared memory within a block's 227 KB, and
+    no register spills; the token-mixing backward's tiles spill as trm/fused_mix_backward.py says (all but its
+    first, which the H200 measured among them)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
         [sys.executable, "-m", "bench.triton_sm90", "--out-dir", str(tmp_path)],
@@ -410,7 +412,11 @@ def test_every_channel_swiglu_tile_compiles_for_hopper_without_spills(tmp_path: 
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     kernels = json.loads((tmp_path / "triton_sm90.json").read_text())["kernels"]
-    assert {k["kernel"] for k in kernels} == {"forward", "forward (saving gate/up)", "backward"}
+    assert {k["kernel"].split(" (")[0] for k in kernels} == {
+        "fused_mix forward", "fused_mix backward", "fused_swiglu forward", "fused_swiglu backward"
+    }  # fmt: skip
     for k in kernels:
-        assert k["spill_bytes"] == 0 and k["wgmma"] > 0 and k["tma_copies"] > 0, k
+        assert k["wgmma"] > 0 and k["tma_copies"] > 0, k
         assert k["shared_bytes"] <= 227 * 1024 and 0 < k["registers"] <= 255, k
+    spilling = [k["tile"] for k in kernels if k["spill_bytes"]]
+    assert spilling == [k["tile"] for k in kernels if k["kernel"] == "fused_mix backward"][1:]

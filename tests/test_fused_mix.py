@@ -17,6 +17,7 @@ from trm.kernels import AUTO_CUDA, AUTO_CUDA_PRE_HOPPER, apply_kernels, resolve_
 from trm.model import ACTModel, Block, TRMConfig
 from trm.step import autocast
 
+PAPER_SEQ = 97  # Sudoku's 81 cells and the puzzle embedding's 16 positions: arch.total_len of the paper presets
 BF16_TOL = 2e-2  # bf16 keeps 8 bits: two computations of the same function differ by a few units of 2^-8
 
 
@@ -150,30 +151,34 @@ def test_the_kernel_refuses_weights_of_another_shape() -> None:
 
 
 def test_auto_fuses_only_on_a_cuda_gpu_in_bf16_with_mlp_t() -> None:
-    assert resolve_kernels("auto", "cuda", "bf16_reference", "mlp_t", (9, 0)).choice == AUTO_CUDA == "fused_mix_bwd"
-    assert resolve_kernels("auto", "cuda", "bf16", "mlp_t", (10, 0)).choice == AUTO_CUDA
+    assert (
+        resolve_kernels("auto", "cuda", "bf16_reference", "mlp_t", PAPER_SEQ, (9, 0)).choice
+        == AUTO_CUDA
+        == "fused_mix_bwd"
+    )
+    assert resolve_kernels("auto", "cuda", "bf16", "mlp_t", PAPER_SEQ, (10, 0)).choice == AUTO_CUDA
     # Below Hopper (no TMA) and where the capability is unknown: the kernel only in the calls without gradients.
-    ampere = resolve_kernels("auto", "cuda", "bf16", "mlp_t", (8, 0))
+    ampere = resolve_kernels("auto", "cuda", "bf16", "mlp_t", PAPER_SEQ, (8, 0))
     assert ampere.choice == AUTO_CUDA_PRE_HOPPER == "fused_mix_nograd" and "sm_80" in ampere.reason
-    assert resolve_kernels("auto", "cuda", "bf16", "mlp_t").choice == AUTO_CUDA_PRE_HOPPER
+    assert resolve_kernels("auto", "cuda", "bf16", "mlp_t", PAPER_SEQ).choice == AUTO_CUDA_PRE_HOPPER
     for device, precision, mixer, why in (
         ("cpu", "bf16_reference", "mlp_t", "the device is cpu"),
         ("xla", "bf16_reference", "mlp_t", "XLA"),
         ("cuda", "fp32", "mlp_t", "resolved to fp32"),
         ("cuda", "bf16", "attention", "arch.mixer=attention"),
     ):
-        chosen = resolve_kernels("auto", device, precision, mixer)
+        chosen = resolve_kernels("auto", device, precision, mixer, PAPER_SEQ)
         assert chosen.choice == "torch" and why in chosen.reason, (device, precision, mixer)
 
 
 def test_impossible_or_unknown_choices_are_refused_with_the_key_and_the_reason() -> None:
     with pytest.raises(ValueError, match=r"train.kernels='cutlass': expected one of \['auto'"):
-        resolve_kernels("cutlass", "cuda", "bf16", "mlp_t")
+        resolve_kernels("cutlass", "cuda", "bf16", "mlp_t", PAPER_SEQ)
     with pytest.raises(ValueError, match="train.kernels=fused_mix: .*resolved to fp32"):
-        resolve_kernels("fused_mix", "cuda", "fp32", "mlp_t")
+        resolve_kernels("fused_mix", "cuda", "fp32", "mlp_t", PAPER_SEQ)
     with pytest.raises(ValueError, match="train.kernels=fused_mix_nograd: .*XLA"):
-        resolve_kernels("fused_mix_nograd", "xla", "bf16", "mlp_t")
-    assert resolve_kernels("torch", "cuda", "fp32", "attention").choice == "torch"
+        resolve_kernels("fused_mix_nograd", "xla", "bf16", "mlp_t", PAPER_SEQ)
+    assert resolve_kernels("torch", "cuda", "fp32", "attention", PAPER_SEQ).choice == "torch"
     assert set(KERNEL_CHOICES) == {
         "auto",
         "torch",
@@ -183,4 +188,18 @@ def test_impossible_or_unknown_choices_are_refused_with_the_key_and_the_reason()
         "fused_mix_swiglu",
     }
     with pytest.raises(ValueError, match="train.kernels=fused_mix_bwd: .*arch.mixer=attention"):
-        resolve_kernels("fused_mix_bwd", "cuda", "bf16", "attention")
+        resolve_kernels("fused_mix_bwd", "cuda", "bf16", "attention", PAPER_SEQ)
+
+
+def test_a_sequence_past_the_tma_block_keeps_the_torch_path() -> None:
+    """The kernels' weight blocks span the padded sequence, at most 256 (a TMA copy's side): `auto` keeps torch for
+    a longer one, an explicit fused choice is refused before the model is built, and the kernel itself refuses."""
+    chosen = resolve_kernels("auto", "cuda", "bf16", "mlp_t", 300, (9, 0))
+    assert chosen.choice == "torch" and "the sequence (300 positions) pads to 512, over 256" in chosen.reason
+    assert resolve_kernels("auto", "cuda", "bf16", "mlp_t", 256, (9, 0)).choice == AUTO_CUDA
+    with pytest.raises(ValueError, match=r"train.kernels=fused_mix_swiglu: .*300 positions\) pads to 512"):
+        resolve_kernels("fused_mix_swiglu", "cuda", "bf16", "mlp_t", 300, (9, 0))
+    h = torch.zeros(1, 300, 8, dtype=torch.bfloat16)
+    gate_up, down = torch.zeros(512, 300, dtype=torch.bfloat16), torch.zeros(300, 256, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"fused_mix: the sequence \(300 positions\) pads to 512, over 256"):
+        mix_sublayer(h, gate_up, down, 1e-5)

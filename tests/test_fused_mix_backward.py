@@ -69,10 +69,3 @@ def test_torch_compile_traces_the_saving_op_and_its_backward() -> None:
         return 2 * mix_sublayer_trainable(h * 1, gate_up.bfloat16(), down.bfloat16(), block.eps)
 
     assert_compiled_is_eager(sublayer, (h0, gate_up0, down0), grad_y)
-
-
-def test_a_seq_past_the_tma_block_is_refused_before_the_kernel_runs() -> None:
-    h = torch.zeros(1, 300, 8, dtype=torch.bfloat16)
-    gate_up, down = torch.zeros(512, 300, dtype=torch.bfloat16), torch.zeros(300, 256, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="train.kernels=fused_mix_bwd: seq 300 pads to 512, over 256"):
-        mix_sublayer_trainable(h, gate_up, down, 1e-5)

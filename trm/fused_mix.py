@@ -32,18 +32,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-# Tile choices (channels per program, inner-width chunk per loop step, warps): on a GPU Triton's autotuner times
-# them at the first call per shape and keeps the fastest; the interpreter takes the first. The inner width is a
-# multiple of 256 (trm.model.SwiGLU), so every chunk divides it.
-TILES = ((64, 64, 8), (64, 128, 8), (64, 64, 4), (128, 64, 8), (128, 32, 8))
-MAX_CHUNK = max(chunk for _, chunk, _ in TILES)
+# Tile choices (channels per program, inner-width chunk per loop step, warps, pipeline stages): on a GPU Triton's
+# autotuner times them at the first call per shape and keeps the fastest; the interpreter takes the first. The inner
+# width is a multiple of 256 (trm.model.SwiGLU), so every chunk divides it. Compiled for sm_90 at the paper's sizes,
+# none spills registers, every dot is a wgmma and the weights' pipelined copies fit a block's shared memory
+# (bench/triton_sm90.py; the tests check it).
+TILES = ((64, 64, 8, 3), (64, 64, 8, 2), (64, 64, 8, 4), (64, 128, 8, 2), (32, 64, 4, 3), (32, 128, 4, 2))
+MAX_CHUNK = max(chunk for _, chunk, _, _ in TILES)
 
 
 try:  # the kernel's only dependency beyond torch; absent on some CPU-only installs (trm/kernels.py refuses then)
     import triton
     import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # pragma: no cover - depends on the install
-    triton = tl = None
+    triton = tl = TensorDescriptor = None
+
+MAX_SEQ_PAD = 256  # a TMA copy's largest block side: the weights' blocks span SEQ_PAD (trm/kernels.py refuses longer)
 
 
 def available() -> bool:
@@ -84,16 +89,16 @@ def _round_bf16(x, INTERPRET: tl.constexpr):
 
 @_jit
 def _mix_kernel(
-    h_ptr, wgu_ptr, wd_ptr, out_ptr, sum_ptr, batch, hidden, eps, seq: tl.constexpr, inner: tl.constexpr,
+    h_ptr, wgu_desc, wd_desc, out_ptr, sum_ptr, batch, hidden, eps, seq: tl.constexpr, inner: tl.constexpr,
     ROUND_SUM: tl.constexpr, SAVE_SUM: tl.constexpr, INTERPRET: tl.constexpr, SEQ_PAD: tl.constexpr,
     BLOCK_C: tl.constexpr, BLOCK_I: tl.constexpr,
 ):  # fmt: skip
-    """One program: batch row program_id(0), channels [program_id(1) * BLOCK_C, + BLOCK_C), the whole seq.
-    SAVE_SUM: the residual sum (the norm's input, in h's dtype) goes to sum_ptr too, for the fused backward."""
+    """One program: batch row program_id(0), channels [program_id(1) * BLOCK_C, + BLOCK_C), the whole seq; the
+    weights (zero-padded to SEQ_PAD) by pipelined TMA copies on a GPU. SAVE_SUM: the residual sum (the norm's
+    input, in h's dtype) goes to sum_ptr too, for the fused backward."""
     row = tl.program_id(0).to(tl.int64)
     s = tl.arange(0, SEQ_PAD)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    i = tl.arange(0, BLOCK_I)
     s_ok = s < seq
     tile = s_ok[:, None] & (c < hidden)[None, :]
     offsets = row * seq * hidden + s[:, None] * hidden + c[None, :]
@@ -103,15 +108,13 @@ def _mix_kernel(
     x = x.to(tl.bfloat16)
     acc = tl.zeros((SEQ_PAD, BLOCK_C), dtype=tl.float32)
     for start in range(0, inner, BLOCK_I):
-        rows = start + i
-        w_gate = tl.load(wgu_ptr + rows[:, None] * SEQ_PAD + s[None, :])  # weights zero-padded to SEQ_PAD
-        w_up = tl.load(wgu_ptr + (rows[:, None] + inner) * SEQ_PAD + s[None, :])
+        w_gate = wgu_desc.load([start, 0])  # [BLOCK_I, SEQ_PAD]
+        w_up = wgu_desc.load([inner + start, 0])
         zeros = tl.zeros((BLOCK_I, BLOCK_C), dtype=tl.float32)
         gate = _round_bf16(_dot(w_gate, x, zeros, INTERPRET), INTERPRET)  # [BLOCK_I, BLOCK_C]
         up = _round_bf16(_dot(w_up, x, zeros, INTERPRET), INTERPRET)
         act = _round_bf16(gate * tl.sigmoid(gate) * up, INTERPRET).to(tl.bfloat16)
-        w_down = tl.load(wd_ptr + s[:, None] * inner + rows[None, :])
-        acc = _dot(w_down, act, acc, INTERPRET)  # [SEQ_PAD, BLOCK_C]; padded seq rows stay 0
+        acc = _dot(wd_desc.load([0, start]), act, acc, INTERPRET)  # [SEQ_PAD, BLOCK_C]; padded seq rows stay 0
     h = tl.load(h_ptr + offsets, mask=tile, other=0.0)  # again: holding it through the loop spilled registers
     total = h.to(tl.float32) + _round_bf16(acc, INTERPRET)
     if ROUND_SUM:
@@ -123,10 +126,20 @@ def _mix_kernel(
     tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=tile)
 
 
+def weight_blocks(nargs: dict[str, Any]) -> None:
+    """The blocks the weights' TMA descriptors copy for a tile: gate_up's [chunk, SEQ_PAD] rows, down's [SEQ_PAD,
+    chunk] columns (the autotuner's pre_hook; the interpreter's launch calls it too)."""
+    nargs["wgu_desc"].block_shape = [nargs["BLOCK_I"], nargs["SEQ_PAD"]]
+    nargs["wd_desc"].block_shape = [nargs["SEQ_PAD"], nargs["BLOCK_I"]]
+
+
 @functools.cache
 def _tuned_kernel() -> Any:
     """The kernel under Triton's autotuner over TILES, keyed on the shapes (batch too: it sets the grid)."""
-    configs = [triton.Config({"BLOCK_C": c, "BLOCK_I": i}, num_warps=w) for c, i, w in TILES]
+    configs = [
+        triton.Config({"BLOCK_C": c, "BLOCK_I": i}, num_warps=w, num_stages=stages, pre_hook=weight_blocks)
+        for c, i, w, stages in TILES
+    ]
     key = ["batch", "hidden", "seq", "inner", "ROUND_SUM", "SAVE_SUM"]
     return triton.autotune(configs=configs, key=key)(_mix_kernel)
 
@@ -147,6 +160,15 @@ def _check(h: Tensor, gate_up: Tensor, down: Tensor) -> None:
         )
     if gate_up.dtype != torch.bfloat16 or down.dtype != torch.bfloat16:
         raise ValueError(f"fused_mix: weights must be bf16 (got {gate_up.dtype}, {down.dtype})")
+    if too_long(seq):
+        raise ValueError(f"fused_mix: {too_long(seq)}")
+
+
+def too_long(seq: int) -> str:
+    """Why a sequence of `seq` positions is too long for the kernels ('' if it is not)."""
+    if padded_seq(seq) <= MAX_SEQ_PAD:
+        return ""
+    return f"the sequence ({seq} positions) pads to {padded_seq(seq)}, over {MAX_SEQ_PAD}: the kernels' TMA blocks"
 
 
 def padded_seq(seq: int) -> int:
@@ -161,13 +183,15 @@ def launch_forward(h: Tensor, gate_up: Tensor, down: Tensor, eps: float, save_su
     seq_pad = padded_seq(seq)
     # Zero-padded to SEQ_PAD (aligned rows, loads without masks; the pad adds zeros to every dot): 0.4 MB at most.
     h, gate_up, down = h.contiguous(), F.pad(gate_up, (0, seq_pad - seq)), F.pad(down, (0, 0, 0, seq_pad - seq))
+    wgu_desc, wd_desc = (TensorDescriptor.from_tensor(w, [1, 1]) for w in (gate_up, down))  # blocks: weight_blocks
     out = torch.empty_like(h)
     total = torch.empty_like(h) if save_sum else h.new_empty(0)
-    args = (h, gate_up, down, out, total if save_sum else out, batch, hidden, eps)
+    args = (h, wgu_desc, wd_desc, out, total if save_sum else out, batch, hidden, eps)
     meta = {"seq": seq, "inner": down.shape[1], "ROUND_SUM": h.dtype != torch.float32, "SAVE_SUM": save_sum}
     meta["SEQ_PAD"] = seq_pad
     if interpreting():
-        block_c, chunk, _ = TILES[0]
+        block_c, chunk, _, _ = TILES[0]
+        weight_blocks({"wgu_desc": wgu_desc, "wd_desc": wd_desc, "BLOCK_I": chunk, "SEQ_PAD": seq_pad})
         _mix_kernel[(batch, -(-hidden // block_c))](*args, **meta, INTERPRET=True, BLOCK_C=block_c, BLOCK_I=chunk)
     else:
         _tuned_kernel()[lambda m: (batch, -(-hidden // m["BLOCK_C"]))](*args, **meta, INTERPRET=False)

@@ -32,8 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trm.fused_mix import _dot, _jit, _round_bf16, interpreting, tl, triton
-from trm.fused_mix_backward import TensorDescriptor
+from trm.fused_mix import TensorDescriptor, _dot, _jit, _round_bf16, interpreting, tl, triton
 
 # Tile choices (tokens per program, inner columns per program, K step, warps, pipeline stages) of each kernel:
 # Triton's autotuner times them at the first call per shape on a GPU; the interpreter takes the first. The inner

@@ -9,10 +9,11 @@
   forward and backward, in every call.
 - `fused_mix_nograd`: the kernel only in the calls without gradients (TRM's H_cycles - 1 no-grad cycles, and eval);
   the calls with gradients keep the torch path.
-- `auto` (the default): on a CUDA GPU with Triton when the precision is bf16 and the mixer mlp_t, `AUTO_CUDA`
-  from compute capability 9.0 (Hopper: the backward's weight copies are TMA copies; the fastest on a lent H200,
-  docs/benchmarks.md, "Fused kernels") and `AUTO_CUDA_PRE_HOPPER` below it (Triton lowers those copies to plain
-  loads there, unmeasured); else `torch`.
+- `auto` (the default): on a CUDA GPU with Triton when the precision is bf16, the mixer mlp_t and the sequence
+  within the kernels' TMA blocks, `AUTO_CUDA` from compute capability 9.0 (Hopper: the kernels' weight copies are
+  TMA copies; the fastest on a lent H200, docs/benchmarks.md, "Fused kernels") and `AUTO_CUDA_PRE_HOPPER` below it
+  (Triton compiles those copies to plain loads there, as bench/triton_sm90.py's compile for sm_80 shows;
+  unmeasured); else `torch`.
 
 The kernel computes in bf16 (its dots take bf16 operands as autocast's do), so an explicit fused choice with fp32,
 without Triton, or on XLA is refused with the reason before the model is built. On a CPU a fused choice needs Triton's
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 FUSED = {"fused_mix": "all", "fused_mix_nograd": "nograd", "fused_mix_bwd": "all_bwd", "fused_mix_swiglu": "all_bwd"}
 FUSED_SWIGLU = ("fused_mix_swiglu",)  # choices that also set trm.model.Block.fused_swiglu
 AUTO_CUDA = "fused_mix_bwd"  # the fastest on an H200 (docs/benchmarks.md, "Fused kernels")
-AUTO_CUDA_PRE_HOPPER = "fused_mix_nograd"  # no TMA below compute capability 9.0: the backward kernel unmeasured there
+AUTO_CUDA_PRE_HOPPER = "fused_mix_nograd"  # no TMA below compute capability 9.0: the backward unmeasured there
 HOPPER = (9, 0)
 BF16_PRECISIONS = ("bf16", "bf16_reference")
 
@@ -45,10 +46,15 @@ class Kernels(NamedTuple):
 
 
 def resolve_kernels(
-    requested: object, device_type: str, precision: str, mixer: str, capability: tuple[int, int] | None = None
+    requested: object,
+    device_type: str,
+    precision: str,
+    mixer: str,
+    seq: int,
+    capability: tuple[int, int] | None = None,
 ) -> Kernels:
     """The concrete choice for `train.kernels=requested` on this device (a CUDA device's compute `capability`),
-    resolved precision and arch.mixer."""
+    resolved precision, arch.mixer and the sequence the token mixing spans (`seq`: arch's total_len)."""
     from trm import fused_mix
 
     choice = check_kernels_choice(requested)
@@ -56,6 +62,7 @@ def resolve_kernels(
         why
         for why, blocked in (
             (f"arch.mixer={mixer} has no token-mixing MLP", mixer != "mlp_t"),
+            (fused_mix.too_long(seq), bool(fused_mix.too_long(seq))),
             (
                 f"train.precision resolved to {precision} (the kernel computes in bf16)",
                 precision not in BF16_PRECISIONS,
