@@ -68,7 +68,7 @@ def swiglu_cases(dim: int, inner: int) -> list[Case]:
             values |= {"ROUND_X": False, "SAVE_GU": save_gu} if name == "forward" else {}
             values |= {"INTERPRET": False, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
             label = f"fused_swiglu {name}" + (" (saving gate/up)" if save_gu else "")
-            signature = {**blocks, **_constexprs(*values)}
+            signature = {**blocks, "tokens": "i32", **_constexprs(*values)}
             cases.append(Case(label, fused_swiglu.KERNELS[name], (bm, bn, bk), warps, stages, signature, values))
     return cases
 

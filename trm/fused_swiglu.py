@@ -46,14 +46,15 @@ MAX_BLOCK_N = max(n for tiles in TILES.values() for _, n, _, _, _ in tiles)
 
 @_jit
 def _swiglu_kernel(
-    x_desc, w_desc, act_desc, gu_desc, dim: tl.constexpr, inner: tl.constexpr, ROUND_X: tl.constexpr,
+    x_desc, w_desc, act_desc, gu_desc, tokens, dim: tl.constexpr, inner: tl.constexpr, ROUND_X: tl.constexpr,
     SAVE_GU: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """One program: inner columns [program_id(0) * BLOCK_N, + BLOCK_N) of tokens [program_id(1) * BLOCK_M, ...).
     Column blocks vary fastest, so programs running together share their rows of x (read once from memory). Every
     block moves by TMA copies on a GPU (rows past the tokens and K past dim read as 0, and are not written).
-    ROUND_X: x is fp32 (rounded to bf16 as autocast does); SAVE_GU: gate and up go to gu [tokens, 2 x inner]."""
+    ROUND_X: x is fp32 (rounded to bf16 as autocast does); SAVE_GU: gate and up go to gu [tokens, 2 x inner].
+    `tokens` (the descriptors know the extent) keys the autotuner: the best tile depends on it."""
     n0 = tl.program_id(0) * BLOCK_N
     m0 = tl.program_id(1) * BLOCK_M
     acc_gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -75,8 +76,8 @@ def _swiglu_kernel(
 
 @_jit
 def _swiglu_grad_kernel(
-    dy_desc, wd_desc, gu_desc, dgu_desc, act_desc, dim: tl.constexpr, inner: tl.constexpr, INTERPRET: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    dy_desc, wd_desc, gu_desc, dgu_desc, act_desc, tokens, dim: tl.constexpr, inner: tl.constexpr,
+    INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """One program, the forward's tile: d_act = dy @ down (K = dim) for inner columns [program_id(0) * BLOCK_N, ...)
     of tokens [program_id(1) * BLOCK_M, ...), then silu*mul's backward from the saved gate and up: the gate/up
@@ -121,7 +122,7 @@ def _tuned(kernel_name: str) -> Any:
         )
         for bm, bn, bk, w, s in TILES[kernel_name]
     ]
-    key = ["dim", "inner"] + (["ROUND_X", "SAVE_GU"] if kernel_name == "forward" else [])
+    key = ["tokens", "dim", "inner"] + (["ROUND_X", "SAVE_GU"] if kernel_name == "forward" else [])
     return triton.autotune(configs=configs, key=key)(kernel)
 
 
@@ -142,10 +143,10 @@ def _launch(kernel_name: str, tensors: tuple[Tensor, ...], tokens: int, **meta: 
         bm, bn, bk, _, _ = TILES[kernel_name][0]
         tile = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
         _descriptor_blocks({**dict(zip(_BLOCKS[kernel_name], descriptors)), **tile})
-        KERNELS[kernel_name][(inner // bn, -(-tokens // bm))](*descriptors, **meta, INTERPRET=True, **tile)
+        KERNELS[kernel_name][(inner // bn, -(-tokens // bm))](*descriptors, tokens, **meta, INTERPRET=True, **tile)
     else:
         grid = lambda m: (inner // m["BLOCK_N"], -(-tokens // m["BLOCK_M"]))  # noqa: E731 - the autotuner's grid
-        _tuned(kernel_name)[grid](*descriptors, **meta, INTERPRET=False)
+        _tuned(kernel_name)[grid](*descriptors, tokens, **meta, INTERPRET=False)
 
 
 def _check(x: Tensor, gate_up: Tensor, down: Tensor) -> None:
