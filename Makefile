@@ -123,5 +123,5 @@ bench-reference: ref-given setup $(REF_STAMP)  ## ours vs the TRM reference: mak
 soak: setup               ## SOAK_ARGS="--trials 40 --seed 7" for another run
 	$(BENCH_ENV) $(PY) -m tests.chaos $(SOAK_ARGS)
 
-clean:
+clean:                    ## remove the venvs, outputs/ and pytest's cache
 	rm -rf $(VENV) $(XLA_VENV) outputs .pytest_cache

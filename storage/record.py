@@ -1,7 +1,7 @@
 """The study record's names: what the sweep driver writes on a study and the training job reads.
 
-The record is the contract between the driver and the job (docs/architecture in DESIGN: "the study record is
-the channel back"); its names live here, in `storage`, which both sides may import.
+The record is the contract between the driver and the job (docs/architecture.md, "The contracts between parts"):
+the channel back from a job; its names live here, in `storage`, which both sides may import.
 """
 
 from __future__ import annotations

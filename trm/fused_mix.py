@@ -189,7 +189,7 @@ def launch_forward(h: Tensor, gate_up: Tensor, down: Tensor, eps: float, save_su
     _check(h, gate_up, down)
     batch, seq, hidden = h.shape
     seq_pad = padded_seq(seq)
-    # Zero-padded to SEQ_PAD (aligned rows, loads without masks; the pad adds zeros to every dot): 0.4 MB at most.
+    # Zero-padded to SEQ_PAD (aligned rows, loads without masks; the pad adds zeros to every dot): the weights only.
     h, gate_up, down = h.contiguous(), F.pad(gate_up, (0, seq_pad - seq)), F.pad(down, (0, 0, 0, seq_pad - seq))
     wgu_desc, wd_desc = (TensorDescriptor.from_tensor(w, [1, 1]) for w in (gate_up, down))  # blocks: weight_blocks
     out = torch.empty_like(h)

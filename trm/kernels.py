@@ -1,4 +1,5 @@
-"""`train.kernels`: which kernels run MLP-t's token-mixing sublayer (the CPU and XLA paths keep torch's).
+"""`train.kernels`: which kernels run MLP-t's token-mixing sublayer and, with `fused_mix_swiglu`, the channel SwiGLU
+(`auto` keeps torch's on a CPU and on XLA).
 
 - `torch`: the model's torch ops (under train.compile, what inductor makes of them).
 - `fused_mix`: the sublayer as one Triton kernel (trm/fused_mix.py) in every call; the calls that carry gradients
