@@ -41,6 +41,13 @@ def assert_compiled_is_eager(
         assert compiled is not None and torch.equal(eager, compiled)
 
 
+def shape(mixer: str = "mlp_t", seq: int = PAPER_SEQ, hidden: int = 512) -> TRMConfig:
+    """An architecture of that mixer, sequence (total_len, the puzzle embedding's 16 positions included) and width."""
+    cfg = TRMConfig(hidden_size=hidden, num_heads=8, expansion=4, L_layers=2, H_cycles=3, L_cycles=6, mixer=mixer)
+    cfg.seq_len, cfg.puzzle_emb_len = seq - 16, 16
+    return cfg
+
+
 def mix_block(seq: int, hidden: int, seed: int) -> Block:
     torch.manual_seed(seed)
     cfg = TRMConfig(hidden_size=hidden, num_heads=2, expansion=4, L_layers=1, H_cycles=1, L_cycles=1, mixer="mlp_t")
@@ -151,34 +158,30 @@ def test_the_kernel_refuses_weights_of_another_shape() -> None:
 
 
 def test_auto_fuses_only_on_a_cuda_gpu_in_bf16_with_mlp_t() -> None:
-    assert (
-        resolve_kernels("auto", "cuda", "bf16_reference", "mlp_t", PAPER_SEQ, (9, 0)).choice
-        == AUTO_CUDA
-        == "fused_mix_bwd"
-    )
-    assert resolve_kernels("auto", "cuda", "bf16", "mlp_t", PAPER_SEQ, (10, 0)).choice == AUTO_CUDA
+    assert resolve_kernels("auto", "cuda", "bf16_reference", shape(), (9, 0)).choice == AUTO_CUDA == "fused_mix_bwd"
+    assert resolve_kernels("auto", "cuda", "bf16", shape(), (10, 0)).choice == AUTO_CUDA
     # Below Hopper (no TMA) and where the capability is unknown: the kernel only in the calls without gradients.
-    ampere = resolve_kernels("auto", "cuda", "bf16", "mlp_t", PAPER_SEQ, (8, 0))
+    ampere = resolve_kernels("auto", "cuda", "bf16", shape(), (8, 0))
     assert ampere.choice == AUTO_CUDA_PRE_HOPPER == "fused_mix_nograd" and "sm_80" in ampere.reason
-    assert resolve_kernels("auto", "cuda", "bf16", "mlp_t", PAPER_SEQ).choice == AUTO_CUDA_PRE_HOPPER
+    assert resolve_kernels("auto", "cuda", "bf16", shape()).choice == AUTO_CUDA_PRE_HOPPER
     for device, precision, mixer, why in (
         ("cpu", "bf16_reference", "mlp_t", "the device is cpu"),
         ("xla", "bf16_reference", "mlp_t", "XLA"),
         ("cuda", "fp32", "mlp_t", "resolved to fp32"),
         ("cuda", "bf16", "attention", "arch.mixer=attention"),
     ):
-        chosen = resolve_kernels("auto", device, precision, mixer, PAPER_SEQ)
+        chosen = resolve_kernels("auto", device, precision, shape(mixer=mixer))
         assert chosen.choice == "torch" and why in chosen.reason, (device, precision, mixer)
 
 
 def test_impossible_or_unknown_choices_are_refused_with_the_key_and_the_reason() -> None:
     with pytest.raises(ValueError, match=r"train.kernels='cutlass': expected one of \['auto'"):
-        resolve_kernels("cutlass", "cuda", "bf16", "mlp_t", PAPER_SEQ)
+        resolve_kernels("cutlass", "cuda", "bf16", shape())
     with pytest.raises(ValueError, match="train.kernels=fused_mix: .*resolved to fp32"):
-        resolve_kernels("fused_mix", "cuda", "fp32", "mlp_t", PAPER_SEQ)
+        resolve_kernels("fused_mix", "cuda", "fp32", shape())
     with pytest.raises(ValueError, match="train.kernels=fused_mix_nograd: .*XLA"):
-        resolve_kernels("fused_mix_nograd", "xla", "bf16", "mlp_t", PAPER_SEQ)
-    assert resolve_kernels("torch", "cuda", "fp32", "attention", PAPER_SEQ).choice == "torch"
+        resolve_kernels("fused_mix_nograd", "xla", "bf16", shape())
+    assert resolve_kernels("torch", "cuda", "fp32", shape(mixer="attention")).choice == "torch"
     assert set(KERNEL_CHOICES) == {
         "auto",
         "torch",
@@ -188,17 +191,21 @@ def test_impossible_or_unknown_choices_are_refused_with_the_key_and_the_reason()
         "fused_mix_swiglu",
     }
     with pytest.raises(ValueError, match="train.kernels=fused_mix_bwd: .*arch.mixer=attention"):
-        resolve_kernels("fused_mix_bwd", "cuda", "bf16", "attention", PAPER_SEQ)
+        resolve_kernels("fused_mix_bwd", "cuda", "bf16", shape(mixer="attention"))
 
 
-def test_a_sequence_past_the_tma_block_keeps_the_torch_path() -> None:
+def test_shapes_past_the_tma_blocks_keep_the_torch_path() -> None:
     """The kernels' weight blocks span the padded sequence, at most 256 (a TMA copy's side): `auto` keeps torch for
-    a longer one, an explicit fused choice is refused before the model is built, and the kernel itself refuses."""
-    chosen = resolve_kernels("auto", "cuda", "bf16", "mlp_t", 300, (9, 0))
+    a longer one, an explicit fused choice is refused before the model is built, and the kernel itself refuses. The
+    channel SwiGLU's rows are hidden_size wide: fused_mix_swiglu needs them 16-byte aligned, the others do not."""
+    chosen = resolve_kernels("auto", "cuda", "bf16", shape(seq=300), (9, 0))
     assert chosen.choice == "torch" and "the sequence (300 positions) pads to 512, over 256" in chosen.reason
-    assert resolve_kernels("auto", "cuda", "bf16", "mlp_t", 256, (9, 0)).choice == AUTO_CUDA
+    assert resolve_kernels("auto", "cuda", "bf16", shape(seq=256), (9, 0)).choice == AUTO_CUDA
     with pytest.raises(ValueError, match=r"train.kernels=fused_mix_swiglu: .*300 positions\) pads to 512"):
-        resolve_kernels("fused_mix_swiglu", "cuda", "bf16", "mlp_t", 300, (9, 0))
+        resolve_kernels("fused_mix_swiglu", "cuda", "bf16", shape(seq=300), (9, 0))
+    with pytest.raises(ValueError, match=r"train.kernels=fused_mix_swiglu: .*arch.hidden_size=500 is no multiple of 8"):
+        resolve_kernels("fused_mix_swiglu", "cuda", "bf16", shape(hidden=500), (9, 0))
+    assert resolve_kernels("fused_mix_bwd", "cuda", "bf16", shape(hidden=500), (9, 0)).choice == "fused_mix_bwd"
     h = torch.zeros(1, 300, 8, dtype=torch.bfloat16)
     gate_up, down = torch.zeros(512, 300, dtype=torch.bfloat16), torch.zeros(300, 256, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"fused_mix: the sequence \(300 positions\) pads to 512, over 256"):

@@ -149,14 +149,20 @@ def _launch(kernel_name: str, tensors: tuple[Tensor, ...], tokens: int, **meta: 
         _tuned(kernel_name)[grid](*descriptors, tokens, **meta, INTERPRET=False)
 
 
+def misaligned(dim: int) -> str:
+    """Why an input width of `dim` (arch.hidden_size) cannot go through the kernels' TMA copies ('' if it can)."""
+    return "" if dim % 8 == 0 else f"arch.hidden_size={dim} is no multiple of 8 (a TMA copy's rows are 16-byte aligned)"
+
+
 def _check(x: Tensor, gate_up: Tensor, down: Tensor) -> None:
     dim, inner = x.shape[-1], down.shape[1]
-    if gate_up.shape != (2 * inner, dim) or down.shape != (dim, inner) or inner % MAX_BLOCK_N or dim % 8:
+    if gate_up.shape != (2 * inner, dim) or down.shape != (dim, inner) or inner % MAX_BLOCK_N:
         raise ValueError(
             f"fused_swiglu: x {tuple(x.shape)}, gate_up {tuple(gate_up.shape)}, down {tuple(down.shape)}: expected "
-            f"gate_up [2*inner, dim], down [dim, inner], inner a multiple of {MAX_BLOCK_N}, dim of 8 (arch.hidden_size: "
-            "a TMA copy's rows are 16-byte aligned)"
+            f"gate_up [2*inner, dim], down [dim, inner], inner a multiple of {MAX_BLOCK_N}"
         )
+    if misaligned(dim):
+        raise ValueError(f"fused_swiglu: {misaligned(dim)}")
     if gate_up.dtype != torch.bfloat16 or down.dtype != torch.bfloat16:
         raise ValueError(f"fused_swiglu: weights must be bf16 (got {gate_up.dtype}, {down.dtype})")
 

@@ -29,6 +29,7 @@ from contracts.choices import AUTO, check_kernels_choice
 
 if TYPE_CHECKING:
     from trm.model import ACTModel, Block
+    from trm.model_config import TRMConfig
 
 # choice -> trm.model.Block.fused_mix
 FUSED = {"fused_mix": "all", "fused_mix_nograd": "nograd", "fused_mix_bwd": "all_bwd", "fused_mix_swiglu": "all_bwd"}
@@ -47,23 +48,20 @@ class Kernels(NamedTuple):
 
 
 def resolve_kernels(
-    requested: object,
-    device_type: str,
-    precision: str,
-    mixer: str,
-    seq: int,
-    capability: tuple[int, int] | None = None,
+    requested: object, device_type: str, precision: str, arch: TRMConfig, capability: tuple[int, int] | None = None
 ) -> Kernels:
     """The concrete choice for `train.kernels=requested` on this device (a CUDA device's compute `capability`),
-    resolved precision, arch.mixer and the sequence the token mixing spans (`seq`: arch's total_len)."""
-    from trm import fused_mix
+    resolved precision and architecture (its mixer, the sequence the token mixing spans, the hidden size)."""
+    from trm import fused_mix, fused_swiglu
 
     choice = check_kernels_choice(requested)
+    too_long, misaligned = fused_mix.too_long(arch.total_len), fused_swiglu.misaligned(arch.hidden_size)
     blockers = [
         why
         for why, blocked in (
-            (f"arch.mixer={mixer} has no token-mixing MLP", mixer != "mlp_t"),
-            (fused_mix.too_long(seq), bool(fused_mix.too_long(seq))),
+            (f"arch.mixer={arch.mixer} has no token-mixing MLP", arch.mixer != "mlp_t"),
+            (too_long, bool(too_long)),
+            (misaligned, bool(misaligned) and choice in FUSED_SWIGLU),
             (
                 f"train.precision resolved to {precision} (the kernel computes in bf16)",
                 precision not in BF16_PRECISIONS,

@@ -98,7 +98,7 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
     arch = TRMConfig.from_dict(to_dict(cfg.arch), **train_meta.arch_fields())
     validate_curriculum(cfg.curriculum, arch.H_cycles, arch.L_cycles)
     kernels = resolve_kernels(  # trm/kernels.py
-        train.kernels, runtime.device.type, chosen.mode, arch.mixer, arch.total_len, facts.cuda_capability
+        train.kernels, runtime.device.type, chosen.mode, arch, facts.cuda_capability
     )
     check_agreement(
         runtime,
