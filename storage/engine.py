@@ -55,7 +55,7 @@ def open_storage(
     PGPASSFILE. ``heartbeat_interval``/``grace_period``/``failed_trial_callback`` are Optuna's
     heartbeat settings (the callback is passed as Optuna 5's ``heartbeat_stale_trial_callback``).
     ``create_schema=False`` (a training job attaching to a study its driver opened) skips table creation and
-    the schema version check: about 1 s of every trial's start-up (bench/sweep_overhead.py).
+    the schema version check, which the driver already did: a trial's start-up need not pay for them again.
     ``must_exist=True`` (a reader such as ``sweeps.status``) creates nothing: a SQLite file that is not there,
     or a database without Optuna's tables, is a :class:`StorageConfigError` saying so (a mistyped path must
     not leave an empty database behind).

@@ -16,8 +16,8 @@ from trm.model import ACTModel, TRMConfig
 def flops_per_sample_step(arch: TRMConfig, h_cycles: int | None = None, l_cycles: int | None = None) -> int:
     """FLOPs of one supervision step (forward + backward) for one sample.
 
-    Counted on the meta device: the ops and shapes of a real step without the arithmetic (a real step of the
-    paper config took 15.7 s here, the meta one 0.7 s; every trial's rank 0 counts once before training). It
+    Counted on the meta device: the ops and shapes of a real step without the arithmetic (a fraction of a real
+    step's time on a CPU: every trial's rank 0 counts once before training). It
     also counts attention's two products, which a real CPU step runs in a fused flash kernel FlopCounterMode
     does not count (tests/test_model.py checks both against a real step). It draws nothing from the CPU RNG."""
     with torch.device("meta"):

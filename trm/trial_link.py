@@ -89,7 +89,7 @@ class TrialLink:
         self.prefix = f"seed{seed_index}/" if seed_index else ""
 
     def _attach(self, study_name: str, trial_number: int, storage_url: str, password_env: str | None) -> None:
-        # The driver created the schema and checked its version: the job skips both (~1 s per trial).
+        # The driver created the schema and checked its version: the job skips both (storage.open_storage).
         self.storage = open_storage(storage_url, password_env=password_env, create_schema=False, **self.engine)
         study_id = self.storage.get_study_id_from_name(study_name)
         attrs = self.storage.get_study_user_attrs(study_id)
@@ -117,7 +117,7 @@ class TrialLink:
         orphaned job stops without writing anything more; the retry resumes from the last checkpoint.
 
         The report itself tells a finished trial (Optuna refuses the write): reading the whole trial first to see
-        its state made this 1.6x slower than plain Optuna's report + should_prune (bench/storage_latency.py)."""
+        its state made this slower than plain Optuna's report + should_prune (docs/benchmarks.md, "Storage")."""
         value = metrics.get(self.reported) if self.reported else None
         if self.multi_objective or self.seed_index or value is None or not math.isfinite(value):
             # Optuna prunes single-objective studies only, later seeds never prune, and NaN is not reported: no

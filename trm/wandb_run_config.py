@@ -108,7 +108,7 @@ def trial_record(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     from storage import close_storage, engine_settings, open_storage
 
     sweep = cfg.sweep
-    # The driver created the schema: no table creation or version check here (~1 s of every trial's start).
+    # The driver created the schema: no table creation or version check here (storage.open_storage).
     storage = open_storage(
         str(sweep.storage),
         password_env=sweep.get("password_env"),

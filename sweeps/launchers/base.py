@@ -244,7 +244,8 @@ def _signal_group(process: Process, sig: int) -> None:
 
 def machine_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Ours, with `extra` on top, and OpenMP told not to spin: workers share this machine's cores, and OpenMP's
-    default spin-waiting made a step ~4x slower in bench/omp_wait.py when another process was busy."""
+    default spin-waiting makes a step several times slower when another process is busy (docs/benchmarks.md,
+    "OpenMP spin-waiting")."""
     env = {**os.environ, **(extra or {})}
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return env
