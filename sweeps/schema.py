@@ -224,9 +224,11 @@ class Wandb:
     tags: list[str] = MISSING
     summary: bool = MISSING
     dir: Optional[str] = MISSING
+    init_timeout_s: float = MISSING
 
     def __post_init__(self) -> None:
         check.one_of("wandb.mode", self.mode, MODES)
+        check.seconds("wandb.init_timeout_s", self.init_timeout_s)
 
 
 @dataclass

@@ -33,7 +33,6 @@ from sweeps.reeval import interval, overlap_line, ranking, ranking_rows
 from sweeps.schema import SweepConfig, Wandb
 
 JOB_TYPE = "study-summary"
-INIT_TIMEOUT_S = 60.0  # the trials' default (conf/train.yaml wandb.init_timeout_s); the sweep has no such key
 # Trial user attributes copied into the table (written by the job's trial link and the driver).
 ATTR_COLUMNS = ("outcome", "best_step", "steps", "params_count", "compute_flops", "seed_std", "fail_reason")
 BASE_COLUMNS = [
@@ -55,8 +54,8 @@ BASE_COLUMNS = [
 def trial_wandb_overrides(
     w: Wandb, study_uid: str | None = None, origin: int | None = None, seed_index: int = 0
 ) -> list[str]:
-    """Training overrides carrying the sweep's `wandb:` block to a trial (what differs from the trial's defaults),
-    and with the study's uid and the trial's retry-chain origin, its run id (`wandb.run_id`).
+    """Training overrides carrying the sweep's `wandb:` block to a trial (what differs from the trial's defaults, and
+    the init timeout), and with the study's uid and the trial's retry-chain origin, its run id (`wandb.run_id`).
 
     Both apps take the defaults of these keys from one file (conf/wandb/default.yaml); the copy is still needed for
     what a sweep changes (`sweeps.run wandb.project=mine`), which the trials' own composition cannot see."""
@@ -65,6 +64,7 @@ def trial_wandb_overrides(
         out.append("wandb.enabled=false")
     elif study_uid is not None and origin is not None:
         out.append(f"wandb.run_id={trial_run_id(study_uid, origin, seed_index)}")
+    out.append(f"wandb.init_timeout_s={w.init_timeout_s:g}")  # a number: no neutral value to leave out
     if w.mode != "auto":
         out.append(f"wandb.mode={w.mode}")
     if w.project:
@@ -214,7 +214,7 @@ def log_study_summary(study: optuna.Study, sweep: SweepConfig) -> Path | None:
             mode=mode,
             config=config,
             tags=list(dict.fromkeys(tags)),
-            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=INIT_TIMEOUT_S),
+            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=w.init_timeout_s),
             reinit="create_new",
         )
         try:

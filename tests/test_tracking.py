@@ -224,7 +224,7 @@ def test_sweep_wandb_block_becomes_trial_overrides(tmp_path: Path) -> None:
         f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.project=trm-x", "wandb.mode=offline", "wandb.tags=[a,b]"
     )
     overrides = trial_wandb_overrides(typed_sweep(cfg).wandb)
-    assert overrides == ["wandb.mode=offline", "wandb.project=trm-x", "wandb.tags=['a','b']"]
+    assert overrides == ["wandb.init_timeout_s=60", "wandb.mode=offline", "wandb.project=trm-x", "wandb.tags=['a','b']"]
     train = compose_train_config(overrides)  # they are valid training overrides
     assert train.wandb.project == "trm-x" and list(train.wandb.tags) == ["a", "b"] and train.wandb.mode == "offline"
 

@@ -426,6 +426,7 @@ def test_the_driver_exits_2_with_one_line_naming_the_key(override: str, expected
         ("stall_timeout_s=0", r"stall_timeout_s=0: expected seconds > 0"),
         ("timeout=0", r"timeout=0: expected seconds > 0, or null \(no limit\)$"),
         ("heartbeat.interval_s=0", r"heartbeat.interval_s=0: expected seconds > 0"),
+        ("wandb.init_timeout_s=0", r"wandb.init_timeout_s=0: expected seconds > 0"),
         ("heartbeat.grace_s=1", r"heartbeat.grace_s=1 must exceed heartbeat.interval_s=1"),
     ],
 )

@@ -130,7 +130,7 @@ def make_tracker(
             silent=True,
             console=cast(Console, str(wcfg.get("console") or "off")),  # a bad value: Settings raises, untracked
             x_disable_stats=not wcfg.get("system_metrics", False),
-            init_timeout=float(wcfg.get("init_timeout_s") or 60),
+            init_timeout=float(wcfg.init_timeout_s),  # conf/wandb/default.yaml
         )
         run_id = wcfg.get("run_id")
         run = wandb.init(
