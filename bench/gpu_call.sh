@@ -22,7 +22,8 @@ NEEDED='omegaconf|hydra-core|lion-pytorch|pydantic|pydantic_core|annotated-types
 
 stage() {
   local ref_git=${1:?usage: bench/gpu_call.sh stage REF_GIT_DIR (a git directory or checkout of the TRM reference)}
-  grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >>"$(git rev-parse --git-common-dir)/info/exclude"
+  local exclude; exclude="$(git rev-parse --git-common-dir)/info/exclude"  # a worktree's .git is a file
+  grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >>"$exclude"
   rm -rf .device && mkdir -p .device/whl .device/ref
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
