@@ -62,7 +62,8 @@ def swiglu_cases(dim: int, inner: int) -> list[Case]:
         for bm, bn, bk, warps, stages in fused_swiglu.TILES[name]:
             size = {"M": bm, "N": bn, "K": bk}
             blocks = {
-                arg: _descriptor(*(size[side] for side in sides)) for arg, sides in fused_swiglu._BLOCKS[name].items()
+                arg: _descriptor(*(size[side] for side in sides))
+                for arg, sides in fused_swiglu.DESCRIPTOR_BLOCKS[name].items()
             }
             values: dict[str, Any] = {"dim": dim, "inner": inner}
             values |= {"ROUND_X": False, "SAVE_GU": save_gu} if name == "forward" else {}

@@ -39,12 +39,7 @@ def record(trial: int, value: float, stderr: float | None, examples: int = 512) 
 
 
 def study_with(reported: list[float], stored: list[Reeval]) -> optuna.Study:
-    study = optuna.create_study(direction="maximize")
-    for value in reported:
-        study.add_trial(create_trial(value=value, params={"x": value}, distributions={"x": FloatDistribution(0, 1)}))
-    for r in stored:
-        study.set_user_attr(reeval_attr(r.trial), r.as_dict())
-    return study
+    return study_of(None, reported, stored)
 
 
 def test_the_ranking_follows_the_reevaluation_not_the_reported_value() -> None:
@@ -72,7 +67,8 @@ def test_the_top_two_within_one_standard_error_say_so_in_one_line() -> None:
     assert overlap_line(ranking(apart)) is None
 
 
-def study_of(name: str, reported: list[float], stored: list[Reeval], storage: str | None = None) -> optuna.Study:
+def study_of(name: str | None, reported: list[float], stored: list[Reeval], storage: str | None = None) -> optuna.Study:
+    """A maximizing study whose trials reported `reported` (parameter x = the value) and hold `stored` reevals."""
     study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
     for value in reported:
         study.add_trial(create_trial(value=value, params={"x": value}, distributions={"x": FloatDistribution(0, 1)}))

@@ -99,7 +99,7 @@ def _swiglu_grad_kernel(
 
 KERNELS = {"forward": _swiglu_kernel, "backward": _swiglu_grad_kernel}
 # The descriptors of each kernel, in argument order: the block each copies, from the tile's sizes.
-_BLOCKS = {
+DESCRIPTOR_BLOCKS = {
     "forward": {"x_desc": "MK", "w_desc": "NK", "act_desc": "MN", "gu_desc": "MN"},
     "backward": {"dy_desc": "MK", "wd_desc": "KN", "gu_desc": "MN", "dgu_desc": "MN", "act_desc": "MN"},
 }
@@ -108,7 +108,7 @@ _BLOCKS = {
 def _descriptor_blocks(nargs: dict[str, Any]) -> None:
     """Set each descriptor's block shape to the tile's (the autotuner's pre_hook, and the interpreter's launch)."""
     size = {"M": nargs["BLOCK_M"], "N": nargs["BLOCK_N"], "K": nargs["BLOCK_K"]}
-    for name, sides in _BLOCKS["forward" if "x_desc" in nargs else "backward"].items():
+    for name, sides in DESCRIPTOR_BLOCKS["forward" if "x_desc" in nargs else "backward"].items():
         nargs[name].block_shape = [size[side] for side in sides]
 
 
@@ -142,7 +142,7 @@ def _launch(kernel_name: str, tensors: tuple[Tensor, ...], tokens: int, **meta: 
     if interpreting():
         bm, bn, bk, _, _ = TILES[kernel_name][0]
         tile = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
-        _descriptor_blocks({**dict(zip(_BLOCKS[kernel_name], descriptors)), **tile})
+        _descriptor_blocks({**dict(zip(DESCRIPTOR_BLOCKS[kernel_name], descriptors)), **tile})
         KERNELS[kernel_name][(inner // bn, -(-tokens // bm))](*descriptors, tokens, **meta, INTERPRET=True, **tile)
     else:
         grid = lambda m: (inner // m["BLOCK_N"], -(-tokens // m["BLOCK_M"]))  # noqa: E731 - the autotuner's grid
