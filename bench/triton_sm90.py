@@ -3,6 +3,7 @@
     python -m bench.triton_sm90                 # every tile of trm/fused_*.py at the paper's sizes
     python -m bench.triton_sm90 --seq 97 --hidden 512 --out-dir /tmp/r
     python -m bench.triton_sm90 --capability 80 --out-name triton_sm80   # Ampere: no wgmma, no TMA
+    python -m bench.triton_sm90 --stream fp32 --out-name triton_sm90_fp32   # train.precision=bf16's fp32 carry
 
 Triton compiles a kernel for a named target (sm_90) without a device, and its bundled ptxas reports registers and
 spill bytes per thread. Before a GPU is lent, this says which tile choices are worth the autotuner's time: a tile
@@ -35,8 +36,8 @@ HOPPER = 90  # compute capability x 10 of the lent H100/H200
 PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 
 
-def _descriptor(*block: int) -> str:
-    return f"tensordesc<bf16[{','.join(map(str, block))}]>"
+def _descriptor(*block: int, dtype: str = "bf16") -> str:
+    return f"tensordesc<{dtype}[{','.join(map(str, block))}]>"
 
 
 def _constexprs(*names: str) -> dict[str, str]:
@@ -55,18 +56,19 @@ class Case(NamedTuple):
     constexprs: dict[str, Any]
 
 
-def swiglu_cases(dim: int, inner: int) -> list[Case]:
-    """trm/fused_swiglu.py's two kernels at each of their tiles (the forward also as it saves gate/up)."""
+def swiglu_cases(dim: int, inner: int, stream: str = "bf16") -> list[Case]:
+    """trm/fused_swiglu.py's two kernels at each of their tiles (the forward also as it saves gate/up), x in the
+    `stream` dtype; the backward only with the bf16 stream (its inputs are bf16 in either)."""
     cases = []
-    for name, save_gu in (("forward", False), ("forward", True), ("backward", False)):
+    for name, save_gu in (("forward", False), ("forward", True), ("backward", False))[: 3 if stream == "bf16" else 2]:
         for bm, bn, bk, warps, stages in fused_swiglu.TILES[name]:
             size = {"M": bm, "N": bn, "K": bk}
             blocks = {
-                arg: _descriptor(*(size[side] for side in sides))
+                arg: _descriptor(*(size[side] for side in sides), dtype=stream if arg == "x_desc" else "bf16")
                 for arg, sides in fused_swiglu.DESCRIPTOR_BLOCKS[name].items()
             }
             values: dict[str, Any] = {"dim": dim, "inner": inner}
-            values |= {"ROUND_X": False, "SAVE_GU": save_gu} if name == "forward" else {}
+            values |= {"ROUND_X": stream == "fp32", "SAVE_GU": save_gu} if name == "forward" else {}
             values |= {"INTERPRET": False, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
             label = f"fused_swiglu {name}" + (" (saving gate/up)" if save_gu else "")
             signature = {**blocks, "tokens": "i32", **_constexprs(*values)}
@@ -74,25 +76,27 @@ def swiglu_cases(dim: int, inner: int) -> list[Case]:
     return cases
 
 
-def mix_cases(seq: int, inner: int) -> list[Case]:
-    """trm/fused_mix.py's forward (also as it saves the residual sum) and trm/fused_mix_backward.py's kernel, a
-    bf16 stream (bf16_reference), at each of their tiles."""
+def mix_cases(seq: int, inner: int, stream: str = "bf16") -> list[Case]:
+    """trm/fused_mix.py's forward (also as it saves the residual sum) and trm/fused_mix_backward.py's kernel at each
+    of their tiles, the stream (h, the sum, the output and their gradients) in the `stream` dtype."""
     seq_pad, seq8 = fused_mix.padded_seq(seq), -(-seq // 8) * 8
     scalars = {"batch": "i32", "hidden": "i32", "eps": "fp32"}
+    h = f"*{stream}"
+    rounds = stream == "bf16"  # ROUND_SUM: the sum rounded to a bf16 stream
     cases = []
     for save in (False, True):
         for c, i, warps, stages in fused_mix.TILES:
-            values = {"seq": seq, "inner": inner, "ROUND_SUM": True, "SAVE_SUM": save, "INTERPRET": False}
+            values = {"seq": seq, "inner": inner, "ROUND_SUM": rounds, "SAVE_SUM": save, "INTERPRET": False}
             values |= {"SEQ_PAD": seq_pad, "BLOCK_C": c, "BLOCK_I": i}
-            signature = {"h_ptr": "*bf16", "wgu_desc": _descriptor(i, seq_pad), "wd_desc": _descriptor(seq_pad, i)}
-            signature |= {"out_ptr": "*bf16", "sum_ptr": "*bf16", **scalars, **_constexprs(*values)}
+            signature = {"h_ptr": h, "wgu_desc": _descriptor(i, seq_pad), "wd_desc": _descriptor(seq_pad, i)}
+            signature |= {"out_ptr": h, "sum_ptr": h, **scalars, **_constexprs(*values)}
             label = "fused_mix forward" + (" (saving the sum)" if save else "")
             cases.append(Case(label, fused_mix._mix_kernel, (c, i), warps, stages, signature, values))
     for c, i, warps in fused_mix_backward.BWD_TILES:
-        values = {"seq": seq, "inner": inner, "seq8": seq8, "ROUND_SUM": True, "INTERPRET": False}
+        values = {"seq": seq, "inner": inner, "seq8": seq8, "ROUND_SUM": rounds, "INTERPRET": False}
         values |= {"SEQ_PAD": seq_pad, "BLOCK_C": c, "BLOCK_I": i}
-        signature = {"h_ptr": "*bf16", "sum_ptr": "*bf16", "dy_ptr": "*bf16", "wgu_desc": _descriptor(i, seq_pad)}
-        signature |= {"wd_desc": _descriptor(seq_pad, i), "dx_ptr": "*bf16", "act_desc": _descriptor(1, c, i)}
+        signature = {"h_ptr": h, "sum_ptr": h, "dy_ptr": h, "wgu_desc": _descriptor(i, seq_pad)}
+        signature |= {"wd_desc": _descriptor(seq_pad, i), "dx_ptr": h, "act_desc": _descriptor(1, c, i)}
         signature |= {"dgu_desc": _descriptor(1, c, i), "xt_ptr": "*bf16", "dout_ptr": "*bf16", **scalars}
         signature |= _constexprs(*values)
         cases.append(
@@ -142,13 +146,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--hidden", type=int, default=512, help="arch.hidden_size: the channel SwiGLU's input width")
     p.add_argument("--seq", type=int, default=97, help="arch's total_len: the token mixing's width")
     p.add_argument("--capability", type=int, default=HOPPER, help="the target's compute capability x 10 (80: Ampere)")
+    p.add_argument(
+        "--stream", default="bf16", choices=("bf16", "fp32"), help="the carry: bf16 (bf16_reference) or fp32 (bf16)"
+    )
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     p.add_argument("--out-name", default=NAME)
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("TRITON_INTERPRET=1: the interpreter replaces the kernels; unset it to compile them")
     result: dict[str, Any] = run_header(NAME, argv)
-    cases = mix_cases(args.seq, inner_width(args.seq)) + swiglu_cases(args.hidden, inner_width(args.hidden))
+    cases = mix_cases(args.seq, inner_width(args.seq), args.stream)
+    cases += swiglu_cases(args.hidden, inner_width(args.hidden), args.stream)
     result["kernels"] = [compile_report(case, args.capability) for case in cases]
     lines = ["| kernel | tile (blocks, warps, stages) | registers | spill bytes | wgmma | TMA copies | global loads "
              "| shared KB |", "|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
@@ -159,8 +167,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     lines += [
         "",
-        f"Compiled for sm_{args.capability} (Triton {triton.__version__}): seq {args.seq}, hidden {args.hidden}, bf16 "
-        "stream.",
+        f"Compiled for sm_{args.capability} (Triton {triton.__version__}): seq {args.seq}, hidden {args.hidden}, "
+        f"{args.stream} stream.",
     ]
     write_results(args.out_name, result, "\n".join(lines), args.out_dir)
     return result

@@ -41,8 +41,9 @@ from trm.fused_mix import (
 # Tile choices of the backward kernel (channels per program, inner-width chunk per loop step, warps), as
 # trm.fused_mix.TILES: the autotuner times them on a GPU; the interpreter takes the first. Chunks divide the inner
 # width (a multiple of 256). The loop holds the input-gradient accumulator [channels, SEQ_PAD] and three
-# [channels, chunk] fp32 products. Compiled for sm_90 at the paper's sizes, all but the first spill registers
-# (bench/triton_sm90.py; the tests check it); the autotuner still times them, as it did on the H200.
+# [channels, chunk] fp32 products. Compiled for sm_90 at the paper's sizes, all but the first spill registers with a
+# bf16 stream, all with an fp32 one (bench/triton_sm90.py; the tests check it); the autotuner still times them, as it
+# did on the H200.
 BWD_TILES = ((64, 32, 8), (64, 64, 8), (64, 32, 4), (128, 32, 8))
 
 
