@@ -79,26 +79,31 @@ def swiglu_cases(dim: int, inner: int, stream: str = "bf16") -> list[Case]:
 def mix_cases(seq: int, inner: int, stream: str = "bf16") -> list[Case]:
     """trm/fused_mix.py's forward (also as it saves the residual sum) and trm/fused_mix_backward.py's kernel at each
     of their tiles, the stream (h, the sum, the output and their gradients) in the `stream` dtype."""
-    seq_pad, seq8 = fused_mix.padded_seq(seq), -(-seq // 8) * 8
+    seq_pad = fused_mix.padded_seq(seq)
     scalars = {"batch": "i32", "hidden": "i32", "eps": "fp32"}
-    h = f"*{stream}"
     rounds = stream == "bf16"  # ROUND_SUM: the sum rounded to a bf16 stream
     cases = []
     for save in (False, True):
         for c, i, warps, stages in fused_mix.TILES:
             values = {"seq": seq, "inner": inner, "ROUND_SUM": rounds, "SAVE_SUM": save, "INTERPRET": False}
             values |= {"SEQ_PAD": seq_pad, "BLOCK_C": c, "BLOCK_I": i}
-            signature = {"h_ptr": h, "wgu_desc": _descriptor(i, seq_pad), "wd_desc": _descriptor(seq_pad, i)}
-            signature |= {"out_ptr": h, "sum_ptr": h, **scalars, **_constexprs(*values)}
+            stream_block = _descriptor(1, seq_pad, c, dtype=stream)
+            signature = {
+                "h_desc": stream_block,
+                "wgu_desc": _descriptor(i, seq_pad),
+                "wd_desc": _descriptor(seq_pad, i),
+            }
+            signature |= {"out_desc": stream_block, "sum_desc": stream_block, **scalars, **_constexprs(*values)}
             label = "fused_mix forward" + (" (saving the sum)" if save else "")
             cases.append(Case(label, fused_mix._mix_kernel, (c, i), warps, stages, signature, values))
     for c, i, warps in fused_mix_backward.BWD_TILES:
-        values = {"seq": seq, "inner": inner, "seq8": seq8, "ROUND_SUM": rounds, "INTERPRET": False}
+        values = {"seq": seq, "inner": inner, "ROUND_SUM": rounds, "INTERPRET": False}
         values |= {"SEQ_PAD": seq_pad, "BLOCK_C": c, "BLOCK_I": i}
-        signature = {"h_ptr": h, "sum_ptr": h, "dy_ptr": h, "wgu_desc": _descriptor(i, seq_pad)}
-        signature |= {"wd_desc": _descriptor(seq_pad, i), "dx_ptr": h, "act_desc": _descriptor(1, c, i)}
-        signature |= {"dgu_desc": _descriptor(1, c, i), "xt_ptr": "*bf16", "dout_ptr": "*bf16", **scalars}
-        signature |= _constexprs(*values)
+        stream_block, rows_block = _descriptor(1, seq_pad, c, dtype=stream), _descriptor(1, c, seq_pad)
+        signature = {"h_desc": stream_block, "sum_desc": stream_block, "dy_desc": stream_block}
+        signature |= {"wgu_desc": _descriptor(i, seq_pad), "wd_desc": _descriptor(seq_pad, i), "dx_desc": stream_block}
+        signature |= {"act_desc": _descriptor(1, c, i), "dgu_desc": _descriptor(1, c, i), "xt_desc": rows_block}
+        signature |= {"dout_desc": rows_block, **scalars, **_constexprs(*values)}
         cases.append(
             Case("fused_mix backward", fused_mix_backward._mix_grad_kernel, (c, i), warps, 3, signature, values)
         )

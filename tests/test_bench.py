@@ -404,8 +404,7 @@ def test_the_gpu_profile_counts_our_triton_kernels_apart_from_inductors() -> Non
 def test_every_fused_kernel_tile_compiles_to_hopper_tensor_cores(tmp_path: Path, stream: str) -> None:
     """What trm/fused_mix.py and trm/fused_swiglu.py promise for their tiles, read off Triton's sm_90 compile
     (bench/triton_sm90.py) on this CPU, for both streams (bf16_reference's bf16, bf16's fp32): wgmma dots fed by
-    TMA copies, shared memory within a block's 227 KB, and register spills only where those modules say (a
-    token-mixing forward tile, and its backward's tiles: all but the first with a bf16 stream, all with fp32)."""
+    TMA copies, shared memory within a block's 227 KB, and no register spills."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
         [sys.executable, "-m", "bench.triton_sm90", "--stream", stream, "--out-dir", str(tmp_path)],
@@ -420,7 +419,4 @@ def test_every_fused_kernel_tile_compiles_to_hopper_tensor_cores(tmp_path: Path,
     for k in kernels:
         assert k["wgmma"] > 0 and k["tma_copies"] > 0, k
         assert k["shared_bytes"] <= 227 * 1024 and 0 < k["registers"] <= 255, k
-    spilling = [(k["kernel"], k["tile"]) for k in kernels if k["spill_bytes"]]
-    backward = [("fused_mix backward", k["tile"]) for k in kernels if k["kernel"] == "fused_mix backward"]
-    forward = [(f"fused_mix forward{saving}", [64, 64, 4, 3]) for saving in ("", " (saving the sum)")]
-    assert spilling == forward + backward[1 if stream == "bf16" else 0 :]
+        assert k["spill_bytes"] == 0 and k["global_loads"] == 0, k  # every copy a TMA copy

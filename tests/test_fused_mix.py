@@ -13,7 +13,7 @@ import torch
 
 from contracts.choices import KERNEL_CHOICES
 from trm.fused_mix import mix_sublayer, mix_sublayer_backward
-from trm.kernels import AUTO_CUDA, AUTO_CUDA_PRE_HOPPER, apply_kernels, resolve_kernels
+from trm.kernels import AUTO_CUDA, apply_kernels, resolve_kernels
 from trm.model import ACTModel, Block, TRMConfig
 from trm.step import autocast
 
@@ -57,7 +57,7 @@ def mix_block(seq: int, hidden: int, seed: int) -> Block:
 
 @pytest.mark.parametrize(
     ("seq", "hidden", "stream"),
-    [(23, 72, torch.bfloat16), (97, 64, torch.bfloat16), (40, 130, torch.float32)],
+    [(23, 72, torch.bfloat16), (97, 64, torch.bfloat16), (40, 136, torch.float32)],
 )
 def test_the_kernel_computes_the_torch_sublayer(seq: int, hidden: int, stream: torch.dtype) -> None:
     """Odd sizes: seq padded to a power of two inside, hidden not a multiple of the channel block; a bf16 stream
@@ -160,10 +160,11 @@ def test_the_kernel_refuses_weights_of_another_shape() -> None:
 def test_auto_fuses_only_on_a_cuda_gpu_in_bf16_with_mlp_t() -> None:
     assert resolve_kernels("auto", "cuda", "bf16_reference", shape(), (9, 0)).choice == AUTO_CUDA == "fused_mix_bwd"
     assert resolve_kernels("auto", "cuda", "bf16", shape(), (10, 0)).choice == AUTO_CUDA
-    # Below Hopper (no TMA) and where the capability is unknown: the kernel only in the calls without gradients.
+    # Below Hopper (no TMA) and where the capability is unknown: torch's, the kernels unmeasured there.
     ampere = resolve_kernels("auto", "cuda", "bf16", shape(), (8, 0))
-    assert ampere.choice == AUTO_CUDA_PRE_HOPPER == "fused_mix_nograd" and "sm_80" in ampere.reason
-    assert resolve_kernels("auto", "cuda", "bf16", shape()).choice == AUTO_CUDA_PRE_HOPPER
+    assert ampere.choice == "torch" and "sm_80, below sm_90" in ampere.reason
+    assert resolve_kernels("auto", "cuda", "bf16", shape()).choice == "torch"
+    assert resolve_kernels("fused_mix_nograd", "cuda", "bf16", shape(), (8, 0)).choice == "fused_mix_nograd"
     for device, precision, mixer, why in (
         ("cpu", "bf16_reference", "mlp_t", "the device is cpu"),
         ("xla", "bf16_reference", "mlp_t", "XLA"),
@@ -197,7 +198,8 @@ def test_impossible_or_unknown_choices_are_refused_with_the_key_and_the_reason()
 def test_shapes_past_the_tma_blocks_keep_the_torch_path() -> None:
     """The kernels' weight blocks span the padded sequence, at most 256 (a TMA copy's side): `auto` keeps torch for
     a longer one, an explicit fused choice is refused before the model is built, and the kernel itself refuses. The
-    channel SwiGLU's rows are hidden_size wide: fused_mix_swiglu needs them 16-byte aligned, the others do not."""
+    kernels copy rows hidden_size wide (h's in the token mixing, x's in the channel SwiGLU): 16-byte aligned, so a
+    hidden_size that is no multiple of 8 keeps torch too."""
     chosen = resolve_kernels("auto", "cuda", "bf16", shape(seq=300), (9, 0))
     assert chosen.choice == "torch" and "the sequence (300 positions) pads to 512, over 256" in chosen.reason
     assert resolve_kernels("auto", "cuda", "bf16", shape(seq=256), (9, 0)).choice == AUTO_CUDA
@@ -205,7 +207,14 @@ def test_shapes_past_the_tma_blocks_keep_the_torch_path() -> None:
         resolve_kernels("fused_mix_swiglu", "cuda", "bf16", shape(seq=300), (9, 0))
     with pytest.raises(ValueError, match=r"train.kernels=fused_mix_swiglu: .*arch.hidden_size=500 is no multiple of 8"):
         resolve_kernels("fused_mix_swiglu", "cuda", "bf16", shape(hidden=500), (9, 0))
-    assert resolve_kernels("fused_mix_bwd", "cuda", "bf16", shape(hidden=500), (9, 0)).choice == "fused_mix_bwd"
+    chosen = resolve_kernels("auto", "cuda", "bf16", shape(hidden=500), (9, 0))
+    assert chosen.choice == "torch" and "arch.hidden_size=500 is no multiple of 8" in chosen.reason
+    with pytest.raises(ValueError, match=r"train.kernels=fused_mix_nograd: .*arch.hidden_size=500 is no multiple"):
+        resolve_kernels("fused_mix_nograd", "cuda", "bf16", shape(hidden=500), (8, 0))
+    bf16 = torch.bfloat16
+    gate_up, down = torch.zeros(1024, 97, dtype=bf16), torch.zeros(97, 512, dtype=bf16)
+    with pytest.raises(ValueError, match=r"fused_mix: arch.hidden_size=12 is no multiple of 8"):
+        mix_sublayer(torch.zeros(1, 97, 12, dtype=bf16), gate_up, down, 1e-5)
     h = torch.zeros(1, 300, 8, dtype=torch.bfloat16)
     gate_up, down = torch.zeros(512, 300, dtype=torch.bfloat16), torch.zeros(300, 256, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"fused_mix: the sequence \(300 positions\) pads to 512, over 256"):

@@ -16,7 +16,7 @@ from trm.step import autocast
 SAME_ROUNDINGS_TOL = 5e-3  # two sums of the same bf16 products in another order (measured: 3e-3 at most)
 
 
-@pytest.mark.parametrize(("seq", "hidden", "stream"), [(23, 72, torch.bfloat16), (40, 130, torch.float32)])
+@pytest.mark.parametrize(("seq", "hidden", "stream"), [(23, 72, torch.bfloat16), (40, 136, torch.float32)])
 def test_the_triton_backward_is_the_recomputing_backward(seq: int, hidden: int, stream: torch.dtype) -> None:
     """Odd sizes (seq padded inside, hidden not a multiple of the channel block); a bf16 stream (bf16_reference)
     and an fp32 one (bf16)."""

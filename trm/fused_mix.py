@@ -34,17 +34,16 @@ from torch import Tensor
 
 # Tile choices (channels per program, inner-width chunk per loop step, warps, pipeline stages): on a GPU Triton's
 # autotuner times them at the first call per shape and keeps the fastest; the interpreter takes the first. The inner
-# width is a multiple of 256 (trm.model.SwiGLU), so every chunk divides it. Compiled for sm_90 at the paper's sizes,
-# every dot is a wgmma and the weights' pipelined copies fit a block's shared memory; none spills registers but the
-# second, the H200's pick before the weights came by TMA, kept for that (bench/triton_sm90.py; the tests check it).
+# width is a multiple of 256 (trm.model.SwiGLU), so every chunk divides it. 16 channels per warp at least: the chained
+# dots put every warp on the channel side, and fewer rows than that would repeat products. Compiled for sm_90 at the
+# paper's sizes, every dot is a wgmma, every copy a TMA copy within a block's shared memory, and no tile spills
+# registers (bench/triton_sm90.py; the tests check it).
 TILES = (
-    (64, 64, 8, 3),
+    (128, 64, 8, 3),
+    (128, 64, 8, 2),
+    (128, 32, 8, 3),
     (64, 64, 4, 3),
-    (64, 64, 8, 2),
-    (64, 64, 8, 4),
-    (64, 128, 8, 2),
-    (32, 64, 4, 3),
-    (32, 128, 4, 2),
+    (64, 32, 4, 3),
 )
 MAX_CHUNK = max(chunk for _, chunk, _, _ in TILES)
 
@@ -96,48 +95,57 @@ def _round_bf16(x, INTERPRET: tl.constexpr):
 
 
 @_jit
+def _channels_first(desc, b, c0, SEQ_PAD: tl.constexpr, BLOCK_C: tl.constexpr):
+    """The [1, SEQ_PAD, BLOCK_C] block at (b, 0, c0) of a [batch, seq, hidden] descriptor as a [BLOCK_C, SEQ_PAD]
+    fp32 tile; rows past seq and channels past hidden read as 0."""
+    return tl.trans(tl.reshape(desc.load([b, 0, c0]), (SEQ_PAD, BLOCK_C))).to(tl.float32)
+
+
+@_jit
 def _mix_kernel(
-    h_ptr, wgu_desc, wd_desc, out_ptr, sum_ptr, batch, hidden, eps, seq: tl.constexpr, inner: tl.constexpr,
+    h_desc, wgu_desc, wd_desc, out_desc, sum_desc, batch, hidden, eps, seq: tl.constexpr, inner: tl.constexpr,
     ROUND_SUM: tl.constexpr, SAVE_SUM: tl.constexpr, INTERPRET: tl.constexpr, SEQ_PAD: tl.constexpr,
     BLOCK_C: tl.constexpr, BLOCK_I: tl.constexpr,
 ):  # fmt: skip
-    """One program: batch row program_id(0), channels [program_id(1) * BLOCK_C, + BLOCK_C), the whole seq; the
-    weights (zero-padded to SEQ_PAD) by pipelined TMA copies on a GPU. SAVE_SUM: the residual sum (the norm's
-    input, in h's dtype) goes to sum_ptr too, for the fused backward."""
-    row = tl.program_id(0).to(tl.int64)
-    s = tl.arange(0, SEQ_PAD)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    s_ok = s < seq
-    tile = s_ok[:, None] & (c < hidden)[None, :]
-    offsets = row * seq * hidden + s[:, None] * hidden + c[None, :]
-    x = tl.load(h_ptr + offsets, mask=tile, other=0.0)
+    """One program: batch row program_id(0), channels [program_id(1) * BLOCK_C, + BLOCK_C), the whole seq. Every
+    block moves by TMA copies on a GPU: h, the output and the sum as [1, SEQ_PAD, BLOCK_C] blocks of [batch, seq,
+    hidden] (rows past seq and channels past hidden read as 0 and are not written), the weights zero-padded to
+    SEQ_PAD. The dots run channels first ([channels, seq] tiles), so their M side is the channel block: a chained
+    dot spreads its warps over M only, and an M smaller than 16 rows per warp would repeat the same products.
+    SAVE_SUM: the residual sum (the norm's input, in h's dtype) goes to sum_desc too, for the fused backward.
+    `batch` and `hidden` (the descriptors know the extents) key the autotuner: they set the grid."""
+    b, c0 = tl.program_id(0), tl.program_id(1) * BLOCK_C
+    x = _channels_first(h_desc, b, c0, SEQ_PAD, BLOCK_C)  # [BLOCK_C, SEQ_PAD]
     if not ROUND_SUM:  # an fp32 stream, rounded to bf16 as autocast does (the interpreter's cast truncates)
         x = _round_bf16(x, INTERPRET)
     x = x.to(tl.bfloat16)
-    acc = tl.zeros((SEQ_PAD, BLOCK_C), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_C, SEQ_PAD), dtype=tl.float32)
     for start in range(0, inner, BLOCK_I):
         w_gate = wgu_desc.load([start, 0])  # [BLOCK_I, SEQ_PAD]
         w_up = wgu_desc.load([inner + start, 0])
-        zeros = tl.zeros((BLOCK_I, BLOCK_C), dtype=tl.float32)
-        gate = _round_bf16(_dot(w_gate, x, zeros, INTERPRET), INTERPRET)  # [BLOCK_I, BLOCK_C]
-        up = _round_bf16(_dot(w_up, x, zeros, INTERPRET), INTERPRET)
+        zeros = tl.zeros((BLOCK_C, BLOCK_I), dtype=tl.float32)
+        gate = _round_bf16(_dot(x, tl.trans(w_gate), zeros, INTERPRET), INTERPRET)  # [BLOCK_C, BLOCK_I]
+        up = _round_bf16(_dot(x, tl.trans(w_up), zeros, INTERPRET), INTERPRET)
         act = _round_bf16(gate * tl.sigmoid(gate) * up, INTERPRET).to(tl.bfloat16)
-        acc = _dot(wd_desc.load([0, start]), act, acc, INTERPRET)  # [SEQ_PAD, BLOCK_C]; padded seq rows stay 0
-    h = tl.load(h_ptr + offsets, mask=tile, other=0.0)  # again: holding it through the loop spilled registers
-    total = h.to(tl.float32) + _round_bf16(acc, INTERPRET)
+        acc = _dot(act, tl.trans(wd_desc.load([0, start])), acc, INTERPRET)  # [BLOCK_C, SEQ_PAD]; padded seq: 0
+    h = tl.reshape(h_desc.load([b, 0, c0]), (SEQ_PAD, BLOCK_C)).to(tl.float32)  # again, [SEQ_PAD, BLOCK_C]
+    total = h + _round_bf16(tl.trans(acc), INTERPRET)
     if ROUND_SUM:
         total = _round_bf16(total, INTERPRET)
     if SAVE_SUM:
-        tl.store(sum_ptr + offsets, total.to(sum_ptr.dtype.element_ty), mask=tile)
-    mean_square = tl.sum(total * total, axis=0) / seq
+        sum_desc.store([b, 0, c0], tl.reshape(total, (1, SEQ_PAD, BLOCK_C)).to(sum_desc.dtype))
+    mean_square = tl.sum(total * total, axis=0) / seq  # padded rows are 0
     y = total * tl.rsqrt(mean_square + eps)[None, :]
-    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=tile)
+    out_desc.store([b, 0, c0], tl.reshape(y, (1, SEQ_PAD, BLOCK_C)).to(out_desc.dtype))
 
 
-def weight_blocks(nargs: dict[str, Any]) -> None:
-    """The blocks the weights' TMA descriptors copy for a tile: gate_up's [chunk, SEQ_PAD] rows, down's [SEQ_PAD,
-    chunk] columns (the autotuner's pre_hook; the interpreter's launch calls it too)."""
+def descriptor_blocks(nargs: dict[str, Any]) -> None:
+    """The blocks the TMA descriptors copy for a tile: gate_up's [chunk, SEQ_PAD] rows, down's [SEQ_PAD, chunk]
+    columns, and [1, SEQ_PAD, channels] of h, the output and the sum (the autotuner's pre_hook; the interpreter's
+    launch calls it too)."""
     nargs["wgu_desc"].block_shape = [nargs["BLOCK_I"], nargs["SEQ_PAD"]]
+    for name in ("h_desc", "out_desc", "sum_desc"):
+        nargs[name].block_shape = [1, nargs["SEQ_PAD"], nargs["BLOCK_C"]]
     nargs["wd_desc"].block_shape = [nargs["SEQ_PAD"], nargs["BLOCK_I"]]
 
 
@@ -145,7 +153,7 @@ def weight_blocks(nargs: dict[str, Any]) -> None:
 def _tuned_kernel() -> Any:
     """The kernel under Triton's autotuner over TILES, keyed on the shapes (batch too: it sets the grid)."""
     configs = [
-        triton.Config({"BLOCK_C": c, "BLOCK_I": i}, num_warps=w, num_stages=stages, pre_hook=weight_blocks)
+        triton.Config({"BLOCK_C": c, "BLOCK_I": i}, num_warps=w, num_stages=stages, pre_hook=descriptor_blocks)
         for c, i, w, stages in TILES
     ]
     key = ["batch", "hidden", "seq", "inner", "ROUND_SUM", "SAVE_SUM"]
@@ -168,8 +176,15 @@ def _check(h: Tensor, gate_up: Tensor, down: Tensor) -> None:
         )
     if gate_up.dtype != torch.bfloat16 or down.dtype != torch.bfloat16:
         raise ValueError(f"fused_mix: weights must be bf16 (got {gate_up.dtype}, {down.dtype})")
-    if too_long(seq):
-        raise ValueError(f"fused_mix: {too_long(seq)}")
+    if too_long(seq) or misaligned(hidden):
+        raise ValueError(f"fused_mix: {too_long(seq) or misaligned(hidden)}")
+
+
+def misaligned(hidden: int) -> str:
+    """Why a width of `hidden` (arch.hidden_size) cannot go through the kernels' TMA copies ('' if it can)."""
+    if hidden % 8 == 0:
+        return ""
+    return f"arch.hidden_size={hidden} is no multiple of 8 (a TMA copy's rows are 16-byte aligned)"
 
 
 def too_long(seq: int) -> str:
@@ -191,15 +206,23 @@ def launch_forward(h: Tensor, gate_up: Tensor, down: Tensor, eps: float, save_su
     seq_pad = padded_seq(seq)
     # Zero-padded to SEQ_PAD (aligned rows, loads without masks; the pad adds zeros to every dot): the weights only.
     h, gate_up, down = h.contiguous(), F.pad(gate_up, (0, seq_pad - seq)), F.pad(down, (0, 0, 0, seq_pad - seq))
-    wgu_desc, wd_desc = (TensorDescriptor.from_tensor(w, [1, 1]) for w in (gate_up, down))  # blocks: weight_blocks
     out = torch.empty_like(h)
     total = torch.empty_like(h) if save_sum else h.new_empty(0)
-    args = (h, wgu_desc, wd_desc, out, total if save_sum else out, batch, hidden, eps)
+    # Block shapes set per tile (descriptor_blocks); without save_sum the sum's descriptor is the output's, unwritten.
+    tensors = {
+        "h_desc": h,
+        "wgu_desc": gate_up,
+        "wd_desc": down,
+        "out_desc": out,
+        "sum_desc": total if save_sum else out,
+    }
+    descriptors = {name: TensorDescriptor.from_tensor(t, [1] * t.dim()) for name, t in tensors.items()}
+    args = (*descriptors.values(), batch, hidden, eps)
     meta = {"seq": seq, "inner": down.shape[1], "ROUND_SUM": h.dtype != torch.float32, "SAVE_SUM": save_sum}
     meta["SEQ_PAD"] = seq_pad
     if interpreting():
         block_c, chunk, _, _ = TILES[0]
-        weight_blocks({"wgu_desc": wgu_desc, "wd_desc": wd_desc, "BLOCK_I": chunk, "SEQ_PAD": seq_pad})
+        descriptor_blocks({**descriptors, "BLOCK_C": block_c, "BLOCK_I": chunk, "SEQ_PAD": seq_pad})
         _mix_kernel[(batch, -(-hidden // block_c))](*args, **meta, INTERPRET=True, BLOCK_C=block_c, BLOCK_I=chunk)
     else:
         _tuned_kernel()[lambda m: (batch, -(-hidden // m["BLOCK_C"]))](*args, **meta, INTERPRET=False)

@@ -6,7 +6,7 @@ normalized (one more write of h's size, no inner-width tensor), and whose backwa
 1. One Triton kernel per (batch row, channel block), in the flash-attention orientation (channels are the dots'
    M, so the gate/up gradient enters the input-gradient product from registers, as attention's probabilities do):
    the norm's backward from the saved sum and the output gradient (the tile holds the whole seq axis), then over
-   the inner width in chunks (weights by pipelined TMA copies): gate and up recomputed (K = seq), the down
+   the inner width in chunks (every block a TMA copy, the weights' pipelined): gate and up recomputed (K = seq), the down
    product's input gradient (K = seq), silu*mul's backward, the input gradient accumulated on chip (K = the
    chunk). It writes act = silu(gate) * up and the gate/up gradient in bf16 (rows: batch x hidden), and h and
    the output gradient transposed to the same rows, seq padded to a multiple of 8 (aligned GEMM operands).
@@ -28,6 +28,7 @@ from torch import Tensor
 
 from trm.fused_mix import (
     TensorDescriptor,
+    _channels_first,
     _dot,
     _jit,
     _round_bf16,
@@ -40,21 +41,21 @@ from trm.fused_mix import (
 
 # Tile choices of the backward kernel (channels per program, inner-width chunk per loop step, warps), as
 # trm.fused_mix.TILES: the autotuner times them on a GPU; the interpreter takes the first. Chunks divide the inner
-# width (a multiple of 256). The loop holds the input-gradient accumulator [channels, SEQ_PAD] and three
-# [channels, chunk] fp32 products. Compiled for sm_90 at the paper's sizes, all but the first spill registers with a
-# bf16 stream, all with an fp32 one (bench/triton_sm90.py; the tests check it); the autotuner still times them, as it
-# did on the H200.
-BWD_TILES = ((64, 32, 8), (64, 64, 8), (64, 32, 4), (128, 32, 8))
+# width (a multiple of 256); 16 channels per warp at least (the chained dots put every warp on the channel side). The
+# loop holds the input-gradient accumulator [channels, SEQ_PAD] and three [channels, chunk] fp32 products. Compiled
+# for sm_90 at the paper's sizes (bench/triton_sm90.py; the tests check it): every dot a wgmma, every copy a TMA copy.
+BWD_TILES = ((128, 32, 8), (64, 32, 4), (128, 64, 8), (64, 64, 4))
 
 
 @_jit
 def _norm_grad(
-    sum_ptr, dy_ptr, offsets, tile, eps, seq: tl.constexpr, ROUND_SUM: tl.constexpr, INTERPRET: tl.constexpr
-):
+    sum_desc, dy_desc, b, c0, eps, seq: tl.constexpr, ROUND_SUM: tl.constexpr, INTERPRET: tl.constexpr,
+    SEQ_PAD: tl.constexpr, BLOCK_C: tl.constexpr,
+):  # fmt: skip
     """The gradient of rms_norm (over seq, axis 1 of the [channels, SEQ_PAD] tile) w.r.t. its input, the residual
     sum as the forward saved it, in fp32 rounded as to h's dtype; padded seq and channels: 0."""
-    total = tl.load(sum_ptr + offsets, mask=tile, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + offsets, mask=tile, other=0.0).to(tl.float32)
+    total = _channels_first(sum_desc, b, c0, SEQ_PAD, BLOCK_C)
+    dy = _channels_first(dy_desc, b, c0, SEQ_PAD, BLOCK_C)
     inv = tl.rsqrt(tl.sum(total * total, axis=1) / seq + eps)
     y = total * inv[:, None]
     d_total = inv[:, None] * (dy - y * (tl.sum(dy * y, axis=1) / seq)[:, None])
@@ -65,32 +66,27 @@ def _norm_grad(
 
 @_jit
 def _mix_grad_kernel(
-    h_ptr, sum_ptr, dy_ptr, wgu_desc, wd_desc, dx_ptr, act_desc, dgu_desc, xt_ptr, dout_ptr, batch, hidden, eps,
-    seq: tl.constexpr, inner: tl.constexpr, seq8: tl.constexpr, ROUND_SUM: tl.constexpr, INTERPRET: tl.constexpr,
-    SEQ_PAD: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_I: tl.constexpr,
+    h_desc, sum_desc, dy_desc, wgu_desc, wd_desc, dx_desc, act_desc, dgu_desc, xt_desc, dout_desc, batch, hidden, eps,
+    seq: tl.constexpr, inner: tl.constexpr, ROUND_SUM: tl.constexpr, INTERPRET: tl.constexpr, SEQ_PAD: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_I: tl.constexpr,
 ):  # fmt: skip
     """One program: batch row program_id(0), channels [program_id(1) * BLOCK_C, + BLOCK_C), the whole seq; tiles
-    are [channels, seq] (h's layout read transposed). ROUND_SUM: h is bf16 (its sum and gradients round to it)."""
-    row = tl.program_id(0).to(tl.int64)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    s = tl.arange(0, SEQ_PAD)
-    c_ok = c < hidden
-    tile = c_ok[:, None] & (s < seq)[None, :]
-    offsets = row * seq * hidden + s[None, :] * hidden + c[:, None]
-    d_out = _round_bf16(_norm_grad(sum_ptr, dy_ptr, offsets, tile, eps, seq, ROUND_SUM, INTERPRET), INTERPRET)
-    d_out = d_out.to(tl.bfloat16)  # the down product's output gradient
-    x = tl.load(h_ptr + offsets, mask=tile, other=0.0)
+    are [channels, seq] (h's layout read transposed). Every block moves by TMA copies on a GPU (trm.fused_mix's
+    forward says which). ROUND_SUM: h is bf16 (its sum and gradients round to it). `batch` and `hidden` key the
+    autotuner."""
+    b, c0 = tl.program_id(0), tl.program_id(1) * BLOCK_C
+    d_total = _norm_grad(sum_desc, dy_desc, b, c0, eps, seq, ROUND_SUM, INTERPRET, SEQ_PAD, BLOCK_C)
+    d_out = _round_bf16(d_total, INTERPRET).to(tl.bfloat16)  # the down product's output gradient
+    x = _channels_first(h_desc, b, c0, SEQ_PAD, BLOCK_C)
     if not ROUND_SUM:  # an fp32 stream: the dots take it rounded to bf16, as autocast does
         x = _round_bf16(x, INTERPRET)
     x = x.to(tl.bfloat16)
-    m = row * hidden + c  # the row of (batch, channel) in the [batch * hidden, ...] outputs
-    rows_out = m[:, None] * seq8 + s[None, :]
-    padded = c_ok[:, None] & (s < seq8)[None, :]
-    tl.store(xt_ptr + rows_out, x, mask=padded)
-    tl.store(dout_ptr + rows_out, d_out, mask=padded)
+    # Rows (batch, channel) of x and d_out for the weight gradients' GEMMs; seq past its multiple of 8 not written.
+    xt_desc.store([b, c0, 0], tl.reshape(x, (1, BLOCK_C, SEQ_PAD)))
+    dout_desc.store([b, c0, 0], tl.reshape(d_out, (1, BLOCK_C, SEQ_PAD)))
     acc = tl.zeros((BLOCK_C, SEQ_PAD), dtype=tl.float32)
     for start in range(0, inner, BLOCK_I):
-        w_gate = wgu_desc.load([start, 0])  # [chunk, SEQ_PAD], zero-padded; TMA copies on a GPU
+        w_gate = wgu_desc.load([start, 0])  # [chunk, SEQ_PAD], zero-padded
         w_up = wgu_desc.load([inner + start, 0])
         w_down = wd_desc.load([0, start])  # [SEQ_PAD, chunk]
         zeros = tl.zeros((BLOCK_C, BLOCK_I), dtype=tl.float32)
@@ -104,26 +100,29 @@ def _mix_grad_kernel(
         d_up = _round_bf16(d_act * silu, INTERPRET).to(tl.bfloat16)
         acc = _dot(d_gate, w_gate, acc, INTERPRET)  # [channels, SEQ_PAD]
         acc = _dot(d_up, w_up, acc, INTERPRET)
-        b, c0 = tl.program_id(0), tl.program_id(1) * BLOCK_C  # [batch, hidden, width]: channels past hidden dropped
-        act_desc.store([b, c0, start], tl.reshape(act, (1, BLOCK_C, BLOCK_I)))
+        act_desc.store([b, c0, start], tl.reshape(act, (1, BLOCK_C, BLOCK_I)))  # channels past hidden dropped
         dgu_desc.store([b, c0, start], tl.reshape(d_gate, (1, BLOCK_C, BLOCK_I)))
         dgu_desc.store([b, c0, inner + start], tl.reshape(d_up, (1, BLOCK_C, BLOCK_I)))
     if ROUND_SUM:  # the norm's gradient is bf16 already: d_out
         d_total = d_out.to(tl.float32)
     else:  # recomputed: holding it through the loop spilled registers
-        d_total = _norm_grad(sum_ptr, dy_ptr, offsets, tile, eps, seq, ROUND_SUM, INTERPRET)
+        d_total = _norm_grad(sum_desc, dy_desc, b, c0, eps, seq, ROUND_SUM, INTERPRET, SEQ_PAD, BLOCK_C)
     d_x = d_total + _round_bf16(acc, INTERPRET)
     if ROUND_SUM:
         d_x = _round_bf16(d_x, INTERPRET)
-    tl.store(dx_ptr + offsets, d_x.to(dx_ptr.dtype.element_ty), mask=tile)
+    dx_desc.store([b, 0, c0], tl.reshape(tl.trans(d_x), (1, SEQ_PAD, BLOCK_C)).to(dx_desc.dtype))
 
 
 def _descriptor_blocks(nargs: dict[str, Any]) -> None:
     """The blocks the TMA descriptors copy: the weights' [chunk, SEQ_PAD] and [SEQ_PAD, chunk] rows of the tile's
-    chunk, act's and the gate/up gradient's [1, channels, chunk]."""
+    chunk, act's and the gate/up gradient's [1, channels, chunk], [1, SEQ_PAD, channels] of h, the sum and the
+    gradients, [1, channels, SEQ_PAD] of the transposed rows."""
     nargs["wgu_desc"].block_shape = [nargs["BLOCK_I"], nargs["SEQ_PAD"]]
     nargs["wd_desc"].block_shape = [nargs["SEQ_PAD"], nargs["BLOCK_I"]]
     nargs["act_desc"].block_shape = nargs["dgu_desc"].block_shape = [1, nargs["BLOCK_C"], nargs["BLOCK_I"]]
+    for name in ("h_desc", "sum_desc", "dy_desc", "dx_desc"):
+        nargs[name].block_shape = [1, nargs["SEQ_PAD"], nargs["BLOCK_C"]]
+    nargs["xt_desc"].block_shape = nargs["dout_desc"].block_shape = [1, nargs["BLOCK_C"], nargs["SEQ_PAD"]]
 
 
 @functools.cache
@@ -167,18 +166,19 @@ def mix_sublayer_grads(
     d_h = torch.empty_like(h)
     act, d_gu = h.new_empty(rows, inner, dtype=bf16), h.new_empty(rows, 2 * inner, dtype=bf16)
     x_t, d_out_t = h.new_empty(rows, seq8, dtype=bf16), h.new_empty(rows, seq8, dtype=bf16)
-    # Block shapes set per tile (_descriptor_blocks); SEQ_PAD rows of 2 bytes: the 16-byte alignment TMA needs.
-    descriptors = [
-        TensorDescriptor.from_tensor(t, [1] * t.dim())
-        for t in (gate_up_pad, down_pad, act.view(batch, hidden, inner), d_gu.view(batch, hidden, 2 * inner))
-    ]
-    args = (h, total, grad_y, *descriptors[:2], d_h, *descriptors[2:], x_t, d_out_t, batch, hidden, eps)
-    meta = {"seq": seq, "inner": inner, "seq8": seq8, "ROUND_SUM": h.dtype != torch.float32, "SEQ_PAD": seq_pad}
+    # Block shapes set per tile (_descriptor_blocks); seq8 rows of 2 bytes: the 16-byte alignment TMA needs.
+    tensors = {
+        "h_desc": h, "sum_desc": total, "dy_desc": grad_y, "wgu_desc": gate_up_pad, "wd_desc": down_pad, "dx_desc": d_h,
+        "act_desc": act.view(batch, hidden, inner), "dgu_desc": d_gu.view(batch, hidden, 2 * inner),
+        "xt_desc": x_t.view(batch, hidden, seq8), "dout_desc": d_out_t.view(batch, hidden, seq8),
+    }  # fmt: skip
+    descriptors = {name: TensorDescriptor.from_tensor(t, [1] * t.dim()) for name, t in tensors.items()}
+    args = (*descriptors.values(), batch, hidden, eps)
+    meta = {"seq": seq, "inner": inner, "ROUND_SUM": h.dtype != torch.float32, "SEQ_PAD": seq_pad}
     if interpreting():
         block_c, chunk, _ = BWD_TILES[0]
         grid = (batch, -(-hidden // block_c))
-        names = ("wgu_desc", "wd_desc", "act_desc", "dgu_desc")
-        _descriptor_blocks({**dict(zip(names, descriptors)), "BLOCK_C": block_c, "BLOCK_I": chunk, "SEQ_PAD": seq_pad})
+        _descriptor_blocks({**descriptors, "BLOCK_C": block_c, "BLOCK_I": chunk, "SEQ_PAD": seq_pad})
         _mix_grad_kernel[grid](*args, **meta, INTERPRET=True, BLOCK_C=block_c, BLOCK_I=chunk)
     else:
         _tuned_grad_kernel()[lambda m: (batch, -(-hidden // m["BLOCK_C"]))](*args, **meta, INTERPRET=False)

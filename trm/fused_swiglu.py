@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trm.fused_mix import TensorDescriptor, _dot, _jit, _round_bf16, interpreting, tl, triton
+from trm.fused_mix import TensorDescriptor, _dot, _jit, _round_bf16, interpreting, misaligned, tl, triton
 
 # Tile choices (tokens per program, inner columns per program, K step, warps, pipeline stages) of each kernel:
 # Triton's autotuner times them at the first call per shape on a GPU; the interpreter takes the first. The inner
@@ -147,11 +147,6 @@ def _launch(kernel_name: str, tensors: tuple[Tensor, ...], tokens: int, **meta: 
     else:
         grid = lambda m: (inner // m["BLOCK_N"], -(-tokens // m["BLOCK_M"]))  # noqa: E731 - the autotuner's grid
         _tuned(kernel_name)[grid](*descriptors, tokens, **meta, INTERPRET=False)
-
-
-def misaligned(dim: int) -> str:
-    """Why an input width of `dim` (arch.hidden_size) cannot go through the kernels' TMA copies ('' if it can)."""
-    return "" if dim % 8 == 0 else f"arch.hidden_size={dim} is no multiple of 8 (a TMA copy's rows are 16-byte aligned)"
 
 
 def _check(x: Tensor, gate_up: Tensor, down: Tensor) -> None:

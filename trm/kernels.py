@@ -10,11 +10,12 @@
   forward and backward, in every call.
 - `fused_mix_nograd`: the kernel only in the calls without gradients (TRM's H_cycles - 1 no-grad cycles, and eval);
   the calls with gradients keep the torch path.
-- `auto` (the default): on a CUDA GPU with Triton when the precision is bf16, the mixer mlp_t and the sequence
-  within the kernels' TMA blocks, `AUTO_CUDA` from compute capability 9.0 (Hopper: the kernels' weight copies are
-  TMA copies; the fastest on a lent H200, docs/benchmarks.md, "Fused kernels") and `AUTO_CUDA_PRE_HOPPER` below it
-  (Triton compiles those copies to plain loads there, as bench/triton_sm90.py's compile for sm_80 shows;
-  unmeasured); else `torch`.
+- `auto` (the default): `AUTO_CUDA` on a CUDA GPU of compute capability 9.0 or more (Hopper: the kernels' copies
+  are TMA copies; the fastest on a lent H200, docs/benchmarks.md, "Fused kernels") with Triton, when the precision
+  is bf16, the mixer mlp_t, the sequence within the kernels' TMA blocks and arch.hidden_size a multiple of 8 (rows
+  a TMA copy can take); else `torch`. Below Hopper (or where the capability is unknown) the fused choices are
+  unmeasured, and Triton compiles their copies to plain loads that spill registers in every tile (bench/triton_sm90.py
+  --capability 80): they stay explicit choices there.
 
 The kernel computes in bf16 (its dots take bf16 operands as autocast's do), so an explicit fused choice with fp32,
 without Triton, or on XLA is refused with the reason before the model is built. On a CPU a fused choice needs Triton's
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 FUSED = {"fused_mix": "all", "fused_mix_nograd": "nograd", "fused_mix_bwd": "all_bwd", "fused_mix_swiglu": "all_bwd"}
 FUSED_SWIGLU = ("fused_mix_swiglu",)  # choices that also set trm.model.Block.fused_swiglu
 AUTO_CUDA = "fused_mix_bwd"  # the fastest on an H200 (docs/benchmarks.md, "Fused kernels")
-AUTO_CUDA_PRE_HOPPER = "fused_mix_nograd"  # no TMA below compute capability 9.0: the backward unmeasured there
 HOPPER = (9, 0)
 BF16_PRECISIONS = ("bf16", "bf16_reference")
 
@@ -52,16 +52,16 @@ def resolve_kernels(
 ) -> Kernels:
     """The concrete choice for `train.kernels=requested` on this device (a CUDA device's compute `capability`),
     resolved precision and architecture (its mixer, the sequence the token mixing spans, the hidden size)."""
-    from trm import fused_mix, fused_swiglu
+    from trm import fused_mix
 
     choice = check_kernels_choice(requested)
-    too_long, misaligned = fused_mix.too_long(arch.total_len), fused_swiglu.misaligned(arch.hidden_size)
+    too_long, misaligned = fused_mix.too_long(arch.total_len), fused_mix.misaligned(arch.hidden_size)
     blockers = [
         why
         for why, blocked in (
             (f"arch.mixer={arch.mixer} has no token-mixing MLP", arch.mixer != "mlp_t"),
             (too_long, bool(too_long)),
-            (misaligned, bool(misaligned) and choice in FUSED_SWIGLU),
+            (misaligned, bool(misaligned)),
             (
                 f"train.precision resolved to {precision} (the kernel computes in bf16)",
                 precision not in BF16_PRECISIONS,
@@ -76,12 +76,11 @@ def resolve_kernels(
         if blocked
     ]
     if choice == AUTO:
+        sm = "sm_{}{}".format(*capability) if capability else "compute capability unknown"
+        if device_type == "cuda" and not blockers and capability is not None and capability >= HOPPER:
+            return Kernels(AUTO_CUDA, f"auto: CUDA {sm}, Triton, {precision}, mlp_t")
         if device_type == "cuda" and not blockers:
-            hopper = capability is not None and capability >= HOPPER
-            sm = "sm_{}{}".format(*capability) if capability else "compute capability unknown"
-            return Kernels(
-                AUTO_CUDA if hopper else AUTO_CUDA_PRE_HOPPER, f"auto: CUDA {sm}, Triton, {precision}, mlp_t"
-            )
+            return Kernels("torch", f"auto: CUDA {sm}, below sm_90 (no TMA: the fused kernels unmeasured there)")
         return Kernels("torch", f"auto: {'; '.join(blockers) or f'the device is {device_type}'}")
     if choice in FUSED and blockers:
         raise ValueError(f"train.kernels={choice}: not possible here: {'; '.join(blockers)}")
