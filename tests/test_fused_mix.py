@@ -162,8 +162,9 @@ def test_auto_fuses_only_on_a_cuda_gpu_in_bf16_with_mlp_t() -> None:
     assert resolve_kernels("auto", "cuda", "bf16", shape(), (10, 0)).choice == AUTO_CUDA
     # Below Hopper (no TMA) and where the capability is unknown: torch's, the kernels unmeasured there.
     ampere = resolve_kernels("auto", "cuda", "bf16", shape(), (8, 0))
-    assert ampere.choice == "torch" and "sm_80, below sm_90" in ampere.reason
-    assert resolve_kernels("auto", "cuda", "bf16", shape()).choice == "torch"
+    assert ampere.choice == "torch" and "sm_80: the fused kernels are measured from sm_90" in ampere.reason
+    unknown = resolve_kernels("auto", "cuda", "bf16", shape())
+    assert unknown.choice == "torch" and "compute capability unknown" in unknown.reason
     assert resolve_kernels("fused_mix_nograd", "cuda", "bf16", shape(), (8, 0)).choice == "fused_mix_nograd"
     for device, precision, mixer, why in (
         ("cpu", "bf16_reference", "mlp_t", "the device is cpu"),

@@ -80,7 +80,7 @@ def resolve_kernels(
         if device_type == "cuda" and not blockers and capability is not None and capability >= HOPPER:
             return Kernels(AUTO_CUDA, f"auto: CUDA {sm}, Triton, {precision}, mlp_t")
         if device_type == "cuda" and not blockers:
-            return Kernels("torch", f"auto: CUDA {sm}, below sm_90 (no TMA: the fused kernels unmeasured there)")
+            return Kernels("torch", f"auto: CUDA {sm}: the fused kernels are measured from sm_90 (TMA) on")
         return Kernels("torch", f"auto: {'; '.join(blockers) or f'the device is {device_type}'}")
     if choice in FUSED and blockers:
         raise ValueError(f"train.kernels={choice}: not possible here: {'; '.join(blockers)}")
