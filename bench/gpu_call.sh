@@ -9,9 +9,10 @@
 # reference (SamsungSAILMontreal/TinyRecursiveModels at REF_COMMIT, from a git directory or checkout of it) to
 # .device/ref. The device tool carries `.device`. `run` installs the wheels under /tmp/site, makes the configs
 # importable as the wheel names them (trm_sweeps_conf), and runs the reference and every candidate side by side
-# in one process (ARGS go to the bench: --candidates, --budget-s, --repeats ...). The call, from the tool:
+# in one process (ARGS go to the bench: --candidates, --budget-s, --repeats ...), then profiles the fastest choice
+# that passed the gradient check (bench/gpu_profile.py: where its step goes; PROFILE=<choice> profiles another,
+# PROFILE= none). The call, from the tool:
 #   command: bench/gpu_call.sh run      carry: [".device"]      timeout_s: 480
-# and PROFILE=fused_mix_swiglu before it adds that choice's kernel-time profile (bench/gpu_profile.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,8 +41,13 @@ run() {
   nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader || true
   python3 -m bench.gpu_candidates --device cuda --ref .device/ref --ref-python python3 \
     --out-dir "${OUT:-bench/results}" "$@"
-  if [[ -n "${PROFILE:-}" ]]; then  # PROFILE=<choice>: where that choice's step goes next (about 1 minute more)
-    python3 -m bench.gpu_profile --kernels "$PROFILE" --out-dir "${OUT:-bench/results}" --out-name "gpu_profile_$PROFILE"
+  local out=${OUT:-bench/results} profile=${PROFILE-fastest}  # unset: the fastest that passed; empty: none
+  if [[ $profile == fastest ]]; then
+    profile=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["fastest_passing"] or "")' \
+      "$out/gpu_candidates.json") || profile=""  # another --out-name: no profile
+  fi
+  if [[ -n $profile ]]; then  # where that choice's step goes (about 1 minute more)
+    python3 -m bench.gpu_profile --kernels "$profile" --out-dir "$out" --out-name "gpu_profile_$profile"
   fi
 }
 

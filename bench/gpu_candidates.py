@@ -18,7 +18,8 @@ Built for a lease of a few minutes (docs/benchmarks.md, "Fused kernels"): one pr
 3. One block alone (the mix sublayer and the channel SwiGLU) at the timed steps' shape (eager, autocast,
    --precision): each candidate's forward without gradients and forward + backward, median ms over
    --sublayer-calls calls: which part a kernel saves.
-4. A table (bench/results/<out-name>.md) and everything (.json); the table is also printed last.
+4. A table (bench/results/<out-name>.md) and everything (.json), with the fastest choice that passed part 1
+   (`fastest_passing`); the table is also printed last.
 With --device cpu a fused candidate runs Triton's interpreter (TRITON_INTERPRET=1, set here): only --quick sizes.
 """
 
@@ -277,9 +278,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "wall_s": time.time() - started,
         }
     )
+    result["fastest_passing"] = fastest_passing(result)
     table = markdown(result)
     write_results(args.out_name, result, table, args.out_dir)
     return result
+
+
+def fastest_passing(result: dict[str, Any]) -> str | None:
+    """The train.kernels choice with the most samples/s among those that ran and passed the gradient check: the
+    one to make `auto` on this GPU (None if none did)."""
+    passed = {c["choice"] for c in result["gradient_check"] if c.get("passes")}
+    timed = {r["variant"].removeprefix("ours "): r["samples_per_s"] for r in result["variants"] if r["times_s"]}
+    ranked = sorted((rate, choice) for choice, rate in timed.items() if choice in passed and rate)
+    return ranked[-1][1] if ranked else None
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -325,7 +336,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['flops_per_sample_step'] / 1e9:.2f} GFLOP per sample-step; medians of {args['repeats']} "
         f"round-robin steps; ratios are medians of same-round step-time ratios (> 1: faster). {where}, torch "
         f"{result['machine']['torch']}; bf16 matmul peak ({args['matmul_size']}^3, nn/nt) "
-        f"{fmt(peak and peak / 1e12, '.1f')} TFLOP/s; gradient check at batch {args['check_batch']}, eager.",
+        f"{fmt(peak and peak / 1e12, '.1f')} TFLOP/s; gradient check at batch {args['check_batch']}, eager. "
+        f"Fastest that passes: {result.get('fastest_passing') or 'none'}.",
     ]
     return "\n".join(lines)
 

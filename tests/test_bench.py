@@ -229,6 +229,25 @@ def test_gpu_candidates_bench_checks_and_times_every_candidate(tmp_path: Path) -
     assert set(sublayer) == set(checks) and all(c["forward_ms"] > 0 < c["train_ms"] for c in sublayer.values())
     table = (tmp_path / "gpu_candidates.md").read_text()
     assert "| ours fused_mix_swiglu |" in table and "| fused_mix_swiglu | " in table and "| torch | " in table
+    fastest = max(rows, key=lambda name: rows[name]["samples_per_s"]).removeprefix("ours ")  # torch, interpreted
+    assert result["fastest_passing"] == fastest and f"Fastest that passes: {fastest}." in table
+
+
+def test_the_fastest_candidate_named_is_one_that_passed_the_gradient_check() -> None:
+    """What the prepared GPU call profiles and what `auto` should become: never a faster choice whose gradients
+    failed, nor one that did not run."""
+    from bench.gpu_candidates import fastest_passing
+
+    checks = [{"choice": c, "passes": ok} for c, ok in (("torch", True), ("fused_mix", False), ("fused_mix_bwd", True))]
+    variants = [
+        {"variant": "reference", "times_s": [1.0], "samples_per_s": 900.0},
+        {"variant": "ours torch", "times_s": [1.0], "samples_per_s": 100.0},
+        {"variant": "ours fused_mix", "times_s": [1.0], "samples_per_s": 300.0},  # faster, but its gradients failed
+        {"variant": "ours fused_mix_bwd", "times_s": [1.0], "samples_per_s": 200.0},
+        {"variant": "ours fused_mix_swiglu", "times_s": [], "samples_per_s": None},  # skipped
+    ]
+    assert fastest_passing({"gradient_check": checks, "variants": variants}) == "fused_mix_bwd"
+    assert fastest_passing({"gradient_check": checks[1:2], "variants": variants}) is None
 
 
 @pytest.mark.slow
