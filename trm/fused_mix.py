@@ -8,7 +8,7 @@ Through torch it runs as two transposes, two GEMMs whose inner width (2 x 512 fo
 times the input's, a memory-bound silu*mul between them and an add+norm: the gate/up product goes to device
 memory and back. Here one program owns one batch row and a block of channels, loops over the inner width in
 chunks (gate and up chunk, silu*mul, accumulated into the down product, never leaving the chip) and finishes
-with the residual add and the norm, reading h once and writing y once, in h's own layout (no transposes).
+with the residual add and the norm, reading h and writing y in h's own layout (no transposes in memory).
 
 Numbers: the dots take bf16 operands with fp32 accumulation, as the bf16 precisions' autocast does; gate, up,
 their silu*mul and the down output are rounded to bf16 where the torch path stores them in bf16, the residual
@@ -128,7 +128,7 @@ def _mix_kernel(
         up = _round_bf16(_dot(x, tl.trans(w_up), zeros, INTERPRET), INTERPRET)
         act = _round_bf16(gate * tl.sigmoid(gate) * up, INTERPRET).to(tl.bfloat16)
         acc = _dot(act, tl.trans(wd_desc.load([0, start])), acc, INTERPRET)  # [BLOCK_C, SEQ_PAD]; padded seq: 0
-    h = tl.reshape(h_desc.load([b, 0, c0]), (SEQ_PAD, BLOCK_C)).to(tl.float32)  # again, [SEQ_PAD, BLOCK_C]
+    h = tl.reshape(h_desc.load([b, 0, c0]), (SEQ_PAD, BLOCK_C)).to(tl.float32)  # again: not held through the loop
     total = h + _round_bf16(tl.trans(acc), INTERPRET)
     if ROUND_SUM:
         total = _round_bf16(total, INTERPRET)
