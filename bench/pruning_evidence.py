@@ -10,8 +10,8 @@ and asks should_prune() at every eval; a pruned trial stops there, a finished on
 ran. The same trials in the same order as the unpruned study: TPE would have drawn differently after a prune, so
 a replay ranks rules; a real study shows one.
 
-Kept: the replay's best within one eval standard error of the unpruned best, the binomial
-sqrt(p (1 - p) / n) at the unpruned best p and the eval's puzzle count n (`eval/count` of the curves).
+Kept: the replay's best within one eval standard error of the unpruned best (trm.reeval.binomial_stderr, as the
+study's re-evaluation) at the unpruned best p and the eval's puzzle count n (`eval/count` of the curves).
 Table: bench/results/<out-name>.md; the cheapest rule that keeps the best in every seed first. The replay and the
 table are shared with bench/pruning_replays.py (other Optuna pruners, some on cumulative FLOPs as the step).
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,6 +31,7 @@ from bench._results import RESULTS, run_header, write_results
 from bench.pruning import replay_curves
 from storage.record import PRUNER_EVIDENCE_ATTR
 from sweeps.pruning_evidence import EvidencePruner
+from trm.reeval import binomial_stderr
 
 OBJECTIVE = "eval/exact_accuracy"
 METRICS = ("eval/exact_accuracy", "eval/blank_accuracy")
@@ -76,11 +76,6 @@ def unpruned_studies(
     return args, saved, [seed["arms"][0] for seed in saved["per_seed"]]
 
 
-def standard_error(p: float, n: int) -> float:
-    """The binomial standard error of an accuracy p measured on n puzzles."""
-    return math.sqrt(p * (1 - p) / n)
-
-
 def replay(
     arm: dict[str, Any], pruner: optuna.pruners.BasePruner, metric: str, resource: str = "steps"
 ) -> dict[str, Any]:
@@ -88,7 +83,7 @@ def replay(
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     run = replay_curves(arm["trials"], pruner, metric, OBJECTIVE, resource)
     reference = max(max(r[OBJECTIVE] for r in t["eval"]) for t in trained(arm))
-    se = standard_error(reference, int(trained(arm)[0]["eval"][-1]["eval/count"]))
+    se = binomial_stderr(reference, int(trained(arm)[0]["eval"][-1]["eval/count"]))
     gap = reference - (run["best"] if run["best"] is not None else 0.0)
     return {
         "steps_ratio": run["steps"] / arm["trial_steps"],

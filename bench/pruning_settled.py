@@ -18,7 +18,7 @@ from typing import Any
 
 from bench._results import fmt, run_header, write_results
 from bench._sweep import load_trials, trial_record
-from bench.pruning_evidence import standard_error
+from trm.reeval import binomial_stderr
 
 SETTLED = ("COMPLETE", "PRUNED")
 
@@ -49,7 +49,7 @@ def compare(arms: dict[str, dict[int, dict[str, Any]]], eval_examples: int) -> d
         }
     reference = rows[next(iter(rows))]
     p = reference["best_value"] or 0.0
-    stderr = standard_error(p, eval_examples)
+    stderr = binomial_stderr(p, eval_examples)
     for row in rows.values():
         row["flops_ratio"] = row["flops"] / reference["flops"] if reference["flops"] else None
         row["gap"] = None if row["best_value"] is None else p - row["best_value"]

@@ -388,6 +388,7 @@ def test_pruning_settled_compares_only_the_trials_every_arm_settled() -> None:
     """A stopped run: trial 2 settled in one arm only, so both are compared on trials 0-1; the pruned arm's best
     within one eval SE of the reference's is kept, its FLOPs are the share of the reference's."""
     from bench.pruning_settled import compare
+    from trm.reeval import binomial_stderr
 
     def trial(number: int, state: str, value: float | None, flops: float) -> dict:
         return {"number": number, "state": state, "value": value, "steps": 10, "compute_flops": flops, "params": {}}
@@ -401,11 +402,11 @@ def test_pruning_settled_compares_only_the_trials_every_arm_settled() -> None:
     result = compare({"none": reference, "evidence": pruned}, eval_examples=100)
     assert result["settled_trials"] == 2
     stderr = result["reference_stderr"]
-    assert abs(stderr - (0.95 * 0.05 / 100) ** 0.5) < 1e-12
+    assert stderr == binomial_stderr(0.95, 100) and abs(stderr - (0.95 * 0.05 / 100) ** 0.5) < 0.001  # as the study's
     arm = result["arms"]["evidence"]
     assert (arm["complete"], arm["pruned"], arm["best_trial"]) == (1, 1, 0)
     assert arm["flops_ratio"] == 5e12 / 8e12
-    assert abs(arm["gap"] - 0.05) < 1e-12 and not arm["kept"]  # 0.05 > one SE (0.0218)
+    assert abs(arm["gap"] - 0.05) < 1e-12 and not arm["kept"]  # 0.05 > one SE (0.0221)
     assert result["arms"]["none"]["kept"]
 
 

@@ -30,6 +30,7 @@ from sweeps.wandb_summary import log_study_summary, study_summary
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from tests.test_sweeps import with_space
 from tests.wandb_offline import find_runs, read_offline_run
+from trm.reeval import binomial_stderr
 
 TRIAL = [*FAST_TRIAL, "train.eval_examples=16"]  # the trials' own eval: 16 of the 32 test puzzles
 
@@ -65,6 +66,26 @@ def test_the_top_two_within_one_standard_error_say_so_in_one_line() -> None:
     assert ranking_lines(study)[-1] == line
     apart = study_with([0.9, 0.8], [record(0, 0.61, 0.01), record(1, 0.64, 0.01)])  # 0.03 > 0.01 + 0.01
     assert overlap_line(ranking(apart)) is None
+
+
+def test_the_standard_error_is_wilsons_and_never_zero_at_a_share_of_zero_or_one() -> None:
+    """The stored error is the half-width of scipy's Wilson score interval at one sigma, for whole counts; near the
+    middle it is Wald's sqrt(p(1-p)/n); at 0 or 1 it is not 0. So a winner that solved all 32 puzzles is within
+    noise of one that solved 31 (Fisher's exact test: p = 1), where Wald's zero error called them apart."""
+    from scipy.stats import binomtest, fisher_exact
+
+    one_sigma = math.erf(1 / math.sqrt(2))  # 0.6827
+    for solved, n in ((0, 32), (2, 32), (16, 32), (32, 32), (307, 512), (511, 512)):
+        ci = binomtest(solved, n).proportion_ci(confidence_level=one_sigma, method="wilson")
+        assert binomial_stderr(solved / n, n) == pytest.approx((ci.high - ci.low) / 2, rel=1e-9)
+    assert binomial_stderr(0.6, 512) == pytest.approx(math.sqrt(0.6 * 0.4 / 512), rel=0.01)
+    assert binomial_stderr(0.0, 32) > 0.01 and binomial_stderr(1.0, 32) > 0.01
+    assert fisher_exact([[32, 0], [31, 1]]).pvalue == pytest.approx(1.0)
+    stored = [record(0, 1.0, binomial_stderr(1.0, 32), 32), record(1, 31 / 32, binomial_stderr(31 / 32, 32), 32)]
+    assert (line := overlap_line(ranking(study_with([0.9, 0.8], stored)))) is not None
+    assert line.startswith("trials 0 and 1 overlap within one standard error (1.0000 ± 0.0152 (32 puzzles)")
+    wald = [record(0, 1.0, 0.0, 32), record(1, 31 / 32, math.sqrt(31 / 32 / 32 / 32), 32)]
+    assert overlap_line(ranking(study_with([0.9, 0.8], wald))) is None  # what the old error said
 
 
 def study_of(name: str | None, reported: list[float], stored: list[Reeval], storage: str | None = None) -> optuna.Study:
@@ -149,7 +170,7 @@ def test_a_study_reevaluates_its_top_trials_on_the_whole_test_split(
 ) -> None:
     """Two trained trials; at the end each best checkpoint is evaluated again by a real job (the local launcher,
     `python -m trm.train ... reeval.run=true`) on all 32 test puzzles (the trials evaluated 16). The stored value
-    is that eval's, with sqrt(p(1-p)/32); Optuna's values are untouched; sweeps.best ranks by it and, on demand,
+    is that eval's, with its standard error over 32 puzzles; Optuna's values are untouched; sweeps.best ranks by it and, on demand,
     runs it again on a count the user sets."""
     db = f"sqlite:///{tmp_path}/db.sqlite"
     cfg = sweep_config(
@@ -167,7 +188,7 @@ def test_a_study_reevaluates_its_top_trials_on_the_whole_test_split(
         r = stored[t.number]
         assert r.examples == 32 and r.metric == "eval/accuracy"  # the whole split, not the trial's 16
         assert 0 < r.value < 1
-        assert r.stderr == pytest.approx(math.sqrt(r.value * (1 - r.value) / 32))
+        assert r.stderr == pytest.approx(binomial_stderr(r.value, 32))
         assert r.step == t.user_attrs["best_step"] and r.checkpoint.endswith("/checkpoints/best.pt")
         assert t.value == t.user_attrs["best_value"]  # the trial's own value, as reported
         job_log = (Path(t.user_attrs["workdir"]) / "reeval" / "worker-0.log").read_text()
