@@ -14,7 +14,7 @@ import torch
 from contracts.choices import KERNEL_CHOICES
 from trm.fused_mix import mix_sublayer, mix_sublayer_backward
 from trm.kernels import AUTO_CUDA, apply_kernels, resolve_kernels
-from trm.model import ACTModel, Block, TRMConfig
+from trm.model import ACTModel, Block, SwiGLU, TRMConfig
 from trm.step import autocast
 
 PAPER_SEQ = 97  # Sudoku's 81 cells and the puzzle embedding's 16 positions: arch.total_len of the paper presets
@@ -39,6 +39,34 @@ def assert_compiled_is_eager(
         results.append((out, *(t.grad for t in leaves)))
     for eager, compiled in zip(*results):
         assert compiled is not None and torch.equal(eager, compiled)
+
+
+def assert_kernel_grads_match(
+    block: Block,
+    sublayer: SwiGLU,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    use_kernels: Callable[[bool], None],
+    size: tuple[int, int, int],
+    stream: torch.dtype,
+) -> None:
+    """forward(h).backward(grad_y), h and grad_y of `size` in `stream`, under bf16_reference autocast, on the torch
+    path and then with `use_kernels(True)`: h's and `sublayer`'s weight gradients agree to bf16 rounding and are not
+    the same bits (the kernels ran)."""
+    torch.manual_seed(1)
+    h0, grad_y = torch.randn(size).to(stream), torch.randn(size).to(stream)
+    grads = {}
+    for fused in (False, True):
+        use_kernels(fused)
+        block.zero_grad(set_to_none=True)
+        h = h0.clone().requires_grad_()
+        with autocast("bf16_reference", h.device):
+            forward(h).backward(grad_y)
+        grads[fused] = (h.grad, sublayer.gate_up.weight.grad, sublayer.down.weight.grad)
+    for name, mine, theirs in zip(("h", "gate_up", "down"), grads[True], grads[False]):
+        assert mine is not None and theirs is not None, name
+        assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, name
+        assert relative_error(mine, theirs) < BF16_TOL, name
+        assert not torch.equal(mine, theirs), name  # the kernels ran, not the torch path
 
 
 def shape(mixer: str = "mlp_t", seq: int = PAPER_SEQ, hidden: int = 512) -> TRMConfig:

@@ -5,12 +5,21 @@ whole training step with this choice: tests/test_fused_mix.py."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 import torch
 
-from tests.test_fused_mix import BF16_TOL, assert_compiled_is_eager, mix_block, relative_error
+from tests.test_fused_mix import (
+    BF16_TOL,
+    assert_compiled_is_eager,
+    assert_kernel_grads_match,
+    mix_block,
+    relative_error,
+)
 from trm.fused_mix import mix_sublayer, mix_sublayer_backward
 from trm.fused_mix_backward import mix_sublayer_grads, mix_sublayer_saving, mix_sublayer_trainable
+from trm.model import SwiGLU
 from trm.step import autocast
 
 SAME_ROUNDINGS_TOL = 5e-3  # two sums of the same bf16 products in another order (measured: 3e-3 at most)
@@ -40,21 +49,11 @@ def test_the_triton_backward_is_the_recomputing_backward(seq: int, hidden: int, 
 @pytest.mark.parametrize("stream", [torch.bfloat16, torch.float32])
 def test_a_block_with_the_triton_backward_differentiates_like_the_torch_path(stream: torch.dtype) -> None:
     block = mix_block(29, 48, seed=1)
-    torch.manual_seed(1)
-    h0, grad_y = torch.randn(2, 29, 48).to(stream), torch.randn(2, 29, 48).to(stream)
-    grads = {}
-    for mode in ("off", "all_bwd"):
-        block.fused_mix = mode
-        block.zero_grad(set_to_none=True)
-        h = h0.clone().requires_grad_()
-        with autocast("bf16_reference", h.device):
-            block.mix_sublayer(h).backward(grad_y)
-        grads[mode] = (h.grad, block.mix.gate_up.weight.grad, block.mix.down.weight.grad)
-    for name, mine, theirs in zip(("h", "gate_up", "down"), grads["all_bwd"], grads["off"]):
-        assert mine is not None and theirs is not None, name
-        assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, name
-        assert relative_error(mine, theirs) < BF16_TOL, name
-        assert not torch.equal(mine, theirs), name  # the kernels ran, not the torch path
+
+    def use_kernels(fused: bool) -> None:
+        block.fused_mix = "all_bwd" if fused else "off"
+
+    assert_kernel_grads_match(block, cast(SwiGLU, block.mix), block.mix_sublayer, use_kernels, (2, 29, 48), stream)
 
 
 def test_torch_compile_traces_the_saving_op_and_its_backward() -> None:

@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.test_fused_mix import BF16_TOL, assert_compiled_is_eager, mix_block, relative_error
+from tests.test_fused_mix import (
+    BF16_TOL,
+    assert_compiled_is_eager,
+    assert_kernel_grads_match,
+    mix_block,
+    relative_error,
+)
 from trm.fused_swiglu import swiglu, swiglu_saving, swiglu_trainable
 from trm.step import autocast
 
@@ -45,21 +51,14 @@ def test_the_saving_kernel_keeps_the_torch_paths_gate_and_up() -> None:
 @pytest.mark.parametrize("stream", [torch.bfloat16, torch.float32])
 def test_a_block_with_the_fused_swiglu_differentiates_like_the_torch_path(stream: torch.dtype) -> None:
     block = mix_block(29, 72, seed=1)
-    torch.manual_seed(1)
-    h0, grad_y = torch.randn(2, 29, 72).to(stream), torch.randn(2, 29, 72).to(stream)
-    grads = {}
-    for fused in (False, True):
+
+    def use_kernels(fused: bool) -> None:
         block.fused_swiglu = fused
-        block.zero_grad(set_to_none=True)
-        h = h0.clone().requires_grad_()
-        with autocast("bf16_reference", h.device):
-            (h + block.channel_mlp(h)).backward(grad_y)  # the residual, as trm.model.Block adds it
-        grads[fused] = (h.grad, block.mlp.gate_up.weight.grad, block.mlp.down.weight.grad)
-    for name, mine, theirs in zip(("h", "gate_up", "down"), grads[True], grads[False]):
-        assert mine is not None and theirs is not None, name
-        assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, name
-        assert relative_error(mine, theirs) < BF16_TOL, name
-        assert not torch.equal(mine, theirs), name  # the kernels ran, not the torch path
+
+    def forward(h: torch.Tensor) -> torch.Tensor:
+        return h + block.channel_mlp(h)  # the residual, as trm.model.Block adds it
+
+    assert_kernel_grads_match(block, block.mlp, forward, use_kernels, (2, 29, 72), stream)
 
 
 def test_torch_compile_traces_the_swiglu_ops_and_their_backward() -> None:
