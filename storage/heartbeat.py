@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from types import TracebackType
 
@@ -31,13 +32,32 @@ def trial_id_of(trial: BaseTrial | FrozenTrial) -> int:
 def retry_callback(max_retry: int | None = 3) -> RetryHeartbeatStaleTrialCallback:
     """Callback for ``open_storage(failed_trial_callback=...)``: re-queue a stale trial.
 
-    Optuna 5 renamed ``RetryFailedTrialCallback`` to ``RetryHeartbeatStaleTrialCallback``
+    Optuna 4.9 renamed ``RetryFailedTrialCallback`` to ``RetryHeartbeatStaleTrialCallback``
     (the old name warns). The copy is WAITING, same params and user attrs, and records the
     original in ``system_attrs["failed_trial"]`` / ``["retry_history"]``.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+
+
+def retry_history(trial: FrozenTrial) -> list[int]:
+    """The numbers of the attempts before `trial` in its retry chain, first first (Optuna's record of the
+    callback's copies), without the experimental warning: it is noise in a CLI's output."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RetryHeartbeatStaleTrialCallback.retry_history(trial)
+
+
+def chain_origin(trial: FrozenTrial) -> int:
+    """The number of the first trial of `trial`'s retry chain (its own number when it is no retry)."""
+    history = retry_history(trial)
+    return history[0] if history else trial.number
+
+
+def retried_numbers(trials: Iterable[FrozenTrial]) -> set[int]:
+    """The numbers of the trials that were queued again as a retry: a later attempt stands for them."""
+    return {number for trial in trials for number in retry_history(trial)}
 
 
 def fail_stale_trials(study: optuna.Study) -> list[int]:

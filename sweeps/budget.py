@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from storage.heartbeat import retried_numbers
 from storage.record import DUPLICATE_OF_ATTR, trained_trials
 from sweeps.space import Conditional
 
@@ -22,7 +22,7 @@ TRAINS = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState
 def budget_used(trials: Sequence[FrozenTrial]) -> int:
     """Trials that used the budget: finished or running ones, less failures re-queued as a retry, refused
     duplicates and trials failed before they started (they trained nothing)."""
-    retried = {n for t in trials for n in RetryHeartbeatStaleTrialCallback.retry_history(t)}
+    retried = retried_numbers(trials)
     used = trained_trials(trials)
     return sum(1 for t in used if t.state in FINISHED and t.number not in retried) + sum(
         1 for t in used if t.state == TrialState.RUNNING

@@ -36,10 +36,10 @@ from datetime import datetime
 from typing import Any, TextIO
 
 import optuna
-from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from storage.heartbeat import retried_numbers
 from storage.record import trained_trials
 from sweeps.space import params_to_values
 
@@ -139,11 +139,11 @@ def measure(
     """The study's progress from its trials. `now` is on the clock the trials' datetimes were stamped with
     (Optuna's: the local time of the process that told them, naive)."""
     used = trained_trials(trials)
-    retried_numbers = {n for t in trials for n in RetryHeartbeatStaleTrialCallback.retry_history(t)}
+    requeued = retried_numbers(trials)
     complete = [t for t in used if t.state == TrialState.COMPLETE and t.values]
     pruned = [t for t in used if t.state == TrialState.PRUNED]
-    failed = [t for t in used if t.state == TrialState.FAIL and t.number not in retried_numbers]
-    retried = sum(1 for t in used if t.state == TrialState.FAIL and t.number in retried_numbers)
+    failed = [t for t in used if t.state == TrialState.FAIL and t.number not in requeued]
+    retried = sum(1 for t in used if t.state == TrialState.FAIL and t.number in requeued)
     running = [t for t in used if t.state == TrialState.RUNNING]
 
     best_number = best_value = pareto = None

@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from collections.abc import Sequence
 
 import optuna
 from optuna.pruners import BasePruner
-from optuna.storages import RetryFailedTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 from scipy.stats import kendalltau
 
+from storage.heartbeat import chain_origin
 from storage.record import PRUNER_EVIDENCE_ATTR, EvidenceRecord, RungEvidence
 
 log = logging.getLogger("sweeps.pruning")
@@ -68,10 +67,7 @@ class EvidencePruner(BasePruner):
 
     def is_audit(self, trial: FrozenTrial) -> bool:
         """Whether a trial runs unpruned to its end (by the number of the first trial of its retry chain)."""
-        with warnings.catch_warnings():  # experimental since Optuna 3.0, and what the driver's retries record
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            history = RetryFailedTrialCallback.retry_history(trial)
-        number = history[0] if history else trial.number
+        number = chain_origin(trial)
         return number < self.audit_first or (
             self.audit_every > 0 and number >= self.audit_first and (number - self.audit_first) % self.audit_every == 0
         )

@@ -12,16 +12,15 @@ report and the W&B summary rank by the re-evaluation (`ranking`) and say when th
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from storage.heartbeat import retried_numbers
 from storage.record import (
     CHECKPOINT_URL_ATTR,
     SLOT_ATTR,
@@ -152,9 +151,7 @@ def paired_lines(study: optuna.Study, other: optuna.Study) -> list[str]:
 def trained_params(study: optuna.Study) -> list[dict[str, Any]]:
     """The parameters of the study's trials that trained (in trial order; a retry's failed attempts left out)."""
     trials = trained_trials(study.get_trials(deepcopy=False))
-    with warnings.catch_warnings():  # retry_history is experimental: the warning is noise in a CLI's output
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        retried = {n for t in trials for n in RetryHeartbeatStaleTrialCallback.retry_history(t)}
+    retried = retried_numbers(trials)
     return [dict(t.params) for t in trials if t.number not in retried and t.state != TrialState.WAITING]
 
 

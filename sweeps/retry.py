@@ -12,8 +12,9 @@ import logging
 from dataclasses import dataclass
 
 import fsspec
-from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial
+
+from storage.heartbeat import retry_history
 
 log = logging.getLogger("sweeps")
 
@@ -30,7 +31,7 @@ class RetryPlan:
 
 def retries_used(trial: FrozenTrial) -> int:
     """How many times this trial's configuration was queued again already (its retry chain's length less one)."""
-    return len(RetryHeartbeatStaleTrialCallback.retry_history(trial))
+    return len(retry_history(trial))
 
 
 def checkpoint_written(checkpoint_url: str | None) -> bool | None:

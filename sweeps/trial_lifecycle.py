@@ -20,10 +20,11 @@ from typing import Any
 
 import optuna
 from omegaconf import DictConfig
-from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from storage import HeartbeatThread, resolve_url, trial_id_of
+from storage.heartbeat import chain_origin
 from storage.record import (
     CHECKPOINT_URL_ATTR,
     DETAILS_ATTR,
@@ -96,8 +97,7 @@ class TrialLifecycle(ABC):
 
     def origin_number(self, trial: FrozenTrial) -> int:
         """The first trial of a retry chain: its checkpoint directory is the one to resume from."""
-        history = RetryHeartbeatStaleTrialCallback.retry_history(trial)
-        return history[0] if history else trial.number
+        return chain_origin(trial)
 
     def training_overrides(self, sampled: dict[str, Any]) -> list[str]:
         """What a trial trains: pasted after `python -m trm.train` they re-train it (sweeps/best.py)."""

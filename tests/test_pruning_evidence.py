@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 
 from dashboards.report_page import write_report
 from storage import open_storage
+from storage.heartbeat import retry_callback
 from storage.record import OBJECTIVE_ATTR, PRUNER_ATTR, PRUNER_EVIDENCE_ATTR
 from sweeps.config import compose_sweep_config
 from sweeps.driver import Driver
@@ -101,10 +102,10 @@ def test_audit_trials_are_the_first_and_every_nth_and_a_retry_keeps_its_status(t
     trials = [study.ask() for _ in range(9)]
     audits = [t.number for t in trials if pruner.is_audit(study.trials[t.number])]
     assert audits == [0, 1, 2, 5, 8]
-    # The driver's retry of trial 5 (Optuna's RetryFailedTrialCallback) is an audit trial too; of trial 4, not.
+    # The driver's retry of trial 5 (Optuna's RetryHeartbeatStaleTrialCallback) is an audit trial too; of trial 4, not.
     for original in (5, 4):
         study.tell(trials[original], state=TrialState.FAIL)
-        optuna.storages.RetryFailedTrialCallback()(study, study.trials[original])
+        retry_callback()(study, study.trials[original])
     retried = list(study.get_trials(states=(TrialState.WAITING,)))
     assert [pruner.is_audit(t) for t in retried] == [True, False]
 

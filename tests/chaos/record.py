@@ -4,26 +4,18 @@ left (where it started, what it logged at each eval)."""
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from storage import open_storage
+from storage.heartbeat import retried_numbers, retry_history
 from storage.record import DUPLICATE_OF_ATTR
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-
-
-def retry_history(trial: FrozenTrial) -> list[int]:
-    """Optuna's retry chain of a trial (the attempts before it, first first), without its experimental warning."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return RetryHeartbeatStaleTrialCallback.retry_history(trial)
 
 
 def chains(trials: list[FrozenTrial]) -> dict[int, list[int]]:
@@ -57,7 +49,7 @@ class StudyRecord:
             study_attrs=loaded.user_attrs,
             by_number={t.number: t for t in trials},
             chain=chains(trials),
-            retried={n for t in trials for n in retry_history(t)},
+            retried=retried_numbers(trials),
             duplicates=[t for t in trials if DUPLICATE_OF_ATTR in t.user_attrs],
             ran=[t for t in trials if DUPLICATE_OF_ATTR not in t.user_attrs],
         )
