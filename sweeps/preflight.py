@@ -100,6 +100,10 @@ def problems(
     ours = code_fingerprint()
     port = int(train.runtime.port)
     first = next((a.facts for a in answers if a.facts), None)
+    # The others whose connection to "worker 0" succeeded: worker 0 should have seen each of them.
+    reached_zero = sum(
+        1 for a in answers if a.worker != 0 and a.facts and a.facts.get("port", {}).get("reach", 0) is None
+    )
     for answer in answers:
         w, f = answer.worker, answer.facts
         if f is None:
@@ -130,14 +134,32 @@ def problems(
             out.append(f"worker {w}: {chips} TPU chip(s) at {settings.chips_glob}, expected {launcher.chips_per_vm}")
         if holders:
             out.append(f"worker {w}: its chips are open in pid(s) {holders} (a job left running?): stop them first")
-        if f["port"].get("bind"):
+        if f["worker"] is None:
             out.append(
-                f"worker {w}: runtime.port={port} cannot be bound ({f['port']['bind']}): pick a free runtime.port "
+                f"worker {w}: cannot tell which worker of the TPU it is (no TPU_WORKER_ID, and torch_xla could not "
+                "read the TPU's metadata), so neither can the job: install trm-sweeps[tpu] in launcher.python's "
+                "environment; the control-plane port was not checked"
+            )
+        elif f["worker"] != w:
+            out.append(
+                f"worker {w}: calls itself worker {f['worker']} (TPU_WORKER_ID or the TPU's metadata): the job would "
+                "take that rank; unset a stale TPU_WORKER_ID in the VM's environment"
+            )
+        reach = f.get("port", {})  # none when the worker could not tell which it is
+        if reach.get("bind"):
+            out.append(
+                f"worker {w}: runtime.port={port} cannot be bound ({reach['bind']}): pick a free runtime.port "
                 f"(not libtpu's {', '.join(map(str, LIBTPU_PORTS))})"
             )
-        if f["port"].get("reach"):
+        if w == 0 and "peers" in reach and reach["peers"] < reached_zero:
             out.append(
-                f"worker {w}: cannot reach worker 0 on runtime.port ({f['port']['reach']}): the VPC must allow TCP "
+                f"worker 0: {reach['peers']} connection(s) on runtime.port={port}, but {reached_zero} worker(s) "
+                "say they reached worker 0 there: they reached another host (the first of TPU_WORKER_HOSTNAMES or "
+                "of the TPU's metadata is not this VM)"
+            )
+        if reach.get("reach"):
+            out.append(
+                f"worker {w}: cannot reach worker 0 on runtime.port ({reach['reach']}): the VPC must allow TCP "
                 "between the TPU's VMs on runtime.port and ephemeral ports (gloo's)"
             )
         if f["data"] is not None:

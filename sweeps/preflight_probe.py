@@ -1,7 +1,10 @@
 """What sweeps.preflight runs on each worker VM: the facts first contact needs, printed as one JSON line.
 
 Sent as source text (`python -c`), so it runs before the project is installed there and on an interpreter too
-old for it: the standard library only, no syntax newer than Python 3.8. It reports; sweeps/preflight.py judges.
+old for it: the standard library (the project and torch_xla only in guarded imports: what fails is a fact to
+report), no syntax newer than Python 3.8. It reports; sweeps/preflight.py judges.
+Identity: TPU_WORKER_ID where the environment has it (GKE, the tests' stand-in pod), else the TPU's metadata
+through torch_xla, as the job finds its rank (trm/runtime/base.py): a TPU VM's ssh session has no such variable.
 Reachability: worker 0 listens on the control-plane port while the others connect to it, all within `reach_s`.
 """
 
@@ -83,6 +86,19 @@ def _writable(url):
         return type(err).__name__ + ": " + (str(err).splitlines() or [""])[0][:200]
 
 
+def _worker():
+    """This VM's worker id, or None when neither the environment nor the TPU's metadata tells."""
+    value = os.environ.get("TPU_WORKER_ID", "").strip()
+    if value:
+        return int(value)
+    try:
+        from torch_xla._internal import tpu
+
+        return int(tpu.worker_id())
+    except Exception:
+        return None
+
+
 def _hosts():
     hosts = [h.strip() for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
     if hosts:
@@ -133,7 +149,7 @@ def _port(worker, port, reach_s, peers):
 
 
 def main(args):
-    worker = int(os.environ.get("TPU_WORKER_ID", "0") or 0)
+    worker = _worker()
     facts = {
         "worker": worker,
         "python": ".".join(str(n) for n in sys.version_info[:3]),
@@ -144,7 +160,8 @@ def main(args):
         "free_gb": round(shutil.disk_usage(".").free / 1e9, 1),
         "checkpoint": _writable(args["checkpoint_url"]) if worker == 0 else None,
     }
-    facts["port"] = _port(worker, int(args["port"]), float(args["reach_s"]), int(args["peers"]))
+    if worker is not None:  # a VM that cannot tell which it is would take worker 0's part: checked by none
+        facts["port"] = _port(worker, int(args["port"]), float(args["reach_s"]), int(args["peers"]))
     print(MARK + json.dumps(facts), flush=True)
 
 

@@ -40,4 +40,5 @@ def fake_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> P
     root.mkdir()
     monkeypatch.setenv("FAKE_TPU_ROOT", str(root))
     monkeypatch.setenv("FAKE_TPU_WORKERS", str(workers))
+    monkeypatch.setenv("FAKE_GCLOUD_RETRY_S", "0.05")  # gcloud's 5 s between attempts on ssh's 255
     return root

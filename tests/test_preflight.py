@@ -114,3 +114,45 @@ def test_preflight_sees_a_stale_job_holding_worker_0s_chips_and_port(
     finally:
         stale.terminate()
         stale.wait()
+
+
+def test_a_pod_whose_vms_cannot_tell_which_worker_they_are_is_not_ready(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A TPU VM's ssh session has no TPU_WORKER_ID: the probe asks torch_xla for the TPU's metadata, and where it
+    cannot, says so. It used to take worker 0's part on every VM, and the port check passed with no peer seen."""
+    pod = fake_pod(tmp_path, monkeypatch, 2)
+    monkeypatch.setenv("FAKE_TPU_WORKER_ENV", "0")  # VMs as a real TPU's, without torch_xla here
+    for w in (0, 1):
+        give_python(pod / "test-pod" / f"worker-{w}", Path(sys.executable))
+    assert main(pod_args(tmp_path)) == 1
+    problems = capsys.readouterr().out.splitlines()[3:]
+    assert [p.split(":")[0] for p in problems] == ["worker 0", "worker 1"], problems
+    assert all("cannot tell which worker of the TPU it is" in p for p in problems), problems
+
+
+def test_worker_0_seeing_fewer_peers_than_reached_it_is_a_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Peers that connected to "worker 0" but not to the VM that is: the first host they were given is another."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from sweeps.preflight import Answer, problems
+
+    def facts(worker: int, port: dict[str, object]) -> dict[str, object]:
+        versions = {"torch_xla": "2.9.0", "libtpu": "0.0.21"}
+        return {"worker": worker, "python": "3.11.7", "versions": versions, "code": "c", "chips": [4, []],
+                "data": None, "free_gb": 50.0, "checkpoint": None, "port": port}  # fmt: skip
+
+    settings = SimpleNamespace(expect={}, chips_glob="/dev/accel*", min_free_gb=1)
+    launcher = SimpleNamespace(python="python3", chips_per_vm=4)
+    train = OmegaConf.create({"runtime": {"port": 12355}, "data": {"path": "data"}})
+    answers = [Answer(0, facts(0, {"bind": None, "peers": 1})), *(Answer(w, facts(w, {"reach": None})) for w in (1, 2))]
+    monkeypatch.setattr("contracts.code_version.code_fingerprint", lambda: "c")
+    trial = SimpleNamespace(checkpoint_root=None)
+    assert problems(answers, settings, trial, launcher, train) == [  # type: ignore[arg-type]
+        "worker 0: 1 connection(s) on runtime.port=12355, but 2 worker(s) say they reached worker 0 there: they "
+        "reached another host (the first of TPU_WORKER_HOSTNAMES or of the TPU's metadata is not this VM)"
+    ]
+    answers[0].facts["port"] = {"bind": None, "peers": 2}  # type: ignore[index]
+    assert problems(answers, settings, trial, launcher, train) == []  # type: ignore[arg-type]

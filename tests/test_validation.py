@@ -346,23 +346,39 @@ def test_literal_values_reach_the_job_as_they_are(value: str) -> None:
     ]
 
 
+def vm_job(spec: JobSpec, tmp_path: Path) -> tuple[list[str], str, str]:
+    """What the VM's shell hands to launcher.python for `spec`'s job, and the command lines `pkill -f` sees: the
+    training process's and its shell's. The remote command is run by bash, as sshd runs it, with launcher.python a
+    script that records its argv."""
+    python, record = tmp_path / "python", tmp_path / "argv.bin"
+    python.write_text(f"#!/bin/sh\nprintf '%s\\0' \"$@\" > {shlex.quote(str(record))}\n")
+    python.chmod(0o755)
+    command = TpuPodLauncher(tpu_name="t", zone="z", python=str(python)).remote_command(spec)
+    subprocess.run(["bash", "-c", command], check=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    argv = record.read_bytes().decode().split("\0")[:-1]
+    return argv, " ".join([str(python), *argv]), f"bash -c {command}"
+
+
+def cancel_pattern(spec: JobSpec) -> str:
+    return shlex.split(TpuPodLauncher(tpu_name="t", zone="z").cancel_command(spec))[4]  # pkill -TERM -f -- PATTERN
+
+
 def test_a_pod_job_and_its_cancel_pattern_carry_an_odd_study_name(tmp_path: Path) -> None:
-    pod = TpuPodLauncher(tpu_name="t", zone="z", python="python3")
     spec = JobSpec("a, b's-0", ["out_dir=runs/a, b's/trial-0/run"], tmp_path)
-    argv = shlex.split(pod.remote_command(spec).split(" exec ", 1)[1])  # what the VM's shell hands to python
-    job = compose_train_config(argv[3:])
+    argv, process, shell = vm_job(spec, tmp_path)
+    job = compose_train_config(argv[2:])  # after -m trm.train
     assert (job.sweep.job, job.out_dir) == ("a, b's-0", "runs/a, b's/trial-0/run")
-    pattern = shlex.split(pod.cancel_command(spec))[4]  # pkill -TERM -f -- PATTERN ; ...
-    assert re.search(pattern, " ".join(argv))  # pkill -f matches the process's command line
+    # pkill -f matches the training process, not the shell waiting on it (a shell killed by a signal ends the
+    # ssh session with 255, which gcloud answers by running the job again).
+    assert re.search(cancel_pattern(spec), process) and not re.search(cancel_pattern(spec), shell)
 
 
 def test_same_named_studies_never_cancel_each_others_pod_jobs(tmp_path: Path) -> None:
     """Two studies called `halting` (two storages, or two tests at once) on the same machines: each job's cancel
     pattern (pkill -f) matches its own command line and not the other's, though both are trial 0."""
-    pod = TpuPodLauncher(tpu_name="t", zone="z", python="python3")
     specs = [JobSpec(job_name("halting", uid, 0), ["out_dir=o"], tmp_path) for uid in ("0123abcdef", "4567abcdef")]
-    lines = [pod.remote_command(spec).split(" exec ", 1)[1] for spec in specs]
-    patterns = [shlex.split(pod.cancel_command(spec))[4] for spec in specs]
+    lines = [vm_job(spec, tmp_path)[1] for spec in specs]
+    patterns = [cancel_pattern(spec) for spec in specs]
     assert [bool(re.search(patterns[0], line)) for line in lines] == [True, False]
     assert [bool(re.search(patterns[1], line)) for line in lines] == [False, True]
 

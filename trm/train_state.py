@@ -164,10 +164,13 @@ def save(runtime: Runtime, state: TrainState, url: str, best: bool) -> None:
     Rank 0 refuses to save non-finite weights (the last good checkpoint stays) and writes atomically; if it could
     not save, every rank raises its error, so all stop together."""
     ranks = runtime.all_gather_object(state.rank_state())
+    # On every rank: under multi-host SPMD (XLA) a computation over the replicated weights runs on all hosts or
+    # waits for the missing ones. One reduction, one read back.
+    finite = bool(torch.stack([torch.isfinite(p).all() for p in state.model.parameters()]).all())
     failure: tuple[bool, str] | None = None  # (non-finite weights?, message)
     if runtime.is_main:
         try:
-            _write(state, ranks, url, best)
+            _write(state, ranks, url, best, finite)
         except (checkpoint.CheckpointError, NonFiniteLossError) as err:
             failure = (isinstance(err, NonFiniteLossError), str(err))
     failure = runtime.broadcast_object(failure)
@@ -176,8 +179,8 @@ def save(runtime: Runtime, state: TrainState, url: str, best: bool) -> None:
         raise (NonFiniteLossError if non_finite else checkpoint.CheckpointError)(message)
 
 
-def _write(state: TrainState, ranks: list[dict[str, Any]], url: str, best: bool) -> None:
-    if not all(bool(torch.isfinite(p).all()) for p in state.model.parameters()):
+def _write(state: TrainState, ranks: list[dict[str, Any]], url: str, best: bool, finite: bool) -> None:
+    if not finite:
         raise NonFiniteLossError(
             f"non-finite weights at step {state.step}: no checkpoint written (the last good one is kept)"
         )

@@ -36,20 +36,34 @@ def shell_path(path: str) -> str:
 
 
 def python_check(python: str) -> str:
-    """A command that exits TOO_OLD, printing the version and the worker, when `python` is older than MIN_PYTHON."""
+    """A command that exits TOO_OLD, printing the version and the VM (its TPU_WORKER_ID where it has one, else its
+    host name: a TPU VM's ssh session has no such variable), when `python` is older than MIN_PYTHON."""
     code = (
-        "import os, sys\n"
+        "import os, socket, sys\n"
         f"if sys.version_info < {MIN_PYTHON!r}:\n"
-        "    os.write(1, ('worker %s python %s\\n' % (os.environ.get('TPU_WORKER_ID', '?'), sys.version.split()[0])).encode())\n"
+        "    vm = os.environ.get('TPU_WORKER_ID') or socket.gethostname()\n"
+        "    os.write(1, ('worker %s python %s\\n' % (vm, sys.version.split()[0])).encode())\n"
         f"    sys.exit({TOO_OLD})\n"
     )
     return f"{shell_path(python)} -c {shlex.quote(code)}"
 
 
 def job_pattern(tag: str) -> str:
-    """A `pkill -f` pattern for the processes whose command line carries `tag` (`sweep.job=NAME`, as quoted there),
-    that does not match the shell running it: `[s]weep...` matches `sweep...` but not itself."""
-    return "[" + tag[0] + "]" + re.escape(tag[1:]) + "( |$)"
+    """A `pkill -f` pattern for the training process whose command line ends with `tag` (`sweep.job=NAME`, as
+    quoted there: the job command's last argument). Not the VM shell that runs it (its command goes on after the
+    tag: job_command) and not the shell running the pattern (`[s]weep...` matches `sweep...` but not itself)."""
+    return "[" + tag[0] + "]" + re.escape(tag[1:]) + "$"
+
+
+def job_command(setup: str, job: str) -> str:
+    """The VM shell's command: `setup`, then `job` as its child, then the shell exits with the job's status.
+
+    Not `exec job`: a job that dies by a signal (an OOM kill, a segfault, SIGKILL) would end the ssh session with
+    the signal, which the ssh client reports as 255, its own connection-failure status, and on 255 `gcloud
+    compute tpus tpu-vm ssh` runs the whole command again (up to 10 attempts, 5 s apart: its
+    AttemptRunWithRetries): the trial would restart on that VM while the handle saw nothing. As a child, its
+    death is the shell's exit status 128+N, which gcloud passes on."""
+    return f"{setup} && {job}; exit $?"
 
 
 def stop_command(pattern: str, grace_s: float) -> str:
@@ -77,5 +91,5 @@ def chips_free_check(visible_chips: str | None) -> str:
         "for p in $(pgrep -f -- '[t]rm[.]train'); do "
         'grep -qzx "HOME=$HOME" /proc/$p/environ 2>/dev/null || continue; '
         + chips
-        + 'echo "worker ${TPU_WORKER_ID:-?}: pid $p still runs on the slot\'s chips"; exit 1; done; exit 0'
+        + 'echo "worker ${TPU_WORKER_ID:-$(hostname)}: pid $p still runs on the slot\'s chips"; exit 1; done; exit 0'
     )

@@ -41,6 +41,7 @@ from sweeps.launchers.remote_shell import (
     TOO_OLD,
     VENV_FIX,
     chips_free_check,
+    job_command,
     job_pattern,
     min_python,
     python_check,
@@ -108,6 +109,13 @@ class TpuPodLauncher:
         require(self.zone, "launcher.zone", "the TPU's zone, e.g. us-central2-b")
         if not isinstance(self.num_workers, int) or self.num_workers < 1:
             raise LauncherConfigError(f"launcher.num_workers={self.num_workers!r}: expected an integer >= 1 (v4-64: 8)")
+        if self.slot_kind == "pod" and self.worker_ids() != list(range(self.num_workers)):
+            # libtpu takes the slice's topology from the TPU's metadata: a job on some VMs waits for the rest.
+            raise LauncherConfigError(
+                f"launcher.workers={self.workers!r} with launcher.slots=pod: a pod job runs on every VM of the TPU "
+                "(libtpu waits for all of them to join); use launcher.workers=all, or launcher.slots=vm or chips:N "
+                "to run trials on some VMs each"
+            )
         self.slots()
         if shutil.which(self.gcloud) is None:
             raise LauncherConfigError(
@@ -153,7 +161,9 @@ class TpuPodLauncher:
         proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=self.ssh_timeout_s)
         if proc.returncode == TOO_OLD:
             # One os.write per worker, in whatever order the workers answer: sorted so the message is stable.
-            answers = sorted(re.findall(r"worker (\d+) python (\S+)", proc.stdout), key=lambda a: int(a[0]))
+            answers = sorted(
+                re.findall(r"worker (\S+) python (\S+)", proc.stdout), key=lambda a: (len(a[0]), a[0])
+            )  # worker ids (or host names ending in them) in number order
             found = "; ".join(f"worker {w} python {v}" for w, v in answers)
             raise LauncherConfigError(
                 f"launcher.python={self.python!r} is older than Python {min_python()} ({found}): "
@@ -264,7 +274,7 @@ class TpuPodLauncher:
         exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
         train = shlex.join(["-m", "trm.train", *quote_literals([*spec.overrides, f"{JOB_TAG_KEY}={spec.name}"])])
         here = shell_path(self.remote_dir)
-        return f"mkdir -p {here} && cd {here} && {exports} exec {shell_path(self.python)} {train}".replace("  ", " ")
+        return job_command(f"mkdir -p {here} && cd {here}", f"{exports} {shell_path(self.python)} {train}".strip())
 
     def cancel_command(self, spec: JobSpec, grace_s: float | None = None) -> str:
         """Stop the job's processes on its VMs: SIGTERM, then SIGKILL after `grace_s` (launcher.kill_grace_s)."""
