@@ -53,9 +53,13 @@ def draw_within_budget(study: optuna.Study, storage: RDBStorage, space: SearchSp
             if not waiting and space_exhausted(trials, space) is not None:
                 return Draw(None, {}, exhausted=True)
             trial = study.ask()
-            with failed_unless_started(study, storage, trial):
-                sampled = sample(study, trial, space)
-                twin = same_configuration(study, storage, trial)
+            try:
+                with failed_unless_started(study, storage, trial):
+                    sampled = sample(study, storage, trial, space)
+                    twin = same_configuration(study, storage, trial)
+            except EnqueuedOutsideSpace as err:  # that one trial is failed (not started); the study goes on
+                log.warning("%s", err)
+                continue
             if twin is None:
                 return Draw(trial, sampled)
             trial.set_user_attr(DUPLICATE_OF_ATTR, twin)
@@ -87,13 +91,24 @@ def failed_unless_started(study: optuna.Study, storage: RDBStorage, trial: optun
         raise
 
 
-def sample(study: optuna.Study, trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
+class EnqueuedOutsideSpace(ValueError):
+    """A trial enqueued (`study.enqueue_trial`) with a value the search space does not take, e.g. a choice it does
+    not list: that trial fails before it starts; the space and the study are fine."""
+
+
+def sample(study: optuna.Study, storage: RDBStorage, trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
     """The trial's values; Optuna refuses a parameter whose distribution the study holds otherwise ("Cannot set
     different log configuration ...") only once a trial was asked: one error line, not a traceback
     (sweeps/definition.py refuses such a study earlier, where it has its definition)."""
     try:
         return space.sample(trial)
     except ValueError as err:
+        fixed = storage.get_trial_system_attrs(trial_id_of(trial)).get("fixed_params")
+        if fixed:
+            raise EnqueuedOutsideSpace(
+                f"trial {trial.number} was enqueued with {fixed}, which this study's space does not take ({err}): "
+                "failed before it started; enqueue values from study.space"
+            ) from None
         raise StudyDefinitionError(
             f"study {study.study_name!r} cannot take this search space: {err} (trial {trial.number} was failed "
             "before it started): choose a new study.name"

@@ -156,9 +156,12 @@ class Driver(TrialLifecycle):
                     outage = min(max(2 * outage, float(backoff.first_s)), float(backoff.max_s))
                     log.warning("storage unavailable (%s); retrying in %g s", type(err).__name__, outage)
                     time.sleep(outage)
-        except KeyboardInterrupt:
-            log.warning("interrupted: stopping %d running trial(s), then recording them", len(self.running))
-            self.abandon_running()
+        except BaseException as err:  # Ctrl-C, or any error the loop does not settle itself (a failed launch)
+            # Never end with a job of ours training on: stop each, then record its trial (queued again while it
+            # has retries), so the study stays true and the same command continues it.
+            why = "interrupted" if isinstance(err, KeyboardInterrupt) else f"ending on {type(err).__name__}"
+            log.warning("%s: stopping %d running trial(s), then recording them", why, len(self.running))
+            self.abandon_running(why)
             raise
         if self.exhausted:
             log.info(exhausted_line(study.get_trials(deepcopy=False), self.space, self.sweep.n_trials))
@@ -230,9 +233,10 @@ class Driver(TrialLifecycle):
         for running in self.running.values():
             running.progress_seen = time.time()
 
-    def abandon_running(self) -> None:
+    def abandon_running(self, why: str) -> None:
         """Stop our jobs, then fail their trials, each queued again while it has retries (sweeps.recovery.abandon)."""
-        abandon(self.running, lambda running: self.tell_outcome(running, TrialState.FAIL, "driver interrupted", True))
+        reason = f"driver {why}"
+        abandon(self.running, lambda running: self.tell_outcome(running, TrialState.FAIL, reason, True))
         self.running.clear()
 
     # ------------------------------------------------------------------------------ progress and the end

@@ -171,6 +171,55 @@ def test_a_trial_asked_and_not_sampled_is_failed_not_left_running(tmp_path: Path
     assert budget_used(study.get_trials(deepcopy=False)) == 1  # it trained nothing
 
 
+def test_a_trial_enqueued_outside_the_space_fails_alone_and_the_draw_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An enqueued value the space does not list used to end the driver, telling the user to rename the study."""
+    storage = open_storage(f"sqlite:///{tmp_path}/db.sqlite")
+    study = optuna.create_study(study_name="queued", storage=storage, direction="maximize")
+    space = parse_space({"optim": "choice('adamw', 'lion')"})
+    study.enqueue_trial({"optim": "sgd"})
+    draw = draw_within_budget(study, storage, space, 5)
+    queued, drawn = study.get_trials(deepcopy=False)
+    assert queued.state == TrialState.FAIL and "'sgd'" in queued.user_attrs[NOT_STARTED_ATTR]
+    assert draw.trial is not None and draw.trial.number == drawn.number == 1
+    assert draw.sampled["optim"] in ("adamw", "lion")
+    assert "trial 0 was enqueued with {'optim': 'sgd'}, which this study's space does not take" in caplog.text
+    assert budget_used(study.get_trials(deepcopy=False)) == 1  # trial 1, RUNNING: trial 0 trained nothing
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_driver_ending_on_an_error_stops_and_records_its_running_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A launch that fails while another trial trains ends the driver: its job used to train on with no driver,
+    its trial RUNNING until another driver found it orphaned."""
+    from sweeps.launchers.local import LocalLauncher
+
+    launch = LocalLauncher.launch
+    calls = []
+
+    def second_refused(self: LocalLauncher, spec: object) -> object:
+        calls.append(spec)
+        if len(calls) == 2:
+            raise FileExistsError("the trial's directory is a file")
+        return launch(self, spec)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LocalLauncher, "launch", second_refused)
+    slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=5000"]
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    with pytest.raises(FileExistsError):
+        _driver(url, tmp_path, "n_trials=2", "max_concurrent=2", "study.enqueue_baseline=false", trial=slow).run()
+    assert not _jobs("defined")
+    first, second, retry = optuna.load_study(study_name="defined", storage=url).trials
+    assert first.state == TrialState.FAIL and first.user_attrs["fail_reason"].startswith(
+        "driver ending on FileExistsError; queued again (retry 1 of 2)"
+    )
+    assert second.state == TrialState.FAIL and NOT_STARTED_ATTR in second.user_attrs
+    assert retry.state == TrialState.WAITING and retry.params == first.params  # the same command continues it
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("where", ["first-heartbeat", "launch"])
 def test_a_trial_drawn_and_then_not_launched_is_failed_once(
