@@ -21,6 +21,8 @@ import sqlalchemy
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import BaseTrial, FrozenTrial, TrialState
 
+from storage.record import HEARTBEAT_GRACE_ATTR
+
 _log = logging.getLogger(__name__)
 
 
@@ -84,8 +86,9 @@ NO_FIRST_HEARTBEAT = "its driver died before its first heartbeat"
 
 
 def orphaned_trials(study: optuna.Study, grace_s: float) -> list[tuple[FrozenTrial, str]]:
-    """This study's RUNNING trials whose driver is gone: a heartbeat older than ``grace_s``, or no heartbeat
-    at all and a start older than ``grace_s``; each with a few words on how its driver was found gone.
+    """This study's RUNNING trials whose driver is gone: a heartbeat older than ``grace_s`` (or than the grace
+    of the driver that runs it, HEARTBEAT_GRACE_ATTR, if longer), or no heartbeat at all and a start older than
+    that; each with a few words on how its driver was found gone.
 
     Why not ``optuna.storages.fail_stale_trials``: it skips trials without a heartbeat row, so a driver that
     died between ``ask()`` and its first beat left a trial RUNNING forever, which every later driver counted
@@ -110,13 +113,13 @@ def orphaned_trials(study: optuna.Study, grace_s: float) -> list[tuple[FrozenTri
             )
         ).all()
     beats = dict(rows)
-    grace = timedelta(seconds=grace_s)
     orphans = []
     for trial_id, trial in running.items():
-        beat = beats.get(trial_id)
+        waited = max(grace_s, float(trial.system_attrs.get(HEARTBEAT_GRACE_ATTR, 0.0)))
+        grace, beat = timedelta(seconds=waited), beats.get(trial_id)
         if beat is not None:
             if now.replace(tzinfo=None) - beat.replace(tzinfo=None) > grace:
-                orphans.append((trial, f"its driver died (no heartbeat for over {grace_s:g} s)"))
+                orphans.append((trial, f"its driver died (no heartbeat for over {waited:g} s)"))
         elif trial.datetime_start is not None and datetime.now() - trial.datetime_start > grace:
             orphans.append((trial, NO_FIRST_HEARTBEAT))
     return orphans

@@ -105,6 +105,11 @@ def attempt_attr(key: str) -> bool:
     return key.rsplit("/", 1)[-1] in ATTEMPT_ATTRS
 
 
+# A trial's system attribute: the heartbeat.grace_s of the driver that runs it. Another driver judges the trial
+# orphaned only after the longer of its own grace and this one: a driver started with a shorter grace would
+# otherwise fail a live driver's trials between two of its beats.
+HEARTBEAT_GRACE_ATTR = "heartbeat_grace_s"
+
 # Trial attributes for reusing a trial (sweeps/best.py): the driver stores the whole set of training overrides
 # the job ran with and its checkpoint URL when it launches; the job stores its code version when it finishes.
 TRAIN_OVERRIDES_ATTR = "train_overrides"

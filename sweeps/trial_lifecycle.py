@@ -28,6 +28,7 @@ from storage.heartbeat import chain_origin
 from storage.record import (
     CHECKPOINT_URL_ATTR,
     DETAILS_ATTR,
+    HEARTBEAT_GRACE_ATTR,
     NOT_STARTED_ATTR,
     SLOT_ATTR,
     TRAIN_OVERRIDES_ATTR,
@@ -146,6 +147,9 @@ class TrialLifecycle(ABC):
         trial.set_user_attr(DETAILS_ATTR, {TRAIN_OVERRIDES_ATTR: self.training_overrides(sampled)})
         trial.set_user_attr(CHECKPOINT_URL_ATTR, self.checkpoint_url(origin))
         trial.set_user_attr(SLOT_ATTR, slot.name)
+        self.storage.set_trial_system_attr(
+            trial_id_of(trial), HEARTBEAT_GRACE_ATTR, float(self.sweep.heartbeat.grace_s)
+        )  # before the first beat: another driver waits this long on it
         heartbeat = HeartbeatThread(self.storage, trial_id_of(trial), self.sweep.heartbeat.interval_s)
         heartbeat.start()
         running = RunningTrial(trial, None, heartbeat, workdir, sampled=sampled, origin=origin, slot=slot)

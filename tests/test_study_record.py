@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 
 from storage import open_storage, orphaned_trials, trial_id_of
 from storage.heartbeat import NO_FIRST_HEARTBEAT
-from storage.record import NOT_STARTED_ATTR, attempt_attr, trained_trials
+from storage.record import HEARTBEAT_GRACE_ATTR, NOT_STARTED_ATTR, attempt_attr, trained_trials
 from sweeps.budget import budget_used
 from sweeps.driver import Driver
 from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs
@@ -179,6 +179,21 @@ def test_a_trial_without_any_heartbeat_is_found_orphaned(pg_url: str) -> None:
     assert [(t.number, why) for t, why in found] == [(silent.number, "its driver died before its first heartbeat")]
     time.sleep(1.5)  # now the beating one's driver has gone quiet too
     assert {t.number for t, _ in orphaned_trials(study, grace_s=1.0)} == {silent.number, beating.number}
+
+
+def test_a_driver_with_a_shorter_grace_waits_out_the_running_drivers_grace(tmp_path: Path) -> None:
+    """A second driver started with heartbeat.grace_s=3 failed a live driver's trials (beating every 5 s) between
+    two beats, three times over, until the configuration had used its retries. A trial now carries its own
+    driver's grace (HEARTBEAT_GRACE_ATTR), and another driver waits the longer of the two."""
+    storage = _storage(f"sqlite:///{tmp_path}/db.sqlite")
+    study = optuna.create_study(study_name="graces", storage=storage)
+    patient, unmarked = study.ask(), study.ask()
+    storage.set_trial_system_attr(trial_id_of(patient), HEARTBEAT_GRACE_ATTR, 30.0)  # its driver beats slowly
+    for trial in (patient, unmarked):
+        storage.record_heartbeat(trial_id_of(trial))
+    time.sleep(2.1)  # the database's clock (SQLite: whole seconds) more than a second past the beats
+    found = orphaned_trials(study, grace_s=1.0)
+    assert [(t.number, why) for t, why in found] == [(unmarked.number, "its driver died (no heartbeat for over 1 s)")]
 
 
 def test_an_orphan_that_never_beat_trained_nothing_and_its_retry_carries_no_mark(tmp_path: Path) -> None:
