@@ -45,7 +45,7 @@ from storage.record import (
 )
 from sweeps.config_values import SweepConfigError
 from sweeps.launchers.base import LauncherConfigError
-from sweeps.paths import StudyRoots
+from sweeps.paths import StudyRoots, url_exists
 from sweeps.reeval import (
     interval,
     overlap_line,
@@ -74,10 +74,14 @@ FORMATS = ("text", "json")
 def pick(study: optuna.Study, number: str | None) -> FrozenTrial:
     """Trial `number`, or the study's best (single objective)."""
     if number is not None:
+        trials = study.get_trials(deepcopy=False)
         try:
-            return study.get_trials(deepcopy=False)[int(number)]
+            index = int(number)
+            if index < 0:  # not Python's count from the end: a trial number
+                raise IndexError(index)
+            return trials[index]
         except (ValueError, IndexError):
-            raise ArgumentError(f"trial={number!r}: the study has trials 0..{len(study.trials) - 1}") from None
+            raise ArgumentError(f"trial={number!r}: the study has trials 0..{len(trials) - 1}") from None
     if len(study.directions) > 1:
         raise ArgumentError(
             f"study {study.study_name!r} has {len(study.directions)} objectives: name one Pareto trial with trial=N"
@@ -95,6 +99,7 @@ def describe(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
     overrides = to_overrides(values)
     train_overrides = trial_detail(attrs, TRAIN_OVERRIDES_ATTR) or overrides  # the whole set the job trained with
     checkpoint_url = attrs.get(CHECKPOINT_URL_ATTR)
+    best_checkpoint = f"{checkpoint_url.rstrip('/')}/best.pt" if checkpoint_url else None
     return {
         "study": study.study_name,
         "trial": trial.number,
@@ -104,7 +109,9 @@ def describe(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
         "best_step": attrs.get("best_step"),
         "overrides": overrides,
         "retrain": ["python", "-m", "trm.train", *train_overrides],
-        "best_checkpoint": f"{checkpoint_url.rstrip('/')}/best.pt" if checkpoint_url else None,
+        "best_checkpoint": best_checkpoint,
+        # False: not there as seen from here (never written, or on the workers' own disks); None: not known.
+        "best_checkpoint_found": url_exists(best_checkpoint) if best_checkpoint else None,
         "best_checkpoint_note": attrs.get(BEST_CHECKPOINT_NOTE_ATTR),  # set when best.pt is not the best
         "wandb": {"group": study.study_name, "name": f"{study.study_name}-{trial.number}"},
         "workdir": attrs.get("workdir"),
@@ -134,6 +141,7 @@ def render_text(info: dict[str, Any]) -> str:
         f"overrides:  {shlex.join(info['overrides'])}",
         f"retrain:    {shlex.join(info['retrain'])}",
         f"checkpoint: {info['best_checkpoint'] or 'not recorded'}"
+        + (" (not found from here)" if info["best_checkpoint_found"] is False else "")
         + (f"\n  warning:  {info['best_checkpoint_note']}" if info["best_checkpoint_note"] else ""),
         f"wandb:      group={info['wandb']['group']} name={info['wandb']['name']}",
         f"workdir:    {info['workdir'] or 'not recorded'}",

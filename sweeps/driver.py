@@ -116,6 +116,7 @@ class Driver(TrialLifecycle):
             seeds=self.sweep.study.seeds,
             objective_values=self.objective_values,
             ours=self.running.keys(),
+            shares_filesystem=self.launcher.shares_filesystem,
         )
 
     def run(self) -> optuna.Study:

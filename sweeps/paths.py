@@ -6,8 +6,24 @@ origin) so a retry resumes them; with several seeds each seed has its own run an
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
+
+import fsspec
+
+log = logging.getLogger("sweeps")
+
+
+def url_exists(url: str) -> bool | None:
+    """Whether a file is at `url` (a path, or a store's URL: gs://...); None when that cannot be told (the store
+    unreachable, its filesystem not installed)."""
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        return bool(fs.exists(path))
+    except Exception as err:  # noqa: BLE001 (any store's error: the caller says it is not known)
+        log.debug("could not look at %s: %s", url, err)
+        return None
 
 
 @dataclass(frozen=True)

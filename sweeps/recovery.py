@@ -20,7 +20,7 @@ from storage import orphaned_trials, retry_callback, trial_id_of
 from storage.heartbeat import NO_FIRST_HEARTBEAT
 from storage.record import CHECKPOINT_URL_ATTR, NOT_STARTED_ATTR, PROGRESS_ATTR, UNTRAINED_ATTRS
 from sweeps.outcome import clip_reason, orphan_verdict, seed_prefix
-from sweeps.retry import plan_retry, with_note
+from sweeps.retry import plan_retry, visible_here, with_note
 from sweeps.running import RunningTrial
 
 log = logging.getLogger("sweeps")
@@ -45,6 +45,7 @@ def settle_orphans(
     seeds: int,
     objective_values: ObjectiveValues,
     ours: Collection[int],
+    shares_filesystem: bool,
 ) -> None:
     """Settle trials whose driver died (stale heartbeat, or none at all): tell the outcome their job stored, or
     fail them and queue them again. `ours` are this driver's running trials: a late beat of ours is no orphan."""
@@ -52,7 +53,8 @@ def settle_orphans(
         if orphan.number in ours:
             continue
         verdict = orphan_verdict(orphan.user_attrs, seeds, objective_values, why)
-        plan = plan_retry(orphan, max_retry, orphan.user_attrs.get(CHECKPOINT_URL_ATTR)) if verdict.requeue else None
+        checkpoints = visible_here(orphan.user_attrs.get(CHECKPOINT_URL_ATTR), shares_filesystem)
+        plan = plan_retry(orphan, max_retry, checkpoints) if verdict.requeue else None
         try:
             if verdict.state == TrialState.FAIL:
                 reason = with_note(verdict.reason, plan.note) if plan else verdict.reason

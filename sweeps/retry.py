@@ -15,6 +15,7 @@ import fsspec
 from optuna.trial import FrozenTrial
 
 from storage.heartbeat import retry_history
+from sweeps.paths import url_exists
 
 log = logging.getLogger("sweeps")
 
@@ -34,17 +35,23 @@ def retries_used(trial: FrozenTrial) -> int:
     return len(retry_history(trial))
 
 
+def visible_here(checkpoint_url: str | None, shares_filesystem: bool) -> str | None:
+    """`checkpoint_url` where this machine can look into it: a URL of a store (gs://...), or a path when the
+    workers write to this machine's disk; None for a path on the workers' own disks (a pod's worker 0), where
+    nothing here can tell whether a checkpoint was written."""
+    if checkpoint_url is None:
+        return None
+    protocol, _ = fsspec.core.split_protocol(checkpoint_url)
+    return checkpoint_url if shares_filesystem or protocol not in (None, "file", "local") else None
+
+
 def checkpoint_written(checkpoint_url: str | None) -> bool | None:
     """Whether a retry chain's checkpoint directory holds a checkpoint to resume; None when it cannot be told
     (no URL recorded, the store unreachable)."""
     if not checkpoint_url:
         return None
-    try:
-        fs, root = fsspec.core.url_to_fs(checkpoint_url)
-        return any(fs.exists(f"{root.rstrip('/')}/{name}") for name in RESUMABLE)
-    except Exception as err:  # noqa: BLE001 (any store's error: the note says it is not known, the retry decides for itself)
-        log.debug("could not look for a checkpoint under %s: %s", checkpoint_url, err)
-        return None
+    found = [url_exists(f"{checkpoint_url.rstrip('/')}/{name}") for name in RESUMABLE]
+    return True if True in found else (None if None in found else False)
 
 
 def plan_retry(trial: FrozenTrial, max_retry: int, checkpoint_url: str | None) -> RetryPlan:
@@ -66,7 +73,7 @@ def resume_note(written: bool | None) -> str:
     return "resumes from its checkpoint" if written else "starts over (no checkpoint was written)"
 
 
-def retry_of(number: int, origin: int, checkpoint_url: str) -> str:
+def retry_of(number: int, origin: int, checkpoint_url: str | None) -> str:
     """` (retry of trial 3, resumes from its checkpoint)` for a trial's start line; "" for a chain's first trial."""
     if origin == number:
         return ""
@@ -77,3 +84,11 @@ def with_note(reason: str, note: str) -> str:
     """`reason` with `note` at the end of its first line (the line logs and tables show; a log tail follows)."""
     first, newline, rest = reason.partition("\n")
     return f"{first}; {note}{newline}{rest}"
+
+
+def without_note(line: str) -> str:
+    """A reason's first line without the retry note `with_note` put at its end (plan_retry's: "queued again ..."
+    or "not queued again: ..."): what failed, the same for every attempt of a chain."""
+    for marker in ("; queued again", "; not queued again"):
+        line = line.split(marker, 1)[0]
+    return line

@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 from contracts.hydra_app import CONFIG_PATH, run_app
 from storage import StorageError, redact
 from storage.errors import permission_denied
+from storage.heartbeat import retried_numbers
 from storage.record import trained_trials
 from sweeps import estimate
 from sweeps.definition import StudyMismatchError
@@ -24,6 +25,7 @@ from sweeps.driver import Driver
 from sweeps.help import help_text
 from sweeps.interrupts import interrupt_once
 from sweeps.launchers.base import JobSpec, LauncherConfigError
+from sweeps.retry import without_note
 from sweeps.slots import SLOT_CHOICES, SlotConfigError
 from sweeps.space import SearchSpaceError, to_overrides
 from sweeps.typed_config import composition_error_line
@@ -139,18 +141,24 @@ def _restore(name: str, value: str | None) -> None:
 def all_failed(study: optuna.Study) -> str | None:
     """Why the study has nothing to show: every trial that ran failed (None when any completed or was pruned).
     A driver that exits 0 after that would tell a script or a scheduler that the sweep worked."""
-    ran = trained_trials(study.get_trials(deepcopy=False))
+    trials = study.get_trials(deepcopy=False)
+    ran = trained_trials(trials)
     if not ran or any(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in ran):
         return None
+    retried = retried_numbers(trials)  # an attempt whose retry stands for it: each chain counts once
     reasons = Counter(
-        next(iter(str(t.user_attrs.get("fail_reason") or "no reason recorded").splitlines()), "")[:200]
+        without_note(next(iter(str(t.user_attrs.get("fail_reason") or "no reason recorded").splitlines()), ""))[:200]
         for t in ran
-        if t.state == TrialState.FAIL
+        if t.state == TrialState.FAIL and t.number not in retried
     )
     if not reasons:
         return None
     most, count = reasons.most_common(1)[0]
-    return f"study {study.study_name!r}: all {sum(reasons.values())} trials failed; most often ({count}x): {most}"
+    attempts = sum(1 for t in ran if t.state == TrialState.FAIL)
+    tried = f" ({attempts} attempts with retries)" if attempts > sum(reasons.values()) else ""
+    return (
+        f"study {study.study_name!r}: all {sum(reasons.values())} trials failed{tried}; most often ({count}x): {most}"
+    )
 
 
 def cli() -> None:

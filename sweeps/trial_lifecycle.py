@@ -42,7 +42,7 @@ from sweeps.optuna_parts import build_launcher
 from sweeps.outcome import clip_reason, job_verdict, objective_values, seed_attrs, seed_mean
 from sweeps.paths import StudyRoots, TrialPaths
 from sweeps.recovery import requeue
-from sweeps.retry import plan_retry, retry_of, with_note
+from sweeps.retry import plan_retry, retry_of, visible_here, with_note
 from sweeps.running import RunningTrial
 from sweeps.slots import Slot
 from sweeps.space import SearchSpace, parse_space, to_overrides
@@ -108,6 +108,10 @@ class TrialLifecycle(ABC):
         """A retry chain's checkpoints: under its first trial's directory."""
         return self.roots.checkpoint_url(origin)
 
+    def visible_checkpoints(self, origin: int) -> str | None:
+        """The retry chain's checkpoint directory where this machine can tell what is in it (sweeps.retry)."""
+        return visible_here(self.trial_paths(origin, origin).checkpoint_url, self.launcher.shares_filesystem)
+
     def trial_paths(self, number: int, origin: int, seed_index: int = 0) -> TrialPaths:
         """Where the job of seed `seed_index` of trial `number` writes (its own directories when seeds > 1)."""
         return self.roots.trial(number, origin, seed_index, self.sweep.study.seeds)
@@ -154,7 +158,7 @@ class TrialLifecycle(ABC):
         heartbeat.start()
         running = RunningTrial(trial, None, heartbeat, workdir, sampled=sampled, origin=origin, slot=slot)
         self.launch_seed(running, 0)
-        resumed = retry_of(trial.number, origin, self.trial_paths(origin, origin).checkpoint_url)
+        resumed = retry_of(trial.number, origin, self.visible_checkpoints(origin))
         where = "" if slot.whole else f" on {slot.name}"
         log.info(
             "trial %d started%s%s: %s%s",
@@ -225,8 +229,7 @@ class TrialLifecycle(ABC):
         `retry`: a FAIL worth a retry, queued while retries are left; the reason says which (sweeps/retry.py)."""
         trial = running.trial
         frozen, max_retry = self.storage.get_trial(trial_id_of(trial)), self.sweep.heartbeat.max_retry
-        checkpoints = self.trial_paths(trial.number, running.origin).checkpoint_url
-        plan = plan_retry(frozen, max_retry, checkpoints) if retry else None
+        plan = plan_retry(frozen, max_retry, self.visible_checkpoints(running.origin)) if retry else None
         stored = frozen.user_attrs
         timing = {"launched_at": running.launched_at, "exited_at": running.exited_at}
         trial.set_user_attr(DETAILS_ATTR, merged_details(stored, driver_timing=timing))

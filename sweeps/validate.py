@@ -63,10 +63,24 @@ def _check_launcher_python(cfg: DictConfig, launcher: Launcher) -> None:
         raise SweepConfigError(f"launcher.python={python!r}: it cannot import trm (the training package); {fix}")
 
 
-def _check_output_root(output_root: Any) -> None:
-    """Trial directories are made under output_root once the study is open: a root that cannot be written would
-    fail the driver there, with the baseline trial used up. Make it and a file in it now; leave nothing behind."""
-    root = Path(str(output_root)).resolve()
+def _check_roots(cfg: DictConfig, launcher: Launcher) -> None:
+    """output_root, and the trials' run and checkpoint roots where they are paths on this machine's disk (the
+    workers share it): each must be writable. Roots on the workers' own disks, or in a store, are theirs to check
+    (the preflight on a pod)."""
+    _check_writable("output_root", cfg.output_root)
+    if not launcher.shares_filesystem:
+        return
+    for key in ("run_root", "checkpoint_root"):
+        value = cfg.trial.get(key)
+        if value and "://" not in str(value):
+            _check_writable(f"trial.{key}", value)
+
+
+def _check_writable(key: str, value: Any) -> None:
+    """Trial directories are made under the root once the study is open: a root that cannot be written would
+    fail the driver there, with the baseline trial used up, or fail every trial at its first checkpoint, each
+    retried. Make it and a file in it now; leave nothing behind."""
+    root = Path(str(value)).expanduser().resolve()
     created = [path for path in (root, *root.parents) if not path.exists()]  # deepest first
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -74,7 +88,7 @@ def _check_output_root(output_root: Any) -> None:
             pass
     except OSError as err:
         raise SweepConfigError(
-            f"output_root={str(output_root)!r}: cannot write there ({err.strerror or err}); choose a directory this user can write"
+            f"{key}={str(value)!r}: cannot write there ({err.strerror or err}); choose a directory this user can write"
         ) from None
     finally:
         for path in created:
@@ -93,4 +107,4 @@ def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str
     check_range_types(cfg, space, base_overrides)
     check_optuna(cfg, trial_length(base_overrides))
     _check_launcher_python(cfg, launcher)
-    _check_output_root(cfg.output_root)  # last: the only check that touches the disk
+    _check_roots(cfg, launcher)  # last: the only check that touches the disk

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from storage.record import CHECKPOINT_URL_ATTR
 from sweeps.best import main as best_main
 from tests.sweep_helpers import sweep_config
 from tests.test_sweeps import with_space
@@ -112,6 +113,23 @@ def test_sweeps_best_help_and_bad_arguments(tmp_path: Path, capsys: pytest.Captu
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "does not exist" in err
     assert not (tmp_path / "missing.db").exists()  # a reader creates nothing
+
+
+def test_sweeps_best_refuses_a_negative_trial_and_says_when_a_checkpoint_is_not_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """trial=-1 printed the last trial (Python's count from the end); a trial that failed before its first
+    checkpoint was shown with a best.pt that does not exist."""
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    study = optuna.create_study(study_name="shown", storage=url)
+    failed = study.ask()
+    failed.set_user_attr(CHECKPOINT_URL_ATTR, str(tmp_path / "trial-0" / "checkpoints"))
+    study.tell(failed, state=TrialState.FAIL)
+    assert best_main(["study=shown", "trial=-1", f"storage.url={url}"]) == 2
+    assert "trial='-1': the study has trials 0..0" in capsys.readouterr().err
+    assert best_main(["study=shown", "trial=0", f"storage.url={url}"]) == 0
+    out = capsys.readouterr().out
+    assert f"checkpoint: {tmp_path}/trial-0/checkpoints/best.pt (not found from here)" in out
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from storage import open_storage, orphaned_trials, trial_id_of
+from storage import open_storage, orphaned_trials, retry_callback, trial_id_of
 from storage.heartbeat import NO_FIRST_HEARTBEAT
 from storage.record import HEARTBEAT_GRACE_ATTR, NOT_STARTED_ATTR, attempt_attr, trained_trials
 from sweeps.budget import budget_used
@@ -206,7 +206,9 @@ def test_an_orphan_that_never_beat_trained_nothing_and_its_retry_carries_no_mark
     silent, beating = study.ask(lr), study.ask(lr)
     storage.record_heartbeat(trial_id_of(beating))
     time.sleep(1.1)  # the database's clock (SQLite: whole seconds) past the beat
-    settle_orphans(study, storage, grace_s=0.0, max_retry=2, seeds=1, objective_values=values_of, ours=())
+    settle_orphans(
+        study, storage, grace_s=0.0, max_retry=2, seeds=1, objective_values=values_of, ours=(), shares_filesystem=True
+    )
     trials = study.get_trials(deepcopy=False)
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.WAITING, TrialState.WAITING]
     assert trials[silent.number].user_attrs[NOT_STARTED_ATTR] == NO_FIRST_HEARTBEAT
@@ -384,6 +386,27 @@ def test_a_database_outage_during_a_draw_gives_the_slot_back(
     trained = [t for t in study.get_trials(deepcopy=False) if "duplicate_of" not in t.user_attrs]
     assert [t.state for t in trained] == [TrialState.COMPLETE, TrialState.COMPLETE]
     assert sorted(t.params["optim.lr"] for t in trained) == [0.01, 0.02] and len(draws) >= 3
+
+
+def test_all_failed_counts_a_retry_chain_once_by_what_failed(tmp_path: Path) -> None:
+    """One configuration failing three times (two retries) was "all 3 trials failed; most often (1x): ... queued
+    again (retry 1 of 2), starts ove": each attempt counted, grouped by its retry note."""
+    from sweeps.run import all_failed
+
+    study = optuna.create_study(study_name="chain", storage=_storage(f"sqlite:///{tmp_path}/db.sqlite"))
+    for note in [
+        "queued again (retry 1 of 2), starts over (no checkpoint was written)",
+        "queued again (retry 2 of 2), starts over (no checkpoint was written)",
+        "not queued again: retried 2 time(s) (heartbeat.max_retry=2)",
+    ]:
+        trial = study.ask()
+        trial.set_user_attr("fail_reason", f"[Errno 20] Not a directory: 'ck'; {note}")
+        study.tell(trial, state=TrialState.FAIL)
+        if note.startswith("queued again"):
+            retry_callback(2)(study, study.trials[trial.number])
+    assert all_failed(study) == (
+        "study 'chain': all 1 trials failed (3 attempts with retries); most often (1x): [Errno 20] Not a directory: 'ck'"
+    )
 
 
 @pytest.mark.slow

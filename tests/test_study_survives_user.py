@@ -24,7 +24,7 @@ from sweeps.definition import StudyDefinitionError
 from sweeps.draw import draw_within_budget
 from sweeps.driver import Driver
 from sweeps.interrupts import interrupt_once, signals_held
-from sweeps.retry import RESUMABLE, plan_retry, retry_of
+from sweeps.retry import RESUMABLE, plan_retry, retry_of, visible_here
 from sweeps.space import parse_space
 from sweeps.status import collect
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides, trial_file_exists
@@ -357,6 +357,19 @@ def test_a_retrys_start_line_says_whether_it_resumes(tmp_path: Path) -> None:
     assert retry_of(5, 4, "nosuchprotocol://x").endswith("resumes from its checkpoint if one was written)")
 
 
+def test_a_pods_local_checkpoints_are_not_judged_from_the_drivers_disk(tmp_path: Path) -> None:
+    """site=pod keeps checkpoints on worker 0's disk (checkpoint_root: runs): the driver, looking on its own disk,
+    said "starts over (no checkpoint was written)" of every retry. A path is looked into only where the workers
+    share this machine's disk; a store's URL always."""
+    assert visible_here("runs/halting/0123abcd/trial-3/checkpoints", shares_filesystem=False) is None
+    assert visible_here(str(tmp_path), shares_filesystem=True) == str(tmp_path)
+    assert visible_here("gs://bucket/ck", shares_filesystem=False) == "gs://bucket/ck"
+    assert visible_here(f"file://{tmp_path}", shares_filesystem=False) is None
+    assert retry_of(5, 4, visible_here("runs/x", shares_filesystem=False)).endswith(
+        "resumes from its checkpoint if one was written)"
+    )
+
+
 def _chain_attrs(study: optuna.Study) -> dict:
     trials = study.get_trials(deepcopy=False)
     if not trials:
@@ -409,7 +422,7 @@ def _real_errno(code: int) -> OSError:
 
 @pytest.mark.parametrize(
     "code, said", [(errno.ENOSPC, "no space left on the device (ENOSPC)"), (errno.EACCES, "permission denied (EACCES)"),
-                   (errno.EPERM, "operation not permitted (EPERM)")],
+                   (errno.EPERM, "operation not permitted (EPERM)"), (errno.ENOTDIR, "not a directory (ENOTDIR)")],
 )  # fmt: skip
 def test_an_error_a_retry_would_meet_again_is_not_retried_and_says_so(code: int, said: str) -> None:
     outcome = Outcome()

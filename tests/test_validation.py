@@ -418,6 +418,8 @@ def test_a_study_with_a_quote_and_non_ascii_in_its_name_and_a_comma_in_output_ro
         ("+arch=tiny", "error: ['arch'] are not sweep settings"),
         ("study.name=../escape", "error: study.name='../escape'"),
         ("output_root={tmp}/a-file/out", "error: output_root='{tmp}/a-file/out': cannot write there"),
+        # Each trial trained to its first checkpoint, failed with ENOTDIR, and was retried twice.
+        ("trial.checkpoint_root={tmp}/a-file/ck", "error: trial.checkpoint_root='{tmp}/a-file/ck': cannot write there"),
     ],
 )
 def test_the_driver_exits_2_with_one_line_naming_the_key(override: str, expected: str, tmp_path: Path) -> None:

@@ -39,6 +39,9 @@ PERMANENT_ERRNOS = {
     errno.EROFS: "read-only file system",
     errno.EACCES: "permission denied",
     errno.EPERM: "operation not permitted",
+    errno.ENOTDIR: "not a directory",  # a file where a directory of the path should be
+    errno.EISDIR: "is a directory",
+    errno.ENAMETOOLONG: "file name too long",
 }
 
 
