@@ -2,7 +2,9 @@
 
 A study's best trial is only meaningful across trials that trained the same thing and were judged the same way:
 its search space (every parameter with its distribution), its objectives and directions, the trial length
-(train.steps), the experiment preset and the pruner. The first driver stores them as the study attribute
+(train.steps), the experiment preset, the pruner, the other overrides every trial trains with (trial.overrides and
+study.fixed, less those that say where or how a job runs: DOES_NOT_DEFINE), how a trial's value is read
+(study.value) and how many seeds make it (study.seeds). The first driver stores them as the study attribute
 `definition` (storage.record.DEFINITION_ATTR); a later driver whose definition differs is refused before it asks
 Optuna for a trial, with every difference named and the two ways out: a new study.name, or
 `study.allow_changed_definition=true` to continue the study as now defined (that driver stores its definition).
@@ -30,12 +32,21 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial
 
 from contracts.hydra_app import packaged_yaml
+from contracts.overrides import parse_override
 from sweeps.schema import Study
 from sweeps.space import SearchSpace
 
 ALLOW_KEY = "study.allow_changed_definition"
 # The parts of a definition, in the order a refusal names them.
-PARTS = ("objectives", "directions", "train_steps", "experiment", "pruner", "space")
+PARTS = ("objectives", "directions", "train_steps", "experiment", "pruner", "space", "overrides", "value", "seeds")
+# Parts a study stored before they were part of its definition: absent there, they are not compared.
+LATER_PARTS = ("overrides", "value", "seeds")
+# Override keys (and their subkeys) that say where or how a job runs, not what it trains or how it is judged; the
+# experiment and train.steps are parts of their own.
+DOES_NOT_DEFINE = (
+    "hydra", "wandb", "runtime", "checkpoint", "out_dir", "data.path", "train.progress", "train.log_interval",
+    "train.compile", "train.kernels", "experiment", "train.steps",
+)  # fmt: skip
 
 
 class StudyMismatchError(ValueError):
@@ -74,6 +85,16 @@ def experiment_preset(base_overrides: Sequence[str]) -> str:
     return "none"
 
 
+def defining_overrides(base_overrides: Sequence[str]) -> list[str]:
+    """The trials' overrides that change what they train or how they are judged, in order (the last one wins)."""
+    kept = []
+    for override in base_overrides:
+        key = parse_override(str(override)).key_or_group
+        if not any(key == k or key.startswith(f"{k}.") for k in DOES_NOT_DEFINE):
+            kept.append(str(override).lstrip("+"))
+    return kept
+
+
 def study_definition(
     study: Study, pruner: Mapping[str, Any], space: SearchSpace, train_steps: int, base_overrides: Sequence[str]
 ) -> dict[str, Any]:
@@ -86,6 +107,9 @@ def study_definition(
         "experiment": experiment_preset(base_overrides),
         "pruner": dict(pruner),
         "space": {name: json.loads(distribution_to_json(dist)) for name, dist in optuna_params(space).items()},
+        "overrides": defining_overrides(base_overrides),
+        "value": study.value,
+        "seeds": int(study.seeds),
     }
 
 
@@ -140,8 +164,18 @@ def changes(stored: Mapping[str, Any], here: Mapping[str, Any]) -> list[Change]:
     """Every difference between the study's stored definition and this config's."""
     found = []
     for part in PARTS:
+        if part in LATER_PARTS and part not in stored:
+            continue  # a study defined before this part was: nothing to compare it with
         if part == "space":
             found += space_changes(_distributions(stored.get("space") or {}), _distributions(here["space"]))
+        elif part == "overrides" and stored[part] != here[part]:
+            old, new = (
+                [o for o in stored[part] if o not in here[part]],
+                [o for o in here[part] if o not in stored[part]],
+            )
+            if not old and not new:  # the same overrides in another order (the last of a key wins)
+                old, new = stored[part], here[part]
+            found.append(Change(part, " ".join(old) or "none", " ".join(new) or "none"))
         elif stored.get(part) != here[part]:
             # Optuna keeps one list of directions per study; the objectives are what its values mean.
             refused = part in ("objectives", "directions")

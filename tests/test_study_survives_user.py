@@ -99,8 +99,12 @@ def _driver(url: str, tmp_path: Path, *extra: str, space: dict | None = None, tr
         ({"trial": [*FAST_TRIAL, "train.steps=40"]}, "train_steps: 20 in the study, 40 here"),
         ({"trial": [*FAST_TRIAL, "experiment=tiny_cpu", "train.steps=20"]}, 'experiment: "test_tiny" in the study'),
         ({"extra": ["pruner=median"]}, "pruner: {"),
+        # A smaller eval judges trials otherwise; a wider model trains another thing (found mixed into one study).
+        ({"trial": [*FAST_TRIAL, "train.eval_examples=8"]}, "overrides: none in the study, train.eval_examples=8 here"),
+        ({"extra": ["study.value=last"]}, 'value: "best" in the study, "last" here'),
+        ({"extra": ["study.seeds=2"]}, "seeds: 1 in the study, 2 here"),
     ],
-    ids=["range", "new-parameter", "train-steps", "preset", "pruner"],
+    ids=["range", "new-parameter", "train-steps", "preset", "pruner", "overrides", "value", "seeds"],
 )
 def test_a_changed_definition_is_refused_naming_the_difference_and_the_ways_out(
     change: dict, expected: str, tmp_path: Path
@@ -126,6 +130,18 @@ def test_a_changed_definition_is_refused_naming_the_difference_and_the_ways_out(
     )
     assert allowed.open_study().user_attrs[DEFINITION_ATTR] != stored_definition  # continued, as now defined
     _driver(url, tmp_path, *changed[0], space=changed[1], trial=changed[2]).open_study()  # the new one is stored
+
+
+def test_where_and_how_a_job_runs_is_no_change_and_an_older_definition_continues(tmp_path: Path) -> None:
+    """Progress bars, W&B, the runtime and the checkpoint place change no trial's result: not refused. A study
+    stored before the overrides, value and seeds were part of its definition is compared on what it stored."""
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    study = _driver(url, tmp_path).open_study()
+    where = [*FAST_TRIAL, "train.progress=true", "wandb.mode=disabled", "runtime.timeout_s=300"]
+    _driver(url, tmp_path, trial=where).open_study()  # no StudyDefinitionError
+    older = {k: v for k, v in study.user_attrs[DEFINITION_ATTR].items() if k not in ("overrides", "value", "seeds")}
+    study.set_user_attr(DEFINITION_ATTR, older)
+    _driver(url, tmp_path, "study.seeds=2").open_study()  # nothing stored to compare the seeds with
 
 
 @pytest.mark.slow
