@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-Compile = Literal["off", "net", "model"]  # train.compile (true = net, false = off are accepted too)
+Compile = Literal["off", "net", "model"]  # train.compile
+CompileSetting = Literal[Compile, True, False]  # what the schema takes for it: true = net, false = off
 Device = Literal["auto", "cpu", "cuda"]  # runtime.device
 PrecisionMode = Literal["fp32", "bf16", "bf16_reference"]  # the keys of trm.step.PRECISIONS: what the step runs
 Bf16Mode = Literal["bf16", "bf16_reference"]  # what train.bf16_mode may ask `auto` for

@@ -25,11 +25,9 @@ from typing import Any, Literal
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from contracts.choices import Bf16Mode, Device, KernelChoice, PrecisionRequest
+from contracts.choices import Bf16Mode, CompileSetting, Device, KernelChoice, PrecisionRequest
 from contracts.metric_names import EVAL_METRICS
 from contracts.schema_checks import ConfigSchemaError, at_least, build, one_of, require, seconds
-
-CompileSetting = Literal["off", "net", "model", True, False]  # true = net, false = off (trm/compiling.py)
 
 
 @dataclass

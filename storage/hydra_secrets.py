@@ -1,6 +1,6 @@
 """A Hydra callback that refuses a run whose config or command line holds a secret, before Hydra writes it.
 
-Registered in conf/sweep.yaml and conf/train.yaml (``hydra.callbacks.refuse_secrets``), so it guards
+Registered in conf/hydra_app.yaml (``hydra.callbacks.refuse_secrets``), which both apps use, so it guards
 ``python -m sweeps.run``, ``python -m trm.train`` and every trial job the driver launches (they are
 ``trm.train`` runs too). What counts as a secret is decided by :mod:`storage.secrets`.
 
@@ -9,8 +9,8 @@ Why refuse here, and not redact or refuse later (checked against Hydra 1.4.0rc3)
 * ``hydra/_internal/hydra.py`` calls ``on_run_start`` (``on_multirun_start`` for ``-m``) right after
   composing the config and *before* ``hydra/core/utils.py:_run_job``, which creates the run directory,
   opens the job log file (``<app>.log``) and writes ``.hydra/config.yaml``, ``hydra.yaml`` and
-  ``overrides.yaml``, all before ``on_job_start`` and the app's own code. A check in the app (where the
-  storage URL used to be refused) is therefore too late: the secret is already on disk.
+  ``overrides.yaml``, all before ``on_job_start`` and the app's own code. A check in the app is
+  therefore too late: the secret is already on disk.
 * A redacted copy would keep the files but not the run: the secret would still sit on the process's
   command line (visible in ``ps``), be handed on to trial jobs, W&B and the study, and Hydra's files
   would no longer re-run the job. Every secret has a proper channel (``storage.password_env`` /

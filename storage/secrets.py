@@ -1,6 +1,6 @@
 """What counts as a secret in a config or on a command line, how to hide it, and how to refuse it.
 
-The one home of this project's secret detection (issue 20). Three shapes are recognised:
+The one home of this project's secret detection. Three shapes are recognised:
 
 * a URL with credentials: ``scheme://user:PASSWORD@host/...`` or a query parameter whose name is a
   secret's (``?password=``, ``&token=``, ``X-Amz-Signature=``, ...);

@@ -76,9 +76,9 @@ def optuna_params(space: SearchSpace) -> dict[str, BaseDistribution]:
 def experiment_preset(base_overrides: Sequence[str]) -> str:
     """The experiment preset the trials train (the last `experiment=` override, else conf/train.yaml's default)."""
     for override in reversed(base_overrides):
-        key, _, value = override.partition("=")
-        if key.lstrip("+") == "experiment":
-            return value
+        parsed = parse_override(str(override))
+        if parsed.key_or_group == "experiment":
+            return str(parsed.value())
     for entry in packaged_yaml("train.yaml").get("defaults", []):
         if isinstance(entry, dict) and "experiment" in entry:
             return str(entry["experiment"])

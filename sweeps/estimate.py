@@ -20,6 +20,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from sweeps.config_values import SweepConfigError
+
 UTILIZATION_KEY = "estimate.utilization"
 UTILIZATION_ACCEPTED = (
     "a fraction of the peak in (0, 1], e.g. 0.3, or one per per-chip batch, e.g. {24: 0.08, 192: 0.3} "
@@ -113,8 +115,9 @@ def trial_costs(trials: list[list[str]]) -> list[Cost]:
     out = subprocess.run(
         [sys.executable, "-m", "trm.info", "--batch"], check=False, input=lines, capture_output=True, text=True
     )
-    if out.returncode != 0:
-        raise RuntimeError(f"trm.info failed for the trials' overrides: {out.stderr.strip()[-500:]}")
+    if out.returncode != 0:  # the model refuses a setting (arch.mixer=foo): its own line names the key
+        last = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+        raise SweepConfigError(f"trial.overrides: the model cannot be built from them: {last}")
     infos: list[dict[str, Any]] = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     return [Cost(i["params"], i["flops_per_sample_step"], i["global_batch_size"], i["train_steps"]) for i in infos]
 

@@ -1,8 +1,8 @@
 """Ctrl-C and SIGTERM for the driver: the first one stops the sweep, and nothing interrupts the stop.
 
 Python raises KeyboardInterrupt wherever the main thread is when SIGINT arrives. A second Ctrl-C during the
-stop (while a job is waited on after its SIGTERM) used to abandon the stop half-way: the job, in a session of
-its own, trained on and its trial stayed RUNNING with nothing recorded. Two guards:
+stop (while a job is waited on after its SIGTERM) would abandon the stop half-way: the job, in a session of its
+own, would train on and its trial stay RUNNING with nothing recorded. Two guards:
 
 - `interrupt_once`: the driver's handler for SIGINT and SIGTERM. The first raises KeyboardInterrupt (the driver
   stops its jobs and records its trials); every later one only says, once, that the stop is under way.

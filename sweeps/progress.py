@@ -1,8 +1,7 @@
 """A study's progress while the driver runs it: how many of `n_trials` are done and how, the best so far, an ETA.
 
-Why this module: the driver used to print two lines per running trial every 15 s (its step, metric and a
-per-trial ETA), but never "k of n" or when the study would end, and Optuna's own log format (on stderr) sat
-beside Hydra's (on stdout). Following a sweep needs the study at a glance:
+Following a sweep needs the study at a glance ("k of n", the best, when it ends), in one log format (Optuna's
+lines in the driver's):
 
     measure(trials, ...)      the numbers, from the study's trials alone (a pure function): complete / pruned /
                               failed / running of n_trials, the best so far and its trial, elapsed, ETA

@@ -2,7 +2,7 @@
 
 A queued (WAITING) trial runs only when the driver draws within the budget (sweeps.draw): an enqueued
 configuration, or a retry queued when a study was interrupted and then restarted with a smaller n_trials, is
-left waiting once n_trials are used. The driver ends then (it used to wait forever); this line says what is left.
+left waiting once n_trials are used. The driver ends then, rather than wait on them; this line says what is left.
 """
 
 from __future__ import annotations

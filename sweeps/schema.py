@@ -129,8 +129,9 @@ class Heartbeat:
     max_retry: int = MISSING
 
     def __post_init__(self) -> None:
-        check.seconds("heartbeat.interval_s", self.interval_s)
-        check.seconds("heartbeat.grace_s", self.grace_s)
+        for key, value in (("heartbeat.interval_s", self.interval_s), ("heartbeat.grace_s", self.grace_s)):
+            whole = value is not None and value >= 1 and float(value).is_integer()
+            check.require(key, value, whole, "a whole number of seconds >= 1 (Optuna's storage takes whole seconds)")
         check.at_least("heartbeat.max_retry", self.max_retry, 0, what="an integer")
         if self.grace_s <= self.interval_s:
             raise SweepConfigError(

@@ -23,12 +23,12 @@ T = TypeVar("T")
 SWEEP_KEYS = frozenset(f.name for f in fields(SweepConfig))
 IGNORED_HINT = (
     "are not sweep settings, so every trial would ignore them. Training keys for every trial go in trial.overrides "
-    "(e.g. 'trial.overrides=[experiment=tiny_cpu,train.steps=60]': the list replaces the site's, so repeat what you "
+    '(e.g. \'trial.overrides=["experiment=tiny_cpu","train.steps=60"]\': the list replaces the site\'s, so repeat what you '
     "keep), searched keys in a study's space (--config-dir with your own study/*.yaml)"
 )
 GONE = {
     "trial.train_steps": "the trial length is train.steps in trial.overrides, one source for the trials and the "
-    "pruner (e.g. 'trial.overrides=[experiment=tiny_cpu,train.steps=60]')"
+    'pruner (e.g. \'trial.overrides=["experiment=tiny_cpu","train.steps=60"]\')'
 }
 
 

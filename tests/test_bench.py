@@ -1,6 +1,6 @@
 """The bench scripts still run and still measure what they claim (smoke runs with --quick; no timing asserted).
 
-Each runs as a user would (`python bench/<script>.py --quick --out-dir DIR`) and its JSON is read back."""
+Each runs as a user would (`python -m bench.<name> --quick --out-dir DIR`) and its JSON is read back."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checked checkpoints (issue 30, item 5): a checkpoint is read back when written; best.pt is checked when a run
+"""Checked checkpoints: a checkpoint is read back when written; best.pt is checked when a run
 resumes, rewritten from the checkpoint of its step or, when its state is gone, named everywhere it is shown."""
 
 from __future__ import annotations

@@ -420,7 +420,7 @@ def test_cli_reports_bad_input(tmp_path):
     assert proc.returncode == 2 and "--num-train" in proc.stderr
 
 
-# ------------------------------------------------------------------------- issue 14: build faults
+# ---------------------------------------------------------------------------------- build faults
 
 
 def test_a_csv_with_a_utf8_byte_order_mark_is_read(tmp_path, small_set):
@@ -491,7 +491,7 @@ def test_a_subsample_larger_than_the_file_is_refused_naming_both_numbers(tmp_pat
 @pytest.mark.slow
 def test_the_same_csv_for_train_and_test_is_a_warning_on_stderr(tmp_path, small_set):
     """The same file twice is named; as every test puzzle is then a train puzzle, the build is refused unless
-    --allow-overlap (issue 30: overlap is refused, tests/test_data_leaks.py)."""
+    --allow-overlap (overlap is refused: tests/test_data_leaks.py)."""
     rows = _csv_rows(small_set[0][:6], small_set[1][:6])
     both = _write_csv(tmp_path / "both.csv", rows)
     (tmp_path / "link.csv").symlink_to(both)  # the same file under another name is still the same file

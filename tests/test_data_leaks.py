@@ -1,4 +1,4 @@
-"""Leaky data (issue 30, item 8): `trm.data.build --source csv` reports duplicated puzzles, refuses test puzzles that
+"""Leaky data: `trm.data.build --source csv` reports duplicated puzzles, refuses test puzzles that
 are train puzzles unless --allow-overlap, and refuses a question with fewer than 17 givens naming its line."""
 
 from __future__ import annotations

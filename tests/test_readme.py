@@ -1,4 +1,4 @@
-"""Every command the README shows runs as written (issue 30, item 9): each of this project's commands in a ```bash
+"""Every command the README shows runs as written: each of this project's commands in a ```bash
 block is dry-run (tests/readme_commands.py: it parses its arguments as the real command does, then stops), and
 every Hydra override the prose shows in `inline code` parses. The README's own `trial.overrides=[...]` form was
 one Hydra rejects; this fails on any such form, whatever the README says next."""

@@ -316,7 +316,7 @@ def test_storage_up_starts_and_stops_a_private_cluster():
         shutil.rmtree(parent, ignore_errors=True)
 
 
-# --- issue 14: storage faults -------------------------------------------------------------------
+# --- storage faults -------------------------------------------------------------------------------
 
 
 def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:

@@ -1,4 +1,4 @@
-"""A database role without a privilege the study needs (issue 30, item 7): `sweeps.run` said three chained
+"""A database role without a privilege the study needs: `sweeps.run` said three chained
 tracebacks ending in Optuna's "invalid data in the commit, e.g. exceeding max length"; now one line naming the
 privilege, the table and the grant. A real PostgreSQL role, created for the test and dropped after it."""
 

@@ -1,4 +1,4 @@
-"""Study names (issue 30, item 6): checked once at sweeps.run for everything a name becomes; the tools read the
+"""Study names: checked once at sweeps.run for everything a name becomes; the tools read the
 odd names of studies created another way (Optuna's API or CLI) and keep every file they write in its directory."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A study survives its user (issue 30, cases 1-4): a driver that ends when its budget is used whatever is queued,
+"""A study survives its user: a driver that ends when its budget is used whatever is queued,
 a study that remembers what defines it, Ctrl-C pressed twice, and failure lines that say what really happened."""
 
 from __future__ import annotations

@@ -443,7 +443,9 @@ def test_the_driver_exits_2_with_one_line_naming_the_key(override: str, expected
     [
         ("stall_timeout_s=0", r"stall_timeout_s=0: expected seconds > 0"),
         ("timeout=0", r"timeout=0: expected seconds > 0, or null \(no limit\)$"),
-        ("heartbeat.interval_s=0", r"heartbeat.interval_s=0: expected seconds > 0"),
+        ("heartbeat.interval_s=0", r"heartbeat.interval_s=0: expected a whole number of seconds >= 1"),
+        # Passed the schema, then Optuna's storage took int(0.5): "heartbeat.interval_s = 0 ...".
+        ("heartbeat.interval_s=0.5", r"heartbeat.interval_s=0.5: expected a whole number of seconds >= 1"),
         ("wandb.init_timeout_s=0", r"wandb.init_timeout_s=0: expected seconds > 0"),
         ("heartbeat.grace_s=1", r"heartbeat.grace_s=1 must exceed heartbeat.interval_s=1"),
     ],
@@ -481,3 +483,34 @@ def test_the_trial_length_is_train_steps_in_trial_overrides(tmp_path: Path) -> N
     with open_dict(searched):
         searched.study.space.tiny["train.steps"] = "range(10, 50, 10)"
     refused(searched, r"study.space.tiny\['train.steps'\]: the trial length is the pruner's max resource")
+
+
+def test_the_hints_examples_of_trial_overrides_compose_as_written() -> None:
+    """The refusal of a training key suggested `'trial.overrides=[experiment=tiny_cpu,...]'`, which Hydra's grammar
+    refuses ("no viable alternative"): each example a hint gives is composed here as a user would paste it."""
+    from sweeps.config import compose_sweep_config
+    from sweeps.typed_config import GONE, IGNORED_HINT
+
+    for hint in (IGNORED_HINT, *GONE.values()):
+        (example,) = re.findall(r"'(trial\.overrides=\[.*?\])'", hint)
+        assert list(compose_sweep_config([example]).trial.overrides) == ["experiment=tiny_cpu", "train.steps=60"]
+
+
+def test_a_dry_run_names_a_model_setting_the_model_refuses_in_one_line(tmp_path: Path) -> None:
+    """The dry run's cost estimate builds every trial's model (trm.info): a setting the model refuses was a
+    RuntimeError traceback there."""
+    args = sweep_overrides(
+        f"sqlite:///{tmp_path}/db.sqlite",
+        tmp_path / "out",
+        "study=optimizer",  # arch.mixer is not searched there: the trials keep the setting
+        "dry_run=true",
+        f"hydra.run.dir={tmp_path}/h",
+        trial=[*FAST_TRIAL, "arch.mixer=foo"],
+    )
+    proc = subprocess.run([sys.executable, "-m", "sweeps.run", *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: trial.overrides: the model cannot be built from them: "
+        "ValueError: arch.mixer='foo': expected 'attention' or 'mlp_t'"
+    )

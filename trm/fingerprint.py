@@ -1,4 +1,5 @@
-"""Fingerprints that every worker of a job must share: resolved config and code version."""
+"""Fingerprints that every worker of a job must share: its config as composed (interpolations unresolved: a
+worker-local path stays `${...}`) and its code version."""
 
 from __future__ import annotations
 

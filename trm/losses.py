@@ -96,7 +96,7 @@ def normalize_metrics(sums: list[float], prefix: str) -> dict[str, float]:
     """Turn accumulated metric sums into means named `<prefix>/<metric>`, each meaning what the reference's
     metric of that name means: rates per halted example (`count`); train losses per example (the reference: per
     global batch), eval losses per halted example (its eval divides every metric by `count`). The count itself
-    is logged as `halted_examples` (trm/metric_names.py says why)."""
+    is logged as `halted_examples` (contracts/metric_names.py says why)."""
     values = dict(zip(METRIC_KEYS, sums))
     count = max(values["count"], 1.0)
     loss_divisor = count if prefix == "eval" else max(values["examples"], 1.0)

@@ -1,4 +1,4 @@
-"""The chaos suite (issue 14, "a study's record is always true"): a study of short trials on a private PostgreSQL
+"""The chaos suite ("a study's record is always true"): a study of short trials on a private PostgreSQL
 cluster, run by several drivers at once, while running training jobs are SIGKILLed, a job is SIGSTOPped past the
 stall limit, a driver is SIGKILLed and started again with the same arguments, and PostgreSQL is restarted. Then the
 study's record is held against the processes and the files the trials left, one invariant at a time.
