@@ -21,15 +21,31 @@ from sweeps.space import SearchSpace, to_overrides
 
 
 def compose_trial(base: list[str], values: dict[str, Any], where: str) -> DictConfig:
-    """The training config one trial would get; Hydra's own error, with the study key named, if not."""
+    """The training config one trial would get; if Hydra refuses it, its error naming whose setting it is: the
+    first of the trials' own overrides (`base`: trial.overrides, study.fixed) that fails, else the searched value
+    that fails on top of them."""
     overrides = [*base, *to_overrides(values)]
     try:
         return compose_train_config(overrides)
     except (HydraException, OmegaConfBaseException) as err:
         message = str(err).strip().splitlines()[0]
-        culprit = next((k for k in values if k.split(".")[-1] in message or k in message), None)
+    # Composed again, a piece at a time, only on this error path: a word of the message may name another key
+    # (Hydra lists what it accepts), so the culprit is the piece that fails.
+    failing = next((i for i in range(len(base)) if not _composes(base[: i + 1])), None)
+    if failing is not None:
+        named = f"trial.overrides: {base[failing]!r}"
+    else:
+        culprit = next((k for k in values if not _composes([*base, *to_overrides({k: values[k]})])), None)
         named = f"{where}[{culprit!r}]={values[culprit]!r}" if culprit else f"{where} ({' '.join(overrides)})"
-        raise SweepConfigError(f"{named} does not fit the training config (conf/train.yaml): {message}") from None
+    raise SweepConfigError(f"{named} does not fit the training config (conf/train.yaml): {message}")
+
+
+def _composes(overrides: list[str]) -> bool:
+    try:
+        compose_train_config(overrides)
+    except (HydraException, OmegaConfBaseException):
+        return False
+    return True
 
 
 def _ranges(cfg: DictConfig, space: SearchSpace) -> Iterator[tuple[str, str, str, BaseDistribution, dict[str, Any]]]:

@@ -208,13 +208,19 @@ def test_sampler_and_pruner_are_built_before_launch(override: list[str], expecte
         (["train.precision=fp16"], r"train.precision='fp16': .*expected one of \['auto', 'fp32', 'bf16'"),
         (["train.bf16_mode=half"], r"train.bf16_mode='half': .*expected one of \['bf16', 'bf16_reference'\]"),
         (["runtime.device=gpu"], r"runtime.device='gpu': .*expected one of \['auto', 'cpu', 'cuda'\]"),
+        # A typo in trial.overrides was blamed on a searched key whose last part the message happened to hold.
+        (["train.stpes=200"], r"train.stpes: Key 'stpes' not in 'TrainLoop'. Did you mean: 'steps'"),
+        (["optim.lr=-1"], r"optim.lr=-1"),
     ],
 )
 def test_train_choices_are_refused_before_the_first_trial(trial: list[str], expected: str, tmp_path: Path) -> None:
     """The job would refuse these at its start, after the driver had stored a trial and launched it. The training
-    config's schema (contracts/train_config.py) refuses them as the trial's config is composed."""
+    config's schema (contracts/train_config.py) refuses them as the trial's config is composed, naming the
+    override of trial.overrides it comes from."""
     refused(
-        config(tmp_path, trial=trial_with(*trial)), r"does not fit the training config \(conf/train.yaml\): " + expected
+        config(tmp_path, trial=trial_with(*trial)),
+        rf"^trial.overrides: '{re.escape(trial[0])}' does not fit the training config \(conf/train.yaml\): "
+        + expected,
     )
 
 
