@@ -219,8 +219,7 @@ def test_train_choices_are_refused_before_the_first_trial(trial: list[str], expe
     override of trial.overrides it comes from."""
     refused(
         config(tmp_path, trial=trial_with(*trial)),
-        rf"^trial.overrides: '{re.escape(trial[0])}' does not fit the training config \(conf/train.yaml\): "
-        + expected,
+        rf"^trial.overrides: '{re.escape(trial[0])}' does not fit the training config \(conf/train.yaml\): " + expected,
     )
 
 
