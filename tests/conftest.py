@@ -150,3 +150,17 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     with _processes_refused() if os.environ.get(FAST_LANE_ENV) else contextlib.nullcontext():
         return (yield)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored() -> Iterator[None]:
+    """Each test starts with the SIGINT and SIGTERM handlers the session started with: code under test installs
+    its own (the driver's interrupt_once, the trainer's preemption flag), and one left behind made a later test
+    in the same worker see a Ctrl-C ignored."""
+    import signal
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)

@@ -451,6 +451,8 @@ def test_an_error_a_retry_would_meet_again_is_not_retried_and_says_so(code: int,
         outcome.failed(err)
     assert not outcome.retryable
     assert outcome.error is not None and f"(not retried: {said} fails again on a retry" in outcome.error
+    fix = "fix the path" if code == errno.ENOTDIR else "free space or fix the rights"
+    assert outcome.error.endswith(f"; {fix}, then run it again)")
     transient = Outcome()
     transient.failed(ConnectionResetError(errno.ECONNRESET, "peer gone"))
     assert transient.retryable and "not retried" not in str(transient.error)

@@ -33,6 +33,8 @@ class NonFiniteLossError(RuntimeError):
 NOT_RETRYABLE = (ValueError, TypeError, KeyError, NonFiniteLossError, RuntimeMismatchError)
 # OS errors that a retry on the same disk or bucket, with the same rights, meets again (found anywhere in the
 # error's chain: a CheckpointError raised from the OSError of the write): not retried, and the error says so.
+# (Not EISDIR: a directory in the way of a checkpoint's temporary file, named by the process id, is not there for
+# the retry's process.)
 PERMANENT_ERRNOS = {
     errno.ENOSPC: "no space left on the device",
     errno.EDQUOT: "disk quota exceeded",
@@ -40,9 +42,10 @@ PERMANENT_ERRNOS = {
     errno.EACCES: "permission denied",
     errno.EPERM: "operation not permitted",
     errno.ENOTDIR: "not a directory",  # a file where a directory of the path should be
-    errno.EISDIR: "is a directory",
     errno.ENAMETOOLONG: "file name too long",
 }
+# What to do about each, for the failure's line (the rest: free space or fix the rights).
+PATH_ERRNOS = (errno.ENOTDIR, errno.ENAMETOOLONG)
 
 
 def permanent_os_error(err: BaseException) -> str | None:
@@ -57,7 +60,8 @@ def permanent_os_error(err: BaseException) -> str | None:
         said = re.search(r"\[Errno (\d+)\]", str(current))
         for number in (code, int(said.group(1)) if said else None):
             if number in PERMANENT_ERRNOS:
-                return f"{PERMANENT_ERRNOS[number]} ({errno.errorcode[number]})"
+                fix = "fix the path" if number in PATH_ERRNOS else "free space or fix the rights"
+                return f"{PERMANENT_ERRNOS[number]} ({errno.errorcode[number]}) fails again on a retry; {fix}"
         current = current.__cause__ or current.__context__
     return None
 
@@ -76,9 +80,7 @@ class Outcome:
         permanent = permanent_os_error(err)
         if permanent:
             self.retryable = False
-            self.error += (
-                f" (not retried: {permanent} fails again on a retry; free space or fix the rights, then run it again)"
-            )
+            self.error += f" (not retried: {permanent}, then run it again)"
 
 
 class Reporter(Protocol):
