@@ -26,8 +26,9 @@ import sqlalchemy
 from omegaconf import DictConfig
 from optuna.trial import TrialState
 
-from storage import StorageGoneError, database_gone, redact
+from storage import StorageGoneError, database_gone, redact, trial_id_of
 from storage.errors import StoragePermissionError, permission_denied
+from storage.record import SLOT_ATTR
 from sweeps.budget import baseline_params, budget_used
 from sweeps.definition import study_definition
 from sweeps.distinct_draws import choose_sampler, exhausted_line
@@ -212,6 +213,9 @@ class Driver(TrialLifecycle):
                         self.slot_pool.give_back(slot)
                         break
                     with failed_unless_started(self.study, self.storage, draw.trial):
+                        # A retry carries its predecessor's slot (Optuna copies the attributes): back there if free.
+                        before = self.storage.get_trial(trial_id_of(draw.trial)).user_attrs.get(SLOT_ATTR)
+                        slot = self.slot_pool.prefer(slot, before)
                         running = self.start_trial(draw.trial, draw.sampled, slot)
                 except BaseException:
                     self.slot_pool.give_back(slot)

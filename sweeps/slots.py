@@ -184,6 +184,16 @@ class SlotPool:
         self.busy -= 1
         self.free.append(slot)
 
+    def prefer(self, taken: Slot, name: str | None) -> Slot:
+        """The free slot called `name` in place of `taken` (which goes back), if there is one; else `taken`. A
+        retry goes back to the slot its predecessor ran on: checkpoints on a VM's own disk resume only there."""
+        chosen = next((s for s in self.free if s.name == name), None) if name and name != taken.name else None
+        if chosen is None:
+            return taken
+        self.free.remove(chosen)
+        self.free.append(taken)
+        return chosen
+
     def retire(self, slot: Slot) -> None:
         """A slot whose machine is gone: never taken again (the other slots go on)."""
         self.busy -= 1

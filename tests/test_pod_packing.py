@@ -152,6 +152,18 @@ def test_a_slot_pool_shares_the_whole_machine_or_hands_out_each_slot_once() -> N
     assert len(list(iter(capped.take, None))) == 3
 
 
+def test_a_retry_goes_back_to_its_predecessors_slot_when_it_is_free() -> None:
+    """site=pod keeps checkpoints on a VM's own disk: with slots=vm a retry on another VM started over."""
+    pool = SlotPool(tpu_slots("vm", range(3), 4), None)
+    first = pool.take()
+    assert first is not None and first.name == "vm-0"
+    assert pool.prefer(first, "vm-2").name == "vm-2"  # vm-0 went back
+    assert sorted(s.name for s in pool.free) == ["vm-0", "vm-1"] and pool.busy == 1
+    busy = pool.take()
+    assert busy is not None and pool.prefer(busy, "vm-2") is busy  # taken already: it runs where it is
+    assert pool.prefer(busy, None) is busy  # a first attempt has no slot to go back to
+
+
 @pytest.mark.slow
 def test_slots_vm_runs_eight_trials_at_once_each_confined_to_its_vm(pod8: Path, tmp_path: Path) -> None:
     driver = pod_study(tmp_path, 8, "vm", 8)
