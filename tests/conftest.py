@@ -8,6 +8,7 @@ import os
 # Before anything imports Triton: its interpreter runs the fused kernels on this CPU (tests/test_fused_mix.py).
 os.environ["TRITON_INTERPRET"] = "1"
 import secrets
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -152,15 +153,19 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         return (yield)
 
 
+# The SIGINT and SIGTERM handlers this process started with (Python's: KeyboardInterrupt, and the default).
+SESSION_SIGNAL_HANDLERS = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
 @pytest.fixture(autouse=True)
 def _signal_handlers_restored() -> Iterator[None]:
-    """Each test starts with the SIGINT and SIGTERM handlers the session started with: code under test installs
-    its own (the driver's interrupt_once, the trainer's preemption flag), and one left behind made a later test
-    in the same worker see a Ctrl-C ignored."""
-    import signal
-
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    """Each test starts, and leaves, with the handlers the process started with: code under test installs its own
+    (the driver's interrupt_once, the trainer's preemption flag), and in a full run a test after some other in the
+    same worker found SIGINT no longer raising KeyboardInterrupt."""
+    for sig, handler in SESSION_SIGNAL_HANDLERS.items():
+        if handler is not None:
+            signal.signal(sig, handler)
     yield
-    for sig, handler in saved.items():
-        if handler is not None and signal.getsignal(sig) is not handler:
+    for sig, handler in SESSION_SIGNAL_HANDLERS.items():
+        if handler is not None:
             signal.signal(sig, handler)
