@@ -159,12 +159,17 @@ SESSION_SIGNAL_HANDLERS = {sig: signal.getsignal(sig) for sig in (signal.SIGINT,
 
 @pytest.fixture(autouse=True)
 def _signal_handlers_restored() -> Iterator[None]:
-    """Each test starts, and leaves, with the handlers the process started with: code under test installs its own
-    (the driver's interrupt_once, the trainer's preemption flag), and in a full run a test after some other in the
-    same worker found SIGINT no longer raising KeyboardInterrupt."""
+    """Each test starts, and leaves, with the handlers the process started with, and with neither signal blocked:
+    code under test installs its own (the driver's interrupt_once, the trainer's preemption flag), and in full
+    runs a test after some other in the same worker found a Ctrl-C raising nothing."""
     for sig, handler in SESSION_SIGNAL_HANDLERS.items():
         if handler is not None:
             signal.signal(sig, handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, list(SESSION_SIGNAL_HANDLERS))
+    if blocked & set(SESSION_SIGNAL_HANDLERS):  # unblocked now; said, so the code that blocked them can be found
+        print(
+            f"[signals] {sorted(s.name for s in blocked & set(SESSION_SIGNAL_HANDLERS))} were blocked before this test"
+        )
     yield
     for sig, handler in SESSION_SIGNAL_HANDLERS.items():
         if handler is not None:
