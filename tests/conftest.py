@@ -9,6 +9,7 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 import secrets
 import signal
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -167,9 +168,8 @@ def _signal_handlers_restored() -> Iterator[None]:
             signal.signal(sig, handler)
     blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, list(SESSION_SIGNAL_HANDLERS))
     if blocked & set(SESSION_SIGNAL_HANDLERS):  # unblocked now; said, so the code that blocked them can be found
-        print(
-            f"[signals] {sorted(s.name for s in blocked & set(SESSION_SIGNAL_HANDLERS))} were blocked before this test"
-        )
+        names = sorted(s.name for s in blocked & set(SESSION_SIGNAL_HANDLERS))
+        warnings.warn(f"{names} were blocked when this test started (unblocked for it)", stacklevel=1)
     yield
     for sig, handler in SESSION_SIGNAL_HANDLERS.items():
         if handler is not None:
