@@ -9,7 +9,6 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 import secrets
 import signal
-import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -154,22 +153,18 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         return (yield)
 
 
-# The SIGINT and SIGTERM handlers this process started with (Python's: KeyboardInterrupt, and the default).
+# The SIGINT and SIGTERM handlers this process started with: Python's (KeyboardInterrupt, and the default), or
+# SIG_IGN for SIGINT where a shell without job control started the run in the background (`make test &`).
 SESSION_SIGNAL_HANDLERS = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
 @pytest.fixture(autouse=True)
 def _signal_handlers_restored() -> Iterator[None]:
-    """Each test starts, and leaves, with the handlers the process started with, and with neither signal blocked:
-    code under test installs its own (the driver's interrupt_once, the trainer's preemption flag), and in full
-    runs a test after some other in the same worker found a Ctrl-C raising nothing."""
+    """Each test starts, and leaves, with the handlers the process started with: code under test installs its own
+    (the driver's interrupt_once, the trainer's preemption flag), which must not reach the next test."""
     for sig, handler in SESSION_SIGNAL_HANDLERS.items():
         if handler is not None:
             signal.signal(sig, handler)
-    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, list(SESSION_SIGNAL_HANDLERS))
-    if blocked & set(SESSION_SIGNAL_HANDLERS):  # unblocked now; said, so the code that blocked them can be found
-        names = sorted(s.name for s in blocked & set(SESSION_SIGNAL_HANDLERS))
-        warnings.warn(f"{names} were blocked when this test started (unblocked for it)", stacklevel=1)
     yield
     for sig, handler in SESSION_SIGNAL_HANDLERS.items():
         if handler is not None:
