@@ -33,6 +33,7 @@ from optuna.trial import FrozenTrial
 
 from contracts.hydra_app import packaged_yaml
 from contracts.overrides import parse_override
+from contracts.train_config import NOT_TRAINING_KEYS, under
 from sweeps.schema import Study
 from sweeps.space import SearchSpace
 
@@ -41,12 +42,17 @@ ALLOW_KEY = "study.allow_changed_definition"
 PARTS = ("objectives", "directions", "train_steps", "experiment", "pruner", "space", "overrides", "value", "seeds")
 # Parts a study stored before they were part of its definition: absent there, they are not compared.
 LATER_PARTS = ("overrides", "value", "seeds")
-# Override keys (and their subkeys) that say where or how a job runs, not what it trains or how it is judged; the
-# experiment and train.steps are parts of their own.
+# Override keys (and their subkeys) that say where or how a job runs, not what it trains or how it is judged: those
+# a checkpoint need not match, and how often it logs and which kernels compute the same step; the experiment and
+# train.steps are parts of their own.
 DOES_NOT_DEFINE = (
-    "hydra", "wandb", "runtime", "checkpoint", "out_dir", "data.path", "train.progress", "train.log_interval",
-    "train.compile", "train.kernels", "experiment", "train.steps",
-)  # fmt: skip
+    *NOT_TRAINING_KEYS,
+    "train.log_interval",
+    "train.compile",
+    "train.kernels",
+    "experiment",
+    "train.steps",
+)
 
 
 class StudyMismatchError(ValueError):
@@ -90,7 +96,7 @@ def defining_overrides(base_overrides: Sequence[str]) -> list[str]:
     kept = []
     for override in base_overrides:
         key = parse_override(str(override)).key_or_group
-        if not any(key == k or key.startswith(f"{k}.") for k in DOES_NOT_DEFINE):
+        if not under(key, DOES_NOT_DEFINE):
             kept.append(str(override).lstrip("+"))
     return kept
 

@@ -10,12 +10,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from contracts.code_version import code_fingerprint
 from contracts.hydra_app import to_dict
+from contracts.train_config import NOT_TRAINING_KEYS, WORKER_LOCAL_KEYS, under
 
 __all__ = ["code_fingerprint", "config_fingerprint", "training_identity"]  # code_fingerprint: a contract
-
-# Keys that legitimately differ between workers (each VM has its own output directory) or between a run
-# and its resumption.
-WORKER_LOCAL_KEYS = ("out_dir", "checkpoint", "runtime", "hydra")
 
 
 def config_fingerprint(cfg: DictConfig) -> str:
@@ -25,26 +22,6 @@ def config_fingerprint(cfg: DictConfig) -> str:
     container.get("train", {}).pop("progress", None)
     blob = OmegaConf.to_yaml(OmegaConf.create(container), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-# Keys that do not change what a run trains: where it writes, how it is watched, when it pauses, which
-# attempt of a sweep trial it is (a retry resumes its first attempt's checkpoint), and where the data lies
-# on this disk (its content is identified by the dataset fingerprint instead).
-NOT_TRAINING_KEYS = (
-    *WORKER_LOCAL_KEYS,
-    "wandb",
-    "data.root",
-    "data.path",
-    "train.progress",
-    "train.stop_after",
-    "train.preemption_check_interval",
-    "sweep.trial_number",
-    "sweep.job",
-    "sweep.password_env",
-    "sweep.report_retry",  # how the job talks to the study storage, not what it trains
-    "sweep.storage_engine",
-    "reeval",  # evaluating a trained checkpoint again reads it, never trains it (trm/reeval.py)
-)
 
 
 def _flatten(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -69,11 +46,7 @@ def training_identity(cfg: DictConfig, precision: str | None = None) -> dict[str
     set train.precision explicitly to continue it), while `auto` and an explicit value that give the same mode, or a
     checkpoint written before `auto` existed in that mode, resume."""
     flat = _flatten(to_dict(cfg, resolve=False))
-    identity = {
-        key: value
-        for key, value in flat.items()
-        if not any(key == skip or key.startswith(skip + ".") for skip in NOT_TRAINING_KEYS)
-    }
+    identity = {key: value for key, value in flat.items() if not under(key, NOT_TRAINING_KEYS)}
     if precision is not None:
         identity["train.precision"] = precision
         identity.pop("train.bf16_mode", None)
