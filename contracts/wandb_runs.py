@@ -1,15 +1,19 @@
 """A W&B run's identity and mode, shared by a trial's job (trm/tracking.py) and the driver's study-summary run
 (sweeps/wandb_summary.py), so both sides name the same run the same way.
 
-W&B never touches the network unless asked to: `wandb.mode=auto` is `online` only when `WANDB_API_KEY` is set
-(and `WANDB_MODE` does not say offline/disabled), else `offline` (upload later with `wandb sync <run dir>`)."""
+W&B never touches the network unless asked to: `wandb.mode=auto` is `online` only where W&B would find an API key
+(`WANDB_API_KEY`, or the ~/.netrc entry `wandb login` writes) and `WANDB_MODE` does not say offline/disabled, else
+`offline` (upload later with `wandb sync <run dir>`)."""
 
 from __future__ import annotations
 
 import functools
+import netrc
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal, cast
+from urllib.parse import urlsplit
 
 from contracts.hydra_app import packaged_yaml
 
@@ -24,8 +28,30 @@ def default_project() -> str:
     return str(packaged_yaml("wandb/default.yaml")["project"])
 
 
+DEFAULT_HOST = "https://api.wandb.ai"  # W&B's server when WANDB_BASE_URL names none
+
+
+def api_key_found(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether W&B would find an API key: `WANDB_API_KEY`, else the netrc entry of its server (`$NETRC`, else
+    ~/.netrc), where `wandb login` keeps it. Read here rather than through wandb, whose key lookup is internal and
+    has moved between releases; tests/test_tracking.py checks this against wandb's own reader."""
+    if environ.get("WANDB_API_KEY"):
+        return True
+    home = environ.get("HOME")
+    path = environ.get("NETRC") or (str(Path(home) / ".netrc") if home else None)
+    host = urlsplit(environ.get("WANDB_BASE_URL") or DEFAULT_HOST).netloc
+    if not path or not host:
+        return False
+    try:
+        entry = netrc.netrc(os.path.expanduser(path)).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return bool(entry and entry[2])
+
+
 def resolve_mode(mode: str | None, environ: Mapping[str, str] = os.environ) -> Mode:
-    """`auto`: online only with an API key in the environment (and no WANDB_MODE=offline/disabled), else offline."""
+    """`auto`: online only where W&B finds an API key (api_key_found) and WANDB_MODE does not say offline or
+    disabled, else offline."""
     mode = (mode or "auto").lower()
     if mode not in MODES:
         raise ValueError(f"wandb.mode={mode!r}: expected one of {list(MODES)}")
@@ -36,7 +62,7 @@ def resolve_mode(mode: str | None, environ: Mapping[str, str] = os.environ) -> M
         return "offline"
     if env_mode == "disabled":
         return "disabled"
-    return "online" if environ.get("WANDB_API_KEY") else "offline"
+    return "online" if api_key_found(environ) else "offline"
 
 
 def trial_run_id(study_uid: str, origin: int, seed_index: int = 0) -> str:

@@ -78,12 +78,7 @@ def open_storage(
     engine_kwargs: dict[str, Any]
     lock: contextlib.AbstractContextManager[None]
     if is_postgres(parsed):
-        connect_args: dict[str, Any] = {
-            "connect_timeout": max(1, int(connect_timeout_s)),
-            "application_name": APPLICATION_NAME,
-        }
-        if secret is not None:
-            connect_args["password"] = secret
+        connect_args = _pg_connect_args(connect_timeout_s, secret)
         engine_kwargs = {
             "pool_pre_ping": True,
             "pool_size": pool_size,
@@ -114,6 +109,33 @@ def open_storage(
     except (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError) as e:
         # `from None`: the chained driver exception is summarised (and scrubbed) in the message.
         raise StorageUnavailableError(f"cannot open storage {shown}: {_reason(e, secret)}") from None
+
+
+def check_reachable(url: str, *, password_env: str | None = None, connect_timeout_s: int = 10) -> None:
+    """Connect once to a PostgreSQL ``url`` as open_storage's engine does (driver, credentials, timeout) and ask
+    nothing of Optuna's tables, which the driver may not have created yet: whether a trial's rank 0 could report
+    from this machine (the pod's preflight asks it on every VM). Raises what open_storage raises."""
+    parsed = driver_url(url)
+    secret = _read_password(password_env)
+    if not is_postgres(parsed):
+        return
+    engine = sqlalchemy.create_engine(
+        parsed, poolclass=NullPool, connect_args=_pg_connect_args(connect_timeout_s, secret)
+    )
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except sqlalchemy.exc.DBAPIError as e:
+        raise StorageUnavailableError(f"cannot open storage {redact(url)}: {_reason(e, secret)}") from None
+    finally:
+        engine.dispose()
+
+
+def _pg_connect_args(connect_timeout_s: int, secret: str | None) -> dict[str, Any]:
+    args: dict[str, Any] = {"connect_timeout": max(1, int(connect_timeout_s)), "application_name": APPLICATION_NAME}
+    if secret is not None:
+        args["password"] = secret
+    return args
 
 
 def schema_version(storage: RDBStorage) -> str:

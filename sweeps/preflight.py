@@ -4,8 +4,9 @@ Runs sweeps/preflight_probe.py on every worker VM at once (one ssh each, all wit
 prints one table, a row per worker, then one line per problem naming the worker and the fix: the interpreter
 and its version, torch/torch_xla/libtpu as `preflight.expect` says and the same on every VM, the code version
 (this checkout's), the chips visible and not held open, the control-plane port free on worker 0 and reachable
-from every other, the dataset on every VM with one fingerprint (or buildable: generated data), the checkpoint
-location writable from worker 0, and free disk. The driver runs it before a tpu_pod study starts trials and
+from every other, the dataset on every VM with one fingerprint (or buildable: generated data), free disk, and on
+every VM where a trial's rank 0 runs: the checkpoint location writable, the study storage opened as the job opens
+it, and W&B logging where this machine does (online needs a key on the VM). The driver runs it before a tpu_pod study starts trials and
 refuses to start on a problem (`preflight.enabled=false` skips it).
 """
 
@@ -21,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
+from sqlalchemy.engine import make_url
 
+from contracts.wandb_runs import resolve_mode
+from storage import resolve_url
 from sweeps.launchers.remote_shell import VENV_FIX, min_python, shell_path
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.preflight_probe import MARK
-from sweeps.schema import Preflight, SweepConfig, Trial
+from sweeps.schema import SweepConfig
 from sweeps.slots import LIBTPU_PORTS
 
 PROBE = Path(__file__).with_name("preflight_probe.py")
@@ -43,10 +47,17 @@ class Answer:
     error: str = ""
 
 
-def probe_args(settings: Preflight, trial: Trial, train: DictConfig, peers: int) -> dict[str, Any]:
+def rank0_workers(launcher: TpuPodLauncher) -> list[int]:
+    """The VMs where a trial's rank 0 runs: the first worker of each slot (slots=pod: worker 0; vm, chips:N: every
+    VM). Rank 0 writes the checkpoints, reports to the study and opens the W&B run."""
+    return sorted({(slot.workers or tuple(launcher.worker_ids()))[0] for slot in launcher.slots()})
+
+
+def probe_args(sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) -> dict[str, Any]:
     """What the probe checks on each VM. `train` is the trials' training config as composed (conf/train.yaml):
     its data block depends on the dataset chosen, which no one schema types."""
-    data = train.data
+    data, settings, trial = train.data, sweep.preflight, sweep.trial
+    url = resolve_url(sweep.storage.url, create_dir=False)
     return {
         "packages": list(PACKAGES),
         "chips_glob": settings.chips_glob,
@@ -55,7 +66,13 @@ def probe_args(settings: Preflight, trial: Trial, train: DictConfig, peers: int)
         "checkpoint_url": trial.checkpoint_root or trial.run_root or "runs",
         "port": int(train.runtime.port),
         "reach_s": settings.reach_s,
-        "peers": peers,
+        "peers": len(launcher.worker_ids()) - 1,
+        "rank0_workers": rank0_workers(launcher),
+        # A SQLite file is refused before this (sweeps.validate): only a server is asked for, as the job opens it.
+        "storage": None
+        if make_url(url).get_backend_name() == "sqlite"
+        else {"url": url, "password_env": sweep.storage.password_env or None, "timeout_s": int(settings.reach_s) + 1},
+        "wandb_mode": sweep.wandb.mode if sweep.wandb.enabled else None,
     }
 
 
@@ -89,12 +106,12 @@ def ask_workers(launcher: TpuPodLauncher, args: dict[str, Any], timeout_s: float
     return answers
 
 
-def problems(
-    answers: list[Answer], settings: Preflight, trial: Trial, launcher: TpuPodLauncher, train: DictConfig
-) -> list[str]:
+def problems(answers: list[Answer], sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) -> list[str]:
     """One line per problem: `worker N: what is wrong: the fix`. `train` as in probe_args."""
     from contracts.code_version import code_fingerprint
 
+    settings, trial = sweep.preflight, sweep.trial
+    here = resolve_mode(sweep.wandb.mode) if sweep.wandb.enabled else None  # this machine's W&B mode
     out = []
     expect = {k: v for k, v in (settings.expect or {}).items() if v is not None}
     ours = code_fingerprint()
@@ -176,8 +193,37 @@ def problems(
                 f"worker {w}: cannot write the checkpoint location {trial.checkpoint_root!r} "
                 f"({f['checkpoint']}); for gs:// install gcsfs (trm-sweeps[tpu]) and grant the VM's service account"
             )
+        out += _rank0_problems(w, f, sweep, here)
         if f["free_gb"] < settings.min_free_gb:
             out.append(f"worker {w}: {f['free_gb']} GB free under launcher.remote_dir (preflight.min_free_gb)")
+    return out
+
+
+# An ssh session carries none of the driver's environment: what rank 0 needs there is the VM's own.
+VM_CREDENTIALS = "gcloud's ssh carries none of this machine's environment"
+
+
+def _rank0_problems(w: int, f: dict[str, Any], sweep: SweepConfig, here: str | None) -> list[str]:
+    """What keeps a trial's rank 0 on worker `w` from reporting to the study or logging where this machine does."""
+    out = []
+    if f.get("storage"):
+        out.append(
+            f"worker {w}: rank 0 cannot open the study storage there ({f['storage']}); {VM_CREDENTIALS}: give each "
+            "VM its own credentials (~/.pgpass, or storage.password_env's variable in its /etc/environment) and a "
+            "storage.url host it reaches (not this machine's localhost)"
+        )
+    wandb = f.get("wandb")
+    if wandb and wandb["mode"] == "online" and not wandb["key"]:
+        out.append(
+            f"worker {w}: W&B finds no API key there, so rank 0's wandb.init fails in mode online; {VM_CREDENTIALS}: "
+            "run `wandb login` on every VM"
+        )
+    elif wandb and here == "online" and wandb["mode"] == "offline":
+        out.append(
+            f"worker {w}: W&B would log offline there (no WANDB_API_KEY, no `wandb login`) while this machine logs "
+            f"online, and the trials' runs would stay on that VM's disk; {VM_CREDENTIALS}: run `wandb login` on "
+            "every VM, or set wandb.mode=offline"
+        )
     return out
 
 
@@ -200,9 +246,8 @@ def preflight(sweep: SweepConfig, launcher: TpuPodLauncher) -> tuple[str, list[s
     from contracts.hydra_app import compose_train_config
 
     train = compose_train_config(list(sweep.trial.overrides))
-    args = probe_args(sweep.preflight, sweep.trial, train, peers=len(launcher.worker_ids()) - 1)
-    answers = ask_workers(launcher, args, sweep.preflight.timeout_s)
-    return table(answers), problems(answers, sweep.preflight, sweep.trial, launcher, train)
+    answers = ask_workers(launcher, probe_args(sweep, launcher, train), sweep.preflight.timeout_s)
+    return table(answers), problems(answers, sweep, launcher, train)
 
 
 def check_before_study(sweep: SweepConfig, launcher: object) -> None:
@@ -223,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     from sweeps.config import compose_sweep_config
     from sweeps.optuna_parts import build_launcher
     from sweeps.typed_config import typed_sweep
+    from sweeps.validate import storage_out_of_reach
 
     cfg = compose_sweep_config(list(sys.argv[1:] if argv is None else argv))
     sweep = typed_sweep(cfg)  # every block's checks, before any VM is asked
@@ -231,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         print("sweeps.preflight checks a TPU pod: give site=pod (launcher=tpu_pod)", file=sys.stderr)
         return 2
     launcher.validate()
+    unreachable = storage_out_of_reach(cfg, launcher)
+    if unreachable:
+        print(unreachable, file=sys.stderr)
+        return 2
     shown, found = preflight(sweep, launcher)
     print(shown)
     print("\n".join(found) if found else "no problems: the pod is ready")

@@ -6,6 +6,9 @@ report), no syntax newer than Python 3.8. It reports; sweeps/preflight.py judges
 Identity: TPU_WORKER_ID where the environment has it (GKE, the tests' stand-in pod), else the TPU's metadata
 through torch_xla, as the job finds its rank (trm/runtime/base.py): a TPU VM's ssh session has no such variable.
 Reachability: worker 0 listens on the control-plane port while the others connect to it, all within `reach_s`.
+Where a trial's rank 0 will run (`rank0`): the checkpoint location written, the study storage opened and the W&B
+mode resolved as the job does it there, with this VM's own environment (an ssh session carries none of the
+driver's: its credentials must be the VM's).
 """
 
 import glob
@@ -86,6 +89,30 @@ def _writable(url):
         return type(err).__name__ + ": " + (str(err).splitlines() or [""])[0][:200]
 
 
+def _study_storage(spec):
+    """None when rank 0 could reach the study's database from here as the job does (storage.check_reachable: this
+    VM's password variable or ~/.pgpass, a server it reaches), else why not."""
+    try:
+        from storage.engine import check_reachable
+    except Exception as err:
+        return "not checked: the project does not import here (" + (str(err).splitlines() or [""])[0][:120] + ")"
+    try:
+        check_reachable(spec["url"], password_env=spec["password_env"], connect_timeout_s=spec["timeout_s"])
+        return None
+    except Exception as err:  # a StorageError line is redacted (storage.engine); an import error holds no URL
+        return (str(err).splitlines() or [type(err).__name__])[0][:400]
+
+
+def _wandb(mode):
+    """The W&B mode the job resolves here and whether W&B finds an API key here (None: the project does not
+    import, which the code check reports)."""
+    try:
+        from contracts.wandb_runs import api_key_found, resolve_mode
+    except Exception:
+        return None
+    return {"mode": resolve_mode(mode), "key": api_key_found()}
+
+
 def _worker():
     """This VM's worker id, or None when neither the environment nor the TPU's metadata tells."""
     value = os.environ.get("TPU_WORKER_ID", "").strip()
@@ -158,8 +185,11 @@ def main(args):
         "chips": _chips(args["chips_glob"]),
         "data": _dataset(args["data_path"], args["splits"]) if args["data_path"] else None,
         "free_gb": round(shutil.disk_usage(".").free / 1e9, 1),
-        "checkpoint": _writable(args["checkpoint_url"]) if worker == 0 else None,
     }
+    rank0 = worker in args["rank0_workers"]
+    facts["checkpoint"] = _writable(args["checkpoint_url"]) if rank0 else None
+    facts["storage"] = _study_storage(args["storage"]) if rank0 and args["storage"] else None
+    facts["wandb"] = _wandb(args["wandb_mode"]) if rank0 and args["wandb_mode"] else None
     if worker is not None:  # a VM that cannot tell which it is would take worker 0's part: checked by none
         facts["port"] = _port(worker, int(args["port"]), float(args["reach_s"]), int(args["peers"]))
     print(MARK + json.dumps(facts), flush=True)

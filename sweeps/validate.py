@@ -10,7 +10,8 @@ checked at composition and when the driver types it (sweeps/typed_config.py). Wh
     world, a dataset given by path that exists where it can be checked;
   - the sampler and the pruner, built as the driver builds them, with the arguments Optuna accepts at
     construction but fails on later;
-  - the machine: the interpreter of a local launcher, and an output_root this user can write.
+  - the machine: the interpreter of a local launcher, an output_root this user can write, and a study storage the
+    trials' rank 0 can open from the launcher's workers (no SQLite file where they share no filesystem).
 
 Each check is a short independent function; validate_sweep at the end runs them in order.
 """
@@ -26,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
+from sqlalchemy.engine import make_url
 
+from storage import redact, resolve_url
 from sweeps.config_values import SweepConfigError
 from sweeps.launchers.base import Launcher
 from sweeps.space import SearchSpace
@@ -39,7 +42,12 @@ from sweeps.validate_trials import (
     trial_length,
 )
 
-__all__ = ["SweepConfigError", "trial_length", "validate_sweep"]  # the driver and the CLI import these here
+__all__ = [
+    "SweepConfigError",
+    "storage_out_of_reach",
+    "trial_length",
+    "validate_sweep",
+]  # the driver and the CLI import these here
 
 
 def _check_launcher_python(cfg: DictConfig, launcher: Launcher) -> None:
@@ -61,6 +69,22 @@ def _check_launcher_python(cfg: DictConfig, launcher: Launcher) -> None:
         ok = False
     if not ok:
         raise SweepConfigError(f"launcher.python={python!r}: it cannot import trm (the training package); {fix}")
+
+
+def storage_out_of_reach(cfg: DictConfig, launcher: Launcher) -> str | None:
+    """Why the trials' rank 0 cannot open the study storage from the launcher's workers, if this machine can tell:
+    on workers that share no filesystem with the driver (a pod's VMs) a SQLite file here is another, missing file
+    there. Whether a server is reachable from them only the workers can say (the pod's preflight asks them)."""
+    if launcher.shares_filesystem:
+        return None
+    url = resolve_url(cfg.storage.url, create_dir=False)
+    if make_url(url).get_backend_name() != "sqlite":
+        return None
+    return (
+        f"storage.url={redact(url)!r}: a SQLite file on this machine, but {type(launcher).__name__}'s workers share "
+        "no filesystem with it, and each trial's rank 0 reports to the study from one of them; use storage=postgres "
+        "with an address the workers reach (docs/usage.md: PostgreSQL)"
+    )
 
 
 def _check_roots(cfg: DictConfig, launcher: Launcher) -> None:
@@ -107,4 +131,7 @@ def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str
     check_range_types(cfg, space, base_overrides)
     check_optuna(cfg, trial_length(base_overrides))
     _check_launcher_python(cfg, launcher)
+    unreachable = storage_out_of_reach(cfg, launcher)
+    if unreachable:
+        raise SweepConfigError(unreachable)
     _check_roots(cfg, launcher)  # last: the only check that touches the disk

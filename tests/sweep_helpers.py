@@ -41,4 +41,7 @@ def fake_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> P
     monkeypatch.setenv("FAKE_TPU_ROOT", str(root))
     monkeypatch.setenv("FAKE_TPU_WORKERS", str(workers))
     monkeypatch.setenv("FAKE_GCLOUD_RETRY_S", "0.05")  # gcloud's 5 s between attempts on ssh's 255
+    # The VMs' /etc/environment: the launchers' OpenMP policy (sweeps.launchers.base.machine_env), so the jobs do
+    # not spin-wait on this machine's shared cores. Nothing else of the caller's reaches them, as over real ssh.
+    monkeypatch.setenv("FAKE_TPU_VM_ENVIRONMENT", "OMP_WAIT_POLICY")
     return root

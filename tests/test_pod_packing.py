@@ -44,9 +44,10 @@ def env_recording_python(tmp_path: Path) -> Path:
 
 
 def pod_study(
-    tmp_path: Path, workers: int, slots: str, n_trials: int, *extra: str, trial: tuple[str, ...] = ()
+    tmp_path: Path, db: str, workers: int, slots: str, n_trials: int, *extra: str, trial: tuple[str, ...] = ()
 ) -> Driver:
-    """A `halting` study on the fake pod's `workers` VMs, divided as `slots`; `trial` adds to FAST_TRIAL."""
+    """A `halting` study in PostgreSQL `db` on the fake pod's `workers` VMs, divided as `slots`; `trial` adds to
+    FAST_TRIAL."""
     cfg = compose_sweep_config(
         [
             "site=pod",
@@ -59,8 +60,8 @@ def pod_study(
             "launcher.remote_dir='~/trm'",
             "launcher.env={}",
             "launcher.ssh_timeout_s=20",
-            "storage=sqlite",
-            f"storage.url=sqlite:///{tmp_path}/optuna.db",
+            "storage=postgres",
+            f"storage.url={db}",
             f"output_root={tmp_path}/out",
             "study=halting",
             f"n_trials={n_trials}",
@@ -165,8 +166,10 @@ def test_a_retry_goes_back_to_its_predecessors_slot_when_it_is_free() -> None:
 
 
 @pytest.mark.slow
-def test_slots_vm_runs_eight_trials_at_once_each_confined_to_its_vm(pod8: Path, tmp_path: Path) -> None:
-    driver = pod_study(tmp_path, 8, "vm", 8)
+def test_slots_vm_runs_eight_trials_at_once_each_confined_to_its_vm(
+    pod8: Path, tmp_path: Path, fresh_pg_url: str
+) -> None:
+    driver = pod_study(tmp_path, fresh_pg_url, 8, "vm", 8)
     driver.run()
     trials = optuna.load_study(study_name="halting", storage=driver.storage_url).trials
     assert len(trials) == 8 and all(t.state == TrialState.COMPLETE for t in trials), [
@@ -189,11 +192,11 @@ def test_slots_vm_runs_eight_trials_at_once_each_confined_to_its_vm(pod8: Path, 
 
 @pytest.mark.slow
 def test_a_killed_slot_does_not_stop_the_others_and_a_dead_vm_takes_only_its_slots(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_pg_url: str
 ) -> None:
     root = fake_pod(tmp_path, monkeypatch, 2)
     # chips:2 on 2 VMs: 4 slots, 2 per VM. Trials long enough to kill one while the others train.
-    driver = pod_study(tmp_path, 2, "chips:2", 5, "heartbeat.max_retry=1", trial=("train.steps=100",))
+    driver = pod_study(tmp_path, fresh_pg_url, 2, "chips:2", 5, "heartbeat.max_retry=1", trial=("train.steps=100",))
     worker1 = root / "test-pod" / "worker-1"
 
     def kill_vm1_once_training() -> None:
@@ -234,21 +237,23 @@ def _cwd_under(pid: str, directory: Path) -> bool:
         return False
 
 
-def test_a_batch_that_does_not_divide_over_a_slots_chips_is_refused(pod8: Path, tmp_path: Path) -> None:
-    driver = pod_study(tmp_path, 8, "chips:4", 1, trial=("train.global_batch_size=6",))
+def test_a_batch_that_does_not_divide_over_a_slots_chips_is_refused(
+    pod8: Path, tmp_path: Path, fresh_pg_url: str
+) -> None:
+    driver = pod_study(tmp_path, fresh_pg_url, 8, "chips:4", 1, trial=("train.global_batch_size=6",))
     with pytest.raises(SweepConfigError, match="global_batch_size=6 is not divisible by the 4 chips of each slot"):
         driver.validate()
     assert not (pod8 / "calls.log").exists()  # refused before any VM was contacted
 
 
 def test_the_dry_run_prices_the_study_on_each_division_of_the_pod(
-    pod8: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    pod8: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fresh_pg_url: str
 ) -> None:
     from sweeps import estimate
     from sweeps.run import print_packings
 
     costs = [estimate.Cost(params=1, flops_per_sample_step=10**9, global_batch=768, steps=1000) for _ in range(16)]
-    driver = pod_study(tmp_path, 8, "pod", 16)
+    driver = pod_study(tmp_path, fresh_pg_url, 8, "pod", 16)
     print_packings(driver, costs, estimate.Utilization.parse(driver.cfg.estimate.utilization))
     lines = capsys.readouterr().out.splitlines()
     rows = {line.split()[1]: line for line in lines[1:] if "slots=" in line.split()[1]}

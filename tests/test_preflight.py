@@ -24,7 +24,8 @@ FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
 OLD_PYTHON3 = FAKE_GCLOUD.parent / "vm-bin" / "python3"
 
 
-def pod_args(tmp_path: Path) -> list[str]:
+def pod_args(tmp_path: Path, db: str) -> list[str]:
+    """A study on the stand-in pod, its storage the PostgreSQL database `db` (each VM's rank 0 opens it)."""
     return [
         "site=pod",
         "launcher.tpu_name=test-pod",
@@ -34,8 +35,8 @@ def pod_args(tmp_path: Path) -> list[str]:
         "launcher.num_workers=2",
         "launcher.remote_dir='~/trm'",
         "launcher.env={}",
-        "storage=sqlite",
-        f"storage.url=sqlite:///{tmp_path}/optuna.db",
+        "storage=postgres",
+        f"storage.url={db}",
         f"output_root={tmp_path}/out",
         "study=halting",
         "n_trials=1",
@@ -54,12 +55,12 @@ def give_python(vm: Path, target: Path) -> None:
 
 
 def test_preflight_names_the_one_broken_worker_and_the_driver_refuses_to_start(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fresh_pg_url: str
 ) -> None:
     pod = fake_pod(tmp_path, monkeypatch, 2)
     give_python(pod / "test-pod" / "worker-0", Path(sys.executable))
     give_python(pod / "test-pod" / "worker-1", OLD_PYTHON3)  # worker 1 kept the image's Python 3.10
-    assert main(pod_args(tmp_path)) == 1
+    assert main(pod_args(tmp_path, fresh_pg_url)) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["worker", "python", "torch"]
     rows = {line.split()[0]: line for line in out[1:3]}
@@ -76,19 +77,19 @@ def test_preflight_names_the_one_broken_worker_and_the_driver_refuses_to_start(
     vm1 = pod / "test-pod" / "worker-1"
     (vm1 / "py").write_text(f'#!/bin/sh\nPYTHONPATH={stale} exec {sys.executable} "$@"\n')
     with pytest.raises(PreflightError) as refused:
-        Driver(compose_sweep_config(pod_args(tmp_path))).run()
+        Driver(compose_sweep_config(pod_args(tmp_path, fresh_pg_url))).run()
     lines = [line for line in str(refused.value).splitlines() if re.match(r"worker \d+:", line)]
     assert len(lines) == 1 and lines[0].startswith("worker 1: its trm code differs from this checkout's"), lines
     assert "launcher.deploy=true" in lines[0]
     assert "trm.train" not in (pod / "calls.log").read_text()  # no trial started
 
     give_python(vm1, Path(sys.executable))  # fixed: the pod is ready
-    assert main(pod_args(tmp_path)) == 0
+    assert main(pod_args(tmp_path, fresh_pg_url)) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "no problems: the pod is ready"
 
 
 def test_preflight_sees_a_stale_job_holding_worker_0s_chips_and_port(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fresh_pg_url: str
 ) -> None:
     """While a job runs on worker 0 its TPU runtime holds the chips and libtpu's ports: a preflight then says
     so, naming the pids and the port (here the control plane's set to libtpu's 8476)."""
@@ -104,7 +105,7 @@ def test_preflight_sees_a_stale_job_holding_worker_0s_chips_and_port(
     )  # fmt: skip
     try:
         time.sleep(3)
-        args = [a for a in pod_args(tmp_path) if not a.startswith("trial.overrides=")]
+        args = [a for a in pod_args(tmp_path, fresh_pg_url) if not a.startswith("trial.overrides=")]
         args.append(f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.port=8476'])}")
         assert main(args) == 1
         problems = capsys.readouterr().out.splitlines()[3:]
@@ -117,7 +118,7 @@ def test_preflight_sees_a_stale_job_holding_worker_0s_chips_and_port(
 
 
 def test_a_pod_whose_vms_cannot_tell_which_worker_they_are_is_not_ready(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fresh_pg_url: str
 ) -> None:
     """A TPU VM's ssh session has no TPU_WORKER_ID: the probe asks torch_xla for the TPU's metadata, and where it
     cannot, says so. It used to take worker 0's part on every VM, and the port check passed with no peer seen."""
@@ -125,7 +126,7 @@ def test_a_pod_whose_vms_cannot_tell_which_worker_they_are_is_not_ready(
     monkeypatch.setenv("FAKE_TPU_WORKER_ENV", "0")  # VMs as a real TPU's, without torch_xla here
     for w in (0, 1):
         give_python(pod / "test-pod" / f"worker-{w}", Path(sys.executable))
-    assert main(pod_args(tmp_path)) == 1
+    assert main(pod_args(tmp_path, fresh_pg_url)) == 1
     problems = capsys.readouterr().out.splitlines()[3:]
     assert [p.split(":")[0] for p in problems] == ["worker 0", "worker 1"], problems
     assert all("cannot tell which worker of the TPU it is" in p for p in problems), problems
@@ -149,10 +150,68 @@ def test_worker_0_seeing_fewer_peers_than_reached_it_is_a_problem(monkeypatch: p
     train = OmegaConf.create({"runtime": {"port": 12355}, "data": {"path": "data"}})
     answers = [Answer(0, facts(0, {"bind": None, "peers": 1})), *(Answer(w, facts(w, {"reach": None})) for w in (1, 2))]
     monkeypatch.setattr("contracts.code_version.code_fingerprint", lambda: "c")
-    trial = SimpleNamespace(checkpoint_root=None)
-    assert problems(answers, settings, trial, launcher, train) == [  # type: ignore[arg-type]
+    sweep = SimpleNamespace(preflight=settings, trial=SimpleNamespace(checkpoint_root=None),
+                            wandb=SimpleNamespace(enabled=False))  # fmt: skip
+    assert problems(answers, sweep, launcher, train) == [  # type: ignore[arg-type]
         "worker 0: 1 connection(s) on runtime.port=12355, but 2 worker(s) say they reached worker 0 there: they "
         "reached another host (the first of TPU_WORKER_HOSTNAMES or of the TPU's metadata is not this VM)"
     ]
     answers[0].facts["port"] = {"bind": None, "peers": 2}  # type: ignore[index]
-    assert problems(answers, settings, trial, launcher, train) == []  # type: ignore[arg-type]
+    assert problems(answers, sweep, launcher, train) == []  # type: ignore[arg-type]
+
+
+def test_rank_0_needs_its_own_credentials_on_the_vm_where_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fresh_pg_url: str
+) -> None:
+    """gcloud's ssh carries none of the driver's environment: a password variable or a W&B key set only here would
+    leave a trial's rank 0 unable to report to the study, or logging offline on its VM's disk. The probe opens the
+    storage and resolves W&B as the job does, on every VM where a rank 0 runs (slots=pod: worker 0; vm: each)."""
+    pod = fake_pod(tmp_path, monkeypatch, 2)
+    for w in (0, 1):
+        give_python(pod / "test-pod" / f"worker-{w}", Path(sys.executable))
+    # This server trusts any password: what is missing on the VMs is the variable.
+    monkeypatch.setenv("TRM_TEST_DB_PW", "db-secret-7f3a")
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)  # this machine logs online
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    args = [*pod_args(tmp_path, fresh_pg_url), "storage.password_env=TRM_TEST_DB_PW", "wandb.mode=auto"]
+
+    def problems_of(*extra: str) -> list[str]:
+        code = main([*args, *extra])
+        found = capsys.readouterr().out.splitlines()[3:]
+        assert code == (1 if found != ["no problems: the pod is ready"] else 0), found
+        return found
+
+    found = problems_of()
+    assert [p.split(":")[0] for p in found] == ["worker 0", "worker 0"], found  # worker 1 runs no rank 0
+    assert (
+        found[0].startswith(
+            "worker 0: rank 0 cannot open the study storage there (storage.password_env = 'TRM_TEST_DB_PW' names an "
+            "environment variable that is not set or empty;"
+        )
+        and "gcloud's ssh carries none of this machine's environment" in found[0]
+    )
+    assert found[1].startswith("worker 0: W&B would log offline there (no WANDB_API_KEY, no `wandb login`)")
+
+    # The VM image sets the variable (/etc/environment) and worker 0 ran `wandb login` (its ~/.netrc).
+    monkeypatch.setenv("FAKE_TPU_VM_ENVIRONMENT", "OMP_WAIT_POLICY,TRM_TEST_DB_PW")
+    netrc = pod / "test-pod" / "worker-0" / ".netrc"
+    netrc.write_text(f"machine api.wandb.ai\n  login user\n  password {'k' * 40}\n")
+    assert problems_of() == ["no problems: the pod is ready"]
+    # A trial per VM: worker 1 runs a rank 0 too, and has not logged in to W&B.
+    found = problems_of("launcher.slots=vm")
+    assert len(found) == 1 and found[0].startswith("worker 1: W&B would log offline there"), found
+    # A storage the VMs cannot reach.
+    found = problems_of(f"storage.url=postgresql://postgres@127.0.0.1:{free_port()}/nowhere")
+    assert len(found) == 1 and found[0].startswith("worker 0: rank 0 cannot open the study storage there (cannot "
+                                                   "open storage postgresql://postgres@127.0.0.1:"), found  # fmt: skip
+    assert "db-secret-7f3a" not in " ".join(found)
+
+
+def test_the_preflight_refuses_a_sqlite_study_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fresh_pg_url: str
+) -> None:
+    fake_pod(tmp_path, monkeypatch, 2)
+    db = tmp_path / "optuna.db"
+    assert main([*pod_args(tmp_path, fresh_pg_url), "storage=sqlite", f"storage.url=sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"storage.url='sqlite:///{db}': a SQLite file on this machine, but TpuPodLauncher's"), err

@@ -133,9 +133,25 @@ def test_missing_tpu_name_or_zone_and_unknown_workers_are_config_errors(pod: Pat
     launcher(workers="1", slots="vm").validate()  # a trial per VM: each job is a one-VM slice of its own
 
 
+def test_a_sqlite_study_on_a_pod_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """The VMs' rank 0 would open another, empty file of that name on its own disk (the stand-in pod shares this
+    machine's disk, so only the check stands between a researcher and trials failing at their first report)."""
+    from sweeps.validate import SweepConfigError
+
+    db = tmp_path / "optuna.db"
+    cfg = compose_sweep_config(
+        ["site=pod", "launcher.tpu_name=test-pod", "launcher.zone=us-central2-b", f"launcher.gcloud={FAKE_GCLOUD}",
+         "storage=sqlite", f"storage.url=sqlite:///{db}", f"output_root={tmp_path}/out", "study=halting"]
+    )  # fmt: skip
+    with pytest.raises(SweepConfigError, match=rf"^storage.url='sqlite:///{db}': a SQLite file on this machine, but "
+                       r"TpuPodLauncher's workers share no filesystem .* use storage=postgres"):  # fmt: skip
+        Driver(cfg).validate()
+    assert not db.exists()
+
+
 @pytest.mark.slow
-def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path) -> None:
-    db = f"sqlite:///{tmp_path}/optuna.db"
+def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path, fresh_pg_url: str) -> None:
+    db = fresh_pg_url  # the VMs' rank 0 reports to a server, as on a pod (a SQLite file here is refused)
     cfg = compose_sweep_config(
         [
             "site=pod",
@@ -146,7 +162,7 @@ def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path) -> None:
             "launcher.num_workers=2",
             "launcher.remote_dir='~/trm'",
             "launcher.env={}",
-            "storage=sqlite",
+            "storage=postgres",
             f"storage.url={db}",
             f"output_root={tmp_path}/out",
             "study=halting",

@@ -15,7 +15,7 @@ import pytest
 from optuna.trial import TrialState, create_trial
 
 from contracts.hydra_app import compose_train_config
-from contracts.wandb_runs import resolve_mode, summary_run_id, trial_run_id
+from contracts.wandb_runs import DEFAULT_HOST, api_key_found, resolve_mode, summary_run_id, trial_run_id
 from storage import redact
 from storage.record import STUDY_UID_ATTR
 from sweeps.driver import Driver
@@ -174,6 +174,34 @@ def test_mode_is_offline_unless_an_api_key_is_set() -> None:
     assert resolve_mode("offline", {"WANDB_API_KEY": "k"}) == "offline"
     with pytest.raises(ValueError, match=r"wandb.mode='cloud'"):
         resolve_mode("cloud", {})
+
+
+def test_a_wandb_login_key_counts_as_a_key_as_wandb_itself_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`wandb login` keeps the key in ~/.netrc, not in the environment (a TPU VM's ssh session has none): `auto`
+    finds it where W&B's own reader does, for W&B's server or the one WANDB_BASE_URL names, and nowhere else."""
+    from wandb.sdk.lib.wbauth import read_netrc_auth, write_netrc_auth
+
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    environ = {"HOME": str(tmp_path)}
+    assert not api_key_found(environ) and read_netrc_auth(host=DEFAULT_HOST) is None
+    write_netrc_auth(host=DEFAULT_HOST, api_key="a" * 40)  # what `wandb login` does
+    assert read_netrc_auth(host=DEFAULT_HOST) == "a" * 40
+    assert api_key_found(environ) and resolve_mode("auto", environ) == "online"
+    assert resolve_mode("auto", {**environ, "WANDB_MODE": "offline"}) == "offline"
+    other = "https://wandb.example.org"
+    assert read_netrc_auth(host=other) is None
+    assert not api_key_found({**environ, "WANDB_BASE_URL": other})
+    write_netrc_auth(host=other, api_key="b" * 40)
+    assert read_netrc_auth(host=other) == "b" * 40 and api_key_found({**environ, "WANDB_BASE_URL": other})
+    moved = tmp_path / "elsewhere"
+    (tmp_path / ".netrc").rename(moved)
+    monkeypatch.setenv("NETRC", str(moved))
+    assert read_netrc_auth(host=DEFAULT_HOST) == "a" * 40
+    assert not api_key_found(environ) and api_key_found({**environ, "NETRC": str(moved)})
 
 
 def test_tracking_failure_is_one_warning_and_a_no_op(
