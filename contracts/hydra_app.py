@@ -25,6 +25,8 @@ from contracts.schema_checks import ConfigSchemaError, config_error_line
 # installed wheel finds them wherever it is run from. Both apps' `hydra.main` use CONFIG_PATH.
 CONFIG_MODULE = "trm_sweeps_conf"
 CONFIG_PATH = f"pkg://{CONFIG_MODULE}"
+# The callbacks of conf/hydra_app.yaml: both apps' `hydra.main(execution_whitelist=...)` trust these targets.
+HYDRA_CALLBACKS = ["storage.hydra_secrets.RefuseSecrets", "contracts.hydra_run_dir.CheckRunDir"]
 
 
 def run_app(main: Callable[[], object]) -> None:

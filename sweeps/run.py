@@ -14,7 +14,7 @@ from omegaconf import DictConfig, MissingMandatoryValue
 from omegaconf.errors import OmegaConfBaseException
 from optuna.trial import TrialState
 
-from contracts.hydra_app import CONFIG_PATH, run_app
+from contracts.hydra_app import CONFIG_PATH, HYDRA_CALLBACKS, run_app
 from storage import StorageError, redact
 from storage.errors import permission_denied
 from storage.heartbeat import retried_numbers
@@ -97,7 +97,7 @@ def describe_command(driver: Driver, spec: JobSpec) -> str:
     return driver.launcher.describe(spec)
 
 
-@hydra.main(config_path=CONFIG_PATH, config_name="sweep", execution_whitelist=["storage.hydra_secrets.RefuseSecrets"])
+@hydra.main(config_path=CONFIG_PATH, config_name="sweep", execution_whitelist=HYDRA_CALLBACKS)
 def main(cfg: DictConfig) -> None:
     _restore(FULL_ERROR, USERS_FULL_ERROR.pop(FULL_ERROR, None))  # composed: Hydra reports as the user asked again
     logging.getLogger("sweeps").setLevel(logging.INFO)

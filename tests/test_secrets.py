@@ -18,6 +18,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from contracts import train_config
 from contracts.hydra_app import CONFIG_MODULE
 from storage.hydra_secrets import RefuseSecrets
 from storage.secrets import (
@@ -27,6 +28,7 @@ from storage.secrets import (
     redact_credentials,
 )
 from storage.url import redact
+from sweeps import schema
 from tests.sweep_helpers import FAST_TRIAL, trial_list
 
 SECRET = "Zq9-s3cr3t-w0rd-7781"
@@ -321,6 +323,7 @@ def test_redact_of_an_unparsable_url_still_hides_the_password() -> None:
 )
 def test_the_shipped_configs_hold_no_secret(name: str, overrides: list[str]) -> None:
     """No false positive on the project's own configs: otherwise every run would be refused."""
+    schema.register(), train_config.register()  # the schemas the apps' defaults name (alone, nothing else does)
     with initialize_config_module(config_module=CONFIG_MODULE):
         cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
     assert find_secret(OmegaConf.to_container(cfg, resolve=False)) is None  # type: ignore[arg-type]

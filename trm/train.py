@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from contracts import train_config
 from contracts.choices import compile_mode
-from contracts.hydra_app import CONFIG_PATH, run_app, to_dict
+from contracts.hydra_app import CONFIG_PATH, HYDRA_CALLBACKS, run_app, to_dict
 from contracts.metrics_log import open_metrics
 from trm import train_state
 from trm.checkpoint import check_url
@@ -307,7 +307,7 @@ def summarize(
     }
 
 
-@hydra.main(config_path=CONFIG_PATH, config_name="train", execution_whitelist=["storage.hydra_secrets.RefuseSecrets"])
+@hydra.main(config_path=CONFIG_PATH, config_name="train", execution_whitelist=HYDRA_CALLBACKS)
 def main(cfg: DictConfig) -> float | None:
     """Train; return the run's objective (`train.objective`, best over its evals) and nothing else, so that Hydra's
     own sweepers (hydra-optuna-sweeper: `python -m trm.train -m hydra/sweeper=optuna ...`) can optimize it.
