@@ -219,10 +219,11 @@ def _rank0_problems(w: int, f: dict[str, Any], sweep: SweepConfig, here: str | N
             "run `wandb login` on every VM"
         )
     elif wandb and here == "online" and wandb["mode"] == "offline":
+        why = "its WANDB_MODE says offline" if wandb["key"] else "no WANDB_API_KEY, no `wandb login`"
         out.append(
-            f"worker {w}: W&B would log offline there (no WANDB_API_KEY, no `wandb login`) while this machine logs "
-            f"online, and the trials' runs would stay on that VM's disk; {VM_CREDENTIALS}: run `wandb login` on "
-            "every VM, or set wandb.mode=offline"
+            f"worker {w}: W&B would log offline there ({why}) while this machine logs online, and the trials' runs "
+            f"would stay on that VM's disk; {VM_CREDENTIALS}: run `wandb login` on every VM, or set "
+            "wandb.mode=offline"
         )
     return out
 

@@ -215,3 +215,24 @@ def test_the_preflight_refuses_a_sqlite_study_storage(
     assert main([*pod_args(tmp_path, fresh_pg_url), "storage=sqlite", f"storage.url=sqlite:///{db}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"storage.url='sqlite:///{db}': a SQLite file on this machine, but TpuPodLauncher's"), err
+
+
+def test_each_way_w_and_b_would_differ_on_a_vm_is_named() -> None:
+    """Online here and offline there, by a missing key or by the VM's own WANDB_MODE; online without a key."""
+    from types import SimpleNamespace
+
+    from sweeps.preflight import _rank0_problems
+
+    sweep = SimpleNamespace()
+
+    def line(mode: str, key: bool, here: str | None) -> list[str]:
+        return _rank0_problems(3, {"storage": None, "wandb": {"mode": mode, "key": key}}, sweep, here)  # type: ignore[arg-type]
+
+    assert line("offline", False, "online")[0].startswith(
+        "worker 3: W&B would log offline there (no WANDB_API_KEY, no `wandb login`) while this machine logs online"
+    )
+    assert "(its WANDB_MODE says offline)" in line("offline", True, "online")[0]
+    assert line("online", False, "offline")[0].startswith(
+        "worker 3: W&B finds no API key there, so rank 0's wandb.init fails in mode online"
+    )
+    assert line("offline", False, "offline") == line("online", True, "online") == line("offline", False, None) == []
