@@ -6,8 +6,8 @@ and its version, torch/torch_xla/libtpu as `preflight.expect` says and the same 
 (this checkout's), the chips visible and not held open, the control-plane port free on worker 0 and reachable
 from every other, the dataset on every VM with one fingerprint (or buildable: generated data), free disk, and on
 every VM where a trial's rank 0 runs: the checkpoint location writable, the study storage opened as the job opens
-it, and W&B logging where this machine does (online needs a key on the VM). The driver runs it before a tpu_pod study starts trials and
-refuses to start on a problem (`preflight.enabled=false` skips it).
+it, and W&B logging where this machine does (online needs a key on the VM). The driver runs it before a tpu_pod
+study starts trials and refuses to start on a problem (`preflight.enabled=false` skips it).
 """
 
 from __future__ import annotations
