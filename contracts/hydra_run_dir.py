@@ -7,6 +7,7 @@ traceback of its own internals. Registered in conf/hydra_app.yaml after the secr
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,17 +23,17 @@ def refuse_unwritable(config: DictConfig, key: str) -> None:
     value = OmegaConf.select(config, key)
     if value is None:
         return
-    path = Path(str(value)).expanduser()
+    path = Path(str(value))  # as Hydra takes it: a `~` is not expanded there either
     try:
         path.mkdir(parents=True, exist_ok=True)  # Hydra makes it next: nothing is left that it would not leave
+        why = None if os.access(path, os.W_OK | os.X_OK) else "it is not writable"
     except OSError as err:
+        why = f"cannot create it ({err.strerror or err})"
+    if why is not None:
         print(
-            f"error: {key}={str(value)!r}: cannot create it ({err.strerror or err}); choose a directory this user "
-            "can write",
-            file=sys.stderr,
-            flush=True,
+            f"error: {key}={str(value)!r}: {why}; choose a directory this user can write", file=sys.stderr, flush=True
         )
-        raise SystemExit(EXIT_CODE) from None
+        raise SystemExit(EXIT_CODE)
 
 
 class CheckRunDir(Callback):

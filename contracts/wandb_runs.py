@@ -7,6 +7,8 @@ W&B never touches the network unless asked to: `wandb.mode=auto` is `online` onl
 
 from __future__ import annotations
 
+import configparser
+import contextlib
 import functools
 import netrc
 import os
@@ -28,18 +30,36 @@ def default_project() -> str:
     return str(packaged_yaml("wandb/default.yaml")["project"])
 
 
-DEFAULT_HOST = "https://api.wandb.ai"  # W&B's server when WANDB_BASE_URL names none
+DEFAULT_HOST = "https://api.wandb.ai"  # W&B's server when neither WANDB_BASE_URL nor its settings name one
+
+
+def wandb_host(environ: Mapping[str, str] = os.environ) -> str:
+    """The W&B server a run talks to: `WANDB_BASE_URL`, else the `base_url` of W&B's global settings file
+    (`$WANDB_CONFIG_DIR/settings`, else ~/.config/wandb/settings: where `wandb login --host` puts it), else
+    W&B's own. A workspace's ./wandb/settings is not read: a trial's job runs in a fresh directory."""
+    if environ.get("WANDB_BASE_URL"):
+        return str(environ["WANDB_BASE_URL"])
+    config_dir = environ.get("WANDB_CONFIG_DIR") or (
+        str(Path(environ["HOME"]) / ".config" / "wandb") if environ.get("HOME") else None
+    )
+    if config_dir:
+        settings = configparser.ConfigParser()
+        with contextlib.suppress(OSError, configparser.Error):
+            settings.read(Path(config_dir).expanduser() / "settings")
+        if settings.get("default", "base_url", fallback=None):
+            return settings.get("default", "base_url")
+    return DEFAULT_HOST
 
 
 def api_key_found(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether W&B would find an API key: `WANDB_API_KEY`, else the netrc entry of its server (`$NETRC`, else
-    ~/.netrc), where `wandb login` keeps it. Read here rather than through wandb, whose key lookup is internal and
-    has moved between releases; tests/test_tracking.py checks this against wandb's own reader."""
+    """Whether W&B would find an API key: `WANDB_API_KEY`, else the netrc entry of its server (wandb_host; the file
+    `$NETRC`, else ~/.netrc), where `wandb login` keeps it. Read here rather than through wandb, whose key lookup
+    is internal and has moved between releases; tests/test_tracking.py checks this against wandb's own reader."""
     if environ.get("WANDB_API_KEY"):
         return True
     home = environ.get("HOME")
     path = environ.get("NETRC") or (str(Path(home) / ".netrc") if home else None)
-    host = urlsplit(environ.get("WANDB_BASE_URL") or DEFAULT_HOST).netloc
+    host = urlsplit(wandb_host(environ)).netloc
     if not path or not host:
         return False
     try:

@@ -73,6 +73,7 @@ def probe_args(sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) 
         if make_url(url).get_backend_name() == "sqlite"
         else {"url": url, "password_env": sweep.storage.password_env or None, "timeout_s": int(settings.reach_s) + 1},
         "wandb_mode": sweep.wandb.mode if sweep.wandb.enabled else None,
+        "env": {str(k): str(v) for k, v in launcher.env.items()},  # the job's exports (the slot's: topology only)
     }
 
 
@@ -199,8 +200,8 @@ def problems(answers: list[Answer], sweep: SweepConfig, launcher: TpuPodLauncher
     return out
 
 
-# An ssh session carries none of the driver's environment: what rank 0 needs there is the VM's own.
-VM_CREDENTIALS = "gcloud's ssh carries none of this machine's environment"
+# An ssh session carries none of the driver's environment but LANG and LC_*: what rank 0 needs there is the VM's own.
+VM_CREDENTIALS = "gcloud's ssh carries none of this machine's credentials"
 
 
 def _rank0_problems(w: int, f: dict[str, Any], sweep: SweepConfig, here: str | None) -> list[str]:
@@ -209,8 +210,8 @@ def _rank0_problems(w: int, f: dict[str, Any], sweep: SweepConfig, here: str | N
     if f.get("storage"):
         out.append(
             f"worker {w}: rank 0 cannot open the study storage there ({f['storage']}); {VM_CREDENTIALS}: give each "
-            "VM its own credentials (~/.pgpass, or storage.password_env's variable in its /etc/environment) and a "
-            "storage.url host it reaches (not this machine's localhost)"
+            "VM the password in its own ~/.pgpass (mode 0600; then unset storage.password_env) and a storage.url "
+            "host it reaches (not this machine's localhost)"
         )
     wandb = f.get("wandb")
     if wandb and wandb["mode"] == "online" and not wandb["key"]:
@@ -218,12 +219,12 @@ def _rank0_problems(w: int, f: dict[str, Any], sweep: SweepConfig, here: str | N
             f"worker {w}: W&B finds no API key there, so rank 0's wandb.init fails in mode online; {VM_CREDENTIALS}: "
             "run `wandb login` on every VM"
         )
-    elif wandb and here == "online" and wandb["mode"] == "offline":
-        why = "its WANDB_MODE says offline" if wandb["key"] else "no WANDB_API_KEY, no `wandb login`"
+    elif wandb and here == "online" and wandb["mode"] != "online":
+        why = f"its WANDB_MODE says {wandb['mode']}" if wandb["key"] else "no WANDB_API_KEY, no `wandb login`"
         out.append(
-            f"worker {w}: W&B would log offline there ({why}) while this machine logs online, and the trials' runs "
-            f"would stay on that VM's disk; {VM_CREDENTIALS}: run `wandb login` on every VM, or set "
-            "wandb.mode=offline"
+            f"worker {w}: W&B would log {wandb['mode']} there ({why}) while this machine logs online, so the "
+            f"trials' runs would not reach W&B; {VM_CREDENTIALS}: run `wandb login` on every VM, or set "
+            f"wandb.mode={wandb['mode']}"
         )
     return out
 

@@ -90,12 +90,12 @@ def _writable(url):
 
 
 def _study_storage(spec):
-    """None when rank 0 could reach the study's database from here as the job does (storage.check_reachable: this
-    VM's password variable or ~/.pgpass, a server it reaches), else why not."""
+    """Why rank 0 could not reach the study's database from here as the job does (storage.check_reachable: this
+    VM's password variable or ~/.pgpass, a server it reaches), or None."""
     try:
         from storage.engine import check_reachable
-    except Exception as err:
-        return "not checked: the project does not import here (" + (str(err).splitlines() or [""])[0][:120] + ")"
+    except Exception:
+        return None  # the project does not import here: the code check reports that
     try:
         check_reachable(spec["url"], password_env=spec["password_env"], connect_timeout_s=spec["timeout_s"])
         return None
@@ -186,12 +186,14 @@ def main(args):
         "data": _dataset(args["data_path"], args["splits"]) if args["data_path"] else None,
         "free_gb": round(shutil.disk_usage(".").free / 1e9, 1),
     }
+    if worker is not None:  # a VM that cannot tell which it is would take worker 0's part: checked by none
+        facts["port"] = _port(worker, int(args["port"]), float(args["reach_s"]), int(args["peers"]))
+    # After the port: worker 0 listens at once while its peers try it for reach_s, and these may take that long.
     rank0 = worker in args["rank0_workers"]
+    os.environ.update(args["env"])  # what the launcher exports in front of the job (launcher.env)
     facts["checkpoint"] = _writable(args["checkpoint_url"]) if rank0 else None
     facts["storage"] = _study_storage(args["storage"]) if rank0 and args["storage"] else None
     facts["wandb"] = _wandb(args["wandb_mode"]) if rank0 and args["wandb_mode"] else None
-    if worker is not None:  # a VM that cannot tell which it is would take worker 0's part: checked by none
-        facts["port"] = _port(worker, int(args["port"]), float(args["reach_s"]), int(args["peers"]))
     print(MARK + json.dumps(facts), flush=True)
 
 

@@ -12,7 +12,7 @@
                                     so trials and the summary run land in the same project, and the trial's
                                     run id (`wandb.run_id`, `trial_run_id`: a retry continues its chain's run).
 
-Same rules as the trials' tracking (contracts/wandb_runs.py): offline unless WANDB_API_KEY is set, files under the
+Same rules as the trials' tracking (contracts/wandb_runs.py): offline unless W&B finds a key, files under the
 study's output directory, and a tracking failure is one warning, never a failed sweep.
 """
 

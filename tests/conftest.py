@@ -169,3 +169,13 @@ def _signal_handlers_restored() -> Iterator[None]:
     for sig, handler in SESSION_SIGNAL_HANDLERS.items():
         if handler is not None:
             signal.signal(sig, handler)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_wandb_login_of_the_developer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """No test reads the developer's own W&B login (`wandb login`: ~/.netrc, ~/.config/wandb/settings), with which
+    `wandb.mode=auto` would resolve online (contracts/wandb_runs.py): tests that need a login write their own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NETRC", os.devnull)
+        patch.setenv("WANDB_CONFIG_DIR", str(tmp_path_factory.mktemp("wandb-config")))
+        yield

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,13 @@ def fake_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> P
     monkeypatch.setenv("FAKE_TPU_WORKERS", str(workers))
     monkeypatch.setenv("FAKE_GCLOUD_RETRY_S", "0.05")  # gcloud's 5 s between attempts on ssh's 255
     # The VMs' /etc/environment: the launchers' OpenMP policy (sweeps.launchers.base.machine_env), so the jobs do
-    # not spin-wait on this machine's shared cores. Nothing else of the caller's reaches them, as over real ssh.
-    monkeypatch.setenv("FAKE_TPU_VM_ENVIRONMENT", "OMP_WAIT_POLICY")
+    # not spin-wait on this machine's shared cores; and the test server's password file where it needs one (each
+    # VM's credentials; TRM_SWEEPS_TEST_PG may name a server with a password). Nothing else of the caller's
+    # reaches them, as over real ssh.
+    image = ["OMP_WAIT_POLICY"]
+    pgpass = os.environ.get("PGPASSFILE") or str(Path("~/.pgpass").expanduser())
+    if Path(pgpass).is_file():
+        monkeypatch.setenv("PGPASSFILE", pgpass)
+        image.append("PGPASSFILE")
+    monkeypatch.setenv("FAKE_TPU_VM_ENVIRONMENT", ",".join(image))
     return root

@@ -173,7 +173,7 @@ def test_rank_0_needs_its_own_credentials_on_the_vm_where_it_runs(
     monkeypatch.setenv("TRM_TEST_DB_PW", "db-secret-7f3a")
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)  # this machine logs online
     monkeypatch.delenv("WANDB_MODE", raising=False)
-    args = [*pod_args(tmp_path, fresh_pg_url), "storage.password_env=TRM_TEST_DB_PW", "wandb.mode=auto"]
+    args = [*pod_args(tmp_path, fresh_pg_url), "wandb.mode=auto"]
 
     def problems_of(*extra: str) -> list[str]:
         code = main([*args, *extra])
@@ -181,22 +181,28 @@ def test_rank_0_needs_its_own_credentials_on_the_vm_where_it_runs(
         assert code == (1 if found != ["no problems: the pod is ready"] else 0), found
         return found
 
-    found = problems_of()
+    found = problems_of("storage.password_env=TRM_TEST_DB_PW")
     assert [p.split(":")[0] for p in found] == ["worker 0", "worker 0"], found  # worker 1 runs no rank 0
-    assert (
-        found[0].startswith(
-            "worker 0: rank 0 cannot open the study storage there (storage.password_env = 'TRM_TEST_DB_PW' names an "
-            "environment variable that is not set or empty;"
-        )
-        and "gcloud's ssh carries none of this machine's environment" in found[0]
+    assert found[0].startswith(
+        "worker 0: rank 0 cannot open the study storage there (storage.password_env = 'TRM_TEST_DB_PW' names an "
+        "environment variable that is not set or empty;"
     )
+    assert "gcloud's ssh carries none of this machine's credentials: give each VM the password in its own" in found[0]
     assert found[1].startswith("worker 0: W&B would log offline there (no WANDB_API_KEY, no `wandb login`)")
+    assert "db-secret-7f3a" not in " ".join(found)
 
-    # The VM image sets the variable (/etc/environment) and worker 0 ran `wandb login` (its ~/.netrc).
-    monkeypatch.setenv("FAKE_TPU_VM_ENVIRONMENT", "OMP_WAIT_POLICY,TRM_TEST_DB_PW")
+    # The fixes the lines give: the password from each VM's ~/.pgpass (this server asks for none), and worker 0
+    # ran `wandb login` (its ~/.netrc).
     netrc = pod / "test-pod" / "worker-0" / ".netrc"
     netrc.write_text(f"machine api.wandb.ai\n  login user\n  password {'k' * 40}\n")
     assert problems_of() == ["no problems: the pod is ready"]
+    # What the launcher exports in front of the job counts: here it turns W&B off on the VMs.
+    found = problems_of("+launcher.env.WANDB_MODE=disabled")
+    assert found == [
+        "worker 0: W&B would log disabled there (its WANDB_MODE says disabled) while this machine logs online, so "
+        "the trials' runs would not reach W&B; gcloud's ssh carries none of this machine's credentials: run `wandb "
+        "login` on every VM, or set wandb.mode=disabled"
+    ]
     # A trial per VM: worker 1 runs a rank 0 too, and has not logged in to W&B.
     found = problems_of("launcher.slots=vm")
     assert len(found) == 1 and found[0].startswith("worker 1: W&B would log offline there"), found
@@ -204,7 +210,6 @@ def test_rank_0_needs_its_own_credentials_on_the_vm_where_it_runs(
     found = problems_of(f"storage.url=postgresql://postgres@127.0.0.1:{free_port()}/nowhere")
     assert len(found) == 1 and found[0].startswith("worker 0: rank 0 cannot open the study storage there (cannot "
                                                    "open storage postgresql://postgres@127.0.0.1:"), found  # fmt: skip
-    assert "db-secret-7f3a" not in " ".join(found)
 
 
 def test_the_preflight_refuses_a_sqlite_study_storage(
@@ -232,6 +237,7 @@ def test_each_way_w_and_b_would_differ_on_a_vm_is_named() -> None:
         "worker 3: W&B would log offline there (no WANDB_API_KEY, no `wandb login`) while this machine logs online"
     )
     assert "(its WANDB_MODE says offline)" in line("offline", True, "online")[0]
+    assert line("disabled", True, "online")[0].startswith("worker 3: W&B would log disabled there (its WANDB_MODE says")
     assert line("online", False, "offline")[0].startswith(
         "worker 3: W&B finds no API key there, so rank 0's wandb.init fails in mode online"
     )

@@ -17,7 +17,9 @@ from sweeps import schema
 
 
 @pytest.mark.parametrize("app", ["sweep", "train"])
-def test_both_apps_check_the_run_dir_after_the_secrets(app: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_both_apps_check_the_run_dir_after_the_secrets(
+    app: str, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     schema.register(), train_config.register()  # the schemas the apps' defaults name
@@ -34,8 +36,22 @@ def test_both_apps_check_the_run_dir_after_the_secrets(app: str, tmp_path: Path,
         f"error: hydra.run.dir='{blocker}/run': cannot create it (Not a directory); choose a directory this user "
         "can write\n"
     )
+    # A directory that is there but cannot be written (procfs refuses even root).
+    with initialize_config_module(config_module=CONFIG_MODULE):
+        there = compose(config_name=app, overrides=["hydra.run.dir=/proc/1"], return_hydra_config=True)
+    with pytest.raises(SystemExit):
+        CheckRunDir().on_run_start(there)
+    assert capsys.readouterr().err == (
+        "error: hydra.run.dir='/proc/1': it is not writable; choose a directory this user can write\n"
+    )
     CheckRunDir().on_run_start(good)
     assert (tmp_path / "new" / "run").is_dir()
+    # A `~` is a name to Hydra, which makes ./~/run: so does the check, and nothing under the home directory.
+    with initialize_config_module(config_module=CONFIG_MODULE):
+        tilde = compose(config_name=app, overrides=["hydra.run.dir='~/run'"], return_hydra_config=True)
+    monkeypatch.chdir(tmp_path)
+    CheckRunDir().on_run_start(tilde)
+    assert (tmp_path / "~" / "run").is_dir()
 
 
 @pytest.mark.slow

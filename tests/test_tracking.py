@@ -15,7 +15,14 @@ import pytest
 from optuna.trial import TrialState, create_trial
 
 from contracts.hydra_app import compose_train_config
-from contracts.wandb_runs import DEFAULT_HOST, api_key_found, resolve_mode, summary_run_id, trial_run_id
+from contracts.wandb_runs import (
+    DEFAULT_HOST,
+    api_key_found,
+    resolve_mode,
+    summary_run_id,
+    trial_run_id,
+    wandb_host,
+)
 from storage import redact
 from storage.record import STUDY_UID_ATTR
 from sweeps.driver import Driver
@@ -202,6 +209,22 @@ def test_a_wandb_login_key_counts_as_a_key_as_wandb_itself_reads_it(
     monkeypatch.setenv("NETRC", str(moved))
     assert read_netrc_auth(host=DEFAULT_HOST) == "a" * 40
     assert not api_key_found(environ) and api_key_found({**environ, "NETRC": str(moved)})
+
+    # `wandb login --host` keeps the server in W&B's global settings file: that server's key counts, as W&B reads it.
+    from wandb.sdk.lib.settings_file import SettingsFiles
+
+    self_hosted = "https://wandb.internal.example"
+    files = SettingsFiles(global_settings=tmp_path / ".config" / "wandb" / "settings", local_settings=tmp_path / "ws")
+    files.set("base_url", self_hosted, globally=True)
+    files.save()
+    environ = {"HOME": str(tmp_path), "NETRC": str(moved)}
+    again = SettingsFiles(global_settings=tmp_path / ".config" / "wandb" / "settings", local_settings=tmp_path / "ws")
+    assert wandb_host(environ) == self_hosted == again.all()["base_url"]  # what W&B reads back
+    assert not api_key_found(environ)  # the cloud key is not that server's
+    write_netrc_auth(host=self_hosted, api_key="c" * 40)
+    assert api_key_found(environ)
+    assert wandb_host({**environ, "WANDB_BASE_URL": other}) == other  # the variable wins, as in W&B
+    assert wandb_host({"HOME": str(tmp_path), "WANDB_CONFIG_DIR": str(tmp_path / "none")}) == DEFAULT_HOST
 
 
 def test_tracking_failure_is_one_warning_and_a_no_op(
