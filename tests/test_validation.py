@@ -368,6 +368,7 @@ def cancel_pattern(spec: JobSpec) -> str:
     return shlex.split(TpuPodLauncher(tpu_name="t", zone="z").cancel_command(spec))[4]  # pkill -TERM -f -- PATTERN
 
 
+@pytest.mark.slow  # starts a process
 def test_a_pod_job_and_its_cancel_pattern_carry_an_odd_study_name(tmp_path: Path) -> None:
     spec = JobSpec("a, b's-0", ["out_dir=runs/a, b's/trial-0/run"], tmp_path)
     argv, process, shell = vm_job(spec, tmp_path)
@@ -378,6 +379,7 @@ def test_a_pod_job_and_its_cancel_pattern_carry_an_odd_study_name(tmp_path: Path
     assert re.search(cancel_pattern(spec), process) and not re.search(cancel_pattern(spec), shell)
 
 
+@pytest.mark.slow  # starts a process
 def test_same_named_studies_never_cancel_each_others_pod_jobs(tmp_path: Path) -> None:
     """Two studies called `halting` (two storages, or two tests at once) on the same machines: each job's cancel
     pattern (pkill -f) matches its own command line and not the other's, though both are trial 0."""
@@ -501,6 +503,7 @@ def test_the_hints_examples_of_trial_overrides_compose_as_written() -> None:
         assert list(compose_sweep_config([example]).trial.overrides) == ["experiment=tiny_cpu", "train.steps=60"]
 
 
+@pytest.mark.slow  # starts a process
 def test_a_dry_run_names_a_model_setting_the_model_refuses_in_one_line(tmp_path: Path) -> None:
     """The dry run's cost estimate builds every trial's model (trm.info): a setting the model refuses was a
     RuntimeError traceback there."""
