@@ -85,6 +85,27 @@ def resolve_mode(mode: str | None, environ: Mapping[str, str] = os.environ) -> M
     return "online" if api_key_found(environ) else "offline"
 
 
+Console = Literal["auto", "off", "wrap", "redirect", "wrap_raw", "wrap_emu"]  # wandb.Settings(console=...)
+
+
+def run_settings(
+    *, init_timeout_s: float, finish_timeout_s: float, console: str = "off", system_metrics: bool = False
+) -> Any:
+    """The wandb.Settings of every run here: quiet, and bounded at both ends (init_timeout_s, finish_timeout_s of
+    conf/wandb/default.yaml). W&B's own finish waits for its upload for ever: with the network gone mid-run the
+    job, and the slot it holds, or the driver would wait with it; past the limit the rest stays on disk, for
+    `wandb sync`. A console value W&B does not take raises here (the caller leaves the run untracked)."""
+    import wandb
+
+    return wandb.Settings(
+        silent=True,
+        console=cast(Console, console),
+        x_disable_stats=not system_metrics,
+        init_timeout=float(init_timeout_s),
+        finish_timeout=float(finish_timeout_s),
+    )
+
+
 def trial_run_id(study_uid: str, origin: int, seed_index: int = 0) -> str:
     """The W&B run id of a sweep trial's job: `<study uid[:12]>-t<origin>-s<seed index>`.
 
@@ -108,5 +129,9 @@ def finish_run(run: Any, exit_code: int = 0) -> None:
     import wandb
 
     run.finish(exit_code=exit_code)
-    if wandb.run is None:
-        wandb.teardown()
+    # Runs made with reinit="create_new" never become `wandb.run`: W&B's setup knows which are still active.
+    if wandb.setup().most_recent_active_run is None:
+        try:
+            wandb.teardown()
+        except SystemExit as stop:  # W&B ends the process when its service exited badly: a run never does
+            raise RuntimeError(f"the W&B service ended with status {stop.code}") from None

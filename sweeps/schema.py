@@ -226,10 +226,12 @@ class Wandb:
     summary: bool = MISSING
     dir: Optional[str] = MISSING
     init_timeout_s: float = MISSING
+    finish_timeout_s: float = MISSING
 
     def __post_init__(self) -> None:
         check.one_of("wandb.mode", self.mode, MODES)
         check.seconds("wandb.init_timeout_s", self.init_timeout_s)
+        check.seconds("wandb.finish_timeout_s", self.finish_timeout_s)
 
 
 @dataclass

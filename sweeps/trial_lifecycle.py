@@ -24,12 +24,13 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from storage import HeartbeatThread, resolve_url, trial_id_of
-from storage.heartbeat import chain_origin
+from storage.heartbeat import chain_origin, retry_history
 from storage.record import (
     CHECKPOINT_URL_ATTR,
     DETAILS_ATTR,
     HEARTBEAT_GRACE_ATTR,
     NOT_STARTED_ATTR,
+    PROGRESS_ATTR,
     SLOT_ATTR,
     TRAIN_OVERRIDES_ATTR,
     attempt_attr,
@@ -39,7 +40,7 @@ from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.job_command import JobCommand, StudyLink, job_name, training_overrides
 from sweeps.launchers.base import JobSpec
 from sweeps.optuna_parts import build_launcher
-from sweeps.outcome import clip_reason, job_verdict, objective_values, seed_attrs, seed_mean
+from sweeps.outcome import clip_reason, job_verdict, objective_values, seed_attrs, seed_mean, seed_prefix
 from sweeps.paths import StudyRoots, TrialPaths
 from sweeps.recovery import requeue
 from sweeps.retry import plan_retry, retry_of, visible_here, with_note
@@ -116,10 +117,31 @@ class TrialLifecycle(ABC):
         """Where the job of seed `seed_index` of trial `number` writes (its own directories when seeds > 1)."""
         return self.roots.trial(number, origin, seed_index, self.sweep.study.seeds)
 
+    def chain_logged_through(self, trial: FrozenTrial, seed_index: int = 0) -> int | None:
+        """The last step the earlier jobs of `trial`'s retry chain reached a log point at (their progress, written
+        where they also log to W&B): its retry logs only the steps after it to the chain's W&B run."""
+        earlier = set(retry_history(trial))
+        if not earlier:
+            return None
+        key = seed_prefix(seed_index) + PROGRESS_ATTR
+        steps = [
+            t.user_attrs[key]["step"]
+            for t in self.study.get_trials(deepcopy=False)
+            if t.number in earlier and isinstance(t.user_attrs.get(key), dict)
+        ]
+        return max(steps) if steps else None
+
     def job_command(
-        self, number: int, sampled: dict[str, Any], origin: int, seed_index: int = 0, slot: Slot | None = None
+        self,
+        number: int,
+        sampled: dict[str, Any],
+        origin: int,
+        seed_index: int = 0,
+        slot: Slot | None = None,
+        logged_through: int | None = None,
     ) -> JobCommand:
-        """The job's command line for one seed of trial `number` on `slot` (sweeps/job_command.py)."""
+        """The job's command line for one seed of trial `number` on `slot` (sweeps/job_command.py); a retry's
+        `logged_through` is chain_logged_through's."""
         paths = self.trial_paths(number, origin, seed_index)
         link = StudyLink(
             study=str(self.sweep.study.name),
@@ -131,7 +153,7 @@ class TrialLifecycle(ABC):
         )
         return JobCommand(
             training=self.training_overrides(sampled),
-            tracking=trial_wandb_overrides(self.sweep.wandb, self.study_uid, origin, seed_index),
+            tracking=trial_wandb_overrides(self.sweep.wandb, self.study_uid, origin, seed_index, logged_through),
             out_dir=paths.run_dir,
             checkpoint_url=paths.checkpoint_url,
             link=link,
@@ -174,7 +196,10 @@ class TrialLifecycle(ABC):
         """Start the job for one seed of the trial (a single job when study.seeds is 1); with several seeds each
         has its own output and checkpoint directories (sweeps.paths), and only seed 0 reports to the pruner."""
         trial = running.trial
-        overrides = self.job_command(trial.number, running.sampled, running.origin, index, running.slot).overrides()
+        logged = self.chain_logged_through(self.storage.get_trial(trial_id_of(trial)), index)
+        overrides = self.job_command(
+            trial.number, running.sampled, running.origin, index, running.slot, logged
+        ).overrides()
         workdir = self.trial_paths(trial.number, running.origin, index).workdir
         running.seed_index = index
         running.launched_at.append(time.time())

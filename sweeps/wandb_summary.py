@@ -27,7 +27,14 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from contracts.wandb_runs import default_project, finish_run, resolve_mode, summary_run_id, trial_run_id
+from contracts.wandb_runs import (
+    default_project,
+    finish_run,
+    resolve_mode,
+    run_settings,
+    summary_run_id,
+    trial_run_id,
+)
 from storage.record import STUDY_UID_ATTR, Reeval, reevals, samples_per_s, trained_trials
 from sweeps.reeval import interval, overlap_line, ranking, ranking_rows
 from sweeps.schema import SweepConfig, Wandb
@@ -52,10 +59,15 @@ BASE_COLUMNS = [
 
 
 def trial_wandb_overrides(
-    w: Wandb, study_uid: str | None = None, origin: int | None = None, seed_index: int = 0
+    w: Wandb,
+    study_uid: str | None = None,
+    origin: int | None = None,
+    seed_index: int = 0,
+    logged_through: int | None = None,
 ) -> list[str]:
     """Training overrides carrying the sweep's `wandb:` block to a trial (what differs from the trial's defaults, and
-    the init timeout), and with the study's uid and the trial's retry-chain origin, its run id (`wandb.run_id`).
+    the init timeout), and with the study's uid and the trial's retry-chain origin, its run id (`wandb.run_id`) and,
+    for a retry, the last step its chain's earlier jobs logged (`wandb.logged_through_step`).
 
     Both apps take the defaults of these keys from one file (conf/wandb/default.yaml); the copy is still needed for
     what a sweep changes (`sweeps.run wandb.project=mine`), which the trials' own composition cannot see."""
@@ -64,7 +76,10 @@ def trial_wandb_overrides(
         out.append("wandb.enabled=false")
     elif study_uid is not None and origin is not None:
         out.append(f"wandb.run_id={trial_run_id(study_uid, origin, seed_index)}")
+        if logged_through is not None:  # a retry: its chain's earlier jobs logged these steps to that run
+            out.append(f"wandb.logged_through_step={int(logged_through)}")
     out.append(f"wandb.init_timeout_s={w.init_timeout_s:g}")  # a number: no neutral value to leave out
+    out.append(f"wandb.finish_timeout_s={w.finish_timeout_s:g}")
     if w.mode != "auto":
         out.append(f"wandb.mode={w.mode}")
     if w.project:
@@ -214,7 +229,7 @@ def log_study_summary(study: optuna.Study, sweep: SweepConfig) -> Path | None:
             mode=mode,
             config=config,
             tags=list(dict.fromkeys(tags)),
-            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=w.init_timeout_s),
+            settings=run_settings(init_timeout_s=w.init_timeout_s, finish_timeout_s=w.finish_timeout_s),
             reinit="create_new",
         )
         try:

@@ -51,7 +51,7 @@ def test_the_wandb_keys_a_sweep_passes_on_are_the_shared_file() -> None:
     assert default_project() == shared["project"]
     changed = compose_sweep_config(
         ["wandb.mode=offline", "wandb.project=mine", "wandb.entity=team", "wandb.tags=[a]", "wandb.enabled=false"]
-        + ["wandb.init_timeout_s=30"]
+        + ["wandb.init_timeout_s=30", "wandb.finish_timeout_s=20"]
     )
     forwarded = {o.split("=", 1)[0] for o in trial_wandb_overrides(typed_sweep(changed).wandb)}
     assert forwarded == {f"wandb.{key}" for key in shared}

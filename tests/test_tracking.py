@@ -12,7 +12,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from optuna.trial import TrialState, create_trial
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from contracts.hydra_app import compose_train_config
 from contracts.wandb_runs import (
@@ -250,6 +250,18 @@ def test_tracking_failure_is_one_warning_and_a_no_op(
 
 
 @pytest.mark.slow
+def test_a_retry_logs_only_the_steps_its_chain_has_not(tmp_path: Path, offline_env: None) -> None:
+    """Offline, every job of a retry chain writes its own file of the chain's run, and `wandb sync` uploads them
+    one after another: the steps a retry repeats after its checkpoint would be in the run twice."""
+    cfg = compose_train_config([f"out_dir={tmp_path}", "wandb.run_id=abc-t0-s0", "wandb.logged_through_step=20"])
+    tracker = make_tracker(cfg, is_main=True)
+    for step in (10, 20, 30):
+        tracker.log(step, {"train/lm_loss": float(step)})
+    tracker.close({"outcome": "COMPLETE", "steps": 30, "best_step": None, "final": {}})
+    assert read_offline_run(find_runs(tmp_path)[0]).series("train/lm_loss") == {30: 30.0}
+
+
+@pytest.mark.slow
 def test_a_failing_run_is_recorded_as_fail(tmp_path: Path, offline_env: None) -> None:
     cfg = compose_train_config([f"out_dir={tmp_path}", "wandb.project=p-fail", "wandb.tags=[extra]"])
     tracker = make_tracker(cfg, is_main=True, extra={"params": 7})
@@ -275,7 +287,13 @@ def test_sweep_wandb_block_becomes_trial_overrides(tmp_path: Path) -> None:
         f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.project=trm-x", "wandb.mode=offline", "wandb.tags=[a,b]"
     )
     overrides = trial_wandb_overrides(typed_sweep(cfg).wandb)
-    assert overrides == ["wandb.init_timeout_s=60", "wandb.mode=offline", "wandb.project=trm-x", "wandb.tags=['a','b']"]
+    assert overrides == [
+        "wandb.init_timeout_s=60",
+        "wandb.finish_timeout_s=300",
+        "wandb.mode=offline",
+        "wandb.project=trm-x",
+        "wandb.tags=['a','b']",
+    ]
     train = compose_train_config(overrides)  # they are valid training overrides
     assert train.wandb.project == "trm-x" and list(train.wandb.tags) == ["a", "b"] and train.wandb.mode == "offline"
 
@@ -317,6 +335,38 @@ def test_the_driver_gives_every_attempt_of_a_trial_its_chains_run_id(tmp_path: P
     assert (
         compose_train_config([o for o in seed1 if o.startswith("wandb.")]).wandb.run_id == "abcdef012345-t3-s1"
     )  # a valid override
+    # A retry's job also gets the last step its chain's earlier jobs logged to that run.
+    assert not any(o.startswith("wandb.logged_through_step=") for o in first)
+    later = driver.job_command(7, {}, origin=3, logged_through=40).overrides()
+    assert "wandb.logged_through_step=40" in later
+    assert compose_train_config([o for o in later if o.startswith("wandb.")]).wandb.logged_through_step == 40
+
+
+def test_a_retry_is_told_the_last_step_its_chain_logged(tmp_path: Path) -> None:
+    """The chain's earlier attempts' progress (their last log point, where they also logged to W&B), the latest of
+    them: a retry that died before passing its predecessor does not lower it."""
+    from optuna.distributions import FloatDistribution
+
+    from storage.record import PROGRESS_ATTR
+
+    driver = Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path))
+    study = driver.open_study()
+    dist = {"x": FloatDistribution(0, 1)}
+
+    def attempt(progress: int | None, history: list[int]) -> FrozenTrial:
+        attrs = {PROGRESS_ATTR: {"step": progress, "at": 0.0}, "seed1/" + PROGRESS_ATTR: {"step": 7, "at": 0.0}}
+        system = {"failed_trial": history[-1], "retry_history": history} if history else {}
+        state = TrialState.FAIL if progress is not None else TrialState.WAITING
+        study.add_trial(create_trial(state=state, params={"x": 0.5}, distributions=dist,
+                                     user_attrs=attrs if progress is not None else {}, system_attrs=system))  # fmt: skip
+        return study.trials[-1]
+
+    first = attempt(40, [])
+    assert driver.chain_logged_through(first) is None  # no earlier job
+    attempt(20, [first.number])  # the retry resumed from an earlier checkpoint and died at step 20
+    third = attempt(None, [first.number, first.number + 1])
+    assert driver.chain_logged_through(third) == 40
+    assert driver.chain_logged_through(third, seed_index=1) == 7
     off = Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.enabled=false"))
     assert not [o for o in off.job_command(0, {}, origin=0).overrides() if o.startswith("wandb.run_id")]
 
@@ -360,3 +410,29 @@ def test_a_restarted_driver_updates_the_one_study_summary_run(tmp_path: Path, of
     runs = [read_offline_run(p) for p in find_runs(tmp_path)]
     assert [r.run_id for r in runs] == [summary_run_id(uid)] * 2  # ... of one run, which the second updates
     assert [(r.summary["count/complete"], r.summary["best/number"]) for r in runs] == [(1, 0), (2, 1)]
+
+
+@pytest.mark.slow
+def test_finishing_one_run_leaves_another_active_run_of_the_process_logging(
+    tmp_path: Path, offline_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """finish_run stops W&B's service only when no run of the process is still active. Runs made with
+    reinit="create_new" never become `wandb.run`, which it used to ask: it stopped the service under the other."""
+    import wandb
+
+    from contracts.wandb_runs import finish_run, run_settings
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    settings = run_settings(init_timeout_s=60, finish_timeout_s=30)
+    first, second = (
+        wandb.init(project="p", id=name, dir=str(tmp_path / name), reinit="create_new", settings=settings)
+        for name in ("first", "second")
+    )
+    first.log({"x": 1.0}, step=1)
+    finish_run(first)
+    second.log({"x": 2.0}, step=2)
+    finish_run(second)
+    (one,) = find_runs(tmp_path / "first")
+    (two,) = find_runs(tmp_path / "second")
+    assert read_offline_run(one).series("x") == {1: 1.0}
+    assert read_offline_run(two).series("x") == {2: 2.0} and read_offline_run(two).exit_code == 0

@@ -454,6 +454,7 @@ def test_the_driver_exits_2_with_one_line_naming_the_key(override: str, expected
         # Passed the schema, then Optuna's storage took int(0.5): "heartbeat.interval_s = 0 ...".
         ("heartbeat.interval_s=0.5", r"heartbeat.interval_s=0.5: expected a whole number of seconds >= 1"),
         ("wandb.init_timeout_s=0", r"wandb.init_timeout_s=0: expected seconds > 0"),
+        ("wandb.finish_timeout_s=0", r"wandb.finish_timeout_s=0: expected seconds > 0"),
         ("heartbeat.grace_s=1", r"heartbeat.grace_s=1 must exceed heartbeat.interval_s=1"),
     ],
 )

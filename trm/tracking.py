@@ -15,17 +15,16 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from contracts.wandb_runs import default_project, finish_run, resolve_mode
+from contracts.wandb_runs import default_project, finish_run, resolve_mode, run_settings
 from trm.wandb_run_config import run_identity, run_summary, run_tags, safe_config, trial_record
 
 if TYPE_CHECKING:  # a type only: trm.precision imports torch, which this module does not need
     from trm.precision import Precision
 
-Console = Literal["auto", "off", "wrap", "redirect", "wrap_raw", "wrap_emu"]  # wandb.Settings(console=...)
 _warned = False
 
 
@@ -52,12 +51,15 @@ class Tracker:
 class WandbTracker(Tracker):
     """Rank 0's W&B run. Every call is guarded: a tracking error turns the tracker into a no-op."""
 
-    def __init__(self, run: Any):
+    def __init__(self, run: Any, logged_through_step: int | None = None):
         self.run = run
         self.finished = False
+        # Steps the retry chain's earlier jobs logged already (wandb.logged_through_step): online W&B drops a step
+        # it has, but offline each job writes its own file and `wandb sync` would upload both.
+        self.logged_through = -1 if logged_through_step is None else int(logged_through_step)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        if self.run is None:
+        if self.run is None or step <= self.logged_through:
             return
         try:
             self.run.log({k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}, step=int(step))
@@ -126,11 +128,11 @@ def make_tracker(
             config["train"].update(precision=precision.mode, precision_reason=precision.reason)
         config["trial_params"] = params
         config["model"] = dict(extra or {})
-        settings = wandb.Settings(
-            silent=True,
-            console=cast(Console, str(wcfg.get("console") or "off")),  # a bad value: Settings raises, untracked
-            x_disable_stats=not wcfg.get("system_metrics", False),
-            init_timeout=float(wcfg.init_timeout_s),  # conf/wandb/default.yaml
+        settings = run_settings(
+            init_timeout_s=wcfg.init_timeout_s,  # conf/wandb/default.yaml
+            finish_timeout_s=wcfg.finish_timeout_s,
+            console=str(wcfg.get("console") or "off"),
+            system_metrics=bool(wcfg.get("system_metrics", False)),
         )
         run_id = wcfg.get("run_id")
         run = wandb.init(
@@ -149,4 +151,4 @@ def make_tracker(
     except Exception as err:  # noqa: BLE001 - ImportError, bad settings, a stuck service: train untracked
         warn(f"{type(err).__name__}: {err}")
         return Tracker()
-    return WandbTracker(run)
+    return WandbTracker(run, wcfg.get("logged_through_step"))
