@@ -53,6 +53,9 @@ def draw_within_budget(study: optuna.Study, storage: RDBStorage, space: SearchSp
             if not waiting and space_exhausted(trials, space) is not None:
                 return Draw(None, {}, exhausted=True)
             trial = study.ask()
+            # A beat at once: until its first one another driver judges the trial by its start, and the draw and
+            # start_trial's writes may outlast heartbeat.grace_s on a loaded machine (the driver then handles it).
+            storage.record_heartbeat(trial_id_of(trial))
             try:
                 with failed_unless_started(study, storage, trial):
                     sampled = sample(study, storage, trial, space)

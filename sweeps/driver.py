@@ -32,7 +32,7 @@ from storage.record import SLOT_ATTR
 from sweeps.budget import baseline_params, budget_used
 from sweeps.definition import study_definition
 from sweeps.distinct_draws import choose_sampler, exhausted_line
-from sweeps.draw import draw_within_budget, failed_unless_started
+from sweeps.draw import Draw, draw_within_budget, failed_unless_started
 from sweeps.interrupts import signals_held
 from sweeps.optuna_parts import pruner_spec
 from sweeps.preflight import check_before_study
@@ -205,6 +205,7 @@ class Driver(TrialLifecycle):
         """Start a trial on every free slot until the budget (or the search space) is spent."""
         while (slot := self.slot_pool.take()) is not None:
             # Ctrl-C waits until a drawn trial's job is ours to stop (sweeps.interrupts): none is left untracked.
+            draw: Draw | None = None
             with signals_held():
                 try:  # a failed draw (the database restarting) or launch hands the slot back, or no trial starts again
                     draw = draw_within_budget(self.study, self.storage, self.space, self.sweep.n_trials)
@@ -217,6 +218,17 @@ class Driver(TrialLifecycle):
                         before = self.storage.get_trial(trial_id_of(draw.trial)).user_attrs.get(SLOT_ATTR)
                         slot = self.slot_pool.prefer(slot, before)
                         running = self.start_trial(draw.trial, draw.sampled, slot)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    # Another driver settled it between our draw and its start (it saw no heartbeat within its
+                    # grace) and queued a copy, which a driver will run: this one draws again.
+                    self.slot_pool.give_back(slot)
+                    log.warning(
+                        "trial %s was settled by another driver before it started (no heartbeat within "
+                        "heartbeat.grace_s=%g s: raise it on a loaded machine); drawing again",
+                        draw.trial.number if draw is not None and draw.trial is not None else "drawn",
+                        self.sweep.heartbeat.grace_s,
+                    )
+                    continue
                 except BaseException:
                     self.slot_pool.give_back(slot)
                     raise

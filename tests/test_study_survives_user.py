@@ -471,3 +471,32 @@ def test_a_full_disk_at_a_checkpoint_write_is_a_failure_not_worth_a_retry(tmp_pa
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["outcome"] == "FAIL" and summary["retryable"] is False
     assert "(not retried: no space left on the device (ENOSPC) fails again on a retry" in summary["error"]
+
+
+def test_a_trial_another_driver_settles_before_it_starts_is_drawn_again_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Between a draw and its start another driver may settle the trial (it saw no heartbeat within its grace,
+    on a loaded machine): writing the start then raised UpdateFinishedTrialError and ended this driver."""
+    import sweeps.driver as driver_module
+    from sweeps.draw import Draw
+
+    db = f"sqlite:///{tmp_path}/db.sqlite"
+    driver = Driver(sweep_config(db, tmp_path, "study=halting", "n_trials=2"))
+    study = driver.open_study()
+    draws = []
+
+    def draw_settled_by_another(*args: object) -> Draw:
+        if draws:
+            return Draw(None, {})  # the budget is spent: no second job is started here
+        draws.append(draw := draw_within_budget(*args))  # type: ignore[arg-type]
+        assert draw.trial is not None
+        optuna.load_study(study_name=study.study_name, storage=db).tell(draw.trial.number, state=TrialState.FAIL)
+        return draw
+
+    monkeypatch.setattr(driver_module, "draw_within_budget", draw_settled_by_another)
+    with caplog.at_level("WARNING", logger="sweeps"):
+        driver.start_within_budget()
+    assert not driver.running and len(draws) == 1
+    assert f"trial {draws[0].trial.number} was settled by another driver before it started" in caplog.text
+    assert driver.slot_pool.take() is not None  # the slot was handed back
