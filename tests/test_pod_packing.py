@@ -203,7 +203,8 @@ def test_a_killed_slot_does_not_stop_the_others_and_a_dead_vm_takes_only_its_slo
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             found = subprocess.run(["pgrep", "-f", "[t]rm.train"], capture_output=True, text=True).stdout.split()
-            found = [pid for pid in found if _cwd_under(pid, root)]  # this pod's, not another test's
+            # This pod's training processes: not another test's, nor the VMs' shells that run them.
+            found = [pid for pid in found if _cwd_under(pid, root) and _comm(pid) not in ("sh", "bash")]
             on_vm1 = [pid for pid in found if _cwd_under(pid, worker1)]
             if len(found) >= 4 and on_vm1 and any(worker1.glob("trm/runs/*/*/trial-*/run/metrics.jsonl")):
                 (root / "test-pod" / "worker-1.dead").touch()  # the VM goes away: ssh to it now fails
@@ -228,6 +229,13 @@ def test_a_killed_slot_does_not_stop_the_others_and_a_dead_vm_takes_only_its_slo
     first_fail = min(t.number for t in killed)
     later = [t for t in trials if t.number > first_fail and t.state == TrialState.COMPLETE]
     assert later and all(t.user_attrs[SLOT_ATTR].startswith("vm-0/") for t in later)
+
+
+def _comm(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _cwd_under(pid: str, directory: Path) -> bool:

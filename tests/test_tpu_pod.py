@@ -36,10 +36,13 @@ def pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def training_processes() -> dict[str, str]:
-    """{TPU_WORKER_ID: pid} of the fake VMs' training processes (not the local gcloud clients)."""
+    """{TPU_WORKER_ID: pid} of the fake VMs' training processes (not the local gcloud clients, nor the shells on
+    the VMs that run them)."""
     found = {}
     for pid in subprocess.run(["pgrep", "-f", "[s]weep.job=pod-job-1"], capture_output=True, text=True).stdout.split():
         try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() in ("sh", "bash"):
+                continue
             env = dict(
                 kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in kv
             )
@@ -91,6 +94,47 @@ def test_every_worker_runs_the_job_in_its_own_directory_with_quoting_intact(pod:
     assert not (pod / "test-pod" / "worker-1" / "trm" / "run" / "summary.json").exists()  # rank 0 alone writes
     calls = (pod / "calls.log").read_text()
     assert "'--worker=0'" in calls and "'--worker=1'" in calls and "'--zone=us-central2-b'" in calls
+
+
+def vm_sessions(worker: int) -> list[int]:
+    """The pids of the stand-in VM's ssh sessions running pod-job-1 (the shell gcloud's --command runs in)."""
+    found = []
+    for pid in subprocess.run(["pgrep", "-f", "[p]od-job-1"], capture_output=True, text=True).stdout.split():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[:2] == [b"bash", b"-c"] and b"pod-job-1" in argv[2] and f"TPU_WORKER_ID={worker}".encode() in env:
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.slow
+def test_a_dropped_ssh_session_attaches_again_and_the_job_goes_on(pod: Path, tmp_path: Path) -> None:
+    """ssh's 255 (the connection dropped: here the VM's session is killed) makes gcloud run the command again.
+    The job runs detached from the session, so it goes on; the command run again attaches to it instead of
+    starting a second copy beside it, and ends with the job's own status."""
+    handle = launcher().launch(job(tmp_path, "train.steps=400", "train.eval_interval=100000"))
+    try:
+        metrics = pod / "test-pod" / "worker-0" / "trm" / "run" / "metrics.jsonl"
+        deadline = time.monotonic() + 180
+        while not (metrics.exists() and metrics.read_text() and training_processes().keys() == {"0", "1"}):
+            assert time.monotonic() < deadline and handle.poll() is None, handle.failure
+            time.sleep(0.2)
+        before = training_processes()
+        (session,) = vm_sessions(1)
+        os.kill(session, signal.SIGKILL)  # what a dropped connection is to gcloud: ssh exits 255
+        time.sleep(2)
+        assert training_processes() == before  # the same training processes, no second one on worker 1
+        assert handle.wait(300) == 0, handle.failure
+        log = (tmp_path / "local" / "worker-1.log").read_text()
+        assert log.count("Attempting to connect to worker 1") == 2 and "attached to the job this command started" in log
+        summary = json.loads((pod / "test-pod" / "worker-0" / "trm" / "run" / "summary.json").read_text())
+        assert summary["outcome"] == "COMPLETE" and summary["rank_steps"] == [400, 400]
+    finally:
+        if handle.poll() is None:  # failed: leave no job behind
+            handle.cancel()
 
 
 @pytest.mark.slow

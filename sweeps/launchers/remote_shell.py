@@ -55,15 +55,44 @@ def job_pattern(tag: str) -> str:
     return "[" + tag[0] + "]" + re.escape(tag[1:]) + "$"
 
 
-def job_command(setup: str, job: str) -> str:
-    """The VM shell's command: `setup`, then `job` as its child, then the shell exits with the job's status.
+JOB_FILES_DIR = ".trm-jobs"  # under the job's directory on the VM: each launch's output, pid and exit status
 
-    Not `exec job`: a job that dies by a signal (an OOM kill, a segfault, SIGKILL) would end the ssh session with
-    the signal, which the ssh client reports as 255, its own connection-failure status, and on 255 `gcloud
-    compute tpus tpu-vm ssh` runs the whole command again (up to 10 attempts, 5 s apart: its
-    AttemptRunWithRetries): the trial would restart on that VM while the handle saw nothing. As a child, its
-    death is the shell's exit status 128+N, which gcloud passes on."""
-    return f"{setup} && {job}; exit $?"
+
+def job_command(setup: str, job: str, launch_id: str) -> str:
+    """The VM shell's command: `setup`, then `job` detached from the ssh session, its output followed there, and
+    the shell exits with the job's status; run again with the same `launch_id`, it attaches instead.
+
+    Why detached: gcloud's `tpu-vm ssh` answers ssh's 255 (a dropped connection: a laptop asleep, a network
+    blip) by running the whole command again, up to 10 attempts 5 s apart (its AttemptRunWithRetries). A job in
+    the session would lose its output pipe and die at its next line, or go on beside a second copy of itself.
+    Here the job runs in a session of its own (setsid) writing to `.trm-jobs/<launch_id>.log`; the command run
+    again finds the launch's pid file, follows the log and waits for the status file. Not `exec job`, and never
+    the job's signal as the session's end: a job that dies by a signal (an OOM kill, SIGKILL) gives its wrapper
+    the status 128+N, which the shell exits with; a signal death of the shell would be ssh's 255 again."""
+    f = f"{JOB_FILES_DIR}/{launch_id}"
+    wrapped = shlex.quote(f"{job}; echo $? > {f}.status")
+    # The job has ended once its status is written, or its wrapper is gone or a zombie (an init may not reap it).
+    running = f"[ ! -s {f}.status ] && ps -o stat= -p \"$(cat {f}.pid)\" | grep -q '^[^Z]'"
+
+    def follow(first_byte: str) -> str:
+        """The log from `first_byte` on, printed as it grows until the job has ended, then the rest: every byte
+        once, by this shell itself (no follower process to outlive a dropped session, or to be stopped before
+        it printed the last lines, which name what went wrong)."""
+        copy = f'n=$(stat -c %s {f}.log); [ "$n" -gt "$o" ] && tail -c +$((o+1)) {f}.log | head -c $((n-o)); o=$n'
+        return f"o={first_byte}; while {running}; do {copy}; sleep 0.5; done; {copy}"
+
+    return (
+        f"{setup} && mkdir -p {JOB_FILES_DIR} && "
+        f"if [ -e {f}.pid ]; then "
+        f'echo "attached to the job this command started here before (pid $(cat {f}.pid))" >&2; '
+        f"{follow(f'$(stat -c %s {f}.log)')}; "
+        "else "
+        f": > {f}.log; setsid sh -c {wrapped} >> {f}.log 2>&1 < /dev/null & echo $! > {f}.pid; "
+        f"{follow('0')}; "
+        "fi; "
+        f"[ -s {f}.status ] && exit $(cat {f}.status); "
+        'echo "the job ended without an exit status" >&2; exit 1'
+    )
 
 
 def stop_command(pattern: str, grace_s: float) -> str:

@@ -23,6 +23,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -274,7 +275,8 @@ class TpuPodLauncher:
         exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
         train = shlex.join(["-m", "trm.train", *quote_literals([*spec.overrides, f"{JOB_TAG_KEY}={spec.name}"])])
         here = shell_path(self.remote_dir)
-        return job_command(f"mkdir -p {here} && cd {here}", f"{exports} {shell_path(self.python)} {train}".strip())
+        job = f"{exports} {shell_path(self.python)} {train}".strip()
+        return job_command(f"mkdir -p {here} && cd {here}", job, launch_id=uuid.uuid4().hex[:16])
 
     def cancel_command(self, spec: JobSpec, grace_s: float | None = None) -> str:
         """Stop the job's processes on its VMs: SIGTERM, then SIGKILL after `grace_s` (launcher.kill_grace_s)."""
