@@ -42,13 +42,21 @@ def run_job(tmp_path: Path, nnodes: int, *extra: str) -> tuple[JobHandle, Path]:
     return handle, out
 
 
-@pytest.mark.parametrize("nnodes", [2, 4])
-def test_n_process_job_matches_single_process_run(tmp_path: Path, nnodes: int) -> None:
-    single, single_out = run_job(tmp_path, 1)
+@pytest.fixture(scope="module")
+def single_process_records(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """The 1-process run every N-process run is compared with (run once for the module)."""
+    single, single_out = run_job(tmp_path_factory.mktemp("single"), 1)
     assert single.wait(300) == 0, single.failure
+    return records(single_out)
+
+
+@pytest.mark.parametrize("nnodes", [2, 4])
+def test_n_process_job_matches_single_process_run(
+    tmp_path: Path, nnodes: int, single_process_records: list[dict]
+) -> None:
     multi, multi_out = run_job(tmp_path, nnodes)
     assert multi.wait(400) == 0, multi.failure
-    one, many = records(single_out), records(multi_out)
+    one, many = single_process_records, records(multi_out)
     assert [r["step"] for r in one] == [r["step"] for r in many]
     for a, b in zip(one, many):
         for key in ("train/lm_loss", "train/accuracy", "eval/lm_loss", "eval/accuracy", "eval/exact_accuracy"):
