@@ -62,7 +62,7 @@ def test_sweep_overhead_bench_splits_every_trial(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_pruning_bench_pairs_the_arms(tmp_path: Path) -> None:
-    result = run_bench("pruning.py", tmp_path, "--n-trials", "2", "--arms", "none,hyperband")
+    result = run_bench("pruning.py", tmp_path, "--n-trials", "2", "--arms", "none,hyperband", "--jobs", "2")
     none, hyperband = result["arms"]
     assert none["arm"] == "none" and none["states"]["COMPLETE"] == 2
     assert none["trial_steps"] == 2 * 20  # nothing pruned: every trial ran all its steps
