@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
-from sqlalchemy.engine import make_url
 
 from contracts.wandb_runs import resolve_mode
 from storage import resolve_url
+from storage.url import is_postgres
 from sweeps.launchers.remote_shell import VENV_FIX, min_python, shell_path
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.preflight_probe import MARK
@@ -69,9 +69,13 @@ def probe_args(sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) 
         "peers": len(launcher.worker_ids()) - 1,
         "rank0_workers": rank0_workers(launcher),
         # A SQLite file is refused before this (sweeps.validate): only a server is asked for, as the job opens it.
-        "storage": None
-        if make_url(url).get_backend_name() == "sqlite"
-        else {"url": url, "password_env": sweep.storage.password_env or None, "timeout_s": int(settings.reach_s) + 1},
+        "storage": {
+            "url": url,
+            "password_env": sweep.storage.password_env or None,
+            "timeout_s": int(settings.reach_s) + 1,
+        }
+        if is_postgres(url)
+        else None,
         "wandb_mode": sweep.wandb.mode if sweep.wandb.enabled else None,
         "env": {str(k): str(v) for k, v in launcher.env.items()},  # the job's exports (the slot's: topology only)
     }

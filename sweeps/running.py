@@ -29,6 +29,7 @@ class RunningTrial:
     workdir: Path
     sampled: dict[str, Any] = field(default_factory=dict)  # the sampled values: {override key: value}
     origin: int = 0  # first trial of its retry chain: owner of the checkpoints
+    earlier: tuple[int, ...] = ()  # the attempts before it in its retry chain, first first
     slot: Slot = WHOLE  # where its jobs run (sweeps/slots.py); every seed of the trial runs there
     seed_index: int = 0
     seed_objectives: list[list[float]] = field(default_factory=list)  # each finished seed's objective value(s)

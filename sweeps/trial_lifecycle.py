@@ -14,7 +14,7 @@ import logging
 import statistics
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -117,10 +117,10 @@ class TrialLifecycle(ABC):
         """Where the job of seed `seed_index` of trial `number` writes (its own directories when seeds > 1)."""
         return self.roots.trial(number, origin, seed_index, self.sweep.study.seeds)
 
-    def chain_logged_through(self, trial: FrozenTrial, seed_index: int = 0) -> int | None:
-        """The last step the earlier jobs of `trial`'s retry chain reached a log point at (their progress, written
-        where they also log to W&B): its retry logs only the steps after it to the chain's W&B run."""
-        earlier = set(retry_history(trial))
+    def chain_logged_through(self, earlier: Iterable[int], seed_index: int = 0) -> int | None:
+        """The last step the `earlier` attempts of a retry chain (retry_history) reached a log point at (their
+        progress, written where they also log to W&B): the retry logs only the steps after it to the chain's run."""
+        earlier = set(earlier)
         if not earlier:
             return None
         key = seed_prefix(seed_index) + PROGRESS_ATTR
@@ -178,7 +178,16 @@ class TrialLifecycle(ABC):
         )  # before the first beat: another driver waits this long on it
         heartbeat = HeartbeatThread(self.storage, trial_id_of(trial), self.sweep.heartbeat.interval_s)
         heartbeat.start()
-        running = RunningTrial(trial, None, heartbeat, workdir, sampled=sampled, origin=origin, slot=slot)
+        running = RunningTrial(
+            trial,
+            None,
+            heartbeat,
+            workdir,
+            sampled=sampled,
+            origin=origin,
+            slot=slot,
+            earlier=tuple(retry_history(frozen)),
+        )
         self.launch_seed(running, 0)
         resumed = retry_of(trial.number, origin, self.visible_checkpoints(origin))
         where = "" if slot.whole else f" on {slot.name}"
@@ -196,7 +205,7 @@ class TrialLifecycle(ABC):
         """Start the job for one seed of the trial (a single job when study.seeds is 1); with several seeds each
         has its own output and checkpoint directories (sweeps.paths), and only seed 0 reports to the pruner."""
         trial = running.trial
-        logged = self.chain_logged_through(self.storage.get_trial(trial_id_of(trial)), index)
+        logged = self.chain_logged_through(running.earlier, index)
         overrides = self.job_command(
             trial.number, running.sampled, running.origin, index, running.slot, logged
         ).overrides()

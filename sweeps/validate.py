@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
-from sqlalchemy.engine import make_url
 
 from storage import redact, resolve_url
+from storage.url import is_postgres
 from sweeps.config_values import SweepConfigError
 from sweeps.launchers.base import Launcher
 from sweeps.space import SearchSpace
@@ -78,7 +78,7 @@ def storage_out_of_reach(cfg: DictConfig, launcher: Launcher) -> str | None:
     if launcher.shares_filesystem:
         return None
     url = resolve_url(cfg.storage.url, create_dir=False)
-    if make_url(url).get_backend_name() != "sqlite":
+    if is_postgres(url):  # the other scheme storage.url accepts is a SQLite file
         return None
     return (
         f"storage.url={redact(url)!r}: a SQLite file on this machine, but {type(launcher).__name__}'s workers share "

@@ -347,6 +347,7 @@ def test_a_retry_is_told_the_last_step_its_chain_logged(tmp_path: Path) -> None:
     them: a retry that died before passing its predecessor does not lower it."""
     from optuna.distributions import FloatDistribution
 
+    from storage.heartbeat import retry_history
     from storage.record import PROGRESS_ATTR
 
     driver = Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path))
@@ -362,11 +363,11 @@ def test_a_retry_is_told_the_last_step_its_chain_logged(tmp_path: Path) -> None:
         return study.trials[-1]
 
     first = attempt(40, [])
-    assert driver.chain_logged_through(first) is None  # no earlier job
+    assert driver.chain_logged_through(retry_history(first)) is None  # no earlier job
     attempt(20, [first.number])  # the retry resumed from an earlier checkpoint and died at step 20
     third = attempt(None, [first.number, first.number + 1])
-    assert driver.chain_logged_through(third) == 40
-    assert driver.chain_logged_through(third, seed_index=1) == 7
+    assert driver.chain_logged_through(retry_history(third)) == 40
+    assert driver.chain_logged_through(retry_history(third), seed_index=1) == 7
     off = Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.enabled=false"))
     assert not [o for o in off.job_command(0, {}, origin=0).overrides() if o.startswith("wandb.run_id")]
 
