@@ -14,12 +14,12 @@ from typing import Any
 
 import optuna
 from optuna.storages import RDBStorage
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from storage import exclusive, trial_id_of
 from storage.record import DUPLICATE_OF_ATTR, NOT_STARTED_ATTR
 from sweeps.budget import TRAINS, budget_used, twin_of
-from sweeps.definition import StudyDefinitionError
+from sweeps.definition import StudyDefinitionError, describe
 from sweeps.distinct_draws import space_exhausted
 from sweeps.space import SearchSpace
 
@@ -104,7 +104,7 @@ def sample(study: optuna.Study, storage: RDBStorage, trial: optuna.Trial, space:
     different log configuration ...") only once a trial was asked: one error line, not a traceback
     (sweeps/definition.py refuses such a study earlier, where it has its definition)."""
     try:
-        return space.sample(trial)
+        values = space.sample(trial)
     except ValueError as err:
         fixed = storage.get_trial_system_attrs(trial_id_of(trial)).get("fixed_params")
         if fixed:
@@ -116,6 +116,27 @@ def sample(study: optuna.Study, storage: RDBStorage, trial: optuna.Trial, space:
             f"study {study.study_name!r} cannot take this search space: {err} (trial {trial.number} was failed "
             "before it started): choose a new study.name"
         ) from None
+    frozen = storage.get_trial(trial_id_of(trial))
+    outside = fixed_outside_range(frozen)
+    if outside:
+        spans = ", ".join(f"{name}: {describe(frozen.distributions[name])}" for name in outside)
+        raise EnqueuedOutsideSpace(
+            f"trial {trial.number} was enqueued with {outside}, outside this study's space ({spans}): failed "
+            "before it started; enqueue values from study.space"
+        )
+    return values
+
+
+def fixed_outside_range(frozen: FrozenTrial) -> dict[str, Any]:
+    """The enqueued values a numeric distribution does not contain. Optuna trains them with only a warning ("Fixed
+    parameter ... is out of range"): a trial outside the space the study searches would enter its record as if
+    drawn from it. Its own containment test decides, so the verdict is Optuna's."""
+    fixed = frozen.system_attrs.get("fixed_params") or {}
+    return {
+        name: fixed[name]
+        for name, dist in frozen.distributions.items()
+        if name in fixed and not dist._contains(dist.to_internal_repr(fixed[name]))
+    }
 
 
 def same_configuration(study: optuna.Study, storage: RDBStorage, trial: optuna.Trial) -> int | None:

@@ -204,6 +204,25 @@ def test_a_trial_enqueued_outside_the_space_fails_alone_and_the_draw_goes_on(
     assert budget_used(study.get_trials(deepcopy=False)) == 1  # trial 1, RUNNING: trial 0 trained nothing
 
 
+def test_a_trial_enqueued_outside_a_numeric_range_fails_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Optuna trains an enqueued number outside the range with only a warning: the study's record would hold a
+    trial its space never searched. A value inside the range (the second one) trains as enqueued."""
+    storage = open_storage(f"sqlite:///{tmp_path}/db.sqlite")
+    study = optuna.create_study(study_name="queued", storage=storage, direction="maximize")
+    space = parse_space({"optim.lr": "interval(1e-4, 1e-2)", "arch.L_cycles": "range(2, 6, 2)"})
+    study.enqueue_trial({"optim.lr": 0.1, "arch.L_cycles": 4})
+    study.enqueue_trial({"optim.lr": 1e-3, "arch.L_cycles": 4})
+    draw = draw_within_budget(study, storage, space, 5)
+    outside, inside = study.get_trials(deepcopy=False)
+    assert outside.state == TrialState.FAIL and "0.1" in outside.user_attrs[NOT_STARTED_ATTR]
+    assert (
+        "trial 0 was enqueued with {'optim.lr': 0.1}, outside this study's space (optim.lr: float [0.0001, 0.01])"
+        in (caplog.text)
+    )
+    assert draw.trial is not None and draw.trial.number == inside.number == 1
+    assert draw.sampled == {"optim.lr": 1e-3, "arch.L_cycles": 4}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_driver_ending_on_an_error_stops_and_records_its_running_trials(
