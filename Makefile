@@ -43,8 +43,10 @@ lint: setup               ## ruff, mypy (strict on storage/ and sweeps/), the im
 # Tests run many training processes at once on few cores: OpenMP must not spin-wait (docs/benchmarks.md).
 # TEST_WORKERS pytest-xdist workers, a test file each at a time (--dist loadfile: a file's module fixtures and
 # process names stay in one worker); each worker gets its own PostgreSQL database. TEST_WORKERS=0: serial.
+# PYTHONDONTWRITEBYTECODE emptied (some machines set it): the suite starts hundreds of processes, each of which
+# would compile the project's modules again.
 TEST_WORKERS ?= 2
-PYTEST := OMP_WAIT_POLICY=PASSIVE $(PY) -m tests.prereqs $(PY) -m pytest -q
+PYTEST := OMP_WAIT_POLICY=PASSIVE PYTHONDONTWRITEBYTECODE= $(PY) -m tests.prereqs $(PY) -m pytest -q
 
 # The inner loop: lint, then the tests that start no process (tests/conftest.py makes starting one an error there).
 check: setup lint          ## lint + the fast lane (tests not marked slow)

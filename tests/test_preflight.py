@@ -88,14 +88,31 @@ def test_preflight_names_the_one_broken_worker_and_the_driver_refuses_to_start(
     assert capsys.readouterr().out.splitlines()[-1] == "no problems: the pod is ready"
 
 
+def bindable(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
 def test_preflight_sees_a_stale_job_holding_worker_0s_chips_and_port(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fresh_pg_url: str
 ) -> None:
     """While a job runs on worker 0 its TPU runtime holds the chips and libtpu's ports: a preflight then says
-    so, naming the pids and the port (here the control plane's set to libtpu's 8476)."""
+    so, naming the pids and the port (here the control plane's set to one the runtime holds). The runtime holds a
+    port of this test's own: with libtpu's, another test's fake pod may hold it first and free it mid-check."""
+    import socket
     import subprocess
     import time
 
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("FAKE_TPU_RUNTIME_PORTS", str(port))
     pod = fake_pod(tmp_path, monkeypatch, 2)
     for w in (0, 1):
         give_python(pod / "test-pod" / f"worker-{w}", Path(sys.executable))
@@ -104,13 +121,15 @@ def test_preflight_sees_a_stale_job_holding_worker_0s_chips_and_port(
          "--command=exec sleep 60 # trm.train"]
     )  # fmt: skip
     try:
-        time.sleep(3)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and bindable(port):  # until the runtime holds its port
+            time.sleep(0.1)
         args = [a for a in pod_args(tmp_path, fresh_pg_url) if not a.startswith("trial.overrides=")]
-        args.append(f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.port=8476'])}")
+        args.append(f"trial.overrides={trial_list([*FAST_TRIAL, f'runtime.port={port}'])}")
         assert main(args) == 1
         problems = capsys.readouterr().out.splitlines()[3:]
         assert any(p.startswith("worker 0: its chips are open in pid(s)") for p in problems), problems
-        assert any(p.startswith("worker 0: runtime.port=8476 cannot be bound") for p in problems), problems
+        assert any(p.startswith(f"worker 0: runtime.port={port} cannot be bound") for p in problems), problems
         assert not any(p.startswith("worker 1") for p in problems), problems  # worker 1 is fine
     finally:
         stale.terminate()
