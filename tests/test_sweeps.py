@@ -493,7 +493,8 @@ def test_pareto_study_tells_accuracy_and_compute(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_killed_worker_fails_the_trial_named_and_its_retry_resumes(tmp_path: Path) -> None:
     """SIGKILL of a worker mid-trial: FAIL with the worker named, then a retry that continues from the checkpoint."""
-    slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=300"]
+    # 120 steps: the kill comes right after the step-10 checkpoint, and the retry trains the rest again.
+    slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=120"]
     db = f"sqlite:///{tmp_path}/db.sqlite"
     args = sweep_overrides(
         db,
