@@ -138,6 +138,35 @@ def test_a_dropped_ssh_session_attaches_again_and_the_job_goes_on(pod: Path, tmp
 
 
 @pytest.mark.slow
+def test_a_session_run_again_prints_what_the_job_wrote_while_none_was_attached(tmp_path: Path) -> None:
+    """The VM's command itself, in sh: the first session is killed (a dropped connection) after the job's first
+    line; the job writes its second while no session follows it; the command run again prints from there on, the
+    first line not twice, and exits with the job's status."""
+    from sweeps.launchers.remote_shell import job_command
+
+    job = "echo one; while [ ! -e go ]; do sleep 0.1; done; echo two; sleep 0.5; echo three; sh -c 'exit 3'"
+    command = job_command("true", job, "launch-1")
+    first = subprocess.Popen(["sh", "-c", command], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    assert first.stdout is not None and first.stdout.readline() == "one\n"
+    sent = tmp_path / ".trm-jobs" / "launch-1.sent"
+    deadline = time.monotonic() + 30
+    while not (sent.exists() and sent.read_text().strip() == "4"):  # the session has handed "one\n" to ssh
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    first.kill()  # the job is in a session of its own: it goes on
+    first.wait()
+    (tmp_path / "go").touch()
+    log = tmp_path / ".trm-jobs" / "launch-1.log"
+    deadline = time.monotonic() + 30
+    while "two" not in log.read_text():  # written while no session is attached
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    again = subprocess.run(["sh", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert again.returncode == 3, again.stderr
+    assert again.stdout == "two\nthree\n" and "attached to the job this command started" in again.stderr
+
+
+@pytest.mark.slow
 def test_a_killed_worker_ends_the_job_named_and_cancel_reaches_every_vm(pod: Path, tmp_path: Path) -> None:
     handle = launcher().launch(job(tmp_path, "train.steps=100000", "train.eval_interval=100000"))
     metrics = pod / "test-pod" / "worker-0" / "trm" / "run" / "metrics.jsonl"

@@ -66,7 +66,9 @@ def job_command(setup: str, job: str, launch_id: str) -> str:
     blip) by running the whole command again, up to 10 attempts 5 s apart (its AttemptRunWithRetries). A job in
     the session would lose its output pipe and die at its next line, or go on beside a second copy of itself.
     Here the job runs in a session of its own (setsid) writing to `.trm-jobs/<launch_id>.log`; the command run
-    again finds the launch's pid file, follows the log and waits for the status file. Not `exec job`, and never
+    again finds the launch's pid file, follows the log from the first byte no earlier session handed to ssh
+    (`.sent`: what was printed while no session was attached is printed then; bytes in flight when the connection
+    dropped may be lost or printed twice) and waits for the status file. Not `exec job`, and never
     the job's signal as the session's end: a job that dies by a signal (an OOM kill, SIGKILL) gives its wrapper
     the status 128+N, which the shell exits with; a signal death of the shell would be ssh's 255 again."""
     f = f"{JOB_FILES_DIR}/{launch_id}"
@@ -78,14 +80,17 @@ def job_command(setup: str, job: str, launch_id: str) -> str:
         """The log from `first_byte` on, printed as it grows until the job has ended, then the rest: every byte
         once, by this shell itself (no follower process to outlive a dropped session, or to be stopped before
         it printed the last lines, which name what went wrong)."""
-        copy = f'n=$(stat -c %s {f}.log); [ "$n" -gt "$o" ] && tail -c +$((o+1)) {f}.log | head -c $((n-o)); o=$n'
+        copy = (
+            f'n=$(stat -c %s {f}.log); [ "$n" -gt "$o" ] && tail -c +$((o+1)) {f}.log | head -c $((n-o)) && '
+            f"echo $n > {f}.sent; o=$n"
+        )
         return f"o={first_byte}; while {running}; do {copy}; sleep 0.5; done; {copy}"
 
     return (
         f"{setup} && mkdir -p {JOB_FILES_DIR} && "
         f"if [ -e {f}.pid ]; then "
         f'echo "attached to the job this command started here before (pid $(cat {f}.pid))" >&2; '
-        f"{follow(f'$(stat -c %s {f}.log)')}; "
+        f"{follow(f'$(cat {f}.sent 2>/dev/null || echo 0)')}; "
         "else "
         f": > {f}.log; setsid sh -c {wrapped} >> {f}.log 2>&1 < /dev/null & echo $! > {f}.pid; "
         f"{follow('0')}; "
