@@ -21,7 +21,7 @@ from storage.record import DUPLICATE_OF_ATTR, NOT_STARTED_ATTR
 from sweeps.budget import TRAINS, budget_used, twin_of
 from sweeps.definition import StudyDefinitionError, describe
 from sweeps.distinct_draws import space_exhausted
-from sweeps.space import SearchSpace
+from sweeps.space import SearchSpace, takes
 
 log = logging.getLogger("sweeps")
 
@@ -128,14 +128,13 @@ def sample(study: optuna.Study, storage: RDBStorage, trial: optuna.Trial, space:
 
 
 def fixed_outside_range(frozen: FrozenTrial) -> dict[str, Any]:
-    """The enqueued values a numeric distribution does not contain. Optuna trains them with only a warning ("Fixed
-    parameter ... is out of range"): a trial outside the space the study searches would enter its record as if
-    drawn from it. Its own containment test decides, so the verdict is Optuna's."""
+    """The enqueued values their distribution does not contain (a number outside its range: Optuna trains it with
+    a warning, and the trial would enter the record as if drawn from the space)."""
     fixed = frozen.system_attrs.get("fixed_params") or {}
     return {
         name: fixed[name]
         for name, dist in frozen.distributions.items()
-        if name in fixed and not dist._contains(dist.to_internal_repr(fixed[name]))
+        if name in fixed and not takes(dist, fixed[name])
     }
 
 

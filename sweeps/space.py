@@ -51,6 +51,13 @@ class SearchSpace:
                     values[key] = suggest(trial, f"{key}@{cond.choice}", dist)
         return values
 
+    def distributions(self) -> dict[str, BaseDistribution]:
+        """Every parameter by its Optuna name (a conditional one as `key@choice`)."""
+        named = dict(self.params)
+        for cond in self.conditionals:
+            named.update({f"{key}@{cond.choice}": dist for key, dist in cond.params.items()})
+        return named
+
     def representative(self) -> list[dict[str, Any]]:
         """One assignment per conditional branch (and one for the plain space), for validation."""
         base = {key: _some_value(dist) for key, dist in self.params.items()}
@@ -71,6 +78,15 @@ def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
     if isinstance(dist, FloatDistribution):
         return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
     raise TypeError(f"unsupported distribution for {name}: {dist!r}")
+
+
+def takes(dist: BaseDistribution, value: Any) -> bool:
+    """Whether Optuna counts `value` as inside `dist`. For a value it is given (an enqueued trial, a baseline) it only
+    warns when not ("Fixed parameter ... is out of range") and trains it anyway: the verdict is its own check."""
+    try:
+        return bool(dist._contains(dist.to_internal_repr(value)))
+    except ValueError:  # a choice the distribution does not list
+        return False
 
 
 def _some_value(dist: BaseDistribution) -> Any:

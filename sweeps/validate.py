@@ -35,6 +35,7 @@ from sweeps.launchers.base import Launcher
 from sweeps.space import SearchSpace
 from sweeps.validate_optuna import check_optuna
 from sweeps.validate_trials import (
+    check_baseline,
     check_range_types,
     check_searched_keys,
     check_trial_config,
@@ -122,6 +123,7 @@ def _check_writable(key: str, value: Any) -> None:
 
 def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str], launcher: Launcher) -> None:
     check_searched_keys(cfg, space)
+    check_baseline(cfg, space)
     name = type(launcher).__name__
     slots = launcher.slots()  # launcher.slots parsed and checked against the launcher's machines
     slot_chips = slots[0].chips  # None: a launcher that counts no chips (local, torchrun: world_size above)

@@ -16,8 +16,10 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 
 from contracts.hydra_app import compose_train_config
 from contracts.overrides import parse_override
+from sweeps.budget import baseline_params
 from sweeps.config_values import SweepConfigError, is_a, is_int, kind_of, type_name
-from sweeps.space import SearchSpace, to_overrides
+from sweeps.definition import describe
+from sweeps.space import SearchSpace, takes, to_overrides
 
 
 def compose_trial(base: list[str], values: dict[str, Any], where: str) -> DictConfig:
@@ -168,6 +170,22 @@ def trial_length(base_overrides: list[str]) -> int:
     if not is_int(steps) or steps < 1:
         raise SweepConfigError(f"train.steps={steps!r} (in trial.overrides): expected an integer >= 1")
     return int(steps)
+
+
+def check_baseline(cfg: DictConfig, space: SearchSpace) -> None:
+    """The baseline the driver enqueues as a new study's first trial lies inside the space: otherwise that trial
+    fails before it starts (sweeps/draw.py), and a study is only ever given its baseline once."""
+    if not cfg.study.enqueue_baseline:
+        return
+    baseline = dict(cfg.study.baseline.get(cfg.scale) or {})
+    named = space.distributions()
+    for name, value in baseline_params(baseline, space.conditionals).items():
+        dist = named.get(name)
+        if dist is not None and not takes(dist, value):
+            raise SweepConfigError(
+                f"study.baseline.{cfg.scale}.{name.split('@')[0]}={value!r}: outside this study's space "
+                f"({describe(dist)}); give a value the space takes, or study.enqueue_baseline=false"
+            )
 
 
 def check_searched_keys(cfg: DictConfig, space: SearchSpace) -> None:

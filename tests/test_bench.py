@@ -144,27 +144,38 @@ def test_pruning_bench_summarizes_seeds_from_a_saved_result(tmp_path: Path) -> N
         in proc.stdout
     )
     assert "### Seed 1" in proc.stdout and "### Seed 2" in proc.stdout
+    # One seed (no --seeds): its arms at the top level, one table row each, the goal judged per arm.
+    one_seed = pruning.seed_result(1, per_seed[0]["arms"])
+    single = {**saved, "seed": one_seed.pop("seed"), **one_seed}
+    del single["seeds"], single["per_seed"]
+    rows = pruning.render(single).splitlines()[2:4]
+    assert rows[0].startswith("| none | 4 / 0 / 0 | 2000 |") and rows[0].endswith("| 100% | 100% | +0.0000 | - |")
+    assert rows[1].startswith(f"| {pruned} | 1 / 3 / 0 | 800 |") and rows[1].endswith("| 40% | 40% | +0.0050 | yes |")
 
 
 @pytest.mark.slow
 def test_pruning_bench_pairs_the_arms_once_per_seed(tmp_path: Path) -> None:
-    """Two seeds, two trials a study, every arm of a seed run at once: each pruned arm compared with its own seed's
-    unpruned one, on the same configurations."""
-    pruned = "median+pruner.n_startup_trials=1+study.prune_metric=eval/blank_accuracy"
+    """Two seeds, two trials a study, every arm of a seed run at once: each pruned arm (Hyperband with --quick's
+    min_resource, and an override of its own) compared with its own seed's unpruned one, on the same configurations."""
+    pruned = "hyperband+study.prune_metric=eval/blank_accuracy"
     result = run_bench(
         "pruning.py", tmp_path, "--n-trials", "2", "--seeds", "1,2", "--jobs", "2", "--arms", f"none,{pruned}"
     )
     assert result["seeds"] == [1, 2] and [r["seed"] for r in result["per_seed"]] == [1, 2]
     for r in result["per_seed"]:
-        none, median = r["arms"]
-        assert (none["arm"], median["arm"]) == ("none", pruned)
+        none, hyperband = r["arms"]
+        assert (none["arm"], hyperband["arm"]) == ("none", pruned)
         assert none["states"]["COMPLETE"] == 2 and none["trial_steps"] == 2 * 20  # unpruned: all their steps
         assert f"seed={r['seed']}" in none["command"] and any(f"/seed{r['seed']}/" in o for o in none["command"])
         cmp = r["comparison"][1]
         # Same sampler seed: the first trials are the same configurations, and training is deterministic, so the
         # values both arms reported for them agree exactly.
         assert cmp["shared_configurations"] >= 1 and cmp["max_abs_diff_of_eval_curves"] == 0.0
-        assert cmp["steps_ratio"] == median["trial_steps"] / none["trial_steps"]
+        assert cmp["steps_ratio"] == hyperband["trial_steps"] / none["trial_steps"]
+        assert (
+            "pruner.min_resource=10" in hyperband["command"]
+            and "study.prune_metric=eval/blank_accuracy" in (hyperband["command"])
+        )
     reference, arm = result["aggregate"]
     assert [s["flops_ratio"] for s in arm["per_seed"]] == [
         r["comparison"][1]["flops_ratio"] for r in result["per_seed"]

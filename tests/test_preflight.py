@@ -88,14 +88,14 @@ def test_preflight_names_the_one_broken_worker_and_the_driver_refuses_to_start(
     assert capsys.readouterr().out.splitlines()[-1] == "no problems: the pod is ready"
 
 
-def bindable(port: int) -> bool:
+def listening(port: int) -> bool:
+    """Something accepts connections on the port (a probe that never takes the port itself)."""
     import socket
 
-    with socket.socket() as s:
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+    except OSError:
+        return False
     return True
 
 
@@ -122,7 +122,7 @@ def test_preflight_sees_a_stale_job_holding_worker_0s_chips_and_port(
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and bindable(port):  # until the runtime holds its port
+        while time.monotonic() < deadline and not listening(port):  # until the runtime holds its port
             time.sleep(0.1)
         args = [a for a in pod_args(tmp_path, fresh_pg_url) if not a.startswith("trial.overrides=")]
         args.append(f"trial.overrides={trial_list([*FAST_TRIAL, f'runtime.port={port}'])}")

@@ -211,15 +211,17 @@ def test_a_trial_enqueued_outside_a_numeric_range_fails_alone(tmp_path: Path, ca
     study = optuna.create_study(study_name="queued", storage=storage, direction="maximize")
     space = parse_space({"optim.lr": "interval(1e-4, 1e-2)", "arch.L_cycles": "range(2, 6, 2)"})
     study.enqueue_trial({"optim.lr": 0.1, "arch.L_cycles": 4})
+    study.enqueue_trial({"optim.lr": 1e-3, "arch.L_cycles": 3})  # off the range's step
     study.enqueue_trial({"optim.lr": 1e-3, "arch.L_cycles": 4})
     draw = draw_within_budget(study, storage, space, 5)
-    outside, inside = study.get_trials(deepcopy=False)
+    outside, off_step, inside = study.get_trials(deepcopy=False)
     assert outside.state == TrialState.FAIL and "0.1" in outside.user_attrs[NOT_STARTED_ATTR]
+    assert off_step.state == TrialState.FAIL and "{'arch.L_cycles': 3}" in off_step.user_attrs[NOT_STARTED_ATTR]
     assert (
         "trial 0 was enqueued with {'optim.lr': 0.1}, outside this study's space (optim.lr: float [0.0001, 0.01])"
         in (caplog.text)
     )
-    assert draw.trial is not None and draw.trial.number == inside.number == 1
+    assert draw.trial is not None and draw.trial.number == inside.number == 2
     assert draw.sampled == {"optim.lr": 1e-3, "arch.L_cycles": 4}
 
 

@@ -464,6 +464,36 @@ def test_heartbeat_and_stall_settings_are_refused_with_the_key(override: str, ex
 
 
 @pytest.mark.parametrize(
+    "baseline, expected",
+    [
+        ({"arch.hidden_size": 96}, r"study.baseline.tiny.arch.hidden_size=96: outside this study's space \(int \[32, 64\] step 32\)"),
+        ({"arch.mixer": "conv"}, r"study.baseline.tiny.arch.mixer='conv': outside this study's space \(choice\(attention, mlp_t\)\)"),
+        ({"optim": "lion", "optim.lr": 0.5}, r"study.baseline.tiny.optim.lr=0.5: outside this study's space \(float \[1e-05, 0.001\] log\)"),
+    ],
+)  # fmt: skip
+def test_a_baseline_outside_the_space_is_refused_before_the_study_opens(
+    baseline: dict, expected: str, tmp_path: Path
+) -> None:
+    """The driver enqueues the baseline into a new study once: a value the space does not take would fail that
+    trial before it starts, and the study would never get its baseline. A conditional key is checked in its branch."""
+    cfg = with_space(
+        config(tmp_path),
+        {
+            "arch.hidden_size": "range(32, 96, 32)",
+            "arch.mixer": "choice(attention, mlp_t)",
+            "optim": "choice(adamw, lion)",
+        },
+        {"optim": {"lion": {"optim.lr": "tag(log, interval(1e-5, 1e-3))"}}},
+    )
+    with open_dict(cfg):
+        cfg.study.baseline.tiny = baseline
+    refused(cfg, expected)
+    with open_dict(cfg):
+        cfg.study.enqueue_baseline = False  # not enqueued: nothing to check
+    Driver(cfg).validate()
+
+
+@pytest.mark.parametrize(
     "override, key", [("+train.steps=60", "train"), ("+arch=tiny", "arch"), ("+optim.lr=0.1", "optim")]
 )
 def test_an_override_every_trial_would_ignore_is_refused_naming_the_right_form(

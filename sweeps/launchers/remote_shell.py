@@ -66,9 +66,10 @@ def job_command(setup: str, job: str, launch_id: str) -> str:
     blip) by running the whole command again, up to 10 attempts 5 s apart (its AttemptRunWithRetries). A job in
     the session would lose its output pipe and die at its next line, or go on beside a second copy of itself.
     Here the job runs in a session of its own (setsid) writing to `.trm-jobs/<launch_id>.log`; the command run
-    again finds the launch's pid file, follows the log from the first byte no earlier session handed to ssh
-    (`.sent`: what was printed while no session was attached is printed then; bytes in flight when the connection
-    dropped may be lost or printed twice) and waits for the status file. Not `exec job`, and never
+    again finds the launch's pid file, follows the log from the first byte no earlier session handed to sshd
+    (`.sent`, replaced whole: what was written once the dropped session stopped copying is printed then; what it
+    handed to sshd on a connection already dead, until sshd noticed, is lost, and bytes in flight may repeat) and
+    waits for the status file. Not `exec job`, and never
     the job's signal as the session's end: a job that dies by a signal (an OOM kill, SIGKILL) gives its wrapper
     the status 128+N, which the shell exits with; a signal death of the shell would be ssh's 255 again."""
     f = f"{JOB_FILES_DIR}/{launch_id}"
@@ -82,9 +83,9 @@ def job_command(setup: str, job: str, launch_id: str) -> str:
         it printed the last lines, which name what went wrong)."""
         copy = (
             f'n=$(stat -c %s {f}.log); [ "$n" -gt "$o" ] && tail -c +$((o+1)) {f}.log | head -c $((n-o)) && '
-            f"echo $n > {f}.sent; o=$n"
+            f"echo $n > {f}.sent.new && mv -f {f}.sent.new {f}.sent; o=$n"
         )
-        return f"o={first_byte}; while {running}; do {copy}; sleep 0.5; done; {copy}"
+        return f'o={first_byte}; [ -n "$o" ] || o=0; while {running}; do {copy}; sleep 0.5; done; {copy}'
 
     return (
         f"{setup} && mkdir -p {JOB_FILES_DIR} && "
