@@ -123,7 +123,6 @@ def _check_writable(key: str, value: Any) -> None:
 
 def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str], launcher: Launcher) -> None:
     check_searched_keys(cfg, space)
-    check_baseline(cfg, space)
     name = type(launcher).__name__
     slots = launcher.slots()  # launcher.slots parsed and checked against the launcher's machines
     slot_chips = slots[0].chips  # None: a launcher that counts no chips (local, torchrun: world_size above)
@@ -131,6 +130,7 @@ def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str
         train_cfg = compose_trial([*base_overrides, *slots[0].overrides], values, f"study.space.{cfg.scale}")
         check_trial_config(train_cfg, launcher.world_size, name, launcher.shares_filesystem, slot_chips)
     check_range_types(cfg, space, base_overrides)
+    check_baseline(cfg, space)  # after the types: a range of the wrong type is the error to name first
     check_optuna(cfg, trial_length(base_overrides))
     _check_launcher_python(cfg, launcher)
     unreachable = storage_out_of_reach(cfg, launcher)
