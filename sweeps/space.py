@@ -51,13 +51,6 @@ class SearchSpace:
                     values[key] = suggest(trial, f"{key}@{cond.choice}", dist)
         return values
 
-    def distributions(self) -> dict[str, BaseDistribution]:
-        """Every parameter by its Optuna name (a conditional one as `key@choice`)."""
-        named = dict(self.params)
-        for cond in self.conditionals:
-            named.update({f"{key}@{cond.choice}": dist for key, dist in cond.params.items()})
-        return named
-
     def representative(self) -> list[dict[str, Any]]:
         """One assignment per conditional branch (and one for the plain space), for validation."""
         base = {key: _some_value(dist) for key, dist in self.params.items()}

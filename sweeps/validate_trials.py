@@ -18,7 +18,7 @@ from contracts.hydra_app import compose_train_config
 from contracts.overrides import parse_override
 from sweeps.budget import baseline_params
 from sweeps.config_values import SweepConfigError, is_a, is_int, kind_of, type_name
-from sweeps.definition import describe
+from sweeps.definition import describe, optuna_params
 from sweeps.space import SearchSpace, takes, to_overrides
 
 
@@ -178,7 +178,7 @@ def check_baseline(cfg: DictConfig, space: SearchSpace) -> None:
     if not cfg.study.enqueue_baseline:
         return
     baseline = dict(cfg.study.baseline.get(cfg.scale) or {})
-    named = space.distributions()
+    named = optuna_params(space)
     for name, value in baseline_params(baseline, space.conditionals).items():
         dist = named.get(name)
         if dist is not None and not takes(dist, value):

@@ -69,9 +69,9 @@ def job_command(setup: str, job: str, launch_id: str) -> str:
     again finds the launch's pid file, follows the log from the first byte no earlier session handed to sshd
     (`.sent`, replaced whole: what was written once the dropped session stopped copying is printed then; what it
     handed to sshd on a connection already dead, until sshd noticed, is lost, and bytes in flight may repeat) and
-    waits for the status file. Not `exec job`, and never
-    the job's signal as the session's end: a job that dies by a signal (an OOM kill, SIGKILL) gives its wrapper
-    the status 128+N, which the shell exits with; a signal death of the shell would be ssh's 255 again."""
+    waits for the status file. Not `exec job`, and never the job's signal as the session's end: a job that dies by
+    a signal (an OOM kill, SIGKILL) gives its wrapper the status 128+N, which the shell exits with; a signal death
+    of the shell would be ssh's 255 again."""
     f = f"{JOB_FILES_DIR}/{launch_id}"
     wrapped = shlex.quote(f"{job}; echo $? > {f}.status")
     # The job has ended once its status is written, or its wrapper is gone or a zombie (an init may not reap it).
