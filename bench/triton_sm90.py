@@ -54,6 +54,7 @@ class Case(NamedTuple):
     stages: int
     signature: dict[str, str]
     constexprs: dict[str, Any]
+    per_sm: int = 0  # programs per multiprocessor of a persistent grid (trm.fused_swiglu.Tile); 0: one per tile
 
 
 def swiglu_cases(dim: int, inner: int, stream: str = "bf16") -> list[Case]:
@@ -61,18 +62,22 @@ def swiglu_cases(dim: int, inner: int, stream: str = "bf16") -> list[Case]:
     `stream` dtype; the backward only with the bf16 stream (its inputs are bf16 in either)."""
     cases = []
     for name, save_gu in (("forward", False), ("forward", True), ("backward", False))[: 3 if stream == "bf16" else 2]:
-        for bm, bn, bk, warps, stages in fused_swiglu.TILES[name]:
-            size = {"M": bm, "N": bn, "K": bk}
+        for tile in fused_swiglu.TILES[name]:
+            size = {"M": tile.m, "N": tile.n, "K": tile.k, "W": 2 * tile.n}
             blocks = {
                 arg: _descriptor(*(size[side] for side in sides), dtype=stream if arg == "x_desc" else "bf16")
                 for arg, sides in fused_swiglu.DESCRIPTOR_BLOCKS[name].items()
             }
             values: dict[str, Any] = {"dim": dim, "inner": inner}
             values |= {"ROUND_X": stream == "fp32", "SAVE_GU": save_gu} if name == "forward" else {}
-            values |= {"INTERPRET": False, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+            values |= {"INTERPRET": False, **fused_swiglu.constexprs(name, tile)}
             label = f"fused_swiglu {name}" + (" (saving gate/up)" if save_gu else "")
             signature = {**blocks, "tokens": "i32", **_constexprs(*values)}
-            cases.append(Case(label, fused_swiglu.KERNELS[name], (bm, bn, bk), warps, stages, signature, values))
+            cases.append(
+                Case(
+                    label, fused_swiglu.KERNELS[name], tile[:3], tile.warps, tile.stages, signature, values, tile.per_sm
+                )
+            )
     return cases
 
 
@@ -132,6 +137,7 @@ def compile_report(case: Case, capability: int = HOPPER) -> dict[str, Any]:
     return {
         "kernel": case.kernel,
         "tile": [*case.tile, case.warps, case.stages],
+        "per_sm": case.per_sm,
         "registers": int(registers.group(1)) if registers else None,
         "spill_bytes": int(spills.group(1)) if spills else None,
         "wgmma": ptx.count("wgmma.mma_async"),
@@ -166,8 +172,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     lines = ["| kernel | tile (blocks, warps, stages) | registers | spill bytes | wgmma | TMA copies | global loads "
              "| shared KB |", "|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for k in result["kernels"]:
+        grid = f" persistent, {k['per_sm']}/SM" if k["per_sm"] else ""
         lines.append(
-            f"| {k['kernel']} | {tuple(k['tile'])} | {k['registers']} | {k['spill_bytes']} | {k['wgmma']} "
+            f"| {k['kernel']} | {tuple(k['tile'])}{grid} | {k['registers']} | {k['spill_bytes']} | {k['wgmma']} "
             f"| {k['tma_copies']} | {k['global_loads']} | {k['shared_bytes'] / 1024:.0f} |"
         )
     lines += [

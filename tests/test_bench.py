@@ -218,8 +218,9 @@ def test_trainer_vs_reference_bench_runs_our_side_and_writes_the_table(tmp_path:
 @pytest.mark.slow
 def test_gpu_candidates_bench_checks_and_times_every_candidate(tmp_path: Path) -> None:
     """The prepared GPU bench, on this CPU (the fused kernels in Triton's interpreter), without the reference:
-    each candidate's gradient check against fp32 and the torch path, its block and step timings, the table. Two
-    candidates (fused_mix_swiglu runs every kernel of the others'): the interpreter takes a minute a candidate."""
+    each candidate's gradient check against fp32 and the torch path, each SwiGLU kernel tile's check, its block and
+    step timings, the table. Two candidates (fused_mix_swiglu runs every kernel of the others'): the interpreter
+    takes a minute a candidate."""
     candidates = ("--candidates", "torch,fused_mix_swiglu")
     result = run_bench("gpu_candidates.py", tmp_path, "--device", "cpu", "--compile", "off", *candidates)
     checks = {c["choice"]: c for c in result["gradient_check"]}
@@ -230,6 +231,10 @@ def test_gpu_candidates_bench_checks_and_times_every_candidate(tmp_path: Path) -
     assert set(rows) == {"ours torch", "ours fused_mix_swiglu"}
     assert all(len(r["times_s"]) == 1 and r["samples_per_s"] > 0 and r["first_lm_loss"] for r in rows.values())
     assert rows["ours torch"]["vs_ours_torch"] == pytest.approx(1.0) and rows["ours torch"]["vs_reference"] is None
+    tiles = result["tile_check"]  # every tile of the channel SwiGLU's kernels, forced, against torch's products
+    assert {t["kernel"] for t in tiles} == {"forward", "backward"} and all(t["passes"] for t in tiles)
+    twins = [t["same_bits_as_one_program_per_tile"] for t in tiles]  # a persistent tile vs its one-per-tile twin
+    assert True in twins and False not in twins
     sublayer = {c["choice"]: c for c in result["sublayer"]}  # one block alone, each candidate
     assert set(sublayer) == set(checks) and all(c["forward_ms"] > 0 < c["train_ms"] for c in sublayer.values())
     table = (tmp_path / "gpu_candidates.md").read_text()
@@ -416,7 +421,7 @@ def test_pruning_settled_compares_only_the_trials_every_arm_settled() -> None:
 
 
 def test_the_gpu_profile_counts_our_triton_kernels_apart_from_inductors() -> None:
-    """Kernel names as torch.profiler reports them on a GPU (bench/results/gpu_profile_h200_*.json): each of ours
+    """Kernel names as torch.profiler reports them on a GPU (bench/results/gpu_profile_h100_*.json): each of ours
     (trm/fused_*.py) in its own kind, before the generic Triton match that inductor's kernels fall under."""
     ours = ("_mix_kernel", "_mix_grad_kernel", "_swiglu_kernel", "_swiglu_grad_kernel")
     assert {gpu_profile.kind_of(name) for name in ours} == {"ours (trm/fused_*.py)"}

@@ -14,7 +14,8 @@ from tests.test_fused_mix import (
     mix_block,
     relative_error,
 )
-from trm.fused_swiglu import swiglu, swiglu_saving, swiglu_trainable
+from trm import fused_swiglu
+from trm.fused_swiglu import Tile, swiglu, swiglu_saving, swiglu_trainable
 from trm.step import autocast
 
 
@@ -42,10 +43,13 @@ def test_the_saving_kernel_keeps_the_torch_paths_gate_and_up() -> None:
     block = mix_block(23, 48, seed=3)
     gate_up, down = block.mlp.gate_up.weight.bfloat16(), block.mlp.down.weight.bfloat16()
     x = torch.randn(2, 17, 48, dtype=torch.bfloat16)
-    y, gu = swiglu_saving(x, gate_up, down)
+    y, gu, act = swiglu_saving(x, gate_up, down)
     assert torch.equal(y, swiglu(x, gate_up, down))  # the same kernel, the same output
     assert gu.shape == (2 * 17, gate_up.shape[0]) and gu.dtype == torch.bfloat16
     assert relative_error(gu, x.reshape(-1, 48) @ gate_up.t()) < BF16_TOL
+    gate, up = gu.float().chunk(2, dim=1)  # act: the down product's input, from the saved gate and up
+    assert act.shape == (2 * 17, down.shape[1]) and act.dtype == torch.bfloat16
+    assert relative_error(act, torch.nn.functional.silu(gate) * up) < BF16_TOL
 
 
 @pytest.mark.parametrize("stream", [torch.bfloat16, torch.float32])
@@ -59,6 +63,27 @@ def test_a_block_with_the_fused_swiglu_differentiates_like_the_torch_path(stream
         return h + block.channel_mlp(h)  # the residual, as trm.model.Block adds it
 
     assert_kernel_grads_match(block, block.mlp, forward, use_kernels, (2, 29, 72), stream)
+
+
+def test_a_persistent_grid_computes_what_a_program_per_tile_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tile.per_sm: fewer programs than tiles (2 for 8 here), each looping over every other tile, give the output
+    and gradients of one program per tile of the same size, bit for bit."""
+    block = mix_block(29, 72, seed=4)  # inner 256: 4 column blocks of 64; 87 tokens: 2 row blocks
+    torch.manual_seed(4)
+    x0, grad_y = torch.randn(3, 29, 72, dtype=torch.bfloat16), torch.randn(3, 29, 72, dtype=torch.bfloat16)
+    gate_up0, down0 = block.mlp.gate_up.weight.detach(), block.mlp.down.weight.detach()
+    assert fused_swiglu.grid_size(87, 256, 64, 64, 1, fused_swiglu.INTERPRETER_SMS) == 2
+    results = []
+    for per_sm in (1, 0):  # persistent first: its buffers cannot be the other run's freed ones
+        tile = Tile(64, 64, 64, 4, 3, per_sm)
+        monkeypatch.setattr(fused_swiglu, "TILES", {"forward": (tile,), "backward": (tile._replace(per_sm=0),)})
+        x, gate_up, down = (t.clone().requires_grad_() for t in (x0, gate_up0, down0))
+        y = swiglu_trainable(x, gate_up.bfloat16(), down.bfloat16())
+        y.backward(grad_y)
+        results.append((y, x.grad, gate_up.grad, down.grad))
+    for name, persistent, one_per_tile in zip(("y", "x", "gate_up", "down"), *results):
+        assert persistent is not None and one_per_tile is not None, name
+        assert torch.equal(persistent, one_per_tile), name
 
 
 def test_torch_compile_traces_the_swiglu_ops_and_their_backward() -> None:
