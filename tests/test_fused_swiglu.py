@@ -87,8 +87,8 @@ def test_a_persistent_grid_computes_what_a_program_per_tile_does(monkeypatch: py
 
 
 def test_torch_compile_traces_the_swiglu_ops_and_their_backward() -> None:
-    """train.compile traces the custom ops (AOTAutograd, as inductor does; the saved gate/up product is an output
-    without a gradient): the same values and gradients as eager, bit for bit."""
+    """train.compile traces the custom ops (AOTAutograd, as inductor does; the saved gate/up product and act are
+    outputs without a gradient): the same values and gradients as eager, bit for bit."""
     block = mix_block(23, 40, seed=2)
     gate_up0, down0 = block.mlp.gate_up.weight.detach(), block.mlp.down.weight.detach()
     torch.manual_seed(2)

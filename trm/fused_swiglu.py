@@ -9,15 +9,16 @@ kernel reading it back for silu*mul, and the down GEMM; its backward as the down
 another memory-bound kernel (silu*mul's backward) and three GEMMs. On a GPU those two memory-bound kernels were
 the largest after the token-mixing sublayer's (docs/benchmarks.md, "A GPU"). Here:
 
-- forward: one Triton GEMM computes a tile of gate and the matching tile of up from the same loads of x, and
-  writes only silu(gate) * up (`act`, half the width), and, in the calls with gradients, gate and up too (what the
-  backward needs, as autograd of the torch path saves them); cuBLAS then computes the down product.
+- forward: one Triton GEMM computes a tile of gate and the matching tile of up as one product (gate_up's rows
+  interleaved, the accumulator split in registers), and writes only silu(gate) * up (`act`, half the width), and,
+  in the calls with gradients, gate and up too (what the backward needs, as autograd of the torch path saves
+  them); cuBLAS then computes the down product.
 - backward: one Triton GEMM computes the down product's input gradient (`d_act`) a tile at a time, reads the saved
   gate and up of the same tile, and writes the gate/up gradient: no [tokens, inner] gradient goes to memory. cuBLAS
   computes the input and weight gradients (the down weight's from act, saved by the forward as the torch path's
   autograd saves it).
 
-No library provides a GEMM with this two-accumulator epilogue for torch (liger-kernel's SwiGLU fuses only the
+No library provides a GEMM with this gate/up epilogue for torch (liger-kernel's SwiGLU fuses only the
 elementwise part; xformers' fused SwiGLU is a compiled extension tied to its torch build), hence Triton here.
 
 Numbers: the dots take bf16 operands with fp32 accumulation, as autocast's; gate, up, act and d_act are rounded to
@@ -71,6 +72,7 @@ BWD_TILES = (
 TILES = {"forward": FWD_TILES, "backward": BWD_TILES}
 MAX_BLOCK_N = max(tile.n for tiles in TILES.values() for tile in tiles)
 assert not any(tile.per_sm for tile in BWD_TILES), "the backward's grid has a program per tile"
+assert all(2 * tile.n <= 256 for tile in FWD_TILES), "the forward's weight block (2n rows) is one TMA box: <= 256"
 
 
 @_jit
@@ -268,7 +270,7 @@ def launch_forward(
     tokens = flat.shape[0]
     act = flat.new_empty(tokens, inner, dtype=torch.bfloat16)
     gu = flat.new_empty(tokens, 2 * inner, dtype=torch.bfloat16) if save_gu else act.new_empty(0)
-    interleaved = gate_up.view(2, inner, dim).transpose(0, 1).reshape(2 * inner, dim)  # gate, up rows alternate
+    interleaved = gate_up.reshape(2, inner, dim).transpose(0, 1).reshape(2 * inner, dim)  # gate, up rows alternate
     tensors = (flat, interleaved, act, gu if save_gu else act)
     _launch("forward", tensors, tokens, tile, dim=dim, inner=inner, ROUND_X=x.dtype != torch.bfloat16, SAVE_GU=save_gu)
     return (act @ down.t()).view(*x.shape[:-1], dim), gu, act
