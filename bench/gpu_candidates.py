@@ -225,7 +225,7 @@ def tile_check(args: argparse.Namespace, arch: Any) -> list[dict[str, Any]]:
 
 
 def tile_times(
-    kernel: str, tile: Any, x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, dy: torch.Tensor,
+    kernel: str, tile: fused_swiglu.Tile, x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, dy: torch.Tensor,
     gu: torch.Tensor, device: str,
 ) -> dict[str, float | None]:  # fmt: skip
     """Median ms of one call at `tile` (triton.testing.do_bench, CUDA events; None on a CPU): the forward as the
