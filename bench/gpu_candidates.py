@@ -15,7 +15,7 @@ Built for a lease of a few minutes (docs/benchmarks.md, "Fused kernels"): one pr
    medians, share of the same round's bf16 matmul peak, and same-round ratios against the reference and
    against our torch path. The first step's lm_loss of every runner is recorded (same start: they must agree
    to bf16 rounding).
-   Then, with fused_mix_swiglu among them, every tile of its kernels (trm/fused_swiglu.py TILES) launched at
+   Then, with fused_mix_swiglu among them, every tile of its kernels (trm/swiglu_kernels.py TILES) launched at
    that tile at the timed shape: outputs against torch's products, a persistent tile's bits against its twin's
    with a program per tile, and the median ms of a call (the autotuner picks one tile per shape).
 3. One block alone (the mix sublayer and the channel SwiGLU) at the timed steps' shape (eager, autocast,
@@ -56,7 +56,7 @@ from bench.trainer_vs_reference import (
     load_same_start,
 )
 from contracts.choices import KERNEL_CHOICES
-from trm import fused_swiglu
+from trm import fused_swiglu, swiglu_kernels
 from trm.flops import flops_per_sample_step
 from trm.fused_mix import tuned_tile
 from trm.fused_mix_backward import tuned_grad_tile
@@ -172,7 +172,7 @@ def gradient_check(args: argparse.Namespace, state_path: Path) -> list[dict[str,
 
 
 def tile_check(args: argparse.Namespace, arch: Any) -> list[dict[str, Any]]:
-    """Part 1b: every tile of the channel SwiGLU's kernels (trm/fused_swiglu.py TILES), launched at that tile at the
+    """Part 1b: every tile of the channel SwiGLU's kernels (trm/swiglu_kernels.py TILES), launched at that tile at the
     timed steps' shape (the autotuner picks one per shape, so part 1's batch may not run the timed one): its outputs
     against the same products through torch (cuBLAS, bf16 rounding where the torch path rounds), relative error
     within BF16_TOL; a persistent tile also bit for bit against the same tile with one program per tile."""
@@ -194,7 +194,7 @@ def tile_check(args: argparse.Namespace, arch: Any) -> list[dict[str, Any]]:
     d_gu = torch.cat([d_act * up * sig * (1 + gate * (1 - sig)), d_act * silu], dim=1).bfloat16()
     expected = {"forward": (act.float() @ down.float().t(), gu, act), "backward": (d_gu,)}
     rows, outputs = [], {}
-    for kernel, tiles in fused_swiglu.TILES.items():
+    for kernel, tiles in swiglu_kernels.TILES.items():
         for tile in tiles:
             try:
                 if kernel == "forward":
@@ -225,7 +225,7 @@ def tile_check(args: argparse.Namespace, arch: Any) -> list[dict[str, Any]]:
 
 
 def tile_times(
-    kernel: str, tile: fused_swiglu.Tile, x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, dy: torch.Tensor,
+    kernel: str, tile: swiglu_kernels.Tile, x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, dy: torch.Tensor,
     gu: torch.Tensor, device: str,
 ) -> dict[str, float | None]:  # fmt: skip
     """Median ms of one call at `tile` (triton.testing.do_bench, CUDA events; None on a CPU): the forward as the
@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "variants": rows,
             "fused_mix_tile": tuned_tile(),  # what Triton's autotuner chose (trm/fused_mix.py TILES)
             "fused_mix_grad_tile": tuned_grad_tile(),  # and for the backward (trm/fused_mix_backward.py BWD_TILES)
-            "fused_swiglu_tiles": tuned_tiles(),  # the channel SwiGLU's (trm/fused_swiglu.py TILES)
+            "fused_swiglu_tiles": tuned_tiles(),  # the channel SwiGLU's (trm/swiglu_kernels.py TILES)
             "wall_s": time.time() - started,
         }
     )

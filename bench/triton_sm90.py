@@ -28,7 +28,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from bench._results import RESULTS, run_header, write_results
-from trm import fused_mix, fused_mix_backward, fused_swiglu
+from trm import fused_mix, fused_mix_backward, swiglu_kernels
 from trm.model import SwiGLU
 
 NAME = "triton_sm90"
@@ -54,28 +54,35 @@ class Case(NamedTuple):
     stages: int
     signature: dict[str, str]
     constexprs: dict[str, Any]
-    per_sm: int = 0  # programs per multiprocessor of a persistent grid (trm.fused_swiglu.Tile); 0: one per tile
+    per_sm: int = 0  # programs per multiprocessor of a persistent grid (trm.swiglu_kernels.Tile); 0: one per tile
 
 
 def swiglu_cases(dim: int, inner: int, stream: str = "bf16") -> list[Case]:
-    """trm/fused_swiglu.py's two kernels at each of their tiles (the forward also as it saves gate/up), x in the
+    """trm/swiglu_kernels.py's two kernels at each of their tiles (the forward also as it saves gate/up), x in the
     `stream` dtype; the backward only with the bf16 stream (its inputs are bf16 in either)."""
     cases = []
     for name, save_gu in (("forward", False), ("forward", True), ("backward", False))[: 3 if stream == "bf16" else 2]:
-        for tile in fused_swiglu.TILES[name]:
+        for tile in swiglu_kernels.TILES[name]:
             size = {"M": tile.m, "N": tile.n, "K": tile.k, "W": 2 * tile.n}
             blocks = {
                 arg: _descriptor(*(size[side] for side in sides), dtype=stream if arg == "x_desc" else "bf16")
-                for arg, sides in fused_swiglu.DESCRIPTOR_BLOCKS[name].items()
+                for arg, sides in swiglu_kernels.DESCRIPTOR_BLOCKS[name].items()
             }
             values: dict[str, Any] = {"dim": dim, "inner": inner}
             values |= {"ROUND_X": stream == "fp32", "SAVE_GU": save_gu} if name == "forward" else {}
-            values |= {"INTERPRET": False, **fused_swiglu.constexprs(name, tile)}
+            values |= {"INTERPRET": False, **swiglu_kernels.constexprs(name, tile)}
             label = f"fused_swiglu {name}" + (" (saving gate/up)" if save_gu else "")
             signature = {**blocks, "tokens": "i32", **_constexprs(*values)}
             cases.append(
                 Case(
-                    label, fused_swiglu.KERNELS[name], tile[:3], tile.warps, tile.stages, signature, values, tile.per_sm
+                    label,
+                    swiglu_kernels.KERNELS[name],
+                    tile[:3],
+                    tile.warps,
+                    tile.stages,
+                    signature,
+                    values,
+                    tile.per_sm,
                 )
             )
     return cases

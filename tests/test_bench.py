@@ -234,7 +234,7 @@ def test_gpu_candidates_bench_checks_and_times_every_candidate(tmp_path: Path) -
     tiles = result["tile_check"]  # every tile of the channel SwiGLU's kernels, forced, against torch's products
     assert {t["kernel"] for t in tiles} == {"forward", "backward"} and all(t["passes"] for t in tiles)
     twins = [t["same_bits_as_one_program_per_tile"] for t in tiles]  # a persistent tile vs its one-per-tile twin
-    assert True in twins and False not in twins
+    assert twins.count(True) > 0 and twins.count(False) == 0
     sublayer = {c["choice"]: c for c in result["sublayer"]}  # one block alone, each candidate
     assert set(sublayer) == set(checks) and all(c["forward_ms"] > 0 < c["train_ms"] for c in sublayer.values())
     table = (tmp_path / "gpu_candidates.md").read_text()
