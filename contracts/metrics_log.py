@@ -1,5 +1,6 @@
 """A run's metrics file, `<out_dir>/metrics.jsonl`: one JSON record per log or eval point (`{"step": n,
-"train/lm_loss": ..., "eval/exact_accuracy": ...}`), the same records W&B gets.
+"train/lm_loss": ..., "eval/exact_accuracy": ..., "time": ...}`), the same records W&B gets, each stamped here with
+rank 0's wall clock when it was written (`time`, epoch seconds: W&B keeps its own `_timestamp`).
 
 Rank 0 writes it (trm.run_end.RunLog); the report, benchmarks and tests read it here. No torch: the report reads
 it without the model.
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 METRICS_FILE = "metrics.jsonl"
+WALL_TIME_KEY = "time"  # epoch seconds at which rank 0 wrote the record (an eval record: after the eval)
 
 
 def open_metrics(out_dir: Path) -> TextIO:

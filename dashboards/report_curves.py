@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 from plotly.colors import qualitative
 
-from contracts.metrics_log import METRICS_FILE, read_metrics
+from contracts.metrics_log import METRICS_FILE, WALL_TIME_KEY, read_metrics
 from dashboards.report_view import Section, StudyView
 
 FIGURES: dict[str, str] = {
@@ -80,7 +80,7 @@ def file_curves(view: StudyView) -> tuple[dict[str, list[Curve]], int, bool]:
         points: dict[str, dict[float, float]] = {}
         for record in read_metrics(path):
             for key, value in record.items():
-                if key != "step" and _number(value):
+                if key not in ("step", WALL_TIME_KEY) and _number(value):
                     points.setdefault(key, {})[record["step"]] = float(
                         value
                     )  # a resumed run logs a step again: last wins

@@ -240,11 +240,20 @@ class DistinctSampler(BaseSampler):
 
 
 def choose_sampler(sampler: BaseSampler, space: SearchSpace, n_trials: int, draws: Draws, seed: int) -> BaseSampler:
-    """The study's sampler for this driver: BruteForceSampler when the space is finite and n_trials covers
-    `draws.enumerate_share` of it, else the configured one; either way wrapped so that repeats are drawn again."""
+    """The study's sampler for this driver: BruteForceSampler when it is the one configured (sampler=grid) or the
+    space is finite and n_trials covers `draws.enumerate_share` of it, else the configured one; either way wrapped
+    so that repeats are drawn again."""
     redraws, share = draws.max_redraws, draws.enumerate_share
     size = space_size(space)
-    if share is not None and size is not None and n_trials >= share * size:
+    if isinstance(sampler, BruteForceSampler):
+        if size is None:
+            raise ValueError(
+                "sampler=grid enumerates a finite space, but this study's space is infinite (a float range without "
+                "a step): give each float range a step (e.g. interval(1e-4, 1e-2) -> range(1e-4, 1e-2, step=1e-4)) "
+                "or pick another sampler (sampler=tpe)"
+            )
+        sampler = EnumeratingSampler(seed=seed)
+    elif share is not None and size is not None and n_trials >= share * size:
         log.info(
             "the search space has %d configurations and n_trials=%d covers %.0f%% of it: BruteForceSampler "
             "enumerates it (instead of %s)",

@@ -14,10 +14,12 @@ import errno
 import json
 import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from contracts.metrics_log import WALL_TIME_KEY
 from trm.runtime.base import RuntimeMismatchError
 from trm.tracking import Tracker
 
@@ -103,9 +105,10 @@ class RunLog:
         self.out_dir, self.metrics_file, self.tracker = out_dir, metrics_file, tracker
 
     def log(self, record: dict[str, Any]) -> None:
-        """One log or eval point: `{"step": n, "<split>/<metric>": value, ...}`."""
+        """One log or eval point: `{"step": n, "<split>/<metric>": value, ...}`; the file's copy is stamped with the
+        wall clock (W&B stamps its own)."""
         if self.metrics_file is not None:
-            self.metrics_file.write(json.dumps(record) + "\n")
+            self.metrics_file.write(json.dumps({**record, WALL_TIME_KEY: round(time.time(), 3)}) + "\n")
             self.metrics_file.flush()
         self.tracker.log(record["step"], {k: v for k, v in record.items() if k != "step"})
 

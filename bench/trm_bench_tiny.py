@@ -1,0 +1,194 @@
+"""TRM-Bench-tiny: the whole learning curve of every configuration of `model_scaling`'s tiny space, per seed,
+recorded once by the platform itself, so that any sampler x pruner can be replayed on it (bench/trm_bench_replay.py).
+
+    python -m bench.trm_bench_tiny record                   # both seeds, one after the other (hours: see below)
+    python -m bench.trm_bench_tiny record --seeds 1 --jobs 2 --state /var/tmp/trm-bench
+    python -m bench.trm_bench_tiny export                   # the studies -> bench/results/trm_bench_tiny.json
+
+`record` runs, per training seed S, one real study: `python -m sweeps.run study=model_scaling sampler=grid
+pruner=none n_trials=<the space's size>` with the trial settings below and `seed=S` in every trial, on its own
+SQLite file under --state. A run that stops (Ctrl-C, a kill, the end of a session) is resumed by running the same
+command: the driver continues the study, a job that was cut off resumes from its last checkpoint, and the grid
+enumerates only what is not trained yet. --state defaults to a directory outside the work tree on purpose: a
+fresh checkout of the repository finds the studies where the previous one left them.
+
+`export` reads the studies back: per trial its parameters and, per eval, exact and blank accuracy, the cumulative
+training FLOPs (trm.flops per sample step x batch x step) and the wall seconds since the job's first step (from
+the `time` stamp of each metrics.jsonl record; a resumed job's time lost between its checkpoint and the cut is
+not counted, only the steps it repeats). It writes one compact JSON file with the provenance (commit, command,
+machine, settings) and only complete curves; it can run while `record` goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from bench._results import RESULTS, ROOT, run_header
+from bench._sweep import hydra_list
+from contracts.metrics_log import WALL_TIME_KEY, read_metrics
+from storage import open_storage
+from sweeps.space import params_to_values
+
+STUDY = "model_scaling"
+SPACE_SIZE = 72  # model_scaling's tiny space: 2 widths x 2 depths x 3 H x 3 L cycles x 2 mixers (checked at export)
+SEEDS = (0, 1)
+EVAL_KEYS = ("eval/exact_accuracy", "eval/blank_accuracy")
+# The demo's trial (conf/site/laptop.yaml), evaluated 10x as often on twice its puzzles, in fp32 on every CPU so
+# that a table recorded over several machines is one table (bf16 differs in speed 100x between CPU kinds).
+TRIAL = [
+    "experiment=tiny_cpu",
+    "train.steps=500",
+    "train.eval_interval=50",
+    "train.log_interval=50",
+    "train.eval_examples=256",
+    "train.progress=false",
+    "train.precision=fp32",
+]
+DEFAULT_STATE = Path(os.environ.get("TRM_BENCH_STATE", Path.home() / ".cache" / "trm-bench-tiny"))
+OUT = RESULTS / "trm_bench_tiny.json"
+
+
+def study_name(seed: int) -> str:
+    return f"trm_bench_tiny_seed{seed}"
+
+
+def storage_url(state: Path, seed: int) -> str:
+    return f"sqlite:///{state.resolve() / f'seed{seed}.db'}"
+
+
+def record_command(state: Path, seed: int, jobs: int) -> list[str]:
+    """The sweeps.run overrides that record (or resume) one seed's table."""
+    return [
+        f"study={STUDY}",
+        "sampler=grid",
+        "pruner=none",
+        f"n_trials={SPACE_SIZE}",
+        "seed=1",  # the grid's order (the sampler seed); the training seed is in the trials' overrides
+        f"study.name={study_name(seed)}",
+        f"storage.url={storage_url(state, seed)}",
+        f"output_root={state.resolve() / 'runs'}",
+        f"max_concurrent={jobs}",
+        "reeval.at_end=false",
+        "wandb.enabled=false",
+        f"hydra.run.dir={state.resolve() / 'hydra' / f'seed{seed}'}",
+        "trial.overrides=" + hydra_list([*TRIAL, f"seed={seed}", f"data.root={state.resolve() / 'data'}"]),
+    ]
+
+
+def git_commit() -> str | None:
+    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
+def record(state: Path, seeds: list[int], jobs: int, argv: list[str]) -> int:
+    """Run (or resume) each seed's study; every call appends its provenance to <state>/provenance.jsonl."""
+    state.mkdir(parents=True, exist_ok=True)
+    session = {**run_header("trm_bench_tiny", argv), "commit": git_commit(), "seeds": seeds, "jobs": jobs}
+    with open(state / "provenance.jsonl", "a") as f:
+        f.write(json.dumps(session) + "\n")
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    for seed in seeds:
+        cmd = [sys.executable, "-m", "sweeps.run", *record_command(state, seed, jobs)]
+        print("$ " + " ".join(cmd[1:]), flush=True)
+        with open(state / f"seed{seed}.log", "a") as log:
+            code = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        if code != 0:
+            print(f"seed {seed}: sweeps.run exited {code}; its log: {state / f'seed{seed}.log'}", file=sys.stderr)
+            return code
+    return 0
+
+
+def curve(workdir: Path, flops_per_step: int, steps: int) -> list[dict[str, Any]] | None:
+    """Per eval: step, the eval metrics, cumulative FLOPs and wall seconds since the first step; None unless every
+    eval up to `steps` is there (a resumed job repeats steps: the last record of a step wins)."""
+    run = workdir / "run"
+    if not (run / "metrics.jsonl").exists():
+        return None
+    records = read_metrics(run)
+    evals = {int(r["step"]): r for r in records if all(k in r for k in EVAL_KEYS)}
+    if not evals or max(evals) != steps:
+        return None
+    first = min(r[WALL_TIME_KEY] for r in records if WALL_TIME_KEY in r)  # the first log point: 50 steps in
+    return [
+        {
+            "step": step,
+            "exact": round(float(r["eval/exact_accuracy"]), 6),
+            "blank": round(float(r["eval/blank_accuracy"]), 6),
+            "gflops": round(flops_per_step * step / 1e9, 3),
+            "wall_s": round(r[WALL_TIME_KEY] - first, 2),
+        }
+        for step, r in sorted(evals.items())
+    ]
+
+
+def export(state: Path, seeds: list[int]) -> dict[str, Any]:
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for seed in seeds:
+        url = storage_url(state, seed)
+        if not (state / f"seed{seed}.db").exists():
+            tables[str(seed)] = []
+            continue
+        study = optuna.load_study(study_name=study_name(seed), storage=open_storage(url))
+        rows = []
+        for t in study.get_trials(deepcopy=False):
+            if t.state != TrialState.COMPLETE:
+                continue
+            attrs = t.user_attrs
+            per_step = int(attrs["flops_per_sample_step"]) * 64  # tiny_cpu's global batch
+            points = curve(Path(attrs["workdir"]), per_step, int(attrs["steps"]))
+            if points is None:
+                continue
+            rows.append(
+                {
+                    "params": params_to_values(t.params),
+                    "params_count": attrs.get("params_count"),
+                    "finished_at": round(t.datetime_complete.timestamp()) if t.datetime_complete else None,
+                    "curve": points,
+                }
+            )
+        rows.sort(key=lambda r: sorted(r["params"].items()))
+        tables[str(seed)] = rows
+    provenance = state / "provenance.jsonl"
+    sessions = [json.loads(line) for line in provenance.read_text().splitlines()] if provenance.exists() else []
+    return {
+        "benchmark": "trm_bench_tiny",
+        "command": "python -m bench.trm_bench_tiny record --seeds " + ",".join(map(str, seeds)),
+        "recording_sessions": sessions,  # each `record` call: its commit, machine and start (a row's finished_at
+        # falls in one of them)
+        "sweeps_run": record_command(Path("<state>"), 0, 2),
+        "space_size": SPACE_SIZE,
+        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seeds": tables,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("what", choices=("record", "export"))
+    p.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="training seeds, comma-separated")
+    p.add_argument("--state", type=Path, default=DEFAULT_STATE, help="the studies' SQLite files and runs")
+    p.add_argument("--jobs", type=int, default=2, help="trials at once (each with OMP_NUM_THREADS=1 by default)")
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if args.what == "record":
+        return record(args.state, seeds, args.jobs, sys.argv[1:] if argv is None else argv)
+    table = export(args.state, seeds)
+    args.out.write_text(json.dumps(table, separators=(",", ":")) + "\n")
+    counts = {s: len(rows) for s, rows in table["seeds"].items()}
+    print(f"{args.out}: complete curves per seed {counts} of {SPACE_SIZE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
