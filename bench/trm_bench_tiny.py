@@ -27,6 +27,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,10 @@ from optuna.trial import TrialState
 
 from bench._results import RESULTS, ROOT, run_header
 from bench._sweep import hydra_list
-from contracts.metrics_log import WALL_TIME_KEY, read_metrics
+from contracts.metrics_log import METRICS_FILE, WALL_TIME_KEY, read_metrics
 from storage import open_storage
+from storage.heartbeat import retry_history
+from storage.record import TRAIN_OVERRIDES_ATTR, trial_detail
 from sweeps.space import params_to_values
 
 STUDY = "model_scaling"
@@ -66,13 +69,17 @@ def storage_url(state: Path, seed: int) -> str:
     return f"sqlite:///{state.resolve() / f'seed{seed}.db'}"
 
 
-def record_command(state: Path, seed: int, jobs: int) -> list[str]:
-    """The sweeps.run overrides that record (or resume) one seed's table."""
+def record_command(
+    state: Path, seed: int, jobs: int, n_trials: int = SPACE_SIZE, extra: Sequence[str] = ()
+) -> list[str]:
+    """The sweeps.run overrides that record (or resume) one seed's table; `n_trials` and `extra` trial overrides
+    only for a smoke run (tests/test_trm_bench.py)."""
+    trial = [*TRIAL, f"seed={seed}", f"data.root={state.resolve() / 'data'}", *extra]
     return [
         f"study={STUDY}",
         "sampler=grid",
         "pruner=none",
-        f"n_trials={SPACE_SIZE}",
+        f"n_trials={n_trials}",
         "seed=1",  # the grid's order (the sampler seed); the training seed is in the trials' overrides
         f"study.name={study_name(seed)}",
         f"storage.url={storage_url(state, seed)}",
@@ -81,7 +88,7 @@ def record_command(state: Path, seed: int, jobs: int) -> list[str]:
         "reeval.at_end=false",
         "wandb.enabled=false",
         f"hydra.run.dir={state.resolve() / 'hydra' / f'seed{seed}'}",
-        "trial.overrides=" + hydra_list([*TRIAL, f"seed={seed}", f"data.root={state.resolve() / 'data'}"]),
+        "trial.overrides=" + hydra_list(trial),
     ]
 
 
@@ -90,7 +97,9 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def record(state: Path, seeds: list[int], jobs: int, argv: list[str]) -> int:
+def record(
+    state: Path, seeds: list[int], jobs: int, argv: list[str], n_trials: int = SPACE_SIZE, extra: Sequence[str] = ()
+) -> int:
     """Run (or resume) each seed's study; every call appends its provenance to <state>/provenance.jsonl."""
     state.mkdir(parents=True, exist_ok=True)
     session = {**run_header("trm_bench_tiny", argv), "commit": git_commit(), "seeds": seeds, "jobs": jobs}
@@ -98,7 +107,7 @@ def record(state: Path, seeds: list[int], jobs: int, argv: list[str]) -> int:
         f.write(json.dumps(session) + "\n")
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     for seed in seeds:
-        cmd = [sys.executable, "-m", "sweeps.run", *record_command(state, seed, jobs)]
+        cmd = [sys.executable, "-m", "sweeps.run", *record_command(state, seed, jobs, n_trials, extra)]
         print("$ " + " ".join(cmd[1:]), flush=True)
         with open(state / f"seed{seed}.log", "a") as log:
             code = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
@@ -108,17 +117,27 @@ def record(state: Path, seeds: list[int], jobs: int, argv: list[str]) -> int:
     return 0
 
 
-def curve(workdir: Path, flops_per_step: int, steps: int) -> list[dict[str, Any]] | None:
-    """Per eval: step, the eval metrics, cumulative FLOPs and wall seconds since the first step; None unless every
-    eval up to `steps` is there (a resumed job repeats steps: the last record of a step wins)."""
-    run = workdir / "run"
-    if not (run / "metrics.jsonl").exists():
-        return None
-    records = read_metrics(run)
+def eval_interval(attrs: dict[str, Any]) -> int:
+    """The trial's train.eval_interval, from the training overrides the driver stored (the last one wins)."""
+    overrides = trial_detail(attrs, TRAIN_OVERRIDES_ATTR) or []
+    values = [o.split("=", 1)[1] for o in overrides if o.startswith("train.eval_interval=")]
+    if not values:
+        raise ValueError(f"trial overrides {overrides}: no train.eval_interval (the recorder always sets one)")
+    return int(values[-1])
+
+
+def curve(
+    run_dirs: Sequence[Path], flops_per_step: int, steps: int, every: int, start: float | None
+) -> list[dict[str, Any]] | None:
+    """Per eval: step, the eval metrics, cumulative FLOPs and wall seconds since `start` (the job's first step; None:
+    its first log point), from the run
+    directories of a retry chain, first first (a retry resumes from its chain's checkpoint in a run directory of
+    its own; a repeated step: the later record wins). None unless every eval `every` steps up to `steps` is there."""
+    records = [r for d in run_dirs if (d / METRICS_FILE).exists() for r in read_metrics(d)]
     evals = {int(r["step"]): r for r in records if all(k in r for k in EVAL_KEYS)}
-    if not evals or max(evals) != steps:
+    if sorted(evals) != list(range(every, steps + 1, every)):
         return None
-    first = min(r[WALL_TIME_KEY] for r in records if WALL_TIME_KEY in r)  # the first log point: 50 steps in
+    first = start if start is not None else min(r[WALL_TIME_KEY] for r in records if WALL_TIME_KEY in r)
     return [
         {
             "step": step,
@@ -139,18 +158,25 @@ def export(state: Path, seeds: list[int]) -> dict[str, Any]:
             tables[str(seed)] = []
             continue
         study = optuna.load_study(study_name=study_name(seed), storage=open_storage(url))
+        trials = study.get_trials(deepcopy=False)
         rows = []
-        for t in study.get_trials(deepcopy=False):
+        for t in trials:
             if t.state != TrialState.COMPLETE:
                 continue
             attrs = t.user_attrs
-            per_step = int(attrs["flops_per_sample_step"]) * 64  # tiny_cpu's global batch
-            points = curve(Path(attrs["workdir"]), per_step, int(attrs["steps"]))
+            steps = int(attrs["steps"])
+            per_step = int(attrs["compute_flops"]) // steps  # FLOPs per sample-step x the global batch
+            chain = [trials[n] for n in retry_history(t)] + [t]
+            run_dirs = [Path(c.user_attrs["workdir"]) / "run" for c in chain if "workdir" in c.user_attrs]
+            timing = trial_detail(chain[0].user_attrs, "timing") or {}
+            points = curve(run_dirs, per_step, steps, eval_interval(attrs), timing.get("first_step_start"))
             if points is None:
                 continue
             rows.append(
                 {
                     "params": params_to_values(t.params),
+                    # a retry resumed the run: its wall seconds include the time between the cut and the resume
+                    "resumed": len(chain) > 1,
                     "params_count": attrs.get("params_count"),
                     "finished_at": round(t.datetime_complete.timestamp()) if t.datetime_complete else None,
                     "curve": points,
@@ -179,10 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state", type=Path, default=DEFAULT_STATE, help="the studies' SQLite files and runs")
     p.add_argument("--jobs", type=int, default=2, help="trials at once (each with OMP_NUM_THREADS=1 by default)")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--n-trials", type=int, default=SPACE_SIZE, help="fewer only for a smoke run")
+    p.add_argument("--trial-override", action="append", default=[], help="appended to every trial (smoke runs)")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.what == "record":
-        return record(args.state, seeds, args.jobs, sys.argv[1:] if argv is None else argv)
+        argv_used = sys.argv[1:] if argv is None else argv
+        return record(args.state, seeds, args.jobs, argv_used, args.n_trials, args.trial_override)
     table = export(args.state, seeds)
     args.out.write_text(json.dumps(table, separators=(",", ":")) + "\n")
     counts = {s: len(rows) for s, rows in table["seeds"].items()}

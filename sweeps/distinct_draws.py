@@ -239,6 +239,20 @@ class DistinctSampler(BaseSampler):
         return scratch.params
 
 
+def grid_refusal(space: SearchSpace) -> str | None:
+    """Why sampler=grid (BruteForceSampler) cannot run on `space`: its infinite ranges; None when it is finite."""
+    infinite = [name for name, dist in space.params.items() if _choices(dist) is None]
+    infinite += [
+        f"{c.parent}={c.choice}: {k}" for c in space.conditionals for k, d in c.params.items() if _choices(d) is None
+    ]
+    if not infinite:
+        return None
+    return (
+        f"sampler=grid enumerates a finite space, but {', '.join(infinite)} is a float range without a step: give "
+        "it a step (range(low, high, step=...)) or a choice(...), or pick another sampler (sampler=tpe)"
+    )
+
+
 def choose_sampler(sampler: BaseSampler, space: SearchSpace, n_trials: int, draws: Draws, seed: int) -> BaseSampler:
     """The study's sampler for this driver: BruteForceSampler when it is the one configured (sampler=grid) or the
     space is finite and n_trials covers `draws.enumerate_share` of it, else the configured one; either way wrapped
@@ -246,12 +260,9 @@ def choose_sampler(sampler: BaseSampler, space: SearchSpace, n_trials: int, draw
     redraws, share = draws.max_redraws, draws.enumerate_share
     size = space_size(space)
     if isinstance(sampler, BruteForceSampler):
-        if size is None:
-            raise ValueError(
-                "sampler=grid enumerates a finite space, but this study's space is infinite (a float range without "
-                "a step): give each float range a step (e.g. interval(1e-4, 1e-2) -> range(1e-4, 1e-2, step=1e-4)) "
-                "or pick another sampler (sampler=tpe)"
-            )
+        refusal = grid_refusal(space)
+        if refusal:
+            raise ValueError(refusal)
         sampler = EnumeratingSampler(seed=seed)
     elif share is not None and size is not None and n_trials >= share * size:
         log.info(

@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 from storage import redact, resolve_url
 from storage.url import is_postgres
 from sweeps.config_values import SweepConfigError
+from sweeps.distinct_draws import grid_refusal
 from sweeps.launchers.base import Launcher
 from sweeps.space import SearchSpace
 from sweeps.validate_optuna import check_optuna
@@ -132,6 +133,9 @@ def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str
     check_range_types(cfg, space, base_overrides)
     check_baseline(cfg, space)  # after the types: a range of the wrong type is the error to name first
     check_optuna(cfg, trial_length(base_overrides))
+    refusal = grid_refusal(space) if str(cfg.sampler.get("_target_")).endswith(".BruteForceSampler") else None
+    if refusal:
+        raise SweepConfigError(refusal)
     _check_launcher_python(cfg, launcher)
     unreachable = storage_out_of_reach(cfg, launcher)
     if unreachable:

@@ -553,3 +553,10 @@ def test_a_dry_run_names_a_model_setting_the_model_refuses_in_one_line(tmp_path:
         "error: trial.overrides: the model cannot be built from them: "
         "ValueError: arch.mixer='foo': expected 'attention' or 'mlp_t'"
     )
+
+
+def test_sampler_grid_on_an_infinite_space_is_refused_before_anything_is_stored(tmp_path: Path) -> None:
+    cfg = with_space(
+        config(tmp_path, "sampler=grid"), {"optim.lr": "interval(0.0001, 0.01)", "arch.H_cycles": "range(1, 3)"}
+    )
+    refused(cfg, r"sampler=grid enumerates a finite space, but optim.lr is a float range without a step")

@@ -1,0 +1,221 @@
+"""TRM-Bench-tiny (issue 42): sampler=grid, the wall stamp on each metrics record, the recorder's export of a
+real grid study, and replays of sampler x pruner strategies on a table of curves.
+
+The replay tests run on a synthetic table built here (curves shaped by the parameters, with a known best): they
+test the replay's bookkeeping, not TRM. The recorder test runs the real platform on two short trials.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from bench import trm_bench_replay as replay_bench
+from bench.trm_bench_table import EVAL_EXAMPLES, load
+from bench.trm_bench_tiny import curve, record_command
+from contracts.metrics_log import WALL_TIME_KEY, read_metrics
+from sweeps.distinct_draws import EnumeratingSampler, choose_sampler
+from sweeps.schema import Draws
+from sweeps.space import parse_space
+from trm.reeval import binomial_stderr
+from trm.run_end import RunLog
+from trm.tracking import Tracker
+
+ROOT = Path(__file__).resolve().parent.parent
+KEYS = ("arch.hidden_size", "arch.L_layers", "arch.H_cycles", "arch.L_cycles", "arch.mixer")
+
+
+# ------------------------------------------------------------------------------------------- sampler=grid
+
+
+def test_sampler_grid_enumerates_every_configuration_whatever_the_budget() -> None:
+    space = parse_space({"arch.H_cycles": "range(1, 4)", "arch.mixer": "choice(attention, mlp_t)"})
+    knobs = Draws(max_redraws=20, enumerate_share=None)  # enumeration by share switched off: grid alone decides
+    chosen = choose_sampler(optuna.samplers.BruteForceSampler(seed=3), space, n_trials=2, draws=knobs, seed=3)
+    assert isinstance(chosen.base, EnumeratingSampler)  # type: ignore[attr-defined]
+    study = optuna.create_study(sampler=chosen)
+    seen = set()
+    for _ in range(6):
+        trial = study.ask()
+        seen.add(
+            (trial.suggest_int("arch.H_cycles", 1, 3), trial.suggest_categorical("arch.mixer", ["attention", "mlp_t"]))
+        )
+        study.tell(trial, 0.0)
+    assert len(seen) == 6  # 3 x 2: each once
+
+
+def test_sampler_grid_refuses_an_infinite_space_naming_the_fix() -> None:
+    space = parse_space({"optim.lr": "interval(0.0001, 0.01)"})
+    with pytest.raises(ValueError, match=r"sampler=grid .* optim.lr is a float range without a step"):
+        choose_sampler(optuna.samplers.BruteForceSampler(), space, 10, Draws(max_redraws=20, enumerate_share=0.5), 0)
+
+
+# ------------------------------------------------------------------------------------- metrics wall stamp
+
+
+class _Kept(Tracker):
+    def __init__(self) -> None:
+        self.logged: list[dict[str, float]] = []
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.logged.append(metrics)
+
+
+def test_each_metrics_record_is_stamped_in_the_file_and_not_sent_to_the_tracker(tmp_path: Path) -> None:
+    tracker = _Kept()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        log = RunLog(tmp_path, f, tracker)
+        log.log({"step": 50, "eval/exact_accuracy": 0.25})
+        log.log({"step": 100, "eval/exact_accuracy": 0.5})
+    records = read_metrics(tmp_path)
+    assert [r["step"] for r in records] == [50, 100]
+    assert records[0][WALL_TIME_KEY] <= records[1][WALL_TIME_KEY]
+    assert records[0][WALL_TIME_KEY] > 1.7e9  # epoch seconds
+    assert tracker.logged == [{"eval/exact_accuracy": 0.25}, {"eval/exact_accuracy": 0.5}]  # W&B keeps its own time
+
+
+# ------------------------------------------------------------------------------------------------ export
+
+
+def _write(run: Path, records: list[dict[str, Any]]) -> None:
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _eval(step: int, exact: float, at: float) -> dict[str, Any]:
+    return {"step": step, "eval/exact_accuracy": exact, "eval/blank_accuracy": exact / 2, WALL_TIME_KEY: at}
+
+
+def test_a_curve_is_read_across_a_retry_chain_and_only_when_every_eval_is_there(tmp_path: Path) -> None:
+    first = tmp_path / "trial-3" / "run"  # cut after step 2 (its step-4 eval repeated by the retry)
+    _write(first, [_eval(2, 0.1, 100.0), _eval(4, 0.9, 102.0)])
+    retry = tmp_path / "trial-5" / "run"
+    _write(retry, [_eval(4, 0.2, 150.0), _eval(6, 0.3, 152.0)])
+    points = curve([first, retry], flops_per_step=10**9, steps=6, every=2, start=99.0)
+    assert points is not None
+    assert [(p["step"], p["exact"], p["gflops"], p["wall_s"]) for p in points] == [
+        (2, 0.1, 2.0, 1.0),
+        (4, 0.2, 4.0, 51.0),  # the retry's record of step 4 wins
+        (6, 0.3, 6.0, 53.0),
+    ]
+    assert curve([retry], 10**9, 6, 2, None) is None  # step 2 missing: not a whole curve
+    assert curve([first], 10**9, 6, 2, None) is None  # not trained to the end
+
+
+@pytest.mark.slow
+def test_the_recorder_runs_a_real_grid_study_and_exports_its_curves(tmp_path: Path) -> None:
+    smoke = ["train.steps=4", "train.eval_interval=2", "train.log_interval=2", "train.eval_examples=8"]
+    smoke += ["data.num_train=64", "data.num_test=16"]
+    args = ["--state", str(tmp_path / "state"), "--seeds", "1", "--n-trials", "2", "--jobs", "2"]
+    args += [f"--trial-override={o}" for o in smoke]
+    env_cmd = [sys.executable, "-m", "bench.trm_bench_tiny"]
+    subprocess.run([*env_cmd, "record", *args], cwd=ROOT, check=True, timeout=600)
+    out = tmp_path / "table.json"
+    subprocess.run([*env_cmd, "export", *args[:4], "--out", str(out)], cwd=ROOT, check=True, timeout=120)
+    saved = json.loads(out.read_text())
+    rows = saved["seeds"]["1"]
+    assert len(rows) == 2 and {r["params"]["arch.hidden_size"] for r in rows} <= {32, 64}
+    for row in rows:
+        assert [p["step"] for p in row["curve"]] == [2, 4]
+        assert 0 < row["curve"][0]["gflops"] < row["curve"][1]["gflops"]
+        assert 0 <= row["curve"][0]["wall_s"] <= row["curve"][1]["wall_s"]
+    session = saved["recording_sessions"][0]
+    assert session["seeds"] == [1] and len(session["commit"]) == 40 and session["machine"]["cpu_model"]
+    assert "sampler=grid" in saved["sweeps_run"] and "pruner=none" in saved["sweeps_run"]
+    # seed 1 trains with seed=1: the training seed is the table's seed
+    assert "'seed=1'" in record_command(tmp_path, 1, 1)[-1]
+
+
+# ------------------------------------------------------------------------------------------------ replays
+
+
+def synthetic_table(path: Path) -> dict[str, Any]:
+    """Every configuration of the tiny space with a curve shaped by its parameters: MLP-t learns, attention stays
+    at 0 exact accuracy, and 64/2/3/3 MLP-t is the best; deeper recursion costs more FLOPs per step."""
+    rows = []
+    for h, layers, hc, lc, mixer in itertools.product((32, 64), (1, 2), (1, 2, 3), (1, 2, 3), ("attention", "mlp_t")):
+        quality = (0.05 if mixer == "attention" else 0.4) + 0.1 * (h == 64) + 0.05 * layers + 0.03 * hc * lc
+        per_step = h / 32 * layers * hc * (lc + 1)
+        points = []
+        for step in range(50, 501, 50):
+            frac = step / 500
+            exact = round(quality * frac ** (1 + 0.2 * hc), 4) if mixer == "mlp_t" else 0.0
+            points.append({"step": step, "exact": exact, "blank": round(0.1 + quality * frac**0.5, 4),
+                           "gflops": per_step * step, "wall_s": float(step)})  # fmt: skip
+        rows.append({"params": dict(zip(KEYS, (h, layers, hc, lc, mixer))), "curve": points})
+    saved = {"benchmark": "trm_bench_tiny", "seeds": {"0": rows}}
+    path.write_text(json.dumps(saved))
+    return saved
+
+
+def test_the_table_knows_its_best_and_target(tmp_path: Path) -> None:
+    synthetic_table(tmp_path / "t.json")
+    table = load(tmp_path / "t.json", 0)
+    assert len(table.curves) == 72 and table.steps == 500
+    best = max(c.value for c in table.curves.values())
+    assert table.best == best == table.curves[frozenset(zip(KEYS, (64, 2, 3, 3, "mlp_t")))].value
+    assert table.target == pytest.approx(best - binomial_stderr(best, EVAL_EXAMPLES))
+    with pytest.raises(ValueError, match="no curves for seed 1"):
+        load(tmp_path / "t.json", 1)
+
+
+def test_an_unpruned_grid_replay_trains_every_configuration_until_the_best(tmp_path: Path) -> None:
+    synthetic_table(tmp_path / "t.json")
+    table = load(tmp_path / "t.json", 0)
+    space, baseline = replay_bench.study_conf()
+    run = replay_bench.replay(table, replay_bench.Strategy("grid", "none"), 0, space, baseline)
+    assert run.pruned == 0 and run.duplicates == 0
+    assert run.best[-1] == table.best  # it stops at the best: nothing after it could change what it reports
+    assert all(a <= b for a, b in zip(run.best, run.best[1:]))
+    spent = [b - a for a, b in zip([0.0, *run.gflops], run.gflops)]
+    full = {c.gflops for c in table.curves.values()}
+    assert all(s in full for s in spent)  # every trial trained to its end
+    assert replay_bench.hit(run, table.target) is not None
+
+
+def test_a_pruned_replay_stops_trials_at_an_eval_and_spends_less(tmp_path: Path) -> None:
+    synthetic_table(tmp_path / "t.json")
+    table = load(tmp_path / "t.json", 0)
+    space, _ = replay_bench.study_conf()
+    unpruned = replay_bench.replay(table, replay_bench.Strategy("random", "none"), 7, space, None)
+    pruned = replay_bench.replay(
+        table, replay_bench.Strategy("random", "median", "eval/exact_accuracy"), 7, space, None
+    )
+    assert pruned.pruned > 0
+    points = {p.gflops for c in table.curves.values() for p in c.points}
+    spent = [b - a for a, b in zip([0.0, *pruned.gflops], pruned.gflops)]
+    assert all(any(abs(s - p) < 1e-6 for p in points) for s in spent)  # a pruned trial stops at one of its evals
+    grid = table.grid_gflops
+    assert replay_bench.best_within(pruned, 0.0) == 0.0
+    assert replay_bench.best_within(unpruned, grid) == unpruned.best[-1]
+    assert pruned.gflops[-1] < grid
+
+
+def test_the_summary_reads_compute_to_find_and_regret_off_the_trajectories(tmp_path: Path) -> None:
+    synthetic_table(tmp_path / "t.json")
+    table = load(tmp_path / "t.json", 0)
+    grid = table.grid_gflops
+    found_early = replay_bench.Trajectory([0.05 * grid, 0.2 * grid], [table.target - 0.1, table.best], 0, 0)
+    never = replay_bench.Trajectory([0.5 * grid, 0.9 * grid], [0.0, table.target - 0.05], 0, 0)
+    row = replay_bench.summarize(table, replay_bench.Strategy("random", "none"), [found_early, never])
+    assert row["found"] == 0.5
+    assert row["compute_to_find_median"] == float("inf")  # half the studies never found one
+    assert row["found_at"]["0.10"] == 0.0 and row["found_at"]["0.25"] == 0.5 and row["found_at"]["1.00"] == 0.5
+    assert row["median_regret_at"]["0.10"] == pytest.approx((table.se + 0.1 + table.best) / 2)
+    assert row["curve"][19] == 0.0 and row["curve"][20] == 0.5 and row["curve"][100] == 0.5
+
+
+def test_every_strategy_is_built_from_the_shipped_conf() -> None:
+    names = {s.name for s in replay_bench.strategies(None)}
+    assert len(names) == len(replay_bench.SAMPLERS) * (1 + 2 * (len(replay_bench.PRUNERS) - 1))
+    for pruner in replay_bench.PRUNERS:
+        assert isinstance(replay_bench.build_pruner(pruner, 500), optuna.pruners.BasePruner)
+    for sampler in replay_bench.SAMPLERS:
+        assert isinstance(replay_bench.build_sampler(sampler, 0), optuna.samplers.BaseSampler)
