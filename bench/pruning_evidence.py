@@ -10,7 +10,7 @@ and asks should_prune() at every eval; a pruned trial stops there, a finished on
 ran. The same trials in the same order as the unpruned study: TPE would have drawn differently after a prune, so
 a replay ranks rules; a real study shows one.
 
-Kept: the replay's best within one eval standard error of the unpruned best (trm.reeval.binomial_stderr, as the
+Kept: the replay's best within one eval standard error of the unpruned best (contracts.eval_noise.binomial_stderr, as the
 study's re-evaluation) at the unpruned best p and the eval's puzzle count n (`eval/count` of the curves).
 Table: bench/results/<out-name>.md; the cheapest rule that keeps the best in every seed first. The replay and the
 table are shared with bench/pruning_replays.py (other Optuna pruners, some on cumulative FLOPs as the step).
@@ -29,9 +29,9 @@ import optuna
 
 from bench._results import RESULTS, run_header, write_results
 from bench.pruning import replay_curves
+from contracts.eval_noise import binomial_stderr
 from storage.record import PRUNER_EVIDENCE_ATTR
 from sweeps.pruning_evidence import EvidencePruner
-from trm.reeval import binomial_stderr
 
 OBJECTIVE = "eval/exact_accuracy"
 METRICS = ("eval/exact_accuracy", "eval/blank_accuracy")

@@ -18,7 +18,7 @@ from typing import Any
 
 from bench._results import fmt, run_header, write_results
 from bench._sweep import load_trials, trial_record
-from trm.reeval import binomial_stderr
+from contracts.eval_noise import binomial_stderr
 
 SETTLED = ("COMPLETE", "PRUNED")
 

@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from bench._results import RESULTS, ROOT, percentile, run_header, write_results
-from bench.trm_bench_table import METRICS, Table, config, load, provenance
+from bench.trm_bench_table import EVAL_EXAMPLES, METRICS, Table, config, load, provenance
 from storage.record import DUPLICATE_OF_ATTR
 from sweeps.distinct_draws import DistinctSampler, EnumeratingSampler, trained_configs
 from sweeps.draw import MAX_DUPLICATE_DRAWS
@@ -42,7 +42,11 @@ from sweeps.space import SearchSpace, params_to_values, parse_space
 CONF = ROOT / "conf"
 TABLE = RESULTS / "trm_bench_tiny.json"
 SAMPLERS = ("random", "tpe", "gp", "cmaes", "grid")
-PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband", "evidence")
+PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband", "evidence", "evidence_near_best")
+# A replayed pruner that is a shipped conf/pruner/ file with some keys set: name -> (file, {key: value}).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "evidence_near_best": ("evidence", {"check": "near_best", "eval_examples": EVAL_EXAMPLES}),
+}
 BUDGETS = (0.10, 0.25, 0.40, 0.50, 1.00)  # shares of the grid's compute the regret and the hit rate are read at
 MAX_REDRAWS = 20  # conf/sweep.yaml draws.max_redraws
 # Optuna's GPSampler refits its Gaussian process at every draw: ~1 s a trial on a 2-core CPU, ~100x TPE.
@@ -84,7 +88,10 @@ def build_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
 
 
 def build_pruner(name: str, steps: int) -> optuna.pruners.BasePruner:
-    node = OmegaConf.load(CONF / "pruner" / f"{name}.yaml")
+    file, keys = VARIANTS.get(name, (name, {}))
+    node = OmegaConf.load(CONF / "pruner" / f"{file}.yaml")
+    for key, value in keys.items():
+        node[key] = value
     for part in (node, node.get("wrapped")):  # as sweeps.optuna_parts.pruner_spec resolves it
         if part is not None and part.get("max_resource") == "auto":
             part.max_resource = steps

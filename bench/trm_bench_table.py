@@ -3,7 +3,7 @@ bench/trm_bench_tiny.py), with what a replay is judged against.
 
 The target of a study on a seed's table is the table's best objective (the best exact accuracy over a
 configuration's evals, as a study's `value: best`) less one eval standard error at that accuracy and the eval's
-puzzle count (trm.reeval.binomial_stderr, as the study's re-evaluation): a study that holds a configuration at or
+puzzle count (contracts.eval_noise.binomial_stderr, as the study's re-evaluation): a study that holds a configuration at or
 above it has found "the best, within the eval's noise".
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trm.reeval import binomial_stderr
+from contracts.eval_noise import binomial_stderr
 
 Config = frozenset[tuple[str, Any]]  # {training key: value}, order-free (as sweeps.distinct_draws.as_config)
 EVAL_EXAMPLES = 256  # the table's eval puzzles (bench/trm_bench_tiny.py TRIAL: train.eval_examples)

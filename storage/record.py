@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -39,6 +39,7 @@ class RungEvidence(TypedDict):
     tau: float | None
     n: int
     on: bool
+    near_best_cut: NotRequired[list[int]]  # check=near_best: the near-best audits the wrapped pruner would cut here
 
 
 class EvidenceRecord(TypedDict):
@@ -46,6 +47,8 @@ class EvidenceRecord(TypedDict):
     min_audit: int
     min_agreement: float
     rungs: dict[str, RungEvidence]  # by step (a string: study attributes are JSON)
+    check: NotRequired[str]  # "near_best" (absent: the rank agreement, as before the check was a choice)
+    near_best: NotRequired[list[int]]  # check=near_best: the audits within one eval standard error of their best
 
 
 # Trial attribute of a draw refused because another trial has exactly its parameters: the other's number.

@@ -32,8 +32,10 @@ from scipy.stats import kendalltau
 
 from storage.heartbeat import chain_origin
 from storage.record import PRUNER_EVIDENCE_ATTR, EvidenceRecord, RungEvidence
+from sweeps.pruning_near_best import cut_steps, near_best
 
 log = logging.getLogger("sweeps.pruning")
+CHECKS = ("agreement", "near_best")  # what backs a rung: the audits' rank agreement, or their near-best kept
 
 
 class EvidencePruner(BasePruner):
@@ -46,6 +48,8 @@ class EvidencePruner(BasePruner):
         audit_every: int = 0,
         min_audit: int = 4,
         min_agreement: float = 0.5,
+        check: str = "agreement",
+        eval_examples: int | None = None,
     ) -> None:
         if not isinstance(wrapped, BasePruner):
             raise TypeError(f"wrapped={wrapped!r}: expected an Optuna pruner (a `_target_: optuna.pruners.*` node)")
@@ -55,6 +59,13 @@ class EvidencePruner(BasePruner):
             raise ValueError(f"min_audit={min_audit}: expected an integer >= 2 (a rank agreement needs two trials)")
         if not -1.0 <= min_agreement <= 1.0:
             raise ValueError(f"min_agreement={min_agreement}: expected a Kendall tau in [-1, 1]")
+        if check not in CHECKS:
+            raise ValueError(f"check={check!r}: expected one of {', '.join(CHECKS)}")
+        if check == "near_best" and (eval_examples is None or eval_examples < 1):
+            raise ValueError(
+                f"check=near_best with eval_examples={eval_examples!r}: expected the eval's puzzle count (>= 1): "
+                "the trials' train.eval_examples"
+            )
         if audit_first < min_audit and audit_every == 0:
             raise ValueError(
                 f"audit_first={audit_first} < min_audit={min_audit} with audit_every=0: no rung could ever prune"
@@ -64,6 +75,9 @@ class EvidencePruner(BasePruner):
         self.audit_every = audit_every
         self.min_audit = min_audit
         self.min_agreement = min_agreement
+        self.check = check
+        self.eval_examples = eval_examples
+        self._measured: tuple[tuple[object, ...], EvidenceRecord] | None = None  # by the study's finished trials
 
     def is_audit(self, trial: FrozenTrial) -> bool:
         """Whether a trial runs unpruned to its end (by the number of the first trial of its retry chain)."""
@@ -72,9 +86,15 @@ class EvidencePruner(BasePruner):
             self.audit_every > 0 and number >= self.audit_first and (number - self.audit_first) % self.audit_every == 0
         )
 
-    def evidence(self, trials: Sequence[FrozenTrial]) -> EvidenceRecord:
-        """Per step, the audit trials' agreement between their value there and their final value."""
+    def evidence(self, trials: Sequence[FrozenTrial], study: optuna.Study | None = None) -> EvidenceRecord:
+        """Per step, what the audit trials show: their agreement between their value there and their final value
+        (check=agreement), or the near-best audits the wrapped pruner would have cut there (check=near_best, which
+        needs the study to ask the wrapped pruner in)."""
         audits = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None and self.is_audit(t)]
+        if self.check == "near_best":
+            if study is None:
+                raise ValueError("check=near_best measures on the study: pass it")
+            return self._near_best_evidence(study, trials, audits)
         finals = {t.number: float(t.values[0]) for t in audits}
         steps = sorted({step for t in audits for step in t.intermediate_values})
         rungs: dict[str, RungEvidence] = {}
@@ -96,10 +116,40 @@ class EvidencePruner(BasePruner):
         step = trial.last_step
         if step is None or self.is_audit(trial):
             return False
-        record = self.evidence(study.get_trials(deepcopy=False))
+        trials = study.get_trials(deepcopy=False)
+        finished = (id(study._storage), study._study_id) + tuple(
+            (t.number, t.state.name) for t in trials if t.state.is_finished()
+        )
+        if self._measured is None or self._measured[0] != finished:  # measured again only when a trial finished
+            self._measured = (finished, self.evidence(trials, study))
+        record = self._measured[1]
         self._store(study, record)
         rung = record["rungs"].get(str(step))
         return bool(verdict) and rung is not None and rung["on"]
+
+    def _near_best_evidence(
+        self, study: optuna.Study, trials: Sequence[FrozenTrial], audits: Sequence[FrozenTrial]
+    ) -> EvidenceRecord:
+        """On at a step where >= min_audit audits reported and the wrapped pruner would have cut none of the audits
+        within one eval standard error of their best (sweeps/pruning_near_best.py)."""
+        maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+        best = near_best(audits, maximize, int(self.eval_examples or 1))
+        ordered = sorted(trials, key=lambda t: t.number)
+        cuts = {t.number: cut_steps(study, self.wrapped, ordered, t) for t in best}
+        steps = sorted({step for t in audits for step in t.intermediate_values})
+        rungs: dict[str, RungEvidence] = {}
+        for step in steps:
+            n = sum(step in t.intermediate_values for t in audits)
+            cut = sorted(number for number, at in cuts.items() if step in at)
+            rungs[str(step)] = {"tau": None, "n": n, "on": n >= self.min_audit and not cut, "near_best_cut": cut}
+        return {
+            "audit_trials": sorted(t.number for t in audits),
+            "min_audit": self.min_audit,
+            "min_agreement": self.min_agreement,
+            "check": "near_best",
+            "near_best": sorted(t.number for t in best),
+            "rungs": rungs,
+        }
 
     def _store(self, study: optuna.Study, record: EvidenceRecord) -> None:
         """Write the record when it changed (a new audit trial completed), logging each rung switched on or off."""

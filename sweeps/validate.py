@@ -122,6 +122,20 @@ def _check_writable(key: str, value: Any) -> None:
                 path.rmdir()
 
 
+def _check_near_best_eval(cfg: DictConfig, base_overrides: list[str]) -> None:
+    """The evidence pruner's near-best check measures "within one eval standard error" on pruner.eval_examples
+    puzzles: a count other than the trials' eval would misjudge which audits are near the best."""
+    if cfg.pruner.get("check") != "near_best":
+        return
+    examples = compose_trial(base_overrides, {}, "trial.overrides").train.eval_examples
+    if cfg.pruner.get("eval_examples") != examples:
+        raise SweepConfigError(
+            f"pruner.eval_examples={cfg.pruner.get('eval_examples')!r} with pruner.check=near_best: expected the "
+            f"trials' train.eval_examples ({examples!r}); set pruner.eval_examples={examples}"
+            + (" and give the trials a fixed train.eval_examples" if examples is None else "")
+        )
+
+
 def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str], launcher: Launcher) -> None:
     check_searched_keys(cfg, space)
     name = type(launcher).__name__
@@ -136,6 +150,7 @@ def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str
     refusal = grid_refusal(space) if str(cfg.sampler.get("_target_")).endswith(".BruteForceSampler") else None
     if refusal:
         raise SweepConfigError(refusal)
+    _check_near_best_eval(cfg, base_overrides)
     _check_launcher_python(cfg, launcher)
     unreachable = storage_out_of_reach(cfg, launcher)
     if unreachable:

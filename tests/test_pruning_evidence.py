@@ -19,7 +19,7 @@ from sweeps.config import compose_sweep_config
 from sweeps.driver import Driver
 from sweeps.optuna_parts import build, pruner_spec
 from sweeps.pruning_evidence import EvidencePruner
-from tests.sweep_helpers import sweep_config
+from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from tests.test_sweeps import with_space
 from trm.trial_link import TrialLink
 
@@ -187,3 +187,60 @@ def test_a_real_sweep_records_its_evidence_from_the_jobs(tmp_path: Path) -> None
     for t in trials:
         if t.state == TrialState.PRUNED:
             assert record["rungs"][str(t.last_step)]["on"], (t.number, record)
+
+
+def near_best_pruner() -> EvidencePruner:
+    return EvidencePruner(build(MEDIAN), audit_first=4, min_audit=4, check="near_best", eval_examples=256)
+
+
+def test_near_best_switches_a_rung_off_where_the_rule_would_cut_a_best_audit(tmp_path: Path) -> None:
+    # Audits 0 and 1 end within one eval standard error of the best (0.50 on 256 puzzles: 0.031); at step 100 they
+    # sit below the others' median, so the median rule would have cut them there; at step 200 it keeps them.
+    curves = [{100: 0.10, 200: 0.50}, {100: 0.15, 200: 0.45}, {100: 0.30, 200: 0.20}, {100: 0.40, 200: 0.10}]
+    study = study_with_audits(tmp_path, curves, [0.50, 0.49, 0.30, 0.10], near_best_pruner())
+    trial = study.ask()
+    trial.report(0.0, 100)  # below the median: the bare rule prunes here ...
+    assert build(MEDIAN).prune(study, study.trials[-1])
+    assert not trial.should_prune()  # ... but it would have cut the best audits at this step
+    trial.report(0.0, 200)
+    assert trial.should_prune()
+    record = study.user_attrs[PRUNER_EVIDENCE_ATTR]
+    assert record["check"] == "near_best" and record["near_best"] == [0, 1]
+    assert record["rungs"]["100"] == {"tau": None, "n": 4, "on": False, "near_best_cut": [0, 1]}
+    assert record["rungs"]["200"] == {"tau": None, "n": 4, "on": True, "near_best_cut": []}
+
+
+def test_near_best_prunes_once_hopeless_trials_finished_where_rank_agreement_never_does(tmp_path: Path) -> None:
+    # Issue 42: four near-equal audit trials (all within one SE of the best) agree on no ranking at step 100, so the
+    # agreement check keeps pruning off for good. Trials at 0 that finished unpruned show the rule would keep every
+    # near-best audit there: the near-best check switches the rung on.
+    curves = [{100: 0.30}, {100: 0.35}, {100: 0.32}, {100: 0.31}]
+    finals = [0.50, 0.49, 0.48, 0.47]
+    for name, pruner in (("agreement", evidence_pruner()), ("near_best", near_best_pruner())):
+        (tmp_path / name).mkdir()
+        study = study_with_audits(tmp_path / name, curves, finals, pruner)
+        for _ in range(3):  # hopeless trials, 0 at step 100 and at the end: three put the median below every audit
+            trial = study.ask()
+            trial.report(0.0, 100)
+            assert not trial.should_prune()  # too few of them yet: the near-best audits would still be cut
+            study.tell(trial, 0.0)
+        trial = study.ask()
+        trial.report(0.0, 100)
+        assert trial.should_prune() is (name == "near_best")
+
+
+def test_near_best_needs_the_eval_count_and_the_sweep_checks_it_is_the_trials(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"check=near_best with eval_examples=None"):
+        EvidencePruner(build(MEDIAN), check="near_best")
+    with pytest.raises(ValueError, match=r"check='rank': expected one of agreement, near_best"):
+        EvidencePruner(build(MEDIAN), check="rank")
+    cfg = sweep_config(
+        f"sqlite:///{tmp_path}/db.sqlite",
+        tmp_path / "out",
+        "pruner=evidence",
+        "+pruner.check=near_best",
+        "+pruner.eval_examples=7",
+        trial=[*FAST_TRIAL, "train.eval_examples=16"],
+    )
+    with pytest.raises(Exception, match=r"pruner.eval_examples=7 with pruner.check=near_best: expected the trials' "):
+        Driver(cfg).validate()

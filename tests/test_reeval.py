@@ -18,6 +18,7 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
+from contracts.eval_noise import binomial_stderr
 from dashboards.report_page import write_report
 from storage.record import DUPLICATE_OF_ATTR, STUDY_UID_ATTR, Reeval, reeval_attr, reevals
 from sweeps import best
@@ -30,7 +31,6 @@ from sweeps.wandb_summary import log_study_summary, study_summary
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from tests.test_sweeps import with_space
 from tests.wandb_offline import find_runs, read_offline_run
-from trm.reeval import binomial_stderr
 
 TRIAL = [*FAST_TRIAL, "train.eval_examples=16"]  # the trials' own eval: 16 of the 32 test puzzles
 

@@ -24,7 +24,7 @@ from contracts.metrics_log import WALL_TIME_KEY, read_metrics
 from sweeps.distinct_draws import EnumeratingSampler, choose_sampler
 from sweeps.schema import Draws
 from sweeps.space import parse_space
-from trm.reeval import binomial_stderr
+from contracts.eval_noise import binomial_stderr
 from trm.run_end import RunLog
 from trm.tracking import Tracker
 
