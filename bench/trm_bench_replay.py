@@ -193,6 +193,9 @@ def summarize(table: Table, strategy: Strategy, runs: list[Trajectory]) -> dict[
         },
         "pruned_share_median": statistics.median(t.pruned / len(t.gflops) for t in runs),
         "curve": success_curve(share),
+        "regret_curve": [
+            statistics.median(table.best - best_within(t, i / 100 * grid) for t in runs) for i in range(101)
+        ],
     }
 
 

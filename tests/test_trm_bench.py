@@ -17,14 +17,15 @@ from typing import Any
 import optuna
 import pytest
 
+from bench import trm_bench_figure
 from bench import trm_bench_replay as replay_bench
 from bench.trm_bench_table import EVAL_EXAMPLES, load
 from bench.trm_bench_tiny import curve, record_command
+from contracts.eval_noise import binomial_stderr
 from contracts.metrics_log import WALL_TIME_KEY, read_metrics
 from sweeps.distinct_draws import EnumeratingSampler, choose_sampler
 from sweeps.schema import Draws
 from sweeps.space import parse_space
-from contracts.eval_noise import binomial_stderr
 from trm.run_end import RunLog
 from trm.tracking import Tracker
 
@@ -219,3 +220,37 @@ def test_every_strategy_is_built_from_the_shipped_conf() -> None:
         assert isinstance(replay_bench.build_pruner(pruner, 500), optuna.pruners.BasePruner)
     for sampler in replay_bench.SAMPLERS:
         assert isinstance(replay_bench.build_sampler(sampler, 0), optuna.samplers.BaseSampler)
+
+
+def _replayed(tmp_path: Path) -> dict[str, Any]:
+    synthetic_table(tmp_path / "t.json")
+    table = load(tmp_path / "t.json", 0)
+    space, baseline = replay_bench.study_conf()
+    rows = []
+    for strategy in (replay_bench.Strategy("random", "none"), replay_bench.Strategy("random", "median")):
+        runs = [replay_bench.replay(table, strategy, seed, space, None) for seed in range(3)]
+        rows.append(replay_bench.summarize(table, strategy, runs))
+    return {"seed": 0, "target": {"best": table.best, "se": table.se}, "rows": rows}
+
+
+def test_the_figure_draws_every_strategy_and_colours_only_the_shown(tmp_path: Path) -> None:
+    result = _replayed(tmp_path)
+    fig = trm_bench_figure.figure(result, ["random/median/blank"])
+    assert len(fig.data) == 2 * len(result["rows"])  # a success and a regret line each
+    shown = [t for t in fig.data if t.name == "random/median/blank"]
+    assert {t.line.color for t in shown} == {shown[0].line.color} and "150,150,150" not in shown[0].line.color
+    assert [t.showlegend for t in fig.data if t.name == "random/none/blank"] == [False, False]
+    assert list(fig.data[0].y) == result["rows"][0]["curve"]
+
+
+@pytest.mark.slow
+def test_the_figure_is_written_as_html_and_png(tmp_path: Path) -> None:
+    result = tmp_path / "replay.json"
+    result.write_text(json.dumps(_replayed(tmp_path)))
+    subprocess.run(
+        [sys.executable, "-m", "bench.trm_bench_figure", str(result), "--show", "random/none/blank"],
+        cwd=ROOT, check=True, timeout=180,
+    )  # fmt: skip
+    html = (tmp_path / "replay.html").read_text()
+    assert "TRM-Bench-tiny, seed 0" in html and '"name":"random\\u002fnone\\u002fblank"' in html  # "/" escaped
+    assert (tmp_path / "replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
