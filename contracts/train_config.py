@@ -53,6 +53,7 @@ class TrainLoop:
     objective_direction: Literal["maximize", "minimize"] = MISSING
     progress: bool = MISSING
     preemption_check_interval: int = MISSING
+    profile_steps: list[int] | None = MISSING  # [a, b]: trace steps a..b on rank 0 (trm/profiling.py)
 
     def __post_init__(self) -> None:
         for key in ("steps", "global_batch_size", "eval_interval", "log_interval", "eval_batch_size"):
@@ -62,6 +63,12 @@ class TrainLoop:
         at_least("train.eval_examples", self.eval_examples, 1, none="the whole test split")
         require("train.grad_clip", self.grad_clip, self.grad_clip >= 0, ">= 0 (0: off)")
         one_of("train.objective", self.objective, EVAL_METRICS)
+        window = self.profile_steps
+        if window is not None and not (len(window) == 2 and 1 <= window[0] <= window[1]):
+            raise ConfigSchemaError(
+                f"train.profile_steps={list(window)!r}: expected [first, last] steps to trace, 1 <= first <= last "
+                "(e.g. [10, 15]), or null"
+            )
 
 
 @dataclass
@@ -305,6 +312,7 @@ NOT_TRAINING_KEYS = (
     "train.progress",
     "train.stop_after",
     "train.preemption_check_interval",
+    "train.profile_steps",
     "sweep.trial_number",
     "sweep.job",
     "sweep.password_env",

@@ -204,3 +204,26 @@ def test_best_tracking_follows_the_objective_direction(tmp_path: Path, data_root
     losses = {r["step"]: r["eval/lm_loss"] for r in read_metrics(tmp_path) if "eval/lm_loss" in r}
     assert summary["best_value"] == pytest.approx(min(losses.values()))
     assert summary["best_step"] == min(losses, key=losses.get)
+
+
+@pytest.mark.slow
+def test_profile_steps_writes_a_chrome_trace_of_those_steps_and_names_it(tmp_path: Path, data_root: Path) -> None:
+    summary = run(config(tmp_path, data_root, "train.steps=8", "train.stop_after=5", "train.profile_steps=[3,4]"))
+    trace = Path(summary["profile"])
+    assert trace == tmp_path / "profile" / "trace.json"
+    assert json.loads((tmp_path / "summary.json").read_text())["profile"] == str(trace)
+    events = json.loads(trace.read_text())["traceEvents"]  # the Chrome trace format Perfetto opens
+    ops = {e.get("name") for e in events}
+    assert "aten::mm" in ops or "aten::addmm" in ops or "aten::linear" in ops  # the model's matmuls were traced
+    steps = [e for e in events if e.get("name", "").startswith("ProfilerStep")]
+    assert not steps  # one window, started and stopped by hand: no schedule steps
+    # resumed past the window (from step 5): nothing is traced again
+    summary = run(config(tmp_path, data_root, "train.steps=8", "train.profile_steps=[3,4]"))
+    assert summary["profile"] is None and summary["steps"] == 8
+
+
+def test_profile_steps_out_of_order_is_refused_naming_the_key() -> None:
+    with pytest.raises(Exception, match=r"train.profile_steps=\[4, 2\]: expected \[first, last\] steps"):
+        from contracts.train_config import check_train_config
+
+        check_train_config(compose_train_config(["experiment=test_tiny", "train.profile_steps=[4,2]"]))

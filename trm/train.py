@@ -44,6 +44,7 @@ from trm.model import ACTModel, TRMConfig, count_params
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema
 from trm.precision import Precision, device_facts, resolve_precision
 from trm.preemption import PreemptionFlag
+from trm.profiling import StepProfiler, profile_window
 from trm.run_end import ABANDONED, FAIL, PREEMPTED, PRUNED, NonFiniteLossError, Outcome, Reporter, RunLog
 from trm.runtime import init_runtime
 from trm.runtime.base import Runtime, check_agreement
@@ -163,10 +164,14 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
     outcome = Outcome()
     timer = StepTimer()  # steady-state step time, for the trial's `throughput` (trm/throughput.py)
     preemption = PreemptionFlag()
+    profiler = StepProfiler(
+        profile_window(train.profile_steps) if is_main else None, out_dir, runtime.backend, runtime.device
+    )
     if is_main and reporter is not None:
         reporter.progress(state.step)  # set up (data, model, resume): the first steps may compile for a while
     try:
         for step in range(state.step, total):
+            profiler.before_step(step)
             progress = step / total
             cycles = recursion_at(progress, cfg.curriculum, arch.H_cycles, arch.L_cycles)
             exploration = torch.tensor(exploration_at(progress, cfg.halting), device=runtime.device)
@@ -192,6 +197,7 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
             runtime.step_boundary()
             state.train_sums += metrics  # stays on the device: read only at log points
             state.step = done = step + 1
+            profiler.after_step(done)
             clock.stamp_once("first_step_end")
             clock.stamp("last_step_end")
             bar.update(1)
@@ -250,6 +256,7 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
         bar.close()
         throughput = timer.summary(params.get("flops_per_sample_step", 0), train.global_batch_size, runtime.devices)
         summary = summarize(cfg, state, outcome, clock, params, chosen, str(runtime.device), throughput)
+        summary["profile"] = profiler.close()  # the trace written (train.profile_steps), or None
         log.close(summary)
         clock.stamp("end")  # after the W&B run is closed: what is left is the outcome write and exit
         if is_main and reporter is not None:
