@@ -40,6 +40,8 @@ from contracts.metrics_log import METRICS_FILE, WALL_TIME_KEY, read_metrics
 from storage import open_storage
 from storage.heartbeat import retry_history
 from storage.record import TRAIN_OVERRIDES_ATTR, trial_detail
+from sweeps.budget import budget_used
+from sweeps.distinct_draws import as_config as config
 from sweeps.space import params_to_values
 
 STUDY = "model_scaling"
@@ -97,6 +99,27 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
+def rerun_failed(state: Path, seed: int, configurations: int) -> int:
+    """The n_trials that trains every configuration still missing from seed `seed`'s study: a configuration whose
+    every trial failed for good is queued again (the grid counts a failed configuration as tried, and its final
+    failure counts against n_trials), and the budget is what the study used plus what is missing."""
+    if not (state / f"seed{seed}.db").exists():
+        return configurations
+    study = optuna.load_study(study_name=study_name(seed), storage=open_storage(storage_url(state, seed)))
+    trials = study.get_trials(deepcopy=False)
+    done = {config(t.params) for t in trials if t.state == TrialState.COMPLETE}
+    # A queued trial holds its parameters as Optuna's fixed_params until it is asked (a driver's retry: in params).
+    pending = {
+        config(t.params or t.system_attrs.get("fixed_params", {}))
+        for t in trials
+        if t.state in (TrialState.WAITING, TrialState.RUNNING)
+    }
+    for params in {config(t.params) for t in trials if t.state == TrialState.FAIL and t.params} - done - pending:
+        study.enqueue_trial(dict(params))
+        print(f"seed {seed}: queued again, every trial of it failed: {dict(params)}", flush=True)
+    return budget_used(trials) + configurations - len(done)
+
+
 def record(
     state: Path, seeds: list[int], jobs: int, argv: list[str], n_trials: int = SPACE_SIZE, extra: Sequence[str] = ()
 ) -> int:
@@ -107,7 +130,8 @@ def record(
         f.write(json.dumps(session) + "\n")
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     for seed in seeds:
-        cmd = [sys.executable, "-m", "sweeps.run", *record_command(state, seed, jobs, n_trials, extra)]
+        budget = rerun_failed(state, seed, n_trials)
+        cmd = [sys.executable, "-m", "sweeps.run", *record_command(state, seed, jobs, budget, extra)]
         print("$ " + " ".join(cmd[1:]), flush=True)
         with open(state / f"seed{seed}.log", "a") as log:
             code = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env).returncode

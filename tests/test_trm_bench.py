@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 import pytest
 
-from bench import trm_bench_figure
+from bench import trm_bench_figure, trm_bench_tiny
 from bench import trm_bench_replay as replay_bench
 from bench.trm_bench_table import EVAL_EXAMPLES, load
 from bench.trm_bench_tiny import curve, record_command
@@ -254,3 +254,30 @@ def test_the_figure_is_written_as_html_and_png(tmp_path: Path) -> None:
     html = (tmp_path / "replay.html").read_text()
     assert "TRM-Bench-tiny, seed 0" in html and '"name":"random\\u002fnone\\u002fblank"' in html  # "/" escaped
     assert (tmp_path / "replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_configuration_that_failed_for_good_is_queued_again_within_the_budget(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="trm_bench_tiny_seed0", storage=f"sqlite:///{tmp_path}/seed0.db")
+    dists = {"arch.H_cycles": optuna.distributions.IntDistribution(1, 3)}
+
+    def add(h: int, state: optuna.trial.TrialState) -> None:
+        value = 0.5 if state == optuna.trial.TrialState.COMPLETE else None
+        study.add_trial(
+            optuna.trial.create_trial(params={"arch.H_cycles": h}, distributions=dists, state=state, value=value)
+        )
+
+    add(1, optuna.trial.TrialState.COMPLETE)
+    add(2, optuna.trial.TrialState.FAIL)  # failed for good: counts against n_trials, the grid counts it tried
+    add(3, optuna.trial.TrialState.FAIL)  # ... failed, but a retry waits: not queued twice
+    add(3, optuna.trial.TrialState.WAITING)
+    budget = trm_bench_tiny.rerun_failed(tmp_path, 0, configurations=3)
+    waiting = [
+        t.params or t.system_attrs["fixed_params"]
+        for t in study.get_trials()
+        if t.state == optuna.trial.TrialState.WAITING
+    ]
+    assert waiting == [{"arch.H_cycles": 3}, {"arch.H_cycles": 2}]
+    assert trm_bench_tiny.rerun_failed(tmp_path, 0, configurations=3) == budget  # run again: nothing queued twice
+    assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 2
+    assert budget == 3 + 3 - 1  # used (the complete and two failed) + the two configurations not complete
+    assert trm_bench_tiny.rerun_failed(tmp_path / "none", 0, configurations=72) == 72  # no study yet
