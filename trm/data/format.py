@@ -3,6 +3,11 @@
 A dataset directory holds ``train/`` and ``test/``; each split holds ``dataset.json`` plus
 int32 ``.npy`` arrays (see ``ARRAY_NAMES``). Keeping one format means the trainer never needs
 to know where the data came from, and the fingerprint lets runs record exactly what they saw.
+
+A split built by the TRM reference's ``dataset/build_sudoku_dataset.py`` (TinyRecursiveModels e7b6871) is read as it
+is: the same arrays as ``<set>__<name>.npy`` (inputs/labels uint8 or int64) and its own ``dataset.json`` keys.
+``load_split`` tells the layouts apart by their files; it hashes the reference's arrays on load by the same rule, so
+the same arrays have the same fingerprint in either layout.
 """
 
 from __future__ import annotations
@@ -37,6 +42,15 @@ BUILD_HINT = (
     "--blanks B --seed S --out {out}` or `python -m trm.data.build --source csv --train-csv A "
     "--test-csv B --out {out}`"
 )
+
+
+# What `load_split` accepts in a split directory, as its errors name it.
+LAYOUTS = (
+    "this project's (dataset.json with 'counts', inputs.npy, labels.npy, ...) or the TRM reference's "
+    "build_sudoku_dataset.py output (dataset.json with 'sets', all__inputs.npy, all__labels.npy, ...)"
+)
+# The reference's dataset.json keys this reader needs (its PuzzleDatasetMetadata has these and more).
+REF_KEYS = ("pad_id", "ignore_label_id", "vocab_size", "seq_len", "num_puzzle_identifiers", "total_groups", "sets")
 
 
 class DatasetError(ValueError):
@@ -139,6 +153,13 @@ def _check_arrays(arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
     return {"examples": int(n), "puzzles": int(puzzles), "groups": int(gidx.shape[0] - 1)}
 
 
+def _check_tokens(arrays: Mapping[str, np.ndarray]) -> None:
+    for name in ("inputs", "labels"):
+        a = arrays[name]
+        if a.size and (int(a.min()) < 0 or int(a.max()) >= VOCAB_SIZE):
+            raise DatasetError(f"{name} must hold tokens in [0, {VOCAB_SIZE}), got [{a.min()}, {a.max()}]")
+
+
 def _chunks(a: np.ndarray):
     """Canonical int32 LE pieces of ``a`` in row order (bounded temp memory for uint8 inputs)."""
     for start in range(0, a.shape[0], _HASH_CHUNK_ROWS):
@@ -179,10 +200,7 @@ def write_split(
     if split not in SPLITS:
         raise DatasetError(f"split must be one of {SPLITS}, got {split!r}")
     counts = _check_arrays(arrays)
-    for name in ("inputs", "labels"):  # catches token/digit mix-ups before they are written
-        a = arrays[name]
-        if a.size and (int(a.min()) < 0 or int(a.max()) >= VOCAB_SIZE):
-            raise DatasetError(f"{name} must hold tokens in [0, {VOCAB_SIZE}), got [{a.min()}, {a.max()}]")
+    _check_tokens(arrays)  # catches token/digit mix-ups before they are written
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     final = out_dir / split
@@ -207,35 +225,110 @@ def write_split(
     return meta
 
 
-def read_meta(data_dir: str | os.PathLike, split: str) -> SplitMeta:
-    """Read only ``dataset.json`` (cheap: used to compare build arguments)."""
-    split_dir = Path(data_dir) / split
-    meta_path = split_dir / "dataset.json"
-    if not split_dir.is_dir() or not meta_path.is_file():
-        missing = split_dir if not split_dir.is_dir() else meta_path
-        raise DatasetError(f"dataset split not found: {missing} does not exist; " + BUILD_HINT.format(out=data_dir))
+def _found(d: Path) -> str:
+    """What directory ``d`` holds, for an error message: its first names (folders with a trailing /)."""
+    names = sorted(p.name + "/" * p.is_dir() for p in d.iterdir())
+    more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+    return ", ".join(names[:10]) + more if names else "nothing (empty directory)"
+
+
+def split_layout(data_dir: str | os.PathLike, split: str) -> str:
+    """``"trm"`` or ``"reference"``, by the files in ``data_dir/split``; else one line naming what is there."""
+    data_dir = Path(data_dir)
+    split_dir = data_dir / split
+    if not split_dir.is_dir():
+        found = f" ({data_dir} holds {_found(data_dir)})" if data_dir.is_dir() else ""
+        hint = BUILD_HINT.format(out=data_dir)
+        raise DatasetError(f"dataset split not found: {split_dir} does not exist{found}; accepted: {LAYOUTS}; {hint}")
+    names = {p.name for p in split_dir.iterdir()}
+    ours, reference = "inputs.npy" in names, any(n.endswith("__inputs.npy") for n in names)
+    if ours != reference:
+        return "trm" if ours else "reference"
+    raise DatasetError(
+        f"{split_dir}: {'both dataset layouts' if ours else 'neither dataset layout'}: found {_found(split_dir)}; "
+        f"accepted: {LAYOUTS}; " + BUILD_HINT.format(out=data_dir)
+    )
+
+
+def _read_json(meta_path: Path, data_dir: str | os.PathLike) -> Any:
+    if not meta_path.is_file():
+        hint = BUILD_HINT.format(out=data_dir)
+        raise DatasetError(f"dataset split not found: {meta_path} does not exist; accepted: {LAYOUTS}; {hint}")
     try:
-        raw = json.loads(meta_path.read_text())
+        return json.loads(meta_path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise DatasetError(f"{meta_path}: cannot read dataset.json ({e})") from e
-    return SplitMeta.from_json(raw, str(meta_path))
+
+
+def _load_npy(p: Path, data_dir: str | os.PathLike, mmap: bool) -> np.ndarray:
+    if not p.is_file():
+        raise DatasetError(f"dataset file not found: {p} does not exist; " + BUILD_HINT.format(out=data_dir))
+    try:
+        return np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"{p}: cannot load ({e})") from e
+
+
+def _load_reference(data_dir: str | os.PathLike, split: str, mmap: bool) -> tuple[dict[str, np.ndarray], SplitMeta]:
+    """A split in the reference's layout: its one set's arrays as they are, its metadata mapped onto ``SplitMeta``.
+
+    The counts come from the arrays (the reference's ``total_puzzles`` counts groups, not puzzles), checked against
+    its ``total_groups``; pad and ignore label must be this loader's (0 and 0, which the reference's Sudoku builder
+    writes); the fingerprint is ``fingerprint(arrays)``."""
+    split_dir = Path(data_dir) / split
+    meta_path = split_dir / "dataset.json"
+    raw = _read_json(meta_path, data_dir)
+    missing = [k for k in REF_KEYS if not isinstance(raw, dict) or k not in raw]
+    if missing:
+        raise DatasetError(f"{meta_path}: the TRM reference's layout, but its dataset.json lacks {missing}")
+    sets = raw["sets"]
+    if not (isinstance(sets, list) and len(sets) == 1 and isinstance(sets[0], str)):
+        raise DatasetError(f"{meta_path}: sets={sets!r}; only a single set is read (the Sudoku builder writes ['all'])")
+    if (raw["pad_id"], raw["ignore_label_id"]) != (PAD_ID, PAD_LABEL):
+        pads = f"pad_id={raw['pad_id']!r}, ignore_label_id={raw['ignore_label_id']!r}"
+        raise DatasetError(f"{meta_path}: {pads}; the loader reads pad {PAD_ID} and ignore label {PAD_LABEL}")
+    arrays = {name: _load_npy(split_dir / f"{sets[0]}__{name}.npy", data_dir, mmap) for name in ARRAY_NAMES}
+    try:
+        counts = _check_arrays(arrays)
+        _check_tokens(arrays)
+        if int(raw["total_groups"]) != counts["groups"]:
+            raise DatasetError(
+                f"arrays give {counts['groups']} groups, dataset.json's total_groups {raw['total_groups']}"
+            )
+        meta = SplitMeta(
+            counts=counts,
+            fingerprint=fingerprint(arrays),
+            source={"layout": "trm-reference", "sets": sets, "total_puzzles": raw.get("total_puzzles")},
+            vocab_size=int(raw["vocab_size"]),
+            seq_len=int(raw["seq_len"]),
+            num_puzzle_identifiers=int(raw["num_puzzle_identifiers"]),
+        )
+    except (DatasetError, TypeError, ValueError) as e:
+        raise DatasetError(f"{split_dir}: {e}") from e
+    return arrays, meta
+
+
+def read_meta(data_dir: str | os.PathLike, split: str) -> SplitMeta:
+    """Read one split's metadata: only ``dataset.json`` for this project's layout (cheap: used to compare build
+    arguments); the reference's layout has no fingerprint on disk, so its arrays are read and hashed."""
+    if split_layout(data_dir, split) == "reference":
+        return _load_reference(data_dir, split, mmap=True)[1]
+    meta_path = Path(data_dir) / split / "dataset.json"
+    return SplitMeta.from_json(_read_json(meta_path, data_dir), str(meta_path))
 
 
 def load_split(
     data_dir: str | os.PathLike, split: str, mmap: bool = True, verify: bool = False
 ) -> tuple[dict[str, np.ndarray], SplitMeta]:
-    """Load one split (memory-mapped by default). ``verify`` re-hashes and compares the fingerprint."""
+    """Load one split of either layout (memory-mapped by default). ``verify`` re-hashes and compares the
+    fingerprint; a split in the reference's layout is always hashed on load (it records none)."""
+    if split_layout(data_dir, split) == "reference":
+        return _load_reference(data_dir, split, mmap)
     meta = read_meta(data_dir, split)
     split_dir = Path(data_dir) / split
     arrays: dict[str, np.ndarray] = {}
     for name in ARRAY_NAMES:
-        p = split_dir / f"{name}.npy"
-        if not p.is_file():
-            raise DatasetError(f"dataset file not found: {p} does not exist; " + BUILD_HINT.format(out=data_dir))
-        try:
-            arrays[name] = np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise DatasetError(f"{p}: cannot load ({e})") from e
+        arrays[name] = _load_npy(p := split_dir / f"{name}.npy", data_dir, mmap)
         if arrays[name].dtype != DISK_DTYPE:
             raise DatasetError(f"{p}: dtype {arrays[name].dtype}, expected int32")
     try:
