@@ -5,7 +5,10 @@ old for it: the standard library (the project and torch_xla only in guarded impo
 report), no syntax newer than Python 3.8. It reports; sweeps/preflight.py judges.
 Identity: TPU_WORKER_ID where the environment has it (GKE, the tests' stand-in pod), else the TPU's metadata
 through torch_xla, as the job finds its rank (trm/runtime/base.py): a TPU VM's ssh session has no such variable.
-Reachability: worker 0 listens on the control-plane port while the others connect to it, all within `reach_s`.
+Reachability: worker 0 listens on the control-plane port while the others connect to it, all within `reach_s`,
+counted from the driver's `go`: each probe prints READY once its other facts are in and waits for `go` on its stdin
+(the driver sends it once every worker is ready, sweeps/preflight_ask.py), so VMs whose gcloud started seconds apart
+still meet. Without a `go` (stdin at its end, or `ready_wait_s` passed) the window counts from its own start.
 Where a trial's rank 0 will run (`rank0`): the checkpoint location written, the study storage opened and the W&B
 mode resolved as the job does it there, with this VM's own environment (an ssh session carries none of the
 driver's: its credentials must be the VM's).
@@ -21,6 +24,7 @@ import time
 import uuid
 
 MARK = "PREFLIGHT "  # the line sweeps/preflight.py reads back (a login banner may print before it)
+READY = "PREFLIGHT-READY"  # this VM's facts are in: it waits for the driver's `go` to check the port
 
 
 def _version(name):
@@ -175,6 +179,21 @@ def _port(worker, port, reach_s, peers):
     return {"reach": f"{hosts[0]}:{port}: {last}"}
 
 
+def _wait_for_go(wait_s):
+    """Until the driver's `go` line, the end of stdin, or `wait_s` seconds: whichever comes first."""
+    import select
+
+    print(READY, flush=True)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([sys.stdin], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return
+        line = sys.stdin.readline()
+        if not line or line.strip() == "go":
+            return
+
+
 def main(args):
     worker = _worker()
     facts = {
@@ -187,6 +206,7 @@ def main(args):
         "free_gb": round(shutil.disk_usage(".").free / 1e9, 1),
     }
     if worker is not None:  # a VM that cannot tell which it is would take worker 0's part: checked by none
+        _wait_for_go(float(args.get("ready_wait_s", 0)))
         facts["port"] = _port(worker, int(args["port"]), float(args["reach_s"]), int(args["peers"]))
     # After the port: worker 0 listens at once while its peers try it for reach_s, and these may take that long.
     rank0 = worker in args["rank0_workers"]

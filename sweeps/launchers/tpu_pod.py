@@ -10,12 +10,14 @@ under `~` keeps its `~` for that shell (sweeps/launchers/remote_shell.py). (The 
 names and paths are quoted for Hydra first: sweeps.launchers.base.quote_literals.)
 
 Every gcloud call has `--quiet`: its stdin is closed, so a prompt (the first ssh's key passphrase) could only
-fail; `launcher.ssh_flags` adds gcloud's own (`--internal-ip` or `--tunnel-through-iap` for VMs without an
-external IP) to every ssh and scp.
+fail; `launcher.ssh_flags` adds gcloud's own to every ssh (`--internal-ip`, or `--tunnel-through-iap` on
+`launcher.gcloud_track=alpha`, for VMs without an external IP) and `launcher.scp_flags` to every scp (null: the
+ssh_flags scp takes too); sweeps/launchers/tpu_pod_gcloud.py says what gcloud's source settles about both.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import logging
 import re
@@ -49,6 +51,7 @@ from sweeps.launchers.remote_shell import (
     shell_path,
     stop_command,
 )
+from sweeps.launchers.tpu_pod_gcloud import check_flags, scp_flags_of, track_args
 from sweeps.slots import Slot, tpu_slots
 
 log = logging.getLogger(__name__)
@@ -58,6 +61,19 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 
 # Environment a worker needs that the VM does not give (TPU runtime, control-plane port).
 DEFAULT_ENV = {"PJRT_DEVICE": "TPU"}
+
+
+def with_host_bounds(slot: Slot) -> Slot:
+    """`slot` with TPU_CHIPS_PER_HOST_BOUNDS beside its TPU_CHIPS_PER_PROCESS_BOUNDS (one process per slot: the
+    same value). The recipes that confine a process to some chips of a host name the host's bounds: Ray's TPU
+    manager sets TPU_CHIPS_PER_HOST_BOUNDS (1,1,1 for one chip, 1,2,1 for two) with TPU_HOST_BOUNDS=1,1,1 and
+    TPU_VISIBLE_CHIPS; the maintainers' recipe for one host of a pod (pytorch/xla#7714) sets TPU_SKIP_MDS_QUERY,
+    TPU_HOST_BOUNDS=1,1,1 and TPU_CHIPS_PER_HOST_BOUNDS=2,2,1; torch_xla 2.9 reads either (build_tpu_env_from_vars:
+    the process bounds, else the host's). A whole-pod slot has no bounds: the TPU's metadata gives them."""
+    bounds = slot.env.get("TPU_CHIPS_PER_PROCESS_BOUNDS")
+    if bounds is None:
+        return slot
+    return dataclasses.replace(slot, env={**slot.env, "TPU_CHIPS_PER_HOST_BOUNDS": bounds})
 
 
 class TpuPodLauncher:
@@ -75,6 +91,8 @@ class TpuPodLauncher:
         deploy: bool = False,
         wheel: str | None = None,
         ssh_flags: Sequence[str] | None = None,
+        scp_flags: Sequence[str] | None = None,
+        gcloud_track: str = "ga",
         connect_timeout_s: int = 300,
         ssh_timeout_s: int = 60,
         copy_timeout_s: int = 600,
@@ -90,6 +108,8 @@ class TpuPodLauncher:
         self.ssh_flags, self.connect_timeout_s = [str(f) for f in ssh_flags or ()], connect_timeout_s
         self.copy_timeout_s, self.slot_kind, self.chips_per_vm = copy_timeout_s, slots, chips_per_vm
         self.kill_grace_s = kill_grace_s
+        self.scp_flags = None if scp_flags is None else [str(f) for f in scp_flags]
+        self.gcloud_track = str(gcloud_track)
 
     # ------------------------------------------------------------------------------------------- setup
 
@@ -122,12 +142,7 @@ class TpuPodLauncher:
             raise LauncherConfigError(
                 f"launcher.gcloud={self.gcloud!r}: not found on PATH (install the Google Cloud CLI)"
             )
-        bad = [f for f in self.ssh_flags if not f.startswith("--")]
-        if bad:
-            raise LauncherConfigError(
-                f"launcher.ssh_flags={self.ssh_flags!r}: expected gcloud flags such as --internal-ip or "
-                f"--tunnel-through-iap (each starting with --); got {bad}"
-            )
+        check_flags(self.gcloud_track, self.ssh_flags, self.scp_flags)
         if self.deploy:
             self.wheel_source()
 
@@ -177,13 +192,14 @@ class TpuPodLauncher:
             )
 
     def base_args(self, verb: str) -> list[str]:
-        return [self.gcloud, "compute", "tpus", "tpu-vm", verb]
+        return track_args(self.gcloud, self.gcloud_track, verb)
 
-    def _location_flags(self) -> list[str]:
+    def _location_flags(self, verb: str = "ssh") -> list[str]:
         flags = [f"--zone={self.zone}"]
         if self.project:
             flags.append(f"--project={self.project}")
-        return [*flags, "--quiet", *self.ssh_flags]
+        own = self.ssh_flags if verb == "ssh" else scp_flags_of(self.ssh_flags, self.scp_flags)
+        return [*flags, "--quiet", *own]
 
     def ssh_argv(self, worker: str, remote_command: str) -> list[str]:
         return [
@@ -225,7 +241,7 @@ class TpuPodLauncher:
             *self.base_args("scp"),
             wheel,
             f"{self.tpu_name}:{self.remote_dir}/",
-            *self._location_flags(),
+            *self._location_flags("scp"),
             "--worker=all",
         ]
         self._run_all(f"mkdir -p {shell_path(self.remote_dir)}", "creating the remote directory")
@@ -253,7 +269,9 @@ class TpuPodLauncher:
 
     def slots(self, kind: str | None = None) -> list[Slot]:
         """pod: every VM runs each trial; vm: a trial per VM; chips:N: a trial per N chips of a VM."""
-        return tpu_slots(kind or self.slot_kind, self.worker_ids(), int(self.chips_per_vm))
+        return [
+            with_host_bounds(s) for s in tpu_slots(kind or self.slot_kind, self.worker_ids(), int(self.chips_per_vm))
+        ]
 
     def slot_alive(self, slot: Slot) -> bool:
         """Whether every VM of the slot still answers ssh and no process of an earlier job still holds the slot's
