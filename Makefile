@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup check lint demo demo-unpruned test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning bench-reference ref-given soak clean
+.PHONY: help setup check lint demo demo-unpruned test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning bench-table bench-replay bench-reference ref-given soak clean
 
 help:                     ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 20
@@ -49,8 +49,10 @@ TEST_WORKERS ?= 2
 PYTEST := OMP_WAIT_POLICY=PASSIVE PYTHONDONTWRITEBYTECODE= $(PY) -m tests.prereqs $(PY) -m pytest -q
 
 # The inner loop: lint, then the tests that start no process (tests/conftest.py makes starting one an error there).
-check: setup lint          ## lint + the fast lane (tests not marked slow)
-	TRM_SWEEPS_FAST_LANE=1 $(PYTEST) -m "not slow" -n $(TEST_WORKERS)
+# It installs nothing and starts no server (tests.prereqs --no-install): one line names what the slow lane lacks.
+check: setup lint          ## lint + the fast lane (tests not marked slow); installs nothing, starts no server
+	TRM_SWEEPS_FAST_LANE=1 OMP_WAIT_POLICY=PASSIVE PYTHONDONTWRITEBYTECODE= $(PY) -m tests.prereqs --no-install \
+		$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 test: setup lint           ## lint + the whole suite, as CI runs it
 	$(PYTEST) --durations=20 -n $(TEST_WORKERS) --dist loadfile
@@ -99,6 +101,15 @@ bench-sweep: setup        ## per-trial overhead of the local (fresh and warm) an
 
 bench-pruning: setup      ## the CPU proxy study with and without the Hyperband pruner
 	$(BENCH_ENV) $(PY) -m bench.pruning
+
+# TRM-Bench-tiny (docs/benchmarks.md, Pruning): hours on 2 cores; the same command resumes, export runs any time.
+bench-table: setup        ## record (or resume) every tiny configuration's curve, 2 seeds; then export the table
+	$(BENCH_ENV) $(PY) -m bench.trm_bench_tiny record
+	$(PY) -m bench.trm_bench_tiny export
+
+bench-replay: setup       ## every sampler x pruner replayed on the table: seed 0 chooses, seed 1 reports
+	$(PY) -m bench.trm_bench_replay --seed 0
+	$(PY) -m bench.trm_bench_replay --seed 1
 
 # Our train step vs the TRM reference's (a TinyRecursiveModels checkout at REF, imported from there, never copied),
 # side by side per mode. The reference's side runs under its own venv: torch pinned first, as in setup, then what

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any, cast
 
@@ -27,6 +27,40 @@ CONFIG_MODULE = "trm_sweeps_conf"
 CONFIG_PATH = f"pkg://{CONFIG_MODULE}"
 # The callbacks of conf/hydra_app.yaml: both apps' `hydra.main(execution_whitelist=...)` trust these targets.
 HYDRA_CALLBACKS = ["storage.hydra_secrets.RefuseSecrets", "contracts.hydra_run_dir.CheckRunDir"]
+# The resolver conf/hydra_app.yaml's `help.template` calls: an app's `--help` lists the groups of its own defaults
+# list, not every group on the search path (Hydra's $APP_CONFIG_GROUPS lists the sweep's groups in the trainer's
+# help). Registered when this module is imported, which every app does before Hydra composes its config.
+HELP_GROUPS_RESOLVER = "trm_app_groups"
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group (`arch`, `storage/engine`): its YAML files, less the `_`-prefixed bases other
+    options extend."""
+    folder = resources.files(CONFIG_MODULE).joinpath(*group.split("/"))
+    names = (entry.name for entry in folder.iterdir() if entry.is_file())
+    return sorted(name.removesuffix(".yaml") for name in names if name.endswith(".yaml") and not name.startswith("_"))
+
+
+def group_lines(choices: Mapping[str, object]) -> list[str]:
+    """`  group: option, option` for each config group of an app's defaults list (`hydra.runtime.choices`),
+    Hydra's own (`hydra/...`) left out, sorted. A group placed in another package keeps its `@package` in the
+    name (`storage/engine@sweep.storage_engine`): that is the override Hydra accepts for it."""
+    groups = sorted(str(g) for g in choices if not (str(g) == "hydra" or str(g).startswith("hydra/")))
+    return [f"  {group}: {', '.join(group_options(group.split('@', 1)[0]))}" for group in groups]
+
+
+def train_group_lines() -> list[str]:
+    """group_lines of the training config (`python -m trm.train --help` lists the same), for tools that compose
+    it without being a Hydra app (trm.info)."""
+    train_config.register()
+    return group_lines(compose_config("train", [], return_hydra_config=True).hydra.runtime.choices)
+
+
+def _help_groups(*, _root_: DictConfig) -> str:
+    return "\n".join(group_lines(_root_.hydra.runtime.choices))
+
+
+OmegaConf.register_resolver(HELP_GROUPS_RESOLVER, _help_groups, replace=True)
 
 
 def run_app(main: Callable[[], object]) -> None:
@@ -40,13 +74,13 @@ def run_app(main: Callable[[], object]) -> None:
         sys.exit(0)
 
 
-def compose_config(config_name: str, overrides: list[str]) -> DictConfig:
+def compose_config(config_name: str, overrides: list[str], return_hydra_config: bool = False) -> DictConfig:
     """The config `config_name` of the config package with `overrides`, as its Hydra app would see it (without a
-    Hydra run dir)."""
+    Hydra run dir; with the `hydra` node when `return_hydra_config`)."""
     if GlobalHydra.instance().is_initialized():  # inside a Hydra app whose search path is conf/ too
-        return compose(config_name=config_name, overrides=overrides)
+        return compose(config_name=config_name, overrides=overrides, return_hydra_config=return_hydra_config)
     with initialize_config_module(config_module=CONFIG_MODULE):
-        return compose(config_name=config_name, overrides=overrides)
+        return compose(config_name=config_name, overrides=overrides, return_hydra_config=return_hydra_config)
 
 
 def compose_train_config(overrides: list[str]) -> DictConfig:

@@ -21,7 +21,7 @@ from dashboards.report_view import (
     plain_params,
 )
 from storage.record import Reeval, samples_per_s
-from sweeps.best import describe
+from sweeps.best import commit_text, describe
 from sweeps.reeval import interval
 
 MAX_PARETO_SHOWN = 5  # Pareto trials described in full; the trials table has the rest
@@ -107,6 +107,7 @@ def best_block(view: StudyView) -> str:
                 ),
             ),
             ("W&B run", wandb_cell(info, trial)),
+            ("git commit", html.escape(commit_text(info))),
             ("code version", html.escape(info["code_version"] or "not recorded")),
             ("workdir", link(info["workdir"]) or "not recorded"),
         ]
@@ -115,6 +116,14 @@ def best_block(view: StudyView) -> str:
         )
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def code_cell(info: dict[str, Any]) -> str:
+    """The trial table's `code`: its git commit, short (`+` with uncommitted changes), else its content hash, short;
+    both in full on hover."""
+    commit, version = info["code_commit"], info["code_version"] or ""
+    shown = f"{commit[:12]}{'+' if info['code_dirty'] else ''}" if commit else version[:12]
+    return f'<span title="commit {html.escape(commit_text(info))}; content hash {html.escape(version)}">{html.escape(shown)}</span>'
 
 
 def trial_table(view: StudyView) -> str:
@@ -144,7 +153,7 @@ def trial_table(view: StudyView) -> str:
             *([("num", esc("" if hours is None else f"{hours:.3g}"))] if show_chips else []),
             ("params", " ".join(f'<span class="kv">{html.escape(k)}={esc(v)}</span>' for k, v in plain_params(t).items())),
             ("", link(info["best_checkpoint"], "best.pt")), ("num", wandb_cell(info, t)),
-            ("", html.escape((info["code_version"] or "")[:12])), ("", html.escape(trial_note(t))),
+            ("", code_cell(info)), ("", html.escape(trial_note(t))),
         ]  # fmt: skip
         rows.append("<tr>" + "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>" for c, v in cells) + "</tr>")
     header = "".join(f"<th>{html.escape(h)}</th>" for h in head)

@@ -53,6 +53,9 @@ class EvidenceRecord(TypedDict):
 
 # Trial attribute of a draw refused because another trial has exactly its parameters: the other's number.
 DUPLICATE_OF_ATTR = "duplicate_of"
+# Trial attribute of a trial whose job failed on an error it raised: the error's line (`ValueError: ...`), as the
+# driver read it from the job's record or log. The same line in two configurations stops the study (sweeps.retry).
+JOB_ERROR_ATTR = "job_error"
 # Trial attribute of a trial that was asked and failed before any job of it started (why): it trained nothing.
 NOT_STARTED_ATTR = "not_started"
 # Optuna cannot delete a trial, so these stay FAIL in its record (and in optuna-dashboard's counts); each carries
@@ -93,8 +96,11 @@ ATTEMPT_ATTRS = (
     "train_seconds",
     "timing",
     "code_version",
+    "code_commit",
+    "code_dirty",
     "error",
     "retryable",
+    "job_error",
     "fail_reason",
     "driver_timing",
     "seed_values",
@@ -118,7 +124,11 @@ HEARTBEAT_GRACE_ATTR = "heartbeat_grace_s"
 TRAIN_OVERRIDES_ATTR = "train_overrides"
 CHECKPOINT_URL_ATTR = "checkpoint_url"
 SLOT_ATTR = "slot"  # where the driver ran the trial's job (sweeps/slots.py: "pod", "vm-3", "vm-3/chips-0-1")
-CODE_VERSION_ATTR = "code_version"
+CODE_VERSION_ATTR = "code_version"  # the content hash of trm/ (contracts/code_version.py), what resume checks
+# The git commit the job's code is (a str) and whether its work tree differed from it (a bool); both None where the
+# code is not a git checkout's (an installed wheel). Absent on trials recorded before they were stored.
+CODE_COMMIT_ATTR = "code_commit"
+CODE_DIRTY_ATTR = "code_dirty"
 BEST_CHECKPOINT_NOTE_ATTR = "best_checkpoint_note"  # the job's word that best.pt is not its best (trm/best_file.py)
 
 # A trial's wide, nested facts (timing stamps, every final metric, the full override list) live in one
@@ -128,7 +138,8 @@ BEST_CHECKPOINT_NOTE_ATTR = "best_checkpoint_note"  # the job's word that best.p
 # launch and driver_timing at the end, the job final_metrics and timing in between: never at the same time).
 DETAILS_ATTR = "details"
 THROUGHPUT_DETAIL = "throughput"  # step speed and compile counts (trm/throughput.py), read by sweeps.utilization
-DETAIL_KEYS = ("final_metrics", "timing", "driver_timing", THROUGHPUT_DETAIL, TRAIN_OVERRIDES_ATTR)
+PROFILE_DETAIL = "profile"  # train.profile_steps: the trace the job wrote on rank 0's machine (trm/profiling.py)
+DETAIL_KEYS = ("final_metrics", "timing", "driver_timing", THROUGHPUT_DETAIL, TRAIN_OVERRIDES_ATTR, PROFILE_DETAIL)
 
 
 def trial_detail(attrs: Mapping[str, Any], key: str, default: Any = None) -> Any:

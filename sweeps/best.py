@@ -4,7 +4,9 @@ reuse what a study found.
 Prints the best trial (or trial N) as things a user can paste: its parameters as `trm.train` overrides (plain
 keys: a conditional `optim.lr@adamw` becomes `optim.lr`), the whole command that re-trains it (append
 `train.steps=...` or `seed=...` to train longer or with another seed: the last override wins), its best
-checkpoint, its W&B run and the code version that produced it. Needs nothing but the storage.
+checkpoint, its W&B run and the code version that produced it: the git commit (and whether the checkout had
+uncommitted changes) where the job ran from a git checkout, and the content hash of trm/. Needs nothing but the
+storage.
 
 The best is the re-evaluated winner where the study's top trials were evaluated again (sweeps/reeval.py), with
 the ranking and its intervals. `reeval=true [reeval.top_k=K] [reeval.examples=N]` runs that re-evaluation now
@@ -37,6 +39,8 @@ from storage.cli import (
 from storage.record import (
     BEST_CHECKPOINT_NOTE_ATTR,
     CHECKPOINT_URL_ATTR,
+    CODE_COMMIT_ATTR,
+    CODE_DIRTY_ATTR,
     CODE_VERSION_ATTR,
     STUDY_UID_ATTR,
     TRAIN_OVERRIDES_ATTR,
@@ -115,9 +119,18 @@ def describe(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
         "best_checkpoint_note": attrs.get(BEST_CHECKPOINT_NOTE_ATTR),  # set when best.pt is not the best
         "wandb": {"group": study.study_name, "name": f"{study.study_name}-{trial.number}"},
         "workdir": attrs.get("workdir"),
-        "code_version": attrs.get(CODE_VERSION_ATTR),
+        "code_version": attrs.get(CODE_VERSION_ATTR),  # the content hash of trm/: what checkpoint.resume checks
+        "code_commit": attrs.get(CODE_COMMIT_ATTR),  # None: not a git checkout's code, or not recorded
+        "code_dirty": attrs.get(CODE_DIRTY_ATTR),
         **ranking_facts(study, trial.number),
     }
+
+
+def commit_text(info: dict[str, Any]) -> str:
+    """The git commit of `describe`'s trial as one phrase, or why there is none (the text and the report)."""
+    if not info["code_commit"]:
+        return "none recorded (a job run from a git checkout records its commit)"
+    return str(info["code_commit"]) + (" with uncommitted changes" if info["code_dirty"] else "")
 
 
 def ranking_facts(study: optuna.Study, number: int) -> dict[str, Any]:
@@ -145,7 +158,8 @@ def render_text(info: dict[str, Any]) -> str:
         + (f"\n  warning:  {info['best_checkpoint_note']}" if info["best_checkpoint_note"] else ""),
         f"wandb:      group={info['wandb']['group']} name={info['wandb']['name']}",
         f"workdir:    {info['workdir'] or 'not recorded'}",
-        f"code:       {info['code_version'] or 'not recorded'}",
+        f"commit:     {commit_text(info)}",
+        f"code:       {info['code_version'] or 'not recorded'} (content hash of trm/)",
     ]
     if info["reeval"]:
         lines.insert(1, f"reeval:     {info['reeval']['metric']} = {interval(Reeval(**info['reeval']))}")

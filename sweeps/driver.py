@@ -36,11 +36,12 @@ from sweeps.draw import Draw, draw_within_budget, failed_unless_started
 from sweeps.interrupts import signals_held
 from sweeps.optuna_parts import pruner_spec
 from sweeps.preflight import check_before_study
-from sweeps.progress import ProgressView, print_best, route_optuna_logging
+from sweeps.progress import ProgressView, duration, print_best, route_optuna_logging
 from sweeps.queued import log_left_queued
 from sweeps.recovery import abandon, settle_orphans, stop_stalled
 from sweeps.reeval import reevaluate
-from sweeps.running import RunningTrial
+from sweeps.retry import StudyStoppedByJobError
+from sweeps.running import RunningTrial, explain_heartbeat_warnings, storage_failure
 from sweeps.slots import SlotPool
 from sweeps.study import open_study
 from sweeps.trial_lifecycle import TrialLifecycle
@@ -63,6 +64,7 @@ class Driver(TrialLifecycle):
         self.exhausted = False  # the sampler keeps drawing configurations the study already has
         self.outage_ended = 0.0  # when the database last came back after an outage (epoch seconds)
         self.last_recover = 0.0  # when recover() last ran (epoch seconds)
+        self.timed_out: str | None = None  # set when `timeout` stopped new trials: what the last lines say
 
     # ----------------------------------------------------------------------------------- before running
 
@@ -122,6 +124,7 @@ class Driver(TrialLifecycle):
 
     def run(self) -> optuna.Study:
         route_optuna_logging()  # Optuna's lines in the driver's format and log file (sweeps/progress.py)
+        explain_heartbeat_warnings()  # "database unreachable", not Optuna's "invalid data in the commit"
         self.validate()
         self.launcher.prepare()
         check_before_study(self.sweep, self.launcher)  # a tpu_pod study: the preflight, or no trial starts
@@ -156,13 +159,14 @@ class Driver(TrialLifecycle):
                     # The database is restarting or unreachable: keep the jobs running (they retry their own
                     # reports) and come back with backoff; pool_pre_ping reconnects once it answers.
                     outage = min(max(2 * outage, float(backoff.first_s)), float(backoff.max_s))
-                    log.warning("storage unavailable (%s); retrying in %g s", type(err).__name__, outage)
+                    log.warning("storage unavailable (%s); retrying in %g s", storage_failure(err), outage)
                     time.sleep(outage)
         except BaseException as err:  # Ctrl-C, or any error the loop does not settle itself (a failed launch)
             # Never end with a job of ours training on: stop each, then record its trial (queued again while it
             # has retries), so the study stays true and the same command continues it.
             why = "interrupted" if isinstance(err, KeyboardInterrupt) else f"ending on {type(err).__name__}"
-            log.warning("%s: stopping %d running trial(s), then recording them", why, len(self.running))
+            if self.running:
+                log.warning("%s: stopping %d running trial(s), then recording them", why, len(self.running))
             self.abandon_running(why)
             raise
         if self.exhausted:
@@ -179,6 +183,14 @@ class Driver(TrialLifecycle):
         out_of_time = self.sweep.timeout is not None and time.time() - started > self.sweep.timeout
         if not out_of_time:
             self.start_within_budget()
+        elif self.timed_out is None:  # said once, when it first stops the study drawing
+            self.timed_out = f"stopped by timeout={self.sweep.timeout:g}s"
+            log.warning(
+                "timeout=%gs reached after %s: no new trial starts; %s",
+                self.sweep.timeout,
+                duration(time.time() - started),
+                f"waiting for {len(self.running)} running trial(s)" if self.running else "the study stops here",
+            )
         for number, running in list(self.running.items()):
             code = running.job.poll()
             with signals_held():  # Ctrl-C waits until a trial being told is told and out of self.running
@@ -186,6 +198,10 @@ class Driver(TrialLifecycle):
                     del self.running[number]
                     self.free_slot(running, code)
                     self.exhausted = False  # it may have queued a retry: the next draw decides again
+        if self.stopped_by is not None:  # a job's error every configuration meets: nothing more is started
+            number, line, why = self.stopped_by
+            log.error("the study stops on trial %d's error, spending no retry (%s): %s", number, why, line)
+            raise StudyStoppedByJobError(line)
         if not self.running and (out_of_time or self.exhausted or self.study_done()):
             return True
         if time.time() - self.last_recover > self.sweep.heartbeat.interval_s:
@@ -278,6 +294,6 @@ class Driver(TrialLifecycle):
         return self.progress_view.note(self.study)
 
     def log_summary(self) -> None:
-        self.progress_view.close(self.study)
+        self.progress_view.close(self.study, self.timed_out)
         print_best(self.study, self.sweep.study.objective)
         log_left_queued(self.study, self.sweep.n_trials)

@@ -5,26 +5,24 @@ which the sweep refuses at the top level: a trial's training keys go in `trial.o
 
 from __future__ import annotations
 
-from importlib import resources
-
-from contracts.hydra_app import CONFIG_MODULE
+from contracts.hydra_app import group_options
 
 SWEEP_GROUPS = ("study", "site", "storage", "storage/engine", "launcher", "sampler", "pruner", "wandb")
 
 
-def group_options(group: str) -> list[str]:
-    """The options of a config group: its YAML files, less the `_`-prefixed bases other options extend."""
-    folder = resources.files(CONFIG_MODULE).joinpath(group)
-    names = (entry.name for entry in folder.iterdir() if entry.is_file())
-    return sorted(name.removesuffix(".yaml") for name in names if name.endswith(".yaml") and not name.startswith("_"))
+def sweep_group_lines() -> list[str]:
+    """The sweep's config groups with their options, a heading first (sweeps.run's and sweeps.preflight's --help)."""
+    return [
+        "Config groups of the sweep (group=option):",
+        *(f"  {group}: {', '.join(group_options(group))}" for group in SWEEP_GROUPS),
+    ]
 
 
 def help_text() -> str:
     lines = [
         "python -m sweeps.run study=NAME [group=option ...] [key=value ...]",
         "",
-        "Config groups of the sweep (group=option):",
-        *(f"  {group}: {', '.join(group_options(group))}" for group in SWEEP_GROUPS),
+        *sweep_group_lines(),
         "",
         "Every trial's training keys go in trial.overrides, each element quoted:",
         '  \'trial.overrides=["experiment=tiny_cpu","train.steps=60"]\'   (python -m trm.train --help lists them)',

@@ -11,7 +11,9 @@ finished work. Only a trial whose job recorded no usable outcome is failed and q
 
 from __future__ import annotations
 
+import errno
 import math
+import re
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,7 +21,59 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from storage.record import trial_detail
+from storage.record import PROGRESS_ATTR, trial_detail
+
+# The exception classes whose failure a retry repeats: trm/run_end.py NOT_RETRYABLE by name (the platform does not
+# import the trainer; tests/test_failure_classes.py holds the two equal), for an error the job raised before it
+# could record one (its log's last exception line). Any other class is worth a retry, as the job itself decides.
+CONFIGURATION_ERRORS = ("ValueError", "TypeError", "KeyError", "NonFiniteLossError", "RuntimeMismatchError")
+# trm/run_end.py PERMANENT_ERRNOS: an OSError with one of these fails again on a retry (a full or read-only disk).
+PERMANENT_ERRNOS = (
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOTDIR,
+    errno.ENAMETOOLONG,
+)
+# A Python exception's last line, `ValueError: ...` or `torch.OutOfMemoryError: ...`: the class (dotted module
+# path allowed) and its message.
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Failure|Interrupt|Exit))(?::\s.*)?$")
+# Exceptions a wrapper raises about the job's own (torchrun's): not the error the job raised.
+WRAPPER_ERRORS = ("ChildFailedError",)
+
+
+def raised_line(log_text: str | None) -> str | None:
+    """The exception line (`ValueError: runtime.device=cuda but ...`) a job's log ends with: the last one in it,
+    which is the error that ended the process (a chained traceback prints its cause first); None when the log
+    shows none (a worker killed by a signal, a lost VM)."""
+    found = None
+    for line in (log_text or "").splitlines():
+        match = EXCEPTION_LINE.match(line.rstrip())
+        if match and match.group(1) not in WRAPPER_ERRORS:
+            found = line.rstrip()
+    return found
+
+
+def error_class(line: str) -> str:
+    """`ValueError` of `ValueError: ...`, `OutOfMemoryError` of `torch.OutOfMemoryError: ...`."""
+    return line.split(":", 1)[0].strip().rsplit(".", 1)[-1]
+
+
+def retry_repeats(line: str) -> bool:
+    """Whether an error line is one a retry meets again (the job's own rule, trm/run_end.py Outcome.failed): a
+    configuration error by its class, or an OSError whose errno a retry on the same disk meets again."""
+    said = re.search(r"\[Errno (\d+)\]", line)
+    return error_class(line) in CONFIGURATION_ERRORS or (said is not None and int(said.group(1)) in PERMANENT_ERRNOS)
+
+
+def first_step_done(attrs: Mapping[str, Any]) -> bool:
+    """Whether the job (one seed's, unprefixed `attrs`) completed a training step: its `timing` has the stamp the
+    job makes after its first step (trm/clock.py `first_step_end`). A failure without it came from the set-up
+    (config, device, data, resume checks), which every configuration of the study goes through."""
+    timing = trial_detail(attrs, "timing")
+    return isinstance(timing, dict) and "first_step_end" in timing
 
 
 def seed_prefix(index: int) -> str:
@@ -41,6 +95,10 @@ class Verdict:
     requeue: bool = (
         False  # FAIL: worth a retry, a copy with the same parameters (sweeps/retry.py says if one is queued)
     )
+    # FAIL by an error the job raised: its line (`ValueError: ...`, also the reason's first line), and whether it
+    # was raised before the job's first step (sweeps/retry.py stop_reason decides whether the study goes on).
+    error_line: str | None = None
+    before_first_step: bool = False
 
 
 def orphan_verdict(
@@ -104,10 +162,34 @@ def job_verdict(
         if launcher_failure:
             reason = f"{reason}\n{launcher_failure}"
         # A lost peer or connection is worth a retry; the configuration's own failure is not.
-        return Verdict(TrialState.FAIL, reason=reason, requeue=bool(attrs.get("retryable")) and not cancelled)
-    # No outcome: the job died before rank 0 could store one (a killed or crashed worker, a lost VM). That is not
-    # the configuration's fault: fail it with the worker named, worth a retry.
-    reason = launcher_failure or f"the job exited with code {exit_code} without recording an outcome"
+        return Verdict(
+            TrialState.FAIL,
+            reason=reason,
+            requeue=bool(attrs.get("retryable")) and not cancelled,
+            error_line=reason.splitlines()[0] if attrs.get("error") else None,
+            before_first_step=not first_step_done(attrs),
+        )
+    # No outcome, and an exception in the job's log: it raised before it reached the study (a device or config
+    # check before its trial link): its line leads the reason (what a summary counts), and it is retried only
+    # when a retry could get past it (retry_repeats, the job's own rule).
+    line = None if cancelled else raised_line(launcher_failure)
+    if line is not None:
+        return Verdict(
+            TrialState.FAIL,
+            reason=f"{line}\n{launcher_failure}",
+            requeue=not retry_repeats(line),
+            error_line=line,
+            before_first_step=not isinstance(attrs.get(PROGRESS_ATTR), dict),
+        )
+    # No outcome, no error of its own: the job died before rank 0 could store one (a killed or crashed worker, a
+    # lost VM). That is not the configuration's fault: fail it with the worker named, worth a retry.
+    if launcher_failure:
+        # "worker-0 exited with code -9; last log lines:" would lead the reason (and a summary) with a dangling colon
+        head, newline, tail = launcher_failure.partition("\n")
+        worker, said, _ = head.partition("; last log lines:")
+        reason = f"{worker} without recording an outcome\nlast log lines:\n{tail}" if said else launcher_failure
+    else:
+        reason = f"the job exited with code {exit_code} without recording an outcome"
     return Verdict(TrialState.FAIL, reason=reason, requeue=not cancelled)
 
 

@@ -12,13 +12,7 @@ study starts trials and refuses to start on a problem (`preflight.enabled=false`
 
 from __future__ import annotations
 
-import json
-import shlex
-import subprocess
 import sys
-import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
@@ -26,25 +20,17 @@ from omegaconf import DictConfig
 from contracts.wandb_runs import resolve_mode
 from storage import resolve_url
 from storage.url import is_postgres
-from sweeps.launchers.remote_shell import VENV_FIX, min_python, shell_path
+from sweeps.launchers.remote_shell import VENV_FIX, min_python
 from sweeps.launchers.tpu_pod import TpuPodLauncher
-from sweeps.preflight_probe import MARK
+from sweeps.preflight_ask import Answer, ask_workers, go_after
 from sweeps.schema import SweepConfig
 from sweeps.slots import LIBTPU_PORTS
 
-PROBE = Path(__file__).with_name("preflight_probe.py")
 PACKAGES = ("torch", "torch_xla", "libtpu", "trm-sweeps")
 
 
 class PreflightError(RuntimeError):
     """The pod is not ready for a study: one line per problem."""
-
-
-@dataclass
-class Answer:
-    worker: int
-    facts: dict[str, Any] | None  # the probe's JSON line, or None when it did not answer
-    error: str = ""
 
 
 def rank0_workers(launcher: TpuPodLauncher) -> list[int]:
@@ -66,6 +52,7 @@ def probe_args(sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) 
         "checkpoint_url": trial.checkpoint_root or trial.run_root or "runs",
         "port": int(train.runtime.port),
         "reach_s": settings.reach_s,
+        "ready_wait_s": go_after(settings.timeout_s, settings.reach_s),
         "peers": len(launcher.worker_ids()) - 1,
         "rank0_workers": rank0_workers(launcher),
         # A SQLite file is refused before this (sweeps.validate): only a server is asked for, as the job opens it.
@@ -79,36 +66,6 @@ def probe_args(sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) 
         "wandb_mode": sweep.wandb.mode if sweep.wandb.enabled else None,
         "env": {str(k): str(v) for k, v in launcher.env.items()},  # the job's exports (the slot's: topology only)
     }
-
-
-def ask_workers(launcher: TpuPodLauncher, args: dict[str, Any], timeout_s: float) -> list[Answer]:
-    """The probe on every worker, in parallel; a worker that does not answer in `timeout_s` is an Answer too."""
-    here = shell_path(launcher.remote_dir)
-    command = f"mkdir -p {here} && cd {here} && {shell_path(launcher.python)} -c "
-    command += f"{shlex.quote(PROBE.read_text())} {shlex.quote(json.dumps(args))}"
-    procs = {
-        w: subprocess.Popen(
-            launcher.ssh_argv(str(w), command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for w in launcher.worker_ids()
-    }
-    deadline = time.monotonic() + timeout_s
-    answers = []
-    for worker, proc in procs.items():
-        try:
-            out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            answers.append(Answer(worker, None, f"no answer in {timeout_s:g} s (preflight.timeout_s)"))
-            continue
-        line = next((ln for ln in out.splitlines() if ln.startswith(MARK)), None)
-        if line is None:
-            last = (err.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-            answers.append(Answer(worker, None, f"the probe did not run: {last[-300:]}"))
-        else:
-            answers.append(Answer(worker, json.loads(line[len(MARK) :])))
-    return answers
 
 
 def problems(answers: list[Answer], sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) -> list[str]:
@@ -276,7 +233,14 @@ def main(argv: list[str] | None = None) -> int:
     from sweeps.typed_config import typed_sweep
     from sweeps.validate import storage_out_of_reach
 
-    cfg = compose_sweep_config(list(sys.argv[1:] if argv is None else argv))
+    args = list(sys.argv[1:] if argv is None else argv)
+    if {"-h", "--help"} & set(args):  # before composing: Hydra's override grammar refuses `--help` with a traceback
+        from contracts.hydra_app import run_app
+        from sweeps.help import sweep_group_lines
+
+        run_app(lambda: print("\n".join([(__doc__ or "").strip(), "", *sweep_group_lines()])))  # `| head`: quietly
+        return 0
+    cfg = compose_sweep_config(args)
     sweep = typed_sweep(cfg)  # every block's checks, before any VM is asked
     launcher = build_launcher(cfg.launcher)
     if not isinstance(launcher, TpuPodLauncher):

@@ -105,16 +105,23 @@ class Progress:
         retried = f" (+{self.retried} retried)" if self.retried else ""
         return f"complete {self.complete}, pruned {self.pruned}, failed {self.failed}{retried}, running {self.running}"
 
-    def line(self, study_name: str) -> str:
-        """The periodic (and final) log line."""
+    def of_budget(self) -> str:
+        """`3/8 done`. The count is the study's (every driver's and every earlier run's trials), so it can pass this
+        driver's n_trials (a second driver started with a smaller budget): then it says so, never `3/2 done`."""
+        if self.done <= self.n_trials:
+            return f"{self.done}/{self.n_trials} done"
+        return f"{self.done} done (the study's, past this driver's n_trials={self.n_trials})"
+
+    def line(self, study_name: str, ended: str | None = None) -> str:
+        """The periodic (and final) log line; `ended`: why the study stopped short (a timeout), instead of an ETA."""
         return (
-            f"study {study_name}: {self.done}/{self.n_trials} done ({self.counts()}), {self.best()}; "
-            f"elapsed {duration(self.elapsed_s)}, {self.eta()}"
+            f"study {study_name}: {self.of_budget()} ({self.counts()}), {self.best()}; "
+            f"elapsed {duration(self.elapsed_s)}, {ended or self.eta()}"
         )
 
     def short(self) -> str:
         """What ends a trial's state-change line."""
-        return f"{self.done}/{self.n_trials} done, running {self.running}, {self.best()}, {self.eta()}"
+        return f"{self.of_budget()}, running {self.running}, {self.best()}, {self.eta()}"
 
 
 def _pareto_size(trials: Sequence[FrozenTrial], directions: Sequence[StudyDirection]) -> int:
@@ -252,8 +259,9 @@ class ProgressView:
             self.gave_up(err)
             return ""
 
-    def close(self, study: optuna.Study) -> None:
-        """The final state: the terminal's line completed and left in place, and one log line in either case."""
+    def close(self, study: optuna.Study, ended: str | None = None) -> None:
+        """The final state: the terminal's line completed and left in place, and one log line in either case
+        (`ended`: why the study stopped short, said where the ETA would be)."""
         try:
             progress = self.measure(study)
             if self.bar is not None:
@@ -261,7 +269,7 @@ class ProgressView:
                 self.bar.close()
                 self.bar = None
             self.redirect.close()  # the console handlers write directly again
-            log.info("%s", progress.line(self.study_name))
+            log.info("%s", progress.line(self.study_name, ended))
         except Exception as err:  # noqa: BLE001
             self.gave_up(err)
 
@@ -282,9 +290,8 @@ class ProgressView:
             )
         status = f"{progress.counts()} | {progress.best()} | elapsed {duration(progress.elapsed_s)}, {progress.eta()}"
         # Our own fields instead of tqdm's rate and time left, which know nothing of pruning or parallel trials.
-        self.bar.bar_format = "{desc}: {n_fmt}/{total_fmt} done |{bar:20}| " + status.replace("{", "{{").replace(
-            "}", "}}"
-        )
+        text = f"{progress.of_budget()} |{{bar:20}}| " + status.replace("{", "{{").replace("}", "}}")
+        self.bar.bar_format = "{desc}: " + text
         self.bar.n = min(progress.done, self.n_trials)
         self.bar.refresh()
         self.last_draw = self.clock()

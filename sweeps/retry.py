@@ -4,17 +4,27 @@ A trial that failed through no fault of its configuration (a killed worker, a st
 died) is queued again with the same parameters (Optuna's RetryHeartbeatStaleTrialCallback) unless it used its
 `heartbeat.max_retry` retries. The line says which, and whether the retry resumes a checkpoint or starts over:
 "queued again, resumes from its checkpoint" was said before where nothing was queued, or no checkpoint existed.
+
+An error the job raised can also stop the study (`stop_reason`): one raised before its first step that a retry
+would meet again (a config or device check every configuration goes through), or the same error line in two
+configurations. Retrying it, or drawing more, would burn the budget on the same line: the driver stops at once
+and its last line is the job's own error (StudyStoppedByJobError).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import fsspec
 from optuna.trial import FrozenTrial
 
 from storage.heartbeat import retry_history
+from storage.record import JOB_ERROR_ATTR
+from sweeps.config_values import SweepConfigError
+from sweeps.outcome import error_class
 from sweeps.paths import url_exists
 
 log = logging.getLogger("sweeps")
@@ -92,3 +102,42 @@ def without_note(line: str) -> str:
     for marker in ("; queued again", "; not queued again"):
         line = line.split(marker, 1)[0]
     return line
+
+
+# Errors decided by the configuration itself even when two share their words: a divergence ("non-finite loss at
+# step 10: lm_loss=nan" in two learning rates) and running out of memory (two large models). Neither stops a study.
+OWN_CONFIGURATION_ERRORS = ("NonFiniteLossError", "OutOfMemoryError")
+
+
+class StudyStoppedByJobError(SweepConfigError):
+    """A job's error that every configuration would meet (`stop_reason`): the study stops on it. Its message is
+    the job's own error line (sweeps.run prints it as the driver's last line, exit 2 as any bad input)."""
+
+
+def stop_reason(
+    line: str,
+    before_first_step: bool,
+    retry_helps: bool,
+    params: Mapping[str, Any],
+    others: Iterable[FrozenTrial],
+) -> str | None:
+    """Why a trial's failure with the job's error `line` stops the study, or None when the study goes on.
+
+    `before_first_step`: the job raised it in its set-up (sweeps.outcome.first_step_done); `retry_helps`: the job
+    (or, for an error it could not record, its class: sweeps.outcome.retry_repeats) says a retry may get past it;
+    `params`: the failed trial's; `others`: the study's failed trials, each carrying its job's error line
+    (JOB_ERROR_ATTR). A retry of the same configuration (the same params) is not another configuration, but a
+    retry that met the same line before its first step shows that retrying does not get past it."""
+    if error_class(line) in OWN_CONFIGURATION_ERRORS:  # a large model out of memory at set-up is its own fault
+        return None
+    if before_first_step and not retry_helps:
+        return "the job raised it before its first step, in the set-up every configuration goes through"
+    params = dict(params)
+    for other in others:
+        if other.user_attrs.get(JOB_ERROR_ATTR) != line:
+            continue
+        if other.params != params:
+            return f"trial {other.number}, another configuration, failed with the same error"
+        if before_first_step:
+            return f"trial {other.number}, the same configuration, failed with it too: a retry does not get past it"
+    return None

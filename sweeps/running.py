@@ -1,18 +1,23 @@
 """A trial this driver runs: its job, heartbeat and what the loop has seen of it (seeds, progress, timings).
 
-The driver's per-trial state, kept apart from the loop that moves it along.
+The driver's per-trial state, kept apart from the loop that moves it along; and what its heartbeat's warnings say
+when the study database fails (`storage_failure`: the cause, not Optuna's wrapper).
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy
 
-from storage import HeartbeatThread
+from storage import HeartbeatThread, database_gone
+from storage.errors import permission_denied
 from sweeps.launchers.base import JobHandle
 from sweeps.slots import WHOLE, Slot
 
@@ -49,3 +54,51 @@ class RunningTrial:
         if self.handle is None:
             raise JobNotLaunchedError(f"trial {self.trial.number}: no job launched yet")
         return self.handle
+
+
+DBAPI_PREFIX = re.compile(r"^\([\w.]+\) ")  # SQLAlchemy's "(psycopg2.OperationalError) "
+HEARTBEAT_LOGGER = "storage.heartbeat"  # storage/heartbeat.py's: "heartbeat for trial id %s failed: %s"
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    """`err`, then what caused it (`__cause__` / `__context__`), each once."""
+    chain: list[BaseException] = []
+    current: BaseException | None = err
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def storage_failure(err: BaseException) -> str:
+    """What a failed storage call met, in one line. Optuna wraps every database error in a StorageInternalError
+    whose words ("invalid data in the commit, e.g. exceeding max length") blame the data: the cause is said instead
+    (a database gone or refused: storage.errors; a connection that failed: "the study database is unreachable")."""
+    gone = database_gone(err)
+    if gone:
+        return f"the study database is gone: {gone}"
+    denied = permission_denied(err)
+    if denied:
+        return denied
+    for cause in _causes(err):
+        if isinstance(cause, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+            text = " ".join(str(cause.orig or cause).split()).split(" (Background on this error", 1)[0]
+            return f"the study database is unreachable: {DBAPI_PREFIX.sub('', text)}"
+    last = _causes(err)[-1]
+    return f"{type(last).__name__}: {last}"
+
+
+class HeartbeatWords(logging.Filter):
+    """On the heartbeat's logger: an exception in a warning's arguments is shown as `storage_failure` says."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(storage_failure(a) if isinstance(a, BaseException) else a for a in record.args)
+        return True
+
+
+def explain_heartbeat_warnings() -> None:
+    """Install HeartbeatWords on the heartbeat's logger (once: the driver calls it at each run)."""
+    logger = logging.getLogger(HEARTBEAT_LOGGER)
+    if not any(isinstance(f, HeartbeatWords) for f in logger.filters):
+        logger.addFilter(HeartbeatWords())

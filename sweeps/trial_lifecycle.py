@@ -29,6 +29,7 @@ from storage.record import (
     CHECKPOINT_URL_ATTR,
     DETAILS_ATTR,
     HEARTBEAT_GRACE_ATTR,
+    JOB_ERROR_ATTR,
     NOT_STARTED_ATTR,
     PROGRESS_ATTR,
     SLOT_ATTR,
@@ -40,10 +41,10 @@ from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.job_command import JobCommand, StudyLink, job_name, training_overrides
 from sweeps.launchers.base import JobSpec
 from sweeps.optuna_parts import build_launcher
-from sweeps.outcome import clip_reason, job_verdict, objective_values, seed_attrs, seed_mean, seed_prefix
+from sweeps.outcome import Verdict, clip_reason, job_verdict, objective_values, seed_attrs, seed_mean, seed_prefix
 from sweeps.paths import StudyRoots, TrialPaths
 from sweeps.recovery import requeue
-from sweeps.retry import plan_retry, retry_of, visible_here, with_note
+from sweeps.retry import plan_retry, retry_of, stop_reason, visible_here, with_note
 from sweeps.running import RunningTrial
 from sweeps.slots import Slot
 from sweeps.space import SearchSpace, parse_space, to_overrides
@@ -71,6 +72,7 @@ class TrialLifecycle(ABC):
         self.launcher = build_launcher(cfg.launcher)
         self.storage_url = resolve_url(cfg.storage.url, Path(DEFAULT_SQLITE_PATH).resolve())
         self.opened: OpenStudy | None = None
+        self.stopped_by: tuple[int, str, str] | None = None  # (trial, the job's error line, why it stops the study)
         self.set_study_uid("UID")  # a dry run's stand-in; open_study sets the study's own
 
     @property
@@ -254,7 +256,22 @@ class TrialLifecycle(ABC):
             if running.seed_index + 1 < self.sweep.study.seeds:
                 self.launch_seed(running, running.seed_index + 1)
                 return None
+        if verdict.state == TrialState.FAIL and verdict.error_line and not running.job.cancelled:
+            return self.tell_job_error(running, verdict, verdict.error_line)
         return self.tell_outcome(running, verdict.state, verdict.reason, retry=verdict.requeue)
+
+    def tell_job_error(self, running: RunningTrial, verdict: Verdict, line: str) -> TrialState:
+        """A FAIL on an error the job raised: its line stored (JOB_ERROR_ATTR), and the study stopped (no retry:
+        `stopped_by`, which the loop acts on) when sweeps.retry.stop_reason says every configuration meets it."""
+        trial = running.trial
+        failed = self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+        others = [t for t in failed if t.number != trial.number]
+        why = stop_reason(line, verdict.before_first_step, verdict.requeue, trial.params, others)
+        trial.set_user_attr(JOB_ERROR_ATTR, line)
+        if why is None:
+            return self.tell_outcome(running, TrialState.FAIL, verdict.reason, retry=verdict.requeue)
+        self.stopped_by = (trial.number, line, why)
+        return self.tell_outcome(running, TrialState.FAIL, with_note(verdict.reason, f"not queued again: {why}"))
 
     def tell_outcome(
         self, running: RunningTrial, state: TrialState, reason: str = "", retry: bool = False

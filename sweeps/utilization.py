@@ -23,9 +23,10 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from contracts.hydra_app import compose_config
 from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, study_from_args
 from storage.record import THROUGHPUT_DETAIL, trial_detail
+from sweeps.config import compose_sweep_config
+from sweeps.config_values import SweepConfigError
 from sweeps.estimate import UTILIZATION_KEY
 
 FORMATS = ("table", "json")
@@ -33,8 +34,15 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
 def default_peak_tflops() -> float:
-    """`estimate.peak_tflops` of conf/sweep.yaml: the one place the chip's peak is configured."""
-    return float(compose_config("sweep", []).estimate.peak_tflops)
+    """`estimate.peak_tflops` of conf/sweep.yaml: the one place the chip's peak is configured. Composed with its
+    schema registered (sweeps.config), as `python -m sweeps.run` composes it: a plain compose_config("sweep")
+    failed with "Could not load 'sweep_schema'"; a config that does not compose is one ArgumentError line."""
+    try:
+        return float(compose_sweep_config([]).estimate.peak_tflops)
+    except SweepConfigError as err:
+        raise ArgumentError(
+            f"peak_tflops: not given, and conf/sweep.yaml's estimate.peak_tflops unread: {err}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -118,13 +126,16 @@ def utilization(argv: list[str]) -> int:
     )
     if args["format"] not in FORMATS:
         raise ArgumentError(f"format={args['format']!r}: expected one of {list(FORMATS)}")
-    try:
-        peak_tflops = float(args["peak_tflops"]) if "peak_tflops" in args else default_peak_tflops()
-    except ValueError:
-        raise ArgumentError(f"peak_tflops={args['peak_tflops']!r}: expected the device's peak in TFLOP/s") from None
-    if not peak_tflops > 0:
-        raise ArgumentError(f"peak_tflops={args['peak_tflops']!r}: expected the device's peak in TFLOP/s, > 0")
-    study = study_from_args(args)
+    if "peak_tflops" in args:
+        try:
+            peak_tflops = float(args["peak_tflops"])
+        except ValueError:
+            raise ArgumentError(f"peak_tflops={args['peak_tflops']!r}: expected the device's peak in TFLOP/s") from None
+        if not peak_tflops > 0:
+            raise ArgumentError(f"peak_tflops={args['peak_tflops']!r}: expected the device's peak in TFLOP/s, > 0")
+    study = study_from_args(args)  # a missing study is one line before anything is composed
+    if "peak_tflops" not in args:
+        peak_tflops = default_peak_tflops()
     rows = measured(study.get_trials(deepcopy=False), peak_tflops * 1e12)
     if args["format"] == "json":
         print(json.dumps({"study": args["study"], "peak_tflops": peak_tflops, "rows": [asdict(r) for r in rows]}))

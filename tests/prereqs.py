@@ -1,4 +1,4 @@
-"""``python -m tests.prereqs CMD...``: give the test suite what it needs from the machine, then run CMD.
+"""``python -m tests.prereqs [--no-install] CMD...``: give the test suite what it needs from the machine, then run CMD.
 
 ``make test`` runs pytest through this, so that the suite passes on a fresh machine and a missing
 prerequisite is found in the first second, not as a failure minutes into the run. The suite needs:
@@ -13,6 +13,10 @@ provided, one line says what to run and the exit status is 2: CMD never starts.
 
 An explicit ``TRM_SWEEPS_TEST_PG`` is checked but never replaced: the suite would otherwise pass
 against another server than the one asked for.
+
+``--no-install`` (``make check``, the fast lane): install nothing and start no server. What is missing is named
+in one line and CMD runs anyway: the fast lane needs no browser, only its storage tests need the server. A
+private server an earlier ``make test`` left running is used (finding it starts nothing).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 # tests/test_dashboards.py runs the first of these it finds.
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 APT_INSTALL = "apt-get update && apt-get install -y"  # what a person runs (as root)
+NO_INSTALL = "--no-install"
 
 
 class Refused(RuntimeError):
@@ -104,6 +109,40 @@ def start_private_server() -> str:
     return url
 
 
+def private_server_url() -> str:
+    """The URL of the ``postgres`` database of the server ``storage.up`` starts (it may not be running)."""
+    from storage import up
+
+    return f"postgresql://postgres@127.0.0.1:{up.DEFAULT_PORT}/postgres"
+
+
+def report_missing(env: Mapping[str, str]) -> dict[str, str]:
+    """``--no-install``: check every prerequisite, provide none; one line names what is missing. The environment
+    the suite runs in: the private server of an earlier ``make test`` where it answers and none was named."""
+    suite_env = dict(env)
+    missing: list[str] = []
+    found = browser(env.get("PATH"))
+    if found is None:
+        missing.append(f"a browser for the report test (none of {', '.join(BROWSERS)} on PATH)")
+    explicit = env.get(PG_ENV)
+    url = explicit or PG_DEFAULT
+    problem = pg_problem(url)
+    if problem is not None and not explicit and pg_problem(private_server_url()) is None:
+        url, problem = private_server_url(), None
+        suite_env[PG_ENV] = url
+    if problem is not None:
+        from storage.url import redact
+
+        missing.append(f"PostgreSQL, which the fast lane's storage tests need too ({redact(url)}: {problem})")
+    if not missing:
+        print(f"prereqs: browser {found}; PostgreSQL at {url}")
+        return suite_env
+    # `make test` installs and starts what is missing, except a server PG_ENV names (prepare never replaces it).
+    fix = f"Start the server {PG_ENV} names" if explicit and problem else "`make test` provides them"
+    print(f"prereqs: installing nothing ({NO_INSTALL}); missing for the slow lane: {'; '.join(missing)}. {fix}.")
+    return suite_env
+
+
 def prepare(env: Mapping[str, str]) -> dict[str, str]:
     """Check every prerequisite, provide the missing ones; return the environment the suite runs in."""
     suite_env = dict(env)
@@ -153,9 +192,17 @@ def prepare(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def main(cmd: list[str]) -> int:
-    """Prepare, then replace this process with ``cmd`` (pytest); without ``cmd``, print what to export."""
+    """Prepare (``--no-install``: only check), then replace this process with ``cmd`` (pytest); without ``cmd``,
+    print what to export."""
+    if cmd[:1] in (["-h"], ["--help"]):
+        from contracts.hydra_app import run_app  # `--help | head`: no BrokenPipeError traceback
+
+        run_app(lambda: print((__doc__ or "").strip()))
+        return 0
+    provide = cmd[:1] != [NO_INSTALL]
+    cmd = cmd if provide else cmd[1:]
     try:
-        env = prepare(os.environ)
+        env = prepare(os.environ) if provide else report_missing(os.environ)
     except Refused as e:
         print(e, file=sys.stderr)
         return 2

@@ -109,6 +109,7 @@ def add_trials(
             },  # fmt: skip
         }
         attrs = {"workdir": str(workdir), "checkpoint_url": f"{checkpoint_root}/trial-{i}/checkpoints", "code_version": f"c0de{i:04d}feedbeef",
+                 "code_commit": f"{i:02d}" * 20, "code_dirty": i % 2 == 0,
                  "overrides": [f"{k.split('@')[0]}={v}" for k, v in params.items()], "outcome": "PRUNED" if pruned else "COMPLETE",
                  "best_step": last, "best_value": accuracy * last / STEPS, "steps": last, "train_seconds": 7.0 + last,
                  "params_count": 20 * params["arch.hidden_size"] ** 2, "compute_flops": 1e9 * (i + 1),
@@ -274,6 +275,7 @@ def test_best_trial_is_a_table_of_plain_overrides_with_its_links(pages: dict[str
     # trial 12 is the best; its checkpoint is on this disk: a file:// link to best.pt
     assert "<b>trial 12</b>" in best and re.search(r'href="file://[^"]*/ckpt/trial-12/checkpoints/best\.pt"', best)
     assert "big/big-12" in best and "c0de0012feedbeef" in best
+    assert f"<th>git commit</th><td>{'12' * 20} with uncommitted changes</td>" in best  # where the code came from
     assert "gs://bucket/small/trial-" in element(
         pages["small"].read_text(), "best-params"
     )  # a bucket path: shown, not linked
@@ -284,6 +286,7 @@ def test_trials_table_has_durations_states_and_links(pages: dict[str, Path]) -> 
     header = re.findall(r"<th>(.*?)</th>", table)
     assert header[:7] == ["#", "state", "eval/exact_accuracy", "best step", "steps", "duration", "train time"]
     assert {"chip-hours", "parameters", "checkpoint", "W&amp;B run", "code", "note"} <= set(header)
+    assert f">{'12' * 6}+</span>" in table  # code: the commit, short, `+` for uncommitted changes
     rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
     assert len(rows) == 15
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", r, re.S) for r in rows]

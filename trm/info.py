@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from contracts.hydra_app import compose_train_config, to_dict
+from contracts.hydra_app import compose_train_config, run_app, to_dict, train_group_lines
 from trm.flops import flops_per_sample_step
 from trm.model import ACTModel, TRMConfig, count_params
 
@@ -34,8 +34,19 @@ def describe(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
+def help_text() -> str:
+    """`--help`: this module's usage and the training config's groups (the overrides it accepts are trm.train's)."""
+    lines = ["Config groups of the trainer (group=option):", *train_group_lines()]
+    return "\n".join(
+        [(__doc__ or "").strip(), "", *lines, "", "Any other key of `python -m trm.train --help`'s config: key=value."]
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    if {"-h", "--help"} & set(args):  # before composing: Hydra's override grammar refuses `--help` with a traceback
+        run_app(lambda: print(help_text()))  # `--help | head` ends quietly
+        return
     if args == ["--batch"]:  # one JSON list of overrides per stdin line, one JSON line out for each
         for line in sys.stdin:  # (the sweep's dry run prices every trial with one interpreter and one torch import)
             if line.strip():

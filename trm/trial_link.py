@@ -22,14 +22,18 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from optuna.trial import TrialState
 
+from contracts.code_version import git_commit
 from contracts.schema_checks import build
 from contracts.train_config import RetryPolicy, SweepLink
 from storage import EngineSettings, StorageError, engine_settings, open_storage
 from storage.record import (
     BEST_CHECKPOINT_NOTE_ATTR,
+    CODE_COMMIT_ATTR,
+    CODE_DIRTY_ATTR,
     CODE_VERSION_ATTR,
     DETAILS_ATTR,
     OBJECTIVE_ATTR,
+    PROFILE_DETAIL,
     PROGRESS_ATTR,
     PRUNE_METRIC_ATTR,
     PRUNER_ATTR,
@@ -150,7 +154,10 @@ class TrialLink:
         facts = {"final_metrics": summary.get("final") or {}, "timing": summary.get("timing")}
         if summary.get("throughput"):  # steady-state step speed (sweeps.utilization); absent for a run too short
             facts[THROUGHPUT_DETAIL] = summary["throughput"]
+        if summary.get("profile"):  # train.profile_steps: the trace rank 0 wrote (trm/profiling.py)
+            facts[PROFILE_DETAIL] = summary["profile"]
         details = merged_details(trial.user_attrs, self.prefix, **facts)
+        git = git_commit()  # None: the code is not a git checkout's
         attrs = {
             DETAILS_ATTR: details,  # first: the driver acts once it sees `outcome`
             "outcome": outcome,
@@ -164,6 +171,8 @@ class TrialLink:
             "precision": summary.get("precision"),  # the mode it trained in (auto: why is in its summary.json)
             "device": summary.get("device"),  # where rank 0 trained (cpu, cuda:0, xla:0)
             CODE_VERSION_ATTR: code_fingerprint(),  # which trm code trained it (sweeps/best.py shows it)
+            CODE_COMMIT_ATTR: git.commit if git else None,  # and the commit to check it out from, if a checkout's
+            CODE_DIRTY_ATTR: git.dirty if git else None,
         }
         note = (summary.get("best_checkpoint") or {}).get("note")
         if note:  # best.pt is not the run's best (its best was lost): sweeps.best and the report show this
