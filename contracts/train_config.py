@@ -172,6 +172,10 @@ class CheckpointConfig:
     url: str = MISSING
     resume: bool = MISSING
     keep_best: bool = MISSING
+    lock_wait_s: float = MISSING
+
+    def __post_init__(self) -> None:
+        require("checkpoint.lock_wait_s", self.lock_wait_s, self.lock_wait_s >= 0, ">= 0 seconds")
 
 
 @dataclass

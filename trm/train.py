@@ -30,7 +30,7 @@ from contracts import train_config
 from contracts.choices import compile_mode
 from contracts.hydra_app import CONFIG_PATH, HYDRA_CALLBACKS, run_app, to_dict
 from contracts.metrics_log import open_metrics
-from trm import train_state
+from trm import train_state, writer_lock
 from trm.checkpoint import check_url
 from trm.clock import PhaseClock
 from trm.compiling import apply_compile
@@ -66,7 +66,8 @@ def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     try:
         if reporter is None and runtime.is_main:
             reporter = link_from_config(cfg)
-        summary = train_in_runtime(cfg, runtime, reporter)
+        with writer_lock.held(cfg.checkpoint.url, cfg.checkpoint.lock_wait_s, runtime.is_main):  # one writer
+            summary = train_in_runtime(cfg, runtime, reporter)
         clean = True
         return summary
     except BaseException as err:
