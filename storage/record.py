@@ -56,6 +56,9 @@ DUPLICATE_OF_ATTR = "duplicate_of"
 # Trial attribute of a trial whose job failed on an error it raised: the error's line (`ValueError: ...`), as the
 # driver read it from the job's record or log. The same line in two configurations stops the study (sweeps.retry).
 JOB_ERROR_ATTR = "job_error"
+# Trial attribute: the job failed on its machine (a disk full, missing rights), not its configuration: once fixed,
+# the same sweep command resumes it from its checkpoint (sweeps/rerun.py). True or False beside `error`.
+RUN_AGAIN_ATTR = "run_again"
 # Trial attribute of a trial that was asked and failed before any job of it started (why): it trained nothing.
 NOT_STARTED_ATTR = "not_started"
 # Optuna cannot delete a trial, so these stay FAIL in its record (and in optuna-dashboard's counts); each carries
@@ -100,6 +103,7 @@ ATTEMPT_ATTRS = (
     "code_dirty",
     "error",
     "retryable",
+    "run_again",
     "job_error",
     "fail_reason",
     "driver_timing",

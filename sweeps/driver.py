@@ -28,7 +28,7 @@ from optuna.trial import TrialState
 
 from storage import StorageGoneError, database_gone, redact, trial_id_of
 from storage.errors import StoragePermissionError, permission_denied
-from storage.record import SLOT_ATTR
+from storage.record import RUN_AGAIN_ATTR, SLOT_ATTR
 from sweeps.budget import baseline_params, budget_used
 from sweeps.definition import study_definition
 from sweeps.distinct_draws import choose_sampler, exhausted_line
@@ -40,6 +40,7 @@ from sweeps.progress import ProgressView, duration, print_best, route_optuna_log
 from sweeps.queued import log_left_queued
 from sweeps.recovery import abandon, settle_orphans, stop_stalled
 from sweeps.reeval import reevaluate
+from sweeps.rerun import queue_failed_again
 from sweeps.retry import StudyStoppedByJobError
 from sweeps.running import RunningTrial, explain_heartbeat_warnings, storage_failure
 from sweeps.slots import SlotPool
@@ -131,6 +132,7 @@ class Driver(TrialLifecycle):
         study = self.open_study()
         log.info("study %r in %s: %d trials so far", study.study_name, redact(self.storage_url), len(study.trials))
         self.recover()
+        queue_failed_again(study, self.storage)  # "fix it, then run the same command" (sweeps/rerun.py)
         self.enqueue_baseline()
         started = time.time()
         self.last_recover = time.time()
@@ -269,7 +271,13 @@ class Driver(TrialLifecycle):
     def abandon_running(self, why: str) -> None:
         """Stop our jobs, then fail their trials, each queued again while it has retries (sweeps.recovery.abandon)."""
         reason = f"driver {why}"
-        abandon(self.running, lambda running: self.tell_outcome(running, TrialState.FAIL, reason, True))
+
+        def record(running: RunningTrial) -> None:
+            if why == "interrupted":  # its line says "run the same command to continue": that command resumes it
+                running.trial.set_user_attr(RUN_AGAIN_ATTR, True)
+            self.tell_outcome(running, TrialState.FAIL, reason, True)
+
+        abandon(self.running, record)
         self.running.clear()
 
     # ------------------------------------------------------------------------------ progress and the end

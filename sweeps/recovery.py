@@ -28,7 +28,7 @@ log = logging.getLogger("sweeps")
 ObjectiveValues = Callable[[Mapping[str, Any]], list[float] | None]  # one seed's objective value(s) from its record
 
 
-def requeue(study: optuna.Study, storage: RDBStorage, trial_id: int, max_retry: int) -> None:
+def requeue(study: optuna.Study, storage: RDBStorage, trial_id: int, max_retry: int | None) -> None:
     """Queue a copy of a failed trial (same params), as Optuna's stale-trial retry does. Optuna's copy takes the
     user attributes; the untrained marks (storage.record.UNTRAINED_ATTRS) are left out: the copy is to train."""
     failed = copy.copy(storage.get_trial(trial_id))

@@ -73,6 +73,7 @@ class Outcome:
     status: str = COMPLETE
     error: str | None = None
     retryable: bool = False
+    run_again: bool = False  # the machine failed it (disk full, rights): fixed, the same sweep command resumes it
     rank_steps: list[int] | None = None  # every rank's last step: proof that they all stopped at the same one
 
     def failed(self, err: BaseException) -> None:
@@ -81,7 +82,7 @@ class Outcome:
         self.retryable = not isinstance(err, NOT_RETRYABLE)
         permanent = permanent_os_error(err)
         if permanent:
-            self.retryable = False
+            self.retryable, self.run_again = False, True
             self.error += f" (not retried: {permanent}, then run it again)"
 
 

@@ -73,7 +73,10 @@ def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     except BaseException as err:
         # Failures before the loop (bad data, workers that disagree) reach the trial too.
         if reporter is not None:
-            reporter.record_outcome(FAIL, {"error": f"{type(err).__name__}: {err}"})
+            (failed := Outcome()).failed(err)  # retryable and run_again as for a failure in the loop
+            reporter.record_outcome(
+                FAIL, {"error": failed.error, "retryable": failed.retryable, "run_again": failed.run_again}
+            )
         raise
     finally:
         runtime.close(clean)  # no barrier after a failure: a dead peer would make it wait for the timeout
@@ -299,6 +302,7 @@ def summarize(
         "steps": state.step,
         "rank_steps": outcome.rank_steps,
         "retryable": outcome.retryable,
+        "run_again": outcome.run_again,
         "objective": cfg.train.objective,
         "precision": precision.mode,  # what train.precision resolved to (auto: from the device), and why
         "precision_reason": precision.reason,

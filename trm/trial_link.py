@@ -38,6 +38,7 @@ from storage.record import (
     PRUNE_METRIC_ATTR,
     PRUNER_ATTR,
     PRUNER_TARGETS,
+    RUN_AGAIN_ATTR,
     THROUGHPUT_DETAIL,
     merged_details,
 )
@@ -180,6 +181,7 @@ class TrialLink:
         if summary.get("error"):
             attrs["error"] = str(summary["error"])[-2000:]
             attrs["retryable"] = bool(summary.get("retryable"))
+            attrs[RUN_AGAIN_ATTR] = bool(summary.get("run_again"))
         for key, value in attrs.items():
             store = functools.partial(self.storage.set_trial_user_attr, self.trial_id, self.prefix + key, value)
             self._retry(store, f"storing {key}")
