@@ -104,6 +104,7 @@ ATTEMPT_ATTRS = (
     "error",
     "retryable",
     "run_again",
+    "peak_memory_mb",
     "job_error",
     "fail_reason",
     "driver_timing",
@@ -128,6 +129,7 @@ HEARTBEAT_GRACE_ATTR = "heartbeat_grace_s"
 TRAIN_OVERRIDES_ATTR = "train_overrides"
 CHECKPOINT_URL_ATTR = "checkpoint_url"
 SLOT_ATTR = "slot"  # where the driver ran the trial's job (sweeps/slots.py: "pod", "vm-3", "vm-3/chips-0-1")
+PEAK_MEMORY_ATTR = "peak_memory_mb"  # rank 0's peak device memory in MiB (trm/memory.py: what each device counts)
 CODE_VERSION_ATTR = "code_version"  # the content hash of trm/ (contracts/code_version.py), what resume checks
 # The git commit the job's code is (a str) and whether its work tree differed from it (a bool); both None where the
 # code is not a git checkout's (an installed wheel). Absent on trials recorded before they were stored.

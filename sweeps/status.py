@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial
 
 from storage import redact
 from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, storage_from_args
-from storage.record import trained_trials
+from storage.record import PEAK_MEMORY_ATTR, trained_trials
 from sweeps.space import params_to_values
 
 FORMATS = ("table", "json", "csv")
@@ -38,6 +38,7 @@ def trial_row(trial: FrozenTrial) -> dict[str, Any]:
         "duration_s": round(duration, 1) if duration is not None else None,
         "best_step": trial.user_attrs.get("best_step"),
         "steps": trial.user_attrs.get("steps"),
+        "peak_memory_mb": trial.user_attrs.get(PEAK_MEMORY_ATTR),
         "reason": next(iter((trial.user_attrs.get("fail_reason") or "").splitlines()), "")[:120] or None,
     }
 
@@ -80,7 +81,7 @@ def render_table(studies: list[dict[str, Any]]) -> str:
         lines.append(
             f"study {s['study']} ({s['objective']}, {'/'.join(s['directions'])}): {counts or 'no trials'}{best}"
         )
-        lines.append(f"  {'#':>4} {'state':<9} {'value':>10} {'best step':>9} {'dur s':>7}  params")
+        lines.append(f"  {'#':>4} {'state':<9} {'value':>10} {'best step':>9} {'dur s':>7} {'peak MiB':>8}  params")
         for t in s["trials"]:
             value = t["value"]
             shown = (
@@ -91,7 +92,8 @@ def render_table(studies: list[dict[str, Any]]) -> str:
             params = " ".join(f"{k}={v}" for k, v in t["params"].items())
             extra = f"  ({t['reason']})" if t["reason"] else ""
             lines.append(
-                f"  {t['number']:>4} {t['state']:<9} {shown:>10} {str(t['best_step'] or ''):>9} {str(t['duration_s'] or ''):>7}  {params}{extra}"
+                f"  {t['number']:>4} {t['state']:<9} {shown:>10} {str(t['best_step'] or ''):>9} {str(t['duration_s'] or ''):>7} "
+                f"{str(t['peak_memory_mb'] or ''):>8}  {params}{extra}"
             )
     return "\n".join(lines)
 
@@ -100,14 +102,25 @@ def render_csv(studies: list[dict[str, Any]]) -> str:
     """One row per trial; each parameter its own column under its plain override name (empty where a trial
     did not sample it: a conditional parameter of another branch)."""
     params = list(dict.fromkeys(key for s in studies for t in s["trials"] for key in t["params"]))
-    columns = ["study", "number", "state", "value", "duration_s", "best_step", "steps", "reason", *params]
+    columns = [
+        "study",
+        "number",
+        "state",
+        "value",
+        "duration_s",
+        "best_step",
+        "steps",
+        "peak_memory_mb",
+        "reason",
+        *params,
+    ]
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for s in studies:
         for t in s["trials"]:
             value = t["value"]
-            row = {**{k: t[k] for k in columns[1:8]}, "study": s["study"], **t["params"]}
+            row = {**{k: t[k] for k in columns[1:9]}, "study": s["study"], **t["params"]}
             row["value"] = ";".join(map(str, value)) if isinstance(value, list) else value
             writer.writerow(row)
     return out.getvalue().rstrip("\n")

@@ -194,7 +194,11 @@ def test_status_exports_csv_that_agrees_with_optunas_dataframe(tmp_path: Path, c
     for number, (state, value) in enumerate(
         [(TrialState.COMPLETE, 0.5), (TrialState.PRUNED, 0.1), (TrialState.FAIL, None)]
     ):
-        attrs = {"best_step": 10 * number, "steps": 20} if value is not None else {"fail_reason": "exit 1\nlast lines"}
+        attrs = (
+            {"best_step": 10 * number, "steps": 20, "peak_memory_mb": 100.5 + number}
+            if value is not None
+            else {"fail_reason": "exit 1\nlast lines"}
+        )
         study.add_trial(
             optuna.trial.create_trial(
                 state=state,
@@ -210,6 +214,7 @@ def test_status_exports_csv_that_agrees_with_optunas_dataframe(tmp_path: Path, c
     assert [(r["number"], r["state"]) for r in rows] == [("0", "COMPLETE"), ("1", "PRUNED"), ("2", "FAIL")]
     assert [r["optim.lr"] for r in rows] == ["0.001", "0.002", "0.003"] and all(r["optim"] == "adamw" for r in rows)
     assert rows[0]["value"] == "0.5" and rows[2]["value"] == "" and rows[2]["reason"] == "exit 1"
+    assert [r["peak_memory_mb"] for r in rows] == ["100.5", "101.5", ""]  # each trial's peak (trm/memory.py)
 
     frame = optuna.load_study(study_name="export", storage=url).trials_dataframe()  # needs pandas: the extra
     assert list(frame["number"]) == [0, 1, 2] and list(frame["state"]) == ["COMPLETE", "PRUNED", "FAIL"]

@@ -40,6 +40,7 @@ from trm.flops import flops_per_sample_step
 from trm.job_inputs import check_batch, load_data
 from trm.kernels import apply_kernels, resolve_kernels
 from trm.losses import METRIC_KEYS, normalize_metrics
+from trm.memory import peak_memory_mb
 from trm.model import ACTModel, TRMConfig, count_params
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema
 from trm.precision import Precision, device_facts, resolve_precision
@@ -260,7 +261,7 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
         bar.close()
         throughput = timer.summary(params.get("flops_per_sample_step", 0), train.global_batch_size, runtime.devices)
         summary = summarize(cfg, state, outcome, clock, params, chosen, str(runtime.device), throughput)
-        summary["profile"] = profiler.close()  # the trace written (train.profile_steps), or None
+        summary.update(profile=profiler.close(), peak_memory_mb=peak_memory_mb(runtime.device))  # trace written
         log.close(summary)
         clock.stamp("end")  # after the W&B run is closed: what is left is the outcome write and exit
         if is_main and reporter is not None:

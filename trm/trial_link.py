@@ -33,6 +33,7 @@ from storage.record import (
     CODE_VERSION_ATTR,
     DETAILS_ATTR,
     OBJECTIVE_ATTR,
+    PEAK_MEMORY_ATTR,
     PROFILE_DETAIL,
     PROGRESS_ATTR,
     PRUNE_METRIC_ATTR,
@@ -171,6 +172,7 @@ class TrialLink:
             "train_seconds": summary.get("seconds"),
             "precision": summary.get("precision"),  # the mode it trained in (auto: why is in its summary.json)
             "device": summary.get("device"),  # where rank 0 trained (cpu, cuda:0, xla:0)
+            PEAK_MEMORY_ATTR: summary.get("peak_memory_mb"),  # rank 0's device peak (trm/memory.py)
             CODE_VERSION_ATTR: code_fingerprint(),  # which trm code trained it (sweeps/best.py shows it)
             CODE_COMMIT_ATTR: git.commit if git else None,  # and the commit to check it out from, if a checkout's
             CODE_DIRTY_ATTR: git.dirty if git else None,
