@@ -48,6 +48,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "evidence_near_best": ("evidence", {"check": "near_best", "eval_examples": EVAL_EXAMPLES}),
 }
 BUDGETS = (0.10, 0.25, 0.40, 0.50, 1.00)  # shares of the grid's compute the regret and the hit rate are read at
+TRIAL_BUDGETS = (6, 8, 12, 16, 24, 36)  # n_trials a study may be given: its hit rate and compute are read there
 MAX_REDRAWS = 20  # conf/sweep.yaml draws.max_redraws
 # Optuna's GPSampler refits its Gaussian process at every draw: ~1 s a trial on a 2-core CPU, ~100x TPE.
 SLOW_SAMPLER_REPS = {"gp": 20}
@@ -111,8 +112,8 @@ class Trajectory:
 def replay(
     table: Table, strategy: Strategy, seed: int, space: SearchSpace, baseline: dict[str, Any] | None
 ) -> Trajectory:
-    """One study of `strategy` on `table`, sampler seed `seed`, until every configuration trained or the study
-    holds the table's best (nothing it reports can change after that)."""
+    """One study of `strategy` on `table`, sampler seed `seed`, until every configuration trained, or the study
+    holds the table's best and has run the largest of TRIAL_BUDGETS."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     sampler = DistinctSampler(build_sampler(strategy.sampler, seed), space, MAX_REDRAWS, seed)
     study = optuna.create_study(
@@ -126,7 +127,9 @@ def replay(
         study.enqueue_trial(baseline)
     out = Trajectory([], [], 0, 0)
     spent, best, repeats, top = 0.0, 0.0, 0, table.best
-    while len(out.gflops) < len(table.curves) and repeats < MAX_DUPLICATE_DRAWS and best < top:
+    while len(out.gflops) < len(table.curves) and repeats < MAX_DUPLICATE_DRAWS:
+        if best >= top and len(out.gflops) >= max(TRIAL_BUDGETS):
+            break  # it holds the table's best and every budget below is read: nothing it reports can change
         trial = study.ask()
         values = params_to_values(space.sample(trial))
         taken = trained_configs(study.get_trials(deepcopy=False), but=trial.number)
@@ -192,6 +195,11 @@ def summarize(table: Table, strategy: Strategy, runs: list[Trajectory]) -> dict[
             f"{b:.2f}": statistics.median(table.best - best_within(t, b * grid) for t in runs) for b in BUDGETS
         },
         "pruned_share_median": statistics.median(t.pruned / len(t.gflops) for t in runs),
+        # A study given n_trials=N: the share that ends holding one, and its median compute.
+        "found_with_n_trials": {str(n): sum(t <= n for t in trials) / len(runs) for n in TRIAL_BUDGETS},
+        "compute_with_n_trials_median": {
+            str(n): statistics.median(t.gflops[min(n, len(t.gflops)) - 1] / grid for t in runs) for n in TRIAL_BUDGETS
+        },
         "curve": success_curve(share),
         "regret_curve": [
             statistics.median(table.best - best_within(t, i / 100 * grid) for t in runs) for i in range(101)

@@ -211,6 +211,8 @@ def test_the_summary_reads_compute_to_find_and_regret_off_the_trajectories(tmp_p
     assert row["found_at"]["0.10"] == 0.0 and row["found_at"]["0.25"] == 0.5 and row["found_at"]["1.00"] == 0.5
     assert row["median_regret_at"]["0.10"] == pytest.approx((table.se + 0.1 + table.best) / 2)
     assert row["curve"][19] == 0.0 and row["curve"][20] == 0.5 and row["curve"][100] == 0.5
+    assert row["found_with_n_trials"]["6"] == 0.5  # the first study found one at its 2nd trial, the other never
+    assert row["compute_with_n_trials_median"]["6"] == pytest.approx((0.2 + 0.9) / 2)  # each study's whole spend
 
 
 def test_every_strategy_is_built_from_the_shipped_conf() -> None:
