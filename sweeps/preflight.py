@@ -13,6 +13,7 @@ study starts trials and refuses to start on a problem (`preflight.enabled=false`
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from omegaconf import DictConfig
@@ -73,8 +74,14 @@ def problems(answers: list[Answer], sweep: SweepConfig, launcher: TpuPodLauncher
     from contracts.code_version import code_fingerprint
 
     settings, trial = sweep.preflight, sweep.trial
+    shape = launcher.shape()
     here = resolve_mode(sweep.wandb.mode) if sweep.wandb.enabled else None  # this machine's W&B mode
     out = []
+    if shape.state != "READY":
+        out.append(
+            f"slice {shape.label()}: state {shape.state}, not READY (gcloud compute tpus tpu-vm describe): wait for "
+            "READY, or start or recreate it"
+        )
     expect = {k: v for k, v in (settings.expect or {}).items() if v is not None}
     ours = code_fingerprint()
     port = int(train.runtime.port)
@@ -109,8 +116,18 @@ def problems(answers: list[Answer], sweep: SweepConfig, launcher: TpuPodLauncher
                 "launcher.deploy=true installs this version"
             )
         chips, holders = f["chips"]
-        if chips != int(launcher.chips_per_vm):
-            out.append(f"worker {w}: {chips} TPU chip(s) at {settings.chips_glob}, expected {launcher.chips_per_vm}")
+        if chips != shape.chips_per_vm:
+            out.append(
+                f"worker {w}: {chips} TPU chip(s) at {settings.chips_glob}, but slice {shape.label()} has "
+                f"{shape.chips_per_vm} per VM"
+            )
+        hosts = f.get("hosts") or []
+        if hosts and len(hosts) != shape.workers:
+            out.append(
+                f"worker {w}: its TPU metadata names {len(hosts)} worker(s) ({', '.join(hosts)}), but slice "
+                f"{shape.label()} has {shape.workers}: the VM belongs to another slice, or a stale "
+                "TPU_WORKER_HOSTNAMES is in its environment"
+            )
         if holders:
             out.append(f"worker {w}: its chips are open in pid(s) {holders} (a job left running?): stop them first")
         if f["worker"] is None:
@@ -190,16 +207,20 @@ def _rank0_problems(w: int, f: dict[str, Any], sweep: SweepConfig, here: str | N
     return out
 
 
-def table(answers: list[Answer]) -> str:
-    rows = [("worker", "python", "torch", "torch_xla", "libtpu", "trm-sweeps", "chips", "free GB")]
+def table(answers: list[Answer], described: Sequence[str]) -> str:
+    """A row per worker; its last column the slice's workers as that VM sees them (TPU_WORKER_HOSTNAMES or
+    torch_xla's get_worker_ips()), else as `tpu-vm describe` lists them (`described`, marked so)."""
+    rows = [("worker", "python", "torch", "torch_xla", "libtpu", "trm-sweeps", "chips", "free GB", "worker IPs")]
+    fallback = ",".join(described) + " (describe)"
     for a in answers:
         f = a.facts
         if f is None:
-            rows.append((str(a.worker), "-", "-", "-", "-", "-", "-", "-"))
+            rows.append((str(a.worker), "-", "-", "-", "-", "-", "-", "-", fallback))
             continue
         v = f["versions"]
         chips = f"{f['chips'][0]}" + (" busy" if f["chips"][1] else "")
-        rows.append((str(a.worker), f["python"], *(str(v.get(p)) for p in PACKAGES), chips, str(f["free_gb"])))
+        hosts = ",".join(f.get("hosts") or []) or fallback
+        rows.append((str(a.worker), f["python"], *(str(v.get(p)) for p in PACKAGES), chips, str(f["free_gb"]), hosts))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(n) for c, n in zip(r, widths)).rstrip() for r in rows)
 
@@ -210,7 +231,8 @@ def preflight(sweep: SweepConfig, launcher: TpuPodLauncher) -> tuple[str, list[s
 
     train = compose_train_config(list(sweep.trial.overrides))
     answers = ask_workers(launcher, probe_args(sweep, launcher, train), sweep.preflight.timeout_s)
-    return table(answers), problems(answers, sweep, launcher, train)
+    shape = launcher.shape()
+    return shape.line() + "\n" + table(answers, shape.worker_ips), problems(answers, sweep, launcher, train)
 
 
 def check_before_study(sweep: SweepConfig, launcher: object) -> None:

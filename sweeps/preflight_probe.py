@@ -204,6 +204,7 @@ def main(args):
         "chips": _chips(args["chips_glob"]),
         "data": _dataset(args["data_path"], args["splits"]) if args["data_path"] else None,
         "free_gb": round(shutil.disk_usage(".").free / 1e9, 1),
+        "hosts": _hosts(),  # this VM's own list of the slice's workers (TPU_WORKER_HOSTNAMES or get_worker_ips())
     }
     if worker is not None:  # a VM that cannot tell which it is would take worker 0's part: checked by none
         _wait_for_go(float(args.get("ready_wait_s", 0)))

@@ -25,6 +25,7 @@ from sweeps.driver import Driver
 from sweeps.help import help_text
 from sweeps.interrupts import interrupt_once
 from sweeps.launchers.base import JobSpec, LauncherConfigError
+from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.retry import without_note
 from sweeps.slots import SLOT_CHOICES, SlotConfigError
 from sweeps.space import SearchSpaceError, to_overrides
@@ -51,6 +52,12 @@ def dry_run(driver: Driver) -> None:
     print(
         f"# study {sweep.study.name} ({sweep.scale} scale), storage {redact(driver.storage_url)}, launcher {str(sweep.launcher['_target_']).rsplit('.', 1)[-1]}"
     )
+    pods = dict(sweep.estimate.pods)
+    if isinstance(driver.launcher, TpuPodLauncher):  # the slice it runs on, as `tpu-vm describe` gives it
+        shape = driver.launcher.shape()
+        print(f"# {shape.line()}")
+        pods.setdefault(shape.accelerator_type, shape.chips)
+    slot = driver.launcher.slots()[0]  # the first trial's: its own overrides (a pod's device count) are shown
     trials = []
     for _ in range(sweep.n_trials):
         trial = study.ask()
@@ -58,8 +65,9 @@ def dry_run(driver: Driver) -> None:
         workdir = driver.roots.workdir(trial.number)
         spec = JobSpec(
             f"{sweep.study.name}-{trial.number}",
-            driver.job_command(trial.number, sampled, trial.number).overrides(),
+            driver.job_command(trial.number, sampled, trial.number, slot=slot).overrides(),
             workdir,
+            slot=slot,
         )
         trials.append((trial.number, sampled, spec))
         study.tell(trial, 0.0)
@@ -67,7 +75,6 @@ def dry_run(driver: Driver) -> None:
     if sweep.estimate.enabled:  # every trial's model priced from its FLOPs (trm.info, one process)
         costs = estimate.trial_costs([[*driver.base_overrides, *to_overrides(sampled)] for _, sampled, _ in trials])
     utilization = estimate.Utilization.parse(sweep.estimate.utilization)  # checked by the schema already
-    pods = sweep.estimate.pods
     for i, (number, sampled, spec) in enumerate(trials):
         print(f"trial {number}: {' '.join(to_overrides(sampled))}")
         print("  " + describe_command(driver, spec))

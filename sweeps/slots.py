@@ -86,8 +86,9 @@ class SlotKind:
 def tpu_slots(value: object, workers: Sequence[int], chips_per_vm: int) -> list[Slot]:
     """The slots of a TPU pod's worker VMs (`workers`, each with `chips_per_vm` chips)."""
     kind = SlotKind.parse(value)
-    if kind.kind == "pod":
-        return [Slot(WHOLE.name, (), len(workers) * chips_per_vm)]
+    if kind.kind == "pod":  # one device per chip (sweeps/launchers/tpu_slice.py): the job checks the count
+        total = len(workers) * chips_per_vm
+        return [Slot(WHOLE.name, (), total, overrides=(f"runtime.expected_devices={total}",))]
     size = chips_per_vm if kind.kind == "vm" else int(kind.chips or 0)
     if size not in V4_CHIP_BOUNDS or chips_per_vm % size:
         raise SlotConfigError(

@@ -172,7 +172,10 @@ class TrialLifecycle(ABC):
         trial.set_user_attr("overrides", to_overrides(sampled))
         trial.set_user_attr("workdir", str(workdir))
         # A fresh `details` (a retry's predecessor's belong to its own attempt): the job and finish() add theirs.
-        trial.set_user_attr(DETAILS_ATTR, {TRAIN_OVERRIDES_ATTR: self.training_overrides(sampled)})
+        # A whole-machine slot's own overrides (a pod's device count, from the slice) are part of what it trained
+        # with: the report's chip-hours and the re-train command read them there.
+        trained = [*self.training_overrides(sampled), *(slot.overrides if slot.whole else ())]
+        trial.set_user_attr(DETAILS_ATTR, {TRAIN_OVERRIDES_ATTR: trained})
         trial.set_user_attr(CHECKPOINT_URL_ATTR, self.checkpoint_url(origin))
         trial.set_user_attr(SLOT_ATTR, slot.name)
         self.storage.set_trial_system_attr(

@@ -28,11 +28,13 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from contracts.overrides import override_values
 from storage import redact, resolve_url
 from storage.url import is_postgres
 from sweeps.config_values import SweepConfigError
 from sweeps.distinct_draws import grid_refusal
 from sweeps.launchers.base import Launcher
+from sweeps.slots import Slot
 from sweeps.space import SearchSpace
 from sweeps.validate_optuna import check_optuna
 from sweeps.validate_trials import (
@@ -136,10 +138,24 @@ def _check_near_best_eval(cfg: DictConfig, base_overrides: list[str]) -> None:
         )
 
 
+def _check_slot_overrides(base_overrides: list[str], slots: list[Slot]) -> None:
+    """A key the trials set that a slot sets too (the device count a pod's slice or a VM's chips give) must agree:
+    the slot's comes last on the job's command line, so a different value of the trial's would be silently lost."""
+    ours = override_values(base_overrides)
+    for slot in slots:
+        for key, value in override_values(list(slot.overrides)).items():
+            if key in ours and ours[key] != value:
+                raise SweepConfigError(
+                    f"trial.overrides has {key}={ours[key]!r} but launcher.slots' slot {slot.name} trains with "
+                    f"{key}={value!r} (from the launcher's machines): drop the key from trial.overrides or set {value}"
+                )
+
+
 def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str], launcher: Launcher) -> None:
     check_searched_keys(cfg, space)
     name = type(launcher).__name__
     slots = launcher.slots()  # launcher.slots parsed and checked against the launcher's machines
+    _check_slot_overrides(base_overrides, slots)
     slot_chips = slots[0].chips  # None: a launcher that counts no chips (local, torchrun: world_size above)
     for values in space.representative():
         train_cfg = compose_trial([*base_overrides, *slots[0].overrides], values, f"study.space.{cfg.scale}")

@@ -35,12 +35,17 @@ def trial_file_exists(study_root: Path, number: int, relative: str) -> bool:
     return any(study_root.glob(f"*/trial-{number}/{relative}"))
 
 
-def fake_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> Path:
-    """The stand-in gcloud's pod (tests/fake_gcloud): `workers` VMs, each a directory under the returned root."""
+def fake_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, accelerator: str | None = None) -> Path:
+    """The stand-in gcloud's pod (tests/fake_gcloud): `workers` v4 VMs (a v4-8 each), or the slice `accelerator`
+    names (v4-32: 4 VMs), each VM a directory under the returned root."""
     root = tmp_path / "pod"
     root.mkdir()
     monkeypatch.setenv("FAKE_TPU_ROOT", str(root))
     monkeypatch.setenv("FAKE_TPU_WORKERS", str(workers))
+    if accelerator is not None:
+        monkeypatch.setenv("FAKE_TPU_TYPE", accelerator)
+    else:
+        monkeypatch.delenv("FAKE_TPU_TYPE", raising=False)
     monkeypatch.setenv("FAKE_GCLOUD_RETRY_S", "0.05")  # gcloud's 5 s between attempts on ssh's 255
     # The VMs' /etc/environment: the launchers' OpenMP policy (sweeps.launchers.base.machine_env), so the jobs do
     # not spin-wait on this machine's shared cores; and the test server's password file where it needs one (each

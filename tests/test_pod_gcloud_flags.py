@@ -18,7 +18,7 @@ FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
 
 def launcher(**kw: object) -> TpuPodLauncher:
     args: dict[str, object] = dict(
-        tpu_name="test-pod", zone="us-central2-b", num_workers=2, gcloud=str(FAKE_GCLOUD), env={}, remote_dir="~/trm"
+        tpu_name="test-pod", zone="us-central2-b", gcloud=str(FAKE_GCLOUD), env={}, remote_dir="~/trm"
     )
     return TpuPodLauncher(**{**args, **kw})  # type: ignore[arg-type]
 

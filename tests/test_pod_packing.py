@@ -55,7 +55,6 @@ def pod_study(
             "launcher.zone=us-central2-b",
             f"launcher.gcloud={FAKE_GCLOUD}",
             f"launcher.python={env_recording_python(tmp_path)}",
-            f"launcher.num_workers={workers}",
             f"launcher.slots={slots}",
             "launcher.remote_dir='~/trm'",
             "launcher.env={}",
@@ -139,21 +138,22 @@ def test_two_processes_on_a_v4_host_get_the_recipes_bounds_and_ports_of_their_ow
         device_slots("vm", 4)
 
 
-def test_a_slot_confines_its_job_by_the_hosts_chip_bounds_too() -> None:
+def test_a_slot_confines_its_job_by_the_hosts_chip_bounds_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """libtpu takes a confined host's chips from TPU_CHIPS_PER_HOST_BOUNDS (Ray, pytorch/xla#7714): every slot of a
     VM exports it with the process bounds (one process per slot), in the command its VM runs."""
     from sweeps.launchers.base import JobSpec
     from sweeps.launchers.tpu_pod import TpuPodLauncher
 
+    fake_pod(tmp_path, monkeypatch, 2)
     for kind, bounds in (("vm", "2,2,1"), ("chips:2", "1,2,1"), ("chips:1", "1,1,1")):
-        pods = TpuPodLauncher(tpu_name="t", zone="z", num_workers=2, slots=kind)
+        pods = TpuPodLauncher(tpu_name="t", zone="z", gcloud=str(FAKE_GCLOUD), slots=kind)
         for slot in pods.slots():
             env = slot.env
             assert env["TPU_CHIPS_PER_HOST_BOUNDS"] == env["TPU_CHIPS_PER_PROCESS_BOUNDS"] == bounds, (kind, env)
             assert env["TPU_HOST_BOUNDS"] == "1,1,1" and env["TPU_SKIP_MDS_QUERY"] == "1"
             command = pods.remote_command(JobSpec("j", [], Path("."), slot=slot))
             assert f"TPU_CHIPS_PER_HOST_BOUNDS={bounds} " in command
-    whole = TpuPodLauncher(tpu_name="t", zone="z", num_workers=2).slots()
+    whole = TpuPodLauncher(tpu_name="t", zone="z", gcloud=str(FAKE_GCLOUD)).slots()
     assert len(whole) == 1 and "TPU_CHIPS_PER_HOST_BOUNDS" not in whole[0].env  # the pod's own metadata
 
 

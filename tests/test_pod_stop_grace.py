@@ -57,7 +57,6 @@ def test_a_stop_lets_a_slow_save_finish_on_every_vm(tmp_path: Path, monkeypatch:
     pods = pod_launcher(
         f"launcher.gcloud={FAKE_GCLOUD}",
         f"launcher.python={slow}",
-        "launcher.num_workers=2",
         "launcher.remote_dir='~/trm'",
         "launcher.env={}",
     )

@@ -32,7 +32,6 @@ def pod_args(tmp_path: Path, db: str) -> list[str]:
         "launcher.zone=us-central2-b",
         f"launcher.gcloud={FAKE_GCLOUD}",
         "launcher.python='~/py'",
-        "launcher.num_workers=2",
         "launcher.remote_dir='~/trm'",
         "launcher.env={}",
         "storage=postgres",
@@ -62,10 +61,11 @@ def test_preflight_names_the_one_broken_worker_and_the_driver_refuses_to_start(
     give_python(pod / "test-pod" / "worker-1", OLD_PYTHON3)  # worker 1 kept the image's Python 3.10
     assert main(pod_args(tmp_path, fresh_pg_url)) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split()[:3] == ["worker", "python", "torch"]
-    rows = {line.split()[0]: line for line in out[1:3]}
+    assert out[0].startswith("slice test-pod (v4-16), READY, runtime ")  # as `tpu-vm describe` gives it
+    assert out[1].split()[:3] == ["worker", "python", "torch"]
+    rows = {line.split()[0]: line for line in out[2:4]}
     assert rows["0"].split()[1] == ".".join(map(str, sys.version_info[:3])) and rows["1"].split()[1] == "3.10.12"
-    problems = out[3:]
+    problems = out[4:]
     assert len(problems) == 1, problems
     assert problems[0].startswith("worker 1: launcher.python='~/py' is Python 3.10.12, older than 3.11: make a")
 
@@ -127,7 +127,7 @@ def test_preflight_sees_a_stale_job_holding_worker_0s_chips_and_port(
         args = [a for a in pod_args(tmp_path, fresh_pg_url) if not a.startswith("trial.overrides=")]
         args.append(f"trial.overrides={trial_list([*FAST_TRIAL, f'runtime.port={port}'])}")
         assert main(args) == 1
-        problems = capsys.readouterr().out.splitlines()[3:]
+        problems = capsys.readouterr().out.splitlines()[4:]
         assert any(p.startswith("worker 0: its chips are open in pid(s)") for p in problems), problems
         assert any(p.startswith(f"worker 0: runtime.port={port} cannot be bound") for p in problems), problems
         assert not any(p.startswith("worker 1") for p in problems), problems  # worker 1 is fine
@@ -146,7 +146,7 @@ def test_a_pod_whose_vms_cannot_tell_which_worker_they_are_is_not_ready(
     for w in (0, 1):
         give_python(pod / "test-pod" / f"worker-{w}", Path(sys.executable))
     assert main(pod_args(tmp_path, fresh_pg_url)) == 1
-    problems = capsys.readouterr().out.splitlines()[3:]
+    problems = capsys.readouterr().out.splitlines()[4:]
     assert [p.split(":")[0] for p in problems] == ["worker 0", "worker 1"], problems
     assert all("cannot tell which worker of the TPU it is" in p for p in problems), problems
 
@@ -157,6 +157,7 @@ def test_worker_0_seeing_fewer_peers_than_reached_it_is_a_problem(monkeypatch: p
 
     from omegaconf import OmegaConf
 
+    from sweeps.launchers.tpu_slice import SliceShape
     from sweeps.preflight import Answer, problems
 
     def facts(worker: int, port: dict[str, object]) -> dict[str, object]:
@@ -165,7 +166,8 @@ def test_worker_0_seeing_fewer_peers_than_reached_it_is_a_problem(monkeypatch: p
                 "data": None, "free_gb": 50.0, "checkpoint": None, "port": port}  # fmt: skip
 
     settings = SimpleNamespace(expect={}, chips_glob="/dev/accel*", min_free_gb=1)
-    launcher = SimpleNamespace(python="python3", chips_per_vm=4)
+    shape = SliceShape("t", "v4-24", "READY", "", ("a", "b", "c"), 12)
+    launcher = SimpleNamespace(python="python3", shape=lambda: shape)
     train = OmegaConf.create({"runtime": {"port": 12355}, "data": {"path": "data"}})
     answers = [Answer(0, facts(0, {"bind": None, "peers": 1})), *(Answer(w, facts(w, {"reach": None})) for w in (1, 2))]
     monkeypatch.setattr("contracts.code_version.code_fingerprint", lambda: "c")
@@ -196,7 +198,7 @@ def test_rank_0_needs_its_own_credentials_on_the_vm_where_it_runs(
 
     def problems_of(*extra: str) -> list[str]:
         code = main([*args, *extra])
-        found = capsys.readouterr().out.splitlines()[3:]
+        found = capsys.readouterr().out.splitlines()[4:]
         assert code == (1 if found != ["no problems: the pod is ready"] else 0), found
         return found
 

@@ -24,9 +24,18 @@ from sweeps.run import dry_run
 from sweeps.space import SearchSpaceError
 from sweeps.study import StudyMismatchError
 from sweeps.validate import SweepConfigError
-from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir, trial_file_exists
+from tests.sweep_helpers import (
+    FAST_TRIAL,
+    fake_pod,
+    summary_of,
+    sweep_config,
+    sweep_overrides,
+    trial_dir,
+    trial_file_exists,
+)
 
 STUDIES = ["model_scaling", "model_scaling_pareto", "curriculum", "halting", "optimizer"]
+FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
 POD = ["site=pod", "launcher.tpu_name=test-pod", "launcher.zone=us-central2-b"]
 
 
@@ -41,12 +50,13 @@ def load(pg_url: str, name: str) -> optuna.Study:
 @pytest.mark.parametrize("site", ["laptop", "pod"])
 @pytest.mark.parametrize("study", STUDIES)
 def test_every_study_validates_and_dry_runs(
-    study: str, site: str, tmp_path: Path, capsys: pytest.CaptureFixture
+    study: str, site: str, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     priced = site == "pod" and study == "model_scaling"  # the cost estimate starts trm.info: once here
     extra = [f"study={study}", "n_trials=3", f"estimate.enabled={str(priced).lower()}", *(POD if site == "pod" else [])]
-    if site == "pod":  # the pod site brings its own trial overrides (paper scale)
-        cfg = compose_sweep_config([f"output_root={tmp_path}", *extra])
+    if site == "pod":  # the pod site brings its own trial overrides (paper scale); its size from the stand-in's slice
+        fake_pod(tmp_path, monkeypatch, 8)
+        cfg = compose_sweep_config([f"output_root={tmp_path}", f"launcher.gcloud={FAKE_GCLOUD}", *extra])
     else:
         cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, *extra)
     driver = Driver(cfg)

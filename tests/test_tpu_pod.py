@@ -57,7 +57,6 @@ def launcher(**kw) -> TpuPodLauncher:
     args = dict(
         tpu_name="test-pod",
         zone="us-central2-b",
-        num_workers=2,
         gcloud=str(FAKE_GCLOUD),
         python=sys.executable,
         env={},
@@ -206,7 +205,7 @@ def test_missing_tpu_name_or_zone_and_unknown_workers_are_config_errors(pod: Pat
     launcher(workers="1", slots="vm").validate()  # a trial per VM: each job is a one-VM slice of its own
 
 
-def test_a_sqlite_study_on_a_pod_is_refused_before_anything_runs(tmp_path: Path) -> None:
+def test_a_sqlite_study_on_a_pod_is_refused_before_anything_runs(pod: Path, tmp_path: Path) -> None:
     """The VMs' rank 0 would open another, empty file of that name on its own disk (the stand-in pod shares this
     machine's disk, so only the check stands between a researcher and trials failing at their first report)."""
     from sweeps.validate import SweepConfigError
@@ -232,7 +231,6 @@ def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path, fresh_pg_url: str) -
             "launcher.zone=us-central2-b",
             f"launcher.gcloud={FAKE_GCLOUD}",
             f"launcher.python={sys.executable}",
-            "launcher.num_workers=2",
             "launcher.remote_dir='~/trm'",
             "launcher.env={}",
             "storage=postgres",

@@ -52,6 +52,7 @@ from sweeps.launchers.remote_shell import (
     stop_command,
 )
 from sweeps.launchers.tpu_pod_gcloud import check_flags, scp_flags_of, track_args
+from sweeps.launchers.tpu_slice import SliceShape, check_configured, describe_slice
 from sweeps.slots import Slot, tpu_slots
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class TpuPodLauncher:
         tpu_name: str | None = None,
         zone: str | None = None,
         project: str | None = None,
-        num_workers: int = 8,
+        num_workers: int | None = None,
         workers: str | Sequence[int] = "all",
         gcloud: str = "gcloud",
         python: str = "python3",
@@ -97,7 +98,7 @@ class TpuPodLauncher:
         ssh_timeout_s: int = 60,
         copy_timeout_s: int = 600,
         slots: str = "pod",
-        chips_per_vm: int = 4,
+        chips_per_vm: int | None = None,
         kill_grace_s: float = TERMINATE_GRACE_S,
     ):
         self.tpu_name, self.zone, self.project = tpu_name, zone, project
@@ -110,17 +111,36 @@ class TpuPodLauncher:
         self.kill_grace_s = kill_grace_s
         self.scp_flags = None if scp_flags is None else [str(f) for f in scp_flags]
         self.gcloud_track = str(gcloud_track)
+        self._shape: SliceShape | None = None
+
+    # ------------------------------------------------------------------------------------------- the slice
+
+    def shape(self) -> SliceShape:
+        """The slice as `tpu-vm describe` gives it (asked once): its workers, chips per VM and device count are
+        the launcher's. A configured launcher.num_workers or launcher.chips_per_vm must agree with it."""
+        if self._shape is None:
+            require(self.tpu_name, "launcher.tpu_name", "the TPU VM name, as in `gcloud compute tpus tpu-vm list`")
+            require(self.zone, "launcher.zone", "the TPU's zone, e.g. us-central2-b")
+            argv = [*self.base_args("describe"), str(self.tpu_name), *self._location_flags("describe"), "--format=json"]
+            shape = describe_slice(argv, str(self.tpu_name), self.ssh_timeout_s)
+            check_configured(
+                shape, {"launcher.num_workers": self.num_workers, "launcher.chips_per_vm": self.chips_per_vm}
+            )
+            self._shape = shape
+        return self._shape
 
     # ------------------------------------------------------------------------------------------- setup
 
     def worker_ids(self) -> list[int]:
+        count = self.shape().workers
         if self.workers == "all":
-            return list(range(self.num_workers))
+            return list(range(count))
         ids = [int(w) for w in (self.workers.split(",") if isinstance(self.workers, str) else self.workers)]
-        bad = [w for w in ids if not 0 <= w < self.num_workers]
+        bad = [w for w in ids if not 0 <= w < count]
         if bad or not ids:
             raise LauncherConfigError(
-                f"launcher.workers={self.workers!r}: expected 'all' or worker ids in 0..{self.num_workers - 1}"
+                f"launcher.workers={self.workers!r}: expected 'all' or worker ids in 0..{count - 1} (slice "
+                f"{self.shape().label()} has {count} workers)"
             )
         return ids
 
@@ -128,9 +148,12 @@ class TpuPodLauncher:
         """Config errors before anything is contacted."""
         require(self.tpu_name, "launcher.tpu_name", "the TPU VM name, as in `gcloud compute tpus tpu-vm list`")
         require(self.zone, "launcher.zone", "the TPU's zone, e.g. us-central2-b")
-        if not isinstance(self.num_workers, int) or self.num_workers < 1:
-            raise LauncherConfigError(f"launcher.num_workers={self.num_workers!r}: expected an integer >= 1 (v4-64: 8)")
-        if self.slot_kind == "pod" and self.worker_ids() != list(range(self.num_workers)):
+        if shutil.which(self.gcloud) is None:
+            raise LauncherConfigError(
+                f"launcher.gcloud={self.gcloud!r}: not found on PATH (install the Google Cloud CLI)"
+            )
+        check_flags(self.gcloud_track, self.ssh_flags, self.scp_flags)
+        if self.slot_kind == "pod" and self.worker_ids() != list(range(self.shape().workers)):
             # libtpu takes the slice's topology from the TPU's metadata: a job on some VMs waits for the rest.
             raise LauncherConfigError(
                 f"launcher.workers={self.workers!r} with launcher.slots=pod: a pod job runs on every VM of the TPU "
@@ -138,11 +161,6 @@ class TpuPodLauncher:
                 "to run trials on some VMs each"
             )
         self.slots()
-        if shutil.which(self.gcloud) is None:
-            raise LauncherConfigError(
-                f"launcher.gcloud={self.gcloud!r}: not found on PATH (install the Google Cloud CLI)"
-            )
-        check_flags(self.gcloud_track, self.ssh_flags, self.scp_flags)
         if self.deploy:
             self.wheel_source()
 
@@ -198,6 +216,8 @@ class TpuPodLauncher:
         flags = [f"--zone={self.zone}"]
         if self.project:
             flags.append(f"--project={self.project}")
+        if verb == "describe":  # no ssh: the routing and key flags are ssh's and scp's, not describe's
+            return [*flags, "--quiet"]
         own = self.ssh_flags if verb == "ssh" else scp_flags_of(self.ssh_flags, self.scp_flags)
         return [*flags, "--quiet", *own]
 
@@ -270,7 +290,7 @@ class TpuPodLauncher:
     def slots(self, kind: str | None = None) -> list[Slot]:
         """pod: every VM runs each trial; vm: a trial per VM; chips:N: a trial per N chips of a VM."""
         return [
-            with_host_bounds(s) for s in tpu_slots(kind or self.slot_kind, self.worker_ids(), int(self.chips_per_vm))
+            with_host_bounds(s) for s in tpu_slots(kind or self.slot_kind, self.worker_ids(), self.shape().chips_per_vm)
         ]
 
     def slot_alive(self, slot: Slot) -> bool:
