@@ -1,0 +1,163 @@
+"""The slice describes itself (issue 43.1): `gcloud compute tpus tpu-vm describe` sizes the tpu_pod launcher. On the
+stand-in's slices of 1, 2, 4 and 8 VMs the same command, with no size key, dry-runs, preflights and trains a trial;
+a configured size the slice contradicts is refused in one line naming the key."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+import yaml
+from optuna.trial import TrialState
+
+from storage.record import TRAIN_OVERRIDES_ATTR, trial_detail
+from sweeps.config import compose_sweep_config
+from sweeps.driver import Driver
+from sweeps.launchers.base import LauncherConfigError
+from sweeps.launchers.torchrun import free_port
+from sweeps.launchers.tpu_slice import SliceShape, check_configured, parse_node
+from sweeps.preflight import main as preflight_main
+from sweeps.run import dry_run
+from sweeps.validate import SweepConfigError
+from tests.sweep_helpers import FAST_TRIAL, fake_pod, trial_dir, trial_list
+
+FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
+# Batches every slice here divides: 32 examples over 4 to 32 chips and 1 to 8 processes.
+TRIAL = [*FAST_TRIAL, "runtime.backend=torch", "train.global_batch_size=32", "train.eval_batch_size=32"]
+
+
+def node(kind: str | None, vms: int, **extra: object) -> dict[str, object]:
+    endpoints = [{"ipAddress": f"10.0.0.{w}", "port": 8470} for w in range(vms)]
+    return {"acceleratorType": kind, "state": "READY", "runtimeVersion": "v2-alpha-tpuv5", "networkEndpoints": endpoints,
+            **extra}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "vms", "chips", "per_vm"),
+    [
+        ("v4-8", 1, 4, 4),  # v4-N counts TensorCores: two per chip, four chips per VM
+        ("v4-32", 4, 16, 4),
+        ("v4-64", 8, 32, 4),
+        ("v5p-8", 1, 4, 4),  # v5p: two TensorCores per chip too (2x2x1: 8 cores, 4 chips, 1 host)
+        ("v5litepod-8", 1, 8, 8),  # v5e: one per chip; a one-host slice of 8 chips
+        ("v5litepod-16", 4, 16, 4),
+        ("v6e-8", 1, 8, 8),
+    ],
+)
+def test_a_described_slice_gives_workers_chips_per_vm_and_devices(kind: str, vms: int, chips: int, per_vm: int) -> None:
+    shape = parse_node("my-tpu", node(kind, vms))
+    assert (shape.workers, shape.chips, shape.chips_per_vm, shape.devices) == (vms, chips, per_vm, chips)
+    assert shape.worker_ips == tuple(f"10.0.0.{w}" for w in range(vms))
+
+
+def test_a_slice_this_cannot_size_is_refused_naming_its_type() -> None:
+    by_topology = parse_node("t", node(None, 4, acceleratorConfig={"type": "V4", "topology": "2x2x4"}))
+    assert (by_topology.chips, by_topology.chips_per_vm, by_topology.accelerator_type) == (16, 4, "V4 2x2x4")
+    with pytest.raises(LauncherConfigError, match=r"^launcher.tpu_name='t': its acceleratorType 'v3-8' is not one"):
+        parse_node("t", node("v3-8", 1))  # one torch_xla device per TensorCore there: not sized here
+    with pytest.raises(LauncherConfigError, match=r"slice v4-32 in state CREATING lists 0 worker endpoint\(s\)"):
+        parse_node("t", {**node("v4-32", 0), "state": "CREATING"})
+
+
+def test_a_configured_size_the_slice_contradicts_is_one_line_naming_the_key() -> None:
+    shape = SliceShape("my-tpu", "v4-32", "READY", "", ("a", "b", "c", "d"), 16)
+    with pytest.raises(LauncherConfigError) as refused:
+        check_configured(shape, {"launcher.num_workers": 8, "launcher.chips_per_vm": None})
+    assert str(refused.value) == "launcher.num_workers=8 but slice my-tpu (v4-32) has 4 workers: drop the key or set 4"
+    with pytest.raises(LauncherConfigError, match=r"^launcher.chips_per_vm=8 but slice my-tpu \(v4-32\) has 4 chips"):
+        check_configured(shape, {"launcher.chips_per_vm": 8})
+    check_configured(shape, {"launcher.num_workers": 4, "launcher.chips_per_vm": 4})  # agreeing: fine
+
+
+def pod_command(tmp_path: Path, db: str, *extra: str) -> list[str]:
+    """The one command every slice runs: no launcher.num_workers, chips_per_vm or runtime.expected_devices."""
+    return [
+        "site=pod",
+        "launcher.tpu_name=test-pod",
+        "launcher.zone=us-central2-b",
+        f"launcher.gcloud={FAKE_GCLOUD}",
+        f"launcher.python={sys.executable}",
+        "launcher.remote_dir='~/trm'",
+        "launcher.env={}",
+        "storage=postgres",
+        f"storage.url={db}",
+        f"output_root={tmp_path}/out",
+        "study=halting",
+        "n_trials=1",
+        "pruner=none",
+        f"trial.overrides={trial_list([*TRIAL, f'runtime.port={free_port()}'])}",
+        "heartbeat.interval_s=1",
+        "poll_s=0.2",
+        "wandb.enabled=false",
+        "reeval.at_end=false",
+        "estimate.enabled=false",  # the price needs trm.info's FLOPs: one slow process per slice (test_sweeps prices)
+        f"preflight.expect={{torch: '{torch.__version__}', torch_xla: null}}",
+        "preflight.chips_glob='~/dev/accel*'",
+        "preflight.min_free_gb=0",
+        *extra,
+    ]
+
+
+def test_a_size_the_slice_contradicts_is_refused_before_any_vm_is_contacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_pg_url: str
+) -> None:
+    """What a v4-64's constants did on a v4-32: gcloud refused workers 4-7 and every trial died at start-up."""
+    pod = fake_pod(tmp_path, monkeypatch, 0, accelerator="v4-32")
+    command = pod_command(tmp_path, fresh_pg_url)
+    with pytest.raises(LauncherConfigError) as refused:
+        Driver(compose_sweep_config([*command, "launcher.num_workers=8"])).validate()
+    assert str(refused.value) == (
+        "launcher.num_workers=8 but slice test-pod (v4-32) has 4 workers: drop the key or set 4"
+    )
+    trial = trial_list([*TRIAL, "runtime.expected_devices=32"])
+    with pytest.raises(SweepConfigError) as contradicted:
+        Driver(compose_sweep_config([*command, f"trial.overrides={trial}"])).validate()
+    assert str(contradicted.value).startswith(
+        "trial.overrides has runtime.expected_devices=32 but launcher.slots' slot pod trains with "
+        "runtime.expected_devices=16"
+    )
+    assert not (pod / "calls.log").exists()  # no ssh, no scp: refused on the description alone
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("accelerator", "vms"), [("v4-8", 1), ("v4-16", 2), ("v4-32", 4), ("v4-64", 8)])
+def test_one_command_dry_runs_preflights_and_trains_on_every_slice_size(
+    accelerator: str,
+    vms: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    fresh_pg_url: str,
+) -> None:
+    pod = fake_pod(tmp_path, monkeypatch, 0, accelerator=accelerator)
+    command = pod_command(tmp_path, fresh_pg_url)
+    devices = 4 * vms
+
+    driver = Driver(compose_sweep_config(command))
+    driver.validate()
+    dry_run(driver)
+    shown = capsys.readouterr().out
+    assert (
+        f"# slice test-pod ({accelerator}), READY" in shown and f"{vms} VM(s) x 4 chip(s) = {devices} devices" in shown
+    )
+    assert f"runtime.expected_devices={devices}" in shown  # the pod slot's own override, on the trial's command
+
+    assert preflight_main(command) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "no problems: the pod is ready", out
+    rows = [line for line in out if line.split()[:1] and line.split()[0].isdigit()]
+    assert [r.split()[0] for r in rows] == [str(w) for w in range(vms)]
+    assert all(r.split()[-1] == ",".join(["localhost"] * vms) for r in rows)  # each VM's own list of the workers
+
+    Driver(compose_sweep_config(command)).run()
+    (trial,) = optuna.load_study(study_name="halting", storage=fresh_pg_url).trials
+    assert trial.state == TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
+    assert f"runtime.expected_devices={devices}" in trial_detail(trial.user_attrs, TRAIN_OVERRIDES_ATTR)
+    run = trial_dir(pod / "test-pod" / "worker-0" / "trm" / "runs" / "halting", 0) / "run"
+    assert (run / "summary.json").is_file()
+    for w in range(vms):  # every VM's job was given the slice's device count
+        configs = list((pod / "test-pod" / f"worker-{w}" / "trm").glob("outputs/train/*/.hydra/config.yaml"))
+        assert configs and all(yaml.safe_load(c.read_text())["runtime"]["expected_devices"] == devices for c in configs)
