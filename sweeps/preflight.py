@@ -225,11 +225,12 @@ def table(answers: list[Answer], described: Sequence[str]) -> str:
     return "\n".join("  ".join(c.ljust(n) for c, n in zip(r, widths)).rstrip() for r in rows)
 
 
-def preflight(sweep: SweepConfig, launcher: TpuPodLauncher) -> tuple[str, list[str]]:
-    """The table and the problems of the pod `sweep` names (its launcher already validated)."""
+def preflight(sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig | None = None) -> tuple[str, list[str]]:
+    """The table and the problems of the pod `sweep` names (its launcher already validated); `train` the trials'
+    training config, composed here when not given."""
     from contracts.hydra_app import compose_train_config
 
-    train = compose_train_config(list(sweep.trial.overrides))
+    train = compose_train_config(list(sweep.trial.overrides)) if train is None else train
     answers = ask_workers(launcher, probe_args(sweep, launcher, train), sweep.preflight.timeout_s)
     shape = launcher.shape()
     return shape.line() + "\n" + table(answers, shape.worker_ips), problems(answers, sweep, launcher, train)
@@ -250,6 +251,7 @@ def check_before_study(sweep: SweepConfig, launcher: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from contracts.hydra_app import compose_train_config
     from sweeps.config import compose_sweep_config
     from sweeps.optuna_parts import build_launcher
     from sweeps.typed_config import typed_sweep
@@ -268,12 +270,15 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(launcher, TpuPodLauncher):
         print("sweeps.preflight checks a TPU pod: give site=pod (launcher=tpu_pod)", file=sys.stderr)
         return 2
+    # Every argument read before anything is asked of gcloud (validate describes the slice): a bad training
+    # override is refused without a call.
+    train = compose_train_config(list(sweep.trial.overrides))
     launcher.validate()
     unreachable = storage_out_of_reach(cfg, launcher)
     if unreachable:
         print(unreachable, file=sys.stderr)
         return 2
-    shown, found = preflight(sweep, launcher)
+    shown, found = preflight(sweep, launcher, train)
     print(shown)
     print("\n".join(found) if found else "no problems: the pod is ready")
     return 1 if found else 0
