@@ -31,7 +31,6 @@ from pathlib import Path
 
 from sweeps.job_command import JOB_TAG_KEY
 from sweeps.launchers.base import (
-    TERMINATE_GRACE_S,
     JobHandle,
     JobSpec,
     LauncherConfigError,
@@ -62,6 +61,9 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 
 # Environment a worker needs that the VM does not give (TPU runtime, control-plane port).
 DEFAULT_ENV = {"PJRT_DEVICE": "TPU"}
+# A stop's SIGTERM to SIGKILL on the VMs (conf/launcher/tpu_pod.yaml kill_grace_s): a paper-scale save to gs://
+# rarely fits the local launchers' 10 s, and a kill mid-save keeps only the previous checkpoint.
+POD_TERMINATE_GRACE_S = 120.0
 
 
 def with_host_bounds(slot: Slot) -> Slot:
@@ -99,7 +101,7 @@ class TpuPodLauncher:
         copy_timeout_s: int = 600,
         slots: str = "pod",
         chips_per_vm: int | None = None,
-        kill_grace_s: float = TERMINATE_GRACE_S,
+        kill_grace_s: float = POD_TERMINATE_GRACE_S,
     ):
         self.tpu_name, self.zone, self.project = tpu_name, zone, project
         self.num_workers, self.workers = num_workers, workers
