@@ -18,6 +18,7 @@ finds it 9 times in 10), and the median regret (table best - study best) at 10/2
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import time
@@ -73,6 +74,7 @@ class Strategy:
         return Strategy(sampler, pruner, by_column[metric])
 
 
+@functools.cache  # read once per process: every replay of a worker asks for it
 def study_conf() -> tuple[SearchSpace, dict[str, Any]]:
     """model_scaling's tiny space and baseline, as the study file defines them."""
     study = OmegaConf.load(CONF / "study" / "model_scaling.yaml")

@@ -58,3 +58,25 @@ def fake_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, acce
         image.append("PGPASSFILE")
     monkeypatch.setenv("FAKE_TPU_VM_ENVIRONMENT", ",".join(image))
     return root
+
+
+FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
+
+
+def stand_in_pod_overrides(db: str, out: Path, python: str) -> list[str]:
+    """`sweeps.run` overrides of a one-trial halting study on the stand-in pod (`fake_pod`'s slice `test-pod`):
+    its gcloud, the VMs' interpreter and directory, the study on PostgreSQL `db`, trial directories under `out`."""
+    return [
+        "site=pod",
+        "launcher.tpu_name=test-pod",
+        "launcher.zone=us-central2-b",
+        f"launcher.gcloud={FAKE_GCLOUD}",
+        f"launcher.python={python}",
+        "launcher.remote_dir='~/trm'",
+        "launcher.env={}",
+        "storage=postgres",
+        f"storage.url={db}",
+        f"output_root={out}",
+        "study=halting",
+        "n_trials=1",
+    ]

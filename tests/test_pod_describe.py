@@ -22,9 +22,8 @@ from sweeps.launchers.tpu_slice import SliceShape, check_configured, parse_node
 from sweeps.preflight import main as preflight_main
 from sweeps.run import dry_run
 from sweeps.validate import SweepConfigError
-from tests.sweep_helpers import FAST_TRIAL, fake_pod, trial_dir, trial_list
+from tests.sweep_helpers import FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_dir, trial_list
 
-FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
 # Batches every slice here divides: 32 examples over 4 to 32 chips and 1 to 8 processes.
 TRIAL = [*FAST_TRIAL, "runtime.backend=torch", "train.global_batch_size=32", "train.eval_batch_size=32"]
 
@@ -75,18 +74,7 @@ def test_a_configured_size_the_slice_contradicts_is_one_line_naming_the_key() ->
 def pod_command(tmp_path: Path, db: str, *extra: str) -> list[str]:
     """The one command every slice runs: no launcher.num_workers, chips_per_vm or runtime.expected_devices."""
     return [
-        "site=pod",
-        "launcher.tpu_name=test-pod",
-        "launcher.zone=us-central2-b",
-        f"launcher.gcloud={FAKE_GCLOUD}",
-        f"launcher.python={sys.executable}",
-        "launcher.remote_dir='~/trm'",
-        "launcher.env={}",
-        "storage=postgres",
-        f"storage.url={db}",
-        f"output_root={tmp_path}/out",
-        "study=halting",
-        "n_trials=1",
+        *stand_in_pod_overrides(db, tmp_path / "out", sys.executable),
         "pruner=none",
         f"trial.overrides={trial_list([*TRIAL, f'runtime.port={free_port()}'])}",
         "heartbeat.interval_s=1",

@@ -16,29 +16,17 @@ from sweeps.config import compose_sweep_config
 from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
 from sweeps.preflight import PreflightError, main
-from tests.sweep_helpers import FAST_TRIAL, fake_pod, trial_list
+from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_list
 
 pytestmark = pytest.mark.slow  # every test here starts processes or trains
 
-FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
 OLD_PYTHON3 = FAKE_GCLOUD.parent / "vm-bin" / "python3"
 
 
 def pod_args(tmp_path: Path, db: str) -> list[str]:
     """A study on the stand-in pod, its storage the PostgreSQL database `db` (each VM's rank 0 opens it)."""
     return [
-        "site=pod",
-        "launcher.tpu_name=test-pod",
-        "launcher.zone=us-central2-b",
-        f"launcher.gcloud={FAKE_GCLOUD}",
-        "launcher.python='~/py'",
-        "launcher.remote_dir='~/trm'",
-        "launcher.env={}",
-        "storage=postgres",
-        f"storage.url={db}",
-        f"output_root={tmp_path}/out",
-        "study=halting",
-        "n_trials=1",
+        *stand_in_pod_overrides(db, tmp_path / "out", "'~/py'"),
         f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.backend=torch', f'runtime.port={free_port()}'])}",
         f"preflight.expect={{torch: '{torch.__version__}', torch_xla: null}}",  # this environment's, no torch_xla
         "preflight.chips_glob='~/dev/accel*'",  # the stand-in VMs' chips

@@ -24,9 +24,8 @@ from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, LauncherConfigError
 from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu_pod import TpuPodLauncher
-from tests.sweep_helpers import FAST_TRIAL, fake_pod, trial_dir, trial_list
+from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_dir, trial_list
 
-FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
 NOTE = """a b "c" [e,f] $HOME `x` ; end"""  # spaces, quotes, brackets, $, backticks: must arrive unchanged
 
 
@@ -226,18 +225,7 @@ def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path, fresh_pg_url: str) -
     db = fresh_pg_url  # the VMs' rank 0 reports to a server, as on a pod (a SQLite file here is refused)
     cfg = compose_sweep_config(
         [
-            "site=pod",
-            "launcher.tpu_name=test-pod",
-            "launcher.zone=us-central2-b",
-            f"launcher.gcloud={FAKE_GCLOUD}",
-            f"launcher.python={sys.executable}",
-            "launcher.remote_dir='~/trm'",
-            "launcher.env={}",
-            "storage=postgres",
-            f"storage.url={db}",
-            f"output_root={tmp_path}/out",
-            "study=halting",
-            "n_trials=1",
+            *stand_in_pod_overrides(db, tmp_path / "out", sys.executable),
             "pruner=none",
             f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.backend=torch', f'runtime.port={free_port()}'])}",
             "heartbeat.interval_s=1",
