@@ -10,7 +10,9 @@ pruner=none n_trials=<the space's size>` with the trial settings below and `seed
 SQLite file under --state. A run that stops (Ctrl-C, a kill, the end of a session) is resumed by running the same
 command: the driver continues the study, a job that was cut off resumes from its last checkpoint, and the grid
 enumerates only what is not trained yet. --state defaults to a directory outside the work tree on purpose: a
-fresh checkout of the repository finds the studies where the previous one left them.
+fresh checkout of the repository finds the studies where the previous one left them. Where the state is gone
+(a fresh machine), `record` carries the committed table's curves of that seed into the new state and trains only
+the configurations it lacks, queued in a study of their own (carry_committed); `export` puts the two together.
 
 `export` reads the studies back: per trial its parameters and, per eval, exact and blank accuracy, the cumulative
 training FLOPs (trm.flops per sample step x batch x step) and the wall seconds since the job's first step (from
@@ -22,6 +24,7 @@ machine, settings) and only complete curves; it can run while `record` goes on.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -99,6 +102,42 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
+def carried_path(state: Path, seed: int) -> Path:
+    return state / f"carried_seed{seed}.json"
+
+
+def carry_committed(state: Path, seed: int, table: Path = OUT, size: int = SPACE_SIZE) -> int | None:
+    """Where seed `seed` has no study under `state` but the committed `table` has curves of it: keep those curves
+    (carried_seed<S>.json, with the sessions that recorded them in provenance.jsonl), create the study and queue
+    every configuration the table lacks. Returns the n_trials that trains exactly those; None: nothing carried.
+    The space is the product of the values the carried rows take per key (checked against `size`)."""
+    if (state / f"seed{seed}.db").exists() or carried_path(state, seed).exists() or not table.exists():
+        return None
+    saved = json.loads(table.read_text())
+    rows = saved["seeds"].get(str(seed), [])
+    if not rows:
+        return None
+    keys = sorted(rows[0]["params"])
+    values = [sorted({r["params"][k] for r in rows}, key=str) for k in keys]
+    space = [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+    if len(space) != size:
+        raise ValueError(f"{table}: seed {seed}'s rows span {len(space)} configurations, not the space's {size}")
+    have = {config(r["params"]) for r in rows}
+    missing = [c for c in space if config(c) not in have]
+    state.mkdir(parents=True, exist_ok=True)
+    with open(state / "provenance.jsonl", "a") as f:
+        for session in saved.get("recording_sessions", []):
+            f.write(json.dumps(session) + "\n")
+    study = optuna.create_study(
+        study_name=study_name(seed), storage=open_storage(storage_url(state, seed)), direction="maximize"
+    )
+    for params in missing:
+        study.enqueue_trial(params)
+    carried_path(state, seed).write_text(json.dumps(rows, separators=(",", ":")) + "\n")
+    print(f"seed {seed}: {len(rows)} curves carried from {table}; {len(missing)} configurations queued", flush=True)
+    return len(missing)
+
+
 def rerun_failed(state: Path, seed: int, configurations: int) -> int:
     """The n_trials that trains every configuration still missing from seed `seed`'s study: a configuration whose
     every trial failed for good is queued again (the grid counts a failed configuration as tried, and its final
@@ -130,7 +169,9 @@ def record(
         f.write(json.dumps(session) + "\n")
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     for seed in seeds:
-        budget = rerun_failed(state, seed, n_trials)
+        carried = carry_committed(state, seed, size=n_trials)
+        carried_rows = json.loads(carried_path(state, seed).read_text()) if carried_path(state, seed).exists() else []
+        budget = rerun_failed(state, seed, n_trials - len(carried_rows)) if carried is None else carried
         cmd = [sys.executable, "-m", "sweeps.run", *record_command(state, seed, jobs, budget, extra)]
         print("$ " + " ".join(cmd[1:]), flush=True)
         with open(state / f"seed{seed}.log", "a") as log:
@@ -206,10 +247,15 @@ def export(state: Path, seeds: list[int]) -> dict[str, Any]:
                     "curve": points,
                 }
             )
+        if carried_path(state, seed).exists():  # curves an earlier state recorded (carry_committed)
+            trained = {config(r["params"]) for r in rows}
+            carried = json.loads(carried_path(state, seed).read_text())
+            rows += [r for r in carried if config(r["params"]) not in trained]
         rows.sort(key=lambda r: sorted(r["params"].items()))
         tables[str(seed)] = rows
     provenance = state / "provenance.jsonl"
-    sessions = [json.loads(line) for line in provenance.read_text().splitlines()] if provenance.exists() else []
+    lines = provenance.read_text().splitlines() if provenance.exists() else []
+    sessions = list({line: json.loads(line) for line in lines}.values())  # a carried session once
     return {
         "benchmark": "trm_bench_tiny",
         "command": "python -m bench.trm_bench_tiny record --seeds " + ",".join(map(str, seeds)),

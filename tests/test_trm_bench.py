@@ -283,3 +283,24 @@ def test_a_configuration_that_failed_for_good_is_queued_again_within_the_budget(
     assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 2
     assert budget == 3 + 3 - 1  # used (the complete and two failed) + the two configurations not complete
     assert trm_bench_tiny.rerun_failed(tmp_path / "none", 0, configurations=72) == 72  # no study yet
+
+
+def test_a_lost_state_carries_the_committed_curves_and_queues_only_the_rest(tmp_path: Path) -> None:
+    table = tmp_path / "committed.json"
+    saved = synthetic_table(table)
+    kept = [r for r in saved["seeds"]["0"] if r["params"]["arch.H_cycles"] == r["params"]["arch.L_cycles"]]
+    saved["seeds"]["0"] = kept
+    saved["recording_sessions"] = [{"benchmark": "trm_bench_tiny", "commit": "abc", "seeds": [0]}]
+    table.write_text(json.dumps(saved))
+    state = tmp_path / "state"
+    assert trm_bench_tiny.carry_committed(state, 0, table) == 72 - 24
+    study = optuna.load_study(study_name="trm_bench_tiny_seed0", storage=f"sqlite:///{state}/seed0.db")
+    queued = [t.system_attrs["fixed_params"] for t in study.get_trials()]
+    assert len(queued) == 48 and all(q["arch.H_cycles"] != q["arch.L_cycles"] for q in queued)
+    assert trm_bench_tiny.carry_committed(state, 0, table) is None  # the state exists now: nothing carried twice
+    assert trm_bench_tiny.carry_committed(state, 1, table) is None  # no committed curves of seed 1
+    exported = trm_bench_tiny.export(state, [0])
+    assert exported["seeds"]["0"] == sorted(kept, key=lambda r: sorted(r["params"].items()))
+    assert exported["recording_sessions"] == saved["recording_sessions"]
+    with pytest.raises(ValueError, match="span 72 configurations, not the space's 71"):
+        trm_bench_tiny.carry_committed(tmp_path / "other", 0, table, size=71)
