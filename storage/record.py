@@ -59,6 +59,12 @@ JOB_ERROR_ATTR = "job_error"
 # Trial attribute: the job failed on its machine (a disk full, missing rights), not its configuration: once fixed,
 # the same sweep command resumes it from its checkpoint (sweeps/rerun.py). True or False beside `error`.
 RUN_AGAIN_ATTR = "run_again"
+# Trial attribute of an attempt the driver set aside because its machine went away under it (a TPU slice
+# PREEMPTED, STOPPED or REPAIRING: the launcher's line); it failed through no fault of its configuration.
+PREEMPTED_ATTR = "preempted"
+# Trial attribute a retry copy carries (Optuna copies user attributes): how many attempts of its chain were set
+# aside (PREEMPTED_ATTR) and so spend no retry of heartbeat.max_retry (sweeps.retry.retries_used).
+RETRIES_NOT_SPENT_ATTR = "retries_not_spent"
 # Trial attribute of a trial that was asked and failed before any job of it started (why): it trained nothing.
 NOT_STARTED_ATTR = "not_started"
 # Optuna cannot delete a trial, so these stay FAIL in its record (and in optuna-dashboard's counts); each carries
@@ -104,6 +110,7 @@ ATTEMPT_ATTRS = (
     "error",
     "retryable",
     "run_again",
+    "preempted",
     "peak_memory_mb",
     "job_error",
     "fail_reason",

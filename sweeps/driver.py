@@ -35,6 +35,8 @@ from sweeps.distinct_draws import choose_sampler, exhausted_line
 from sweeps.draw import Draw, draw_within_budget, failed_unless_started
 from sweeps.interrupts import signals_held
 from sweeps.optuna_parts import pruner_spec
+from sweeps.outcome import seed_attrs
+from sweeps.preemption import mark_preempted, preempted_reason, queue_copy, set_aside_unstarted
 from sweeps.preflight import check_before_study
 from sweeps.progress import ProgressView, duration, print_best, route_optuna_logging
 from sweeps.queued import log_left_queued
@@ -195,6 +197,9 @@ class Driver(TrialLifecycle):
             )
         for number, running in list(self.running.items()):
             code = running.job.poll()
+            if code is not None and (gone := self.machine_gone(running, code)) is not None:
+                self.pause(gone)  # its machine was taken: no verdict on the trial (sweeps/preemption.py)
+                return False
             with signals_held():  # Ctrl-C waits until a trial being told is told and out of self.running
                 if code is not None and self.settle(running, code):
                     del self.running[number]
@@ -221,7 +226,8 @@ class Driver(TrialLifecycle):
 
     def start_within_budget(self) -> None:
         """Start a trial on every free slot until the budget (or the search space) is spent."""
-        while (slot := self.slot_pool.take()) is not None:
+        gone: str | None = None
+        while gone is None and (slot := self.slot_pool.take()) is not None:
             # Ctrl-C waits until a drawn trial's job is ours to stop (sweeps.interrupts): none is left untracked.
             draw: Draw | None = None
             with signals_held():
@@ -231,6 +237,10 @@ class Driver(TrialLifecycle):
                     if draw.trial is None:
                         self.slot_pool.give_back(slot)
                         break
+                    if (gone := self.launcher.unavailable()) is not None:  # before each launch
+                        self.slot_pool.give_back(slot)
+                        set_aside_unstarted(self.study, self.storage, draw.trial, gone)
+                        continue
                     with failed_unless_started(self.study, self.storage, draw.trial):
                         # A retry carries its predecessor's slot (Optuna copies the attributes): back there if free.
                         before = self.storage.get_trial(trial_id_of(draw.trial)).user_attrs.get(SLOT_ATTR)
@@ -251,6 +261,33 @@ class Driver(TrialLifecycle):
                     self.slot_pool.give_back(slot)
                     raise
                 self.running[running.trial.number] = running
+        if gone is not None:
+            self.pause(gone)  # outside signals_held: Ctrl-C ends a wait that may last hours
+
+    def machine_gone(self, running: RunningTrial, code: int) -> str | None:
+        """The launcher's line when a job that failed, or stopped on a preemption notice (outcome PREEMPTED: a
+        spot VM's SIGTERM), lost its machine; None when the machine is there (the job's own end stands)."""
+        if code == 0:
+            attrs = seed_attrs(self.storage.get_trial(trial_id_of(running.trial)).user_attrs, running.seed_index)
+            if attrs.get("outcome") != "PREEMPTED":
+                return None
+        return self.launcher.unavailable()
+
+    def pause(self, line: str) -> None:
+        """The launcher's machine is gone (sweeps/preemption.py): set our running trials aside without a grace
+        (their VMs are gone), wait until it is back and prepared anew, check it as at the start, fresh slots."""
+        log.warning("%s: %d running trial(s) set aside: queued again, no retry spent", line, len(self.running))
+
+        def record(running: RunningTrial) -> None:
+            mark_preempted(running.trial, line)
+            self.tell_outcome(running, TrialState.FAIL, preempted_reason(line))
+            queue_copy(self.study, self.storage, running.trial)
+
+        abandon(self.running, record, grace_s=0)
+        self.running.clear()
+        self.launcher.wait_until_available(line)
+        check_before_study(self.sweep, self.launcher)  # a tpu_pod study: the preflight on the new VMs
+        self.__dict__.pop("slot_pool", None)  # the slots of the machine as it is now (a retired VM is new)
 
     def free_slot(self, running: RunningTrial, code: int) -> None:
         """A settled trial's slot takes the next trial, unless its job failed because its machine is gone."""

@@ -147,6 +147,8 @@ def _port(worker, port, reach_s, peers):
     hosts = _hosts()
     if worker == 0:
         server = socket.socket()
+        # As c10d's TCPStore binds: a port whose last connections linger in TIME_WAIT (a job just stopped) binds.
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             server.bind(("0.0.0.0", port))
         except OSError as err:

@@ -18,7 +18,13 @@ from optuna.trial import TrialState
 
 from storage import orphaned_trials, retry_callback, trial_id_of
 from storage.heartbeat import NO_FIRST_HEARTBEAT
-from storage.record import CHECKPOINT_URL_ATTR, NOT_STARTED_ATTR, PROGRESS_ATTR, UNTRAINED_ATTRS
+from storage.record import (
+    CHECKPOINT_URL_ATTR,
+    NOT_STARTED_ATTR,
+    PROGRESS_ATTR,
+    RETRIES_NOT_SPENT_ATTR,
+    UNTRAINED_ATTRS,
+)
 from sweeps.outcome import clip_reason, orphan_verdict, seed_prefix
 from sweeps.retry import plan_retry, visible_here, with_note
 from sweeps.running import RunningTrial
@@ -28,12 +34,22 @@ log = logging.getLogger("sweeps")
 ObjectiveValues = Callable[[Mapping[str, Any]], list[float] | None]  # one seed's objective value(s) from its record
 
 
-def requeue(study: optuna.Study, storage: RDBStorage, trial_id: int, max_retry: int | None) -> None:
-    """Queue a copy of a failed trial (same params), as Optuna's stale-trial retry does. Optuna's copy takes the
-    user attributes; the untrained marks (storage.record.UNTRAINED_ATTRS) are left out: the copy is to train."""
+def requeue(
+    study: optuna.Study, storage: RDBStorage, trial_id: int, max_retry: int | None, spends_retry: bool = True
+) -> None:
+    """Queue a copy of a failed trial (same params), as Optuna's stale-trial retry does, within `max_retry`
+    retries spent (sweeps.retry.retries_used; None: no cap). Optuna's copy takes the user attributes; the untrained
+    marks (storage.record.UNTRAINED_ATTRS) are left out: the copy is to train. `spends_retry=False`: an attempt
+    whose machine was taken from it (sweeps/preemption.py): the copy counts it in RETRIES_NOT_SPENT_ATTR."""
     failed = copy.copy(storage.get_trial(trial_id))
-    failed.user_attrs = {k: v for k, v in failed.user_attrs.items() if k not in UNTRAINED_ATTRS}
-    retry_callback(max_retry)(study, failed)
+    attrs = {k: v for k, v in failed.user_attrs.items() if k not in UNTRAINED_ATTRS}
+    not_spent = int(attrs.get(RETRIES_NOT_SPENT_ATTR) or 0)
+    if not spends_retry:
+        attrs[RETRIES_NOT_SPENT_ATTR] = not_spent = not_spent + 1
+        max_retry = None
+    failed.user_attrs = attrs
+    # Optuna's callback caps the chain's whole length: the attempts that spent no retry are added to its cap.
+    retry_callback(None if max_retry is None else max_retry + not_spent)(study, failed)
 
 
 def settle_orphans(
@@ -101,12 +117,14 @@ def stop_stalled(storage: RDBStorage, running: Mapping[int, RunningTrial], limit
         trial.job.cancel(grace_s=0.0)
 
 
-def abandon(running: Mapping[int, RunningTrial], record: Callable[[RunningTrial], object]) -> None:
-    """The driver is interrupted: stop every job of ours first (a stop nothing interrupts: sweeps.interrupts), then
-    `record` each trial. One that cannot be recorded (the database gone) leaves the others to be: the next driver
+def abandon(
+    running: Mapping[int, RunningTrial], record: Callable[[RunningTrial], object], grace_s: float | None = None
+) -> None:
+    """The driver is interrupted: stop every job of ours first (a stop nothing interrupts: sweeps.interrupts;
+    `grace_s`: the launcher's kill grace unless given), then `record` each trial. One that cannot be recorded (the database gone) leaves the others to be: the next driver
     finds it orphaned, its job stopped, and settles it."""
     for trial in running.values():
-        trial.job.cancel()
+        trial.job.cancel(grace_s)
     for number, trial in running.items():
         trial.exited_at.append(time.time())
         try:

@@ -22,7 +22,7 @@ import fsspec
 from optuna.trial import FrozenTrial
 
 from storage.heartbeat import retry_history
-from storage.record import JOB_ERROR_ATTR
+from storage.record import JOB_ERROR_ATTR, RETRIES_NOT_SPENT_ATTR
 from sweeps.config_values import SweepConfigError
 from sweeps.outcome import error_class
 from sweeps.paths import url_exists
@@ -41,8 +41,9 @@ class RetryPlan:
 
 
 def retries_used(trial: FrozenTrial) -> int:
-    """How many times this trial's configuration was queued again already (its retry chain's length less one)."""
-    return len(retry_history(trial))
+    """How many retries of heartbeat.max_retry this trial's chain spent: the times its configuration was queued
+    again, less those after an attempt its machine was taken from (storage.record.RETRIES_NOT_SPENT_ATTR)."""
+    return len(retry_history(trial)) - int(trial.user_attrs.get(RETRIES_NOT_SPENT_ATTR) or 0)
 
 
 def visible_here(checkpoint_url: str | None, shares_filesystem: bool) -> str | None:

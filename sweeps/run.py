@@ -24,8 +24,9 @@ from sweeps.definition import StudyMismatchError
 from sweeps.driver import Driver
 from sweeps.help import help_text
 from sweeps.interrupts import interrupt_once
-from sweeps.launchers.base import JobSpec, LauncherConfigError
+from sweeps.launchers.base import JobSpec, LauncherConfigError, MachineUnavailableError
 from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.preemption import PREEMPTED_EXIT
 from sweeps.retry import without_note
 from sweeps.slots import SLOT_CHOICES, SlotConfigError
 from sweeps.space import SearchSpaceError, to_overrides
@@ -126,6 +127,9 @@ def main(cfg: DictConfig) -> None:
             raise
         print(f"error: {denied}", file=sys.stderr)
         sys.exit(2)
+    except MachineUnavailableError as err:  # launcher.on_preempted=exit: the trials were queued again
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(PREEMPTED_EXIT)
     except KeyboardInterrupt as why:  # the driver stopped its jobs and recorded their trials: one line, no traceback
         print(
             f"interrupted ({why or 'SIGINT'}): every job stopped; run the same command to continue the study",

@@ -34,6 +34,11 @@ class LauncherConfigError(ValueError):
     """A launcher that cannot start jobs as configured; names the key and value."""
 
 
+class MachineUnavailableError(RuntimeError):
+    """The launcher's machine is gone for now (a TPU slice PREEMPTED) and its launcher is told not to wait
+    (launcher.on_preempted=exit): the study is left resumable, its running trials queued again."""
+
+
 def require(value: object, key: str, hint: str) -> None:
     if value in (None, "", "???"):
         raise LauncherConfigError(f"{key}={value!r}: required ({hint})")
@@ -111,8 +116,28 @@ class Launcher(Protocol):
         """Whether a slot whose job failed can take another trial (a dead VM takes only its own slots out)."""
         ...
 
+    def unavailable(self) -> str | None:
+        """None while the machine can run jobs; else one line saying why it cannot (a TPU slice PREEMPTED): the
+        driver asks when a job fails and before each launch (sweeps/preemption.py)."""
+        ...
 
-LAUNCHER_MEMBERS = ("prepare", "launch", "describe", "world_size", "shares_filesystem", "slots", "slot_alive")
+    def wait_until_available(self, line: str) -> None:
+        """After `unavailable` said `line`: return once the machine runs jobs again, prepared anew (fresh VMs), or
+        raise MachineUnavailableError where the launcher is told not to wait."""
+        ...
+
+
+LAUNCHER_MEMBERS = (
+    "prepare",
+    "launch",
+    "describe",
+    "world_size",
+    "shares_filesystem",
+    "slots",
+    "slot_alive",
+    "unavailable",
+    "wait_until_available",
+)
 
 
 class Process(Protocol):

@@ -50,6 +50,12 @@ class LocalLauncher:
     def slot_alive(self, slot: Slot) -> bool:
         return True  # this machine: the driver runs on it
 
+    def unavailable(self) -> str | None:
+        return None  # this machine: the driver runs on it
+
+    def wait_until_available(self, line: str) -> None:
+        """Never asked: `unavailable` never says so."""
+
     def prepare(self) -> None:
         """Nothing to deploy or reach: the driver's own interpreter runs the job."""
 

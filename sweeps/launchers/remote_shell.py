@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from sweeps.launchers.base import LauncherConfigError
+
 # The oldest Python the project runs on (pyproject.toml: requires-python). A TPU VM image's python3 may be older.
 MIN_PYTHON = (3, 11)
 VENV_FIX = (
@@ -46,6 +48,25 @@ def python_check(python: str) -> str:
         f"    sys.exit({TOO_OLD})\n"
     )
     return f"{shell_path(python)} -c {shlex.quote(code)}"
+
+
+def python_refusal(python: str, code: int, stdout: str, stderr: str) -> None:
+    """Raise the one-line refusal of `python_check`'s answer from every worker (exit `code`); nothing when it ran."""
+    if code == TOO_OLD:
+        # One os.write per worker, in whatever order the workers answer: sorted so the message is stable.
+        answers = sorted(
+            re.findall(r"worker (\S+) python (\S+)", stdout), key=lambda a: (len(a[0]), a[0])
+        )  # worker ids (or host names ending in them) in number order
+        found = "; ".join(f"worker {w} python {v}" for w, v in answers)
+        raise LauncherConfigError(
+            f"launcher.python={python!r} is older than Python {min_python()} ({found}): "
+            + VENV_FIX.format(v=min_python())
+        )
+    if code != 0:
+        raise LauncherConfigError(
+            f"launcher.python={python!r} did not run on every worker (exit {code}): {stderr.strip()[-500:]}; "
+            + VENV_FIX.format(v=min_python())
+        )
 
 
 def job_pattern(tag: str) -> str:

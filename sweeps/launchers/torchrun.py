@@ -51,6 +51,12 @@ class TorchrunLauncher:
     def slot_alive(self, slot: Slot) -> bool:
         return True  # every node runs on this machine
 
+    def unavailable(self) -> str | None:
+        return None  # every node runs on this machine
+
+    def wait_until_available(self, line: str) -> None:
+        """Never asked: `unavailable` never says so."""
+
     def prepare(self) -> None:
         for key in ("nnodes", "nproc_per_node"):
             value = getattr(self, key)

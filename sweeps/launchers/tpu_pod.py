@@ -17,10 +17,8 @@ ssh_flags scp takes too); sweeps/launchers/tpu_pod_gcloud.py says what gcloud's 
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import logging
-import re
 import shlex
 import shutil
 import subprocess
@@ -40,18 +38,24 @@ from sweeps.launchers.base import (
     worker_env,
 )
 from sweeps.launchers.remote_shell import (
-    TOO_OLD,
-    VENV_FIX,
     chips_free_check,
     job_command,
     job_pattern,
-    min_python,
     python_check,
+    python_refusal,
     shell_path,
     stop_command,
 )
 from sweeps.launchers.tpu_pod_gcloud import check_flags, scp_flags_of, track_args
-from sweeps.launchers.tpu_slice import SliceShape, check_configured, describe_slice
+from sweeps.launchers.tpu_slice import (
+    ON_PREEMPTED,
+    SliceShape,
+    check_configured,
+    describe_slice,
+    slice_unavailable,
+    wait_for_ready,
+    with_host_bounds,
+)
 from sweeps.slots import Slot, tpu_slots
 
 log = logging.getLogger(__name__)
@@ -64,19 +68,6 @@ DEFAULT_ENV = {"PJRT_DEVICE": "TPU"}
 # A stop's SIGTERM to SIGKILL on the VMs (conf/launcher/tpu_pod.yaml kill_grace_s): a paper-scale save to gs://
 # rarely fits the local launchers' 10 s, and a kill mid-save keeps only the previous checkpoint.
 POD_TERMINATE_GRACE_S = 120.0
-
-
-def with_host_bounds(slot: Slot) -> Slot:
-    """`slot` with TPU_CHIPS_PER_HOST_BOUNDS beside its TPU_CHIPS_PER_PROCESS_BOUNDS (one process per slot: the
-    same value). The recipes that confine a process to some chips of a host name the host's bounds: Ray's TPU
-    manager sets TPU_CHIPS_PER_HOST_BOUNDS (1,1,1 for one chip, 1,2,1 for two) with TPU_HOST_BOUNDS=1,1,1 and
-    TPU_VISIBLE_CHIPS; the maintainers' recipe for one host of a pod (pytorch/xla#7714) sets TPU_SKIP_MDS_QUERY,
-    TPU_HOST_BOUNDS=1,1,1 and TPU_CHIPS_PER_HOST_BOUNDS=2,2,1; torch_xla 2.9 reads either (build_tpu_env_from_vars:
-    the process bounds, else the host's). A whole-pod slot has no bounds: the TPU's metadata gives them."""
-    bounds = slot.env.get("TPU_CHIPS_PER_PROCESS_BOUNDS")
-    if bounds is None:
-        return slot
-    return dataclasses.replace(slot, env={**slot.env, "TPU_CHIPS_PER_HOST_BOUNDS": bounds})
 
 
 class TpuPodLauncher:
@@ -102,6 +93,9 @@ class TpuPodLauncher:
         slots: str = "pod",
         chips_per_vm: int | None = None,
         kill_grace_s: float = POD_TERMINATE_GRACE_S,
+        setup: str | None = None,
+        on_preempted: str = "wait",
+        state_poll_s: float = 60.0,
     ):
         self.tpu_name, self.zone, self.project = tpu_name, zone, project
         self.num_workers, self.workers = num_workers, workers
@@ -113,6 +107,7 @@ class TpuPodLauncher:
         self.kill_grace_s = kill_grace_s
         self.scp_flags = None if scp_flags is None else [str(f) for f in scp_flags]
         self.gcloud_track = str(gcloud_track)
+        self.setup, self.on_preempted, self.state_poll_s = setup, on_preempted, state_poll_s
         self._shape: SliceShape | None = None
 
     # ------------------------------------------------------------------------------------------- the slice
@@ -123,13 +118,26 @@ class TpuPodLauncher:
         if self._shape is None:
             require(self.tpu_name, "launcher.tpu_name", "the TPU VM name, as in `gcloud compute tpus tpu-vm list`")
             require(self.zone, "launcher.zone", "the TPU's zone, e.g. us-central2-b")
-            argv = [*self.base_args("describe"), str(self.tpu_name), *self._location_flags("describe"), "--format=json"]
-            shape = describe_slice(argv, str(self.tpu_name), self.ssh_timeout_s)
+            shape = describe_slice(self.describe_argv(), str(self.tpu_name), self.ssh_timeout_s)
             check_configured(
                 shape, {"launcher.num_workers": self.num_workers, "launcher.chips_per_vm": self.chips_per_vm}
             )
             self._shape = shape
         return self._shape
+
+    def describe_argv(self) -> list[str]:
+        return [*self.base_args("describe"), str(self.tpu_name), *self._location_flags("describe"), "--format=json"]
+
+    def unavailable(self) -> str | None:
+        """The slice's state, asked afresh: None when READY (a spot slice may be PREEMPTED at any time)."""
+        return slice_unavailable(self.describe_argv(), str(self.tpu_name), self.ssh_timeout_s)
+
+    def wait_until_available(self, line: str) -> None:
+        """Wait for READY (launcher.on_preempted), then prepare the slice anew: a recreated one has fresh VMs, new
+        addresses, and none of the setup, venv or code the old ones had."""
+        wait_for_ready(line, self.unavailable, self.on_preempted, self.state_poll_s)
+        self._shape = None
+        self.prepare()
 
     # ------------------------------------------------------------------------------------------- setup
 
@@ -155,6 +163,11 @@ class TpuPodLauncher:
                 f"launcher.gcloud={self.gcloud!r}: not found on PATH (install the Google Cloud CLI)"
             )
         check_flags(self.gcloud_track, self.ssh_flags, self.scp_flags)
+        if self.on_preempted not in ON_PREEMPTED or not self.state_poll_s > 0:
+            raise LauncherConfigError(
+                f"launcher.on_preempted={self.on_preempted!r}, launcher.state_poll_s={self.state_poll_s!r}: expected "
+                f"one of {', '.join(ON_PREEMPTED)} and seconds > 0"
+            )
         if self.slot_kind == "pod" and self.worker_ids() != list(range(self.shape().workers)):
             # libtpu takes the slice's topology from the TPU's metadata: a job on some VMs waits for the rest.
             raise LauncherConfigError(
@@ -183,10 +196,13 @@ class TpuPodLauncher:
         return CHECKOUT
 
     def prepare(self) -> None:
-        """Validate, check every worker answers (first contact: the key set-up may take minutes) with a Python the
-        project runs on, and deploy this code version when asked."""
+        """Validate, check every worker answers (first contact: the key set-up may take minutes), run
+        launcher.setup on each, check it has a Python the project runs on, and deploy this code version when asked.
+        Run again on a slice recreated after a preemption (wait_until_available): its VMs are new."""
         self.validate()
         self._run_all("true", "reaching the workers", self.connect_timeout_s)
+        if self.setup:
+            self._run_all(self.setup, "launcher.setup on every worker", self.copy_timeout_s)
         self.check_python()
         if self.deploy:
             self._deploy()
@@ -195,21 +211,7 @@ class TpuPodLauncher:
         """launcher.python on every worker is at least MIN_PYTHON (a TPU VM image's python3 may be older)."""
         argv = self.ssh_argv("all", python_check(self.python))
         proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=self.ssh_timeout_s)
-        if proc.returncode == TOO_OLD:
-            # One os.write per worker, in whatever order the workers answer: sorted so the message is stable.
-            answers = sorted(
-                re.findall(r"worker (\S+) python (\S+)", proc.stdout), key=lambda a: (len(a[0]), a[0])
-            )  # worker ids (or host names ending in them) in number order
-            found = "; ".join(f"worker {w} python {v}" for w, v in answers)
-            raise LauncherConfigError(
-                f"launcher.python={self.python!r} is older than Python {min_python()} ({found}): "
-                + VENV_FIX.format(v=min_python())
-            )
-        if proc.returncode != 0:
-            raise LauncherConfigError(
-                f"launcher.python={self.python!r} did not run on every worker (exit {proc.returncode}): "
-                f"{proc.stderr.strip()[-500:]}; " + VENV_FIX.format(v=min_python())
-            )
+        python_refusal(self.python, proc.returncode, proc.stdout, proc.stderr)
 
     def base_args(self, verb: str) -> list[str]:
         return track_args(self.gcloud, self.gcloud_track, verb)

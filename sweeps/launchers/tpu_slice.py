@@ -19,16 +19,23 @@ docs/pod-unknowns.md lists what no source settles (a v5e/v6e slice under torch_x
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import math
 import re
 import subprocess
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sweeps.launchers.base import LauncherConfigError
+from sweeps.launchers.base import LauncherConfigError, MachineUnavailableError
+from sweeps.slots import Slot
 
+log = logging.getLogger(__name__)
+
+ON_PREEMPTED = ("wait", "exit")  # launcher.on_preempted: what a study does while its slice is not READY
 # TensorCores per chip of each family whose `acceleratorType` number counts TensorCores (Cloud TPU's docs).
 CORES_PER_CHIP = {"v4": 2, "v5p": 2, "v5litepod": 1, "v6e": 1}
 
@@ -101,8 +108,8 @@ def parse_node(name: str, node: Mapping[str, Any]) -> SliceShape:
     return SliceShape(name, kind, state, str(node.get("runtimeVersion") or ""), ips, chips)
 
 
-def describe_slice(argv: Sequence[str], name: str, timeout_s: float) -> SliceShape:
-    """Run `argv` (the describe command line) and read the slice's shape from its JSON."""
+def describe_node(argv: Sequence[str], name: str, timeout_s: float) -> dict[str, Any]:
+    """Run `argv` (the describe command line) and return the Node it prints as JSON."""
     try:
         proc = subprocess.run(list(argv), check=False, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -124,11 +131,18 @@ def describe_slice(argv: Sequence[str], name: str, timeout_s: float) -> SliceSha
     try:
         node = json.loads(proc.stdout)
     except ValueError:
+        node = None
+    if not isinstance(node, dict):
         raise LauncherConfigError(
-            f"launcher.tpu_name={name!r}: `gcloud ... tpu-vm describe --format=json` printed no JSON: "
+            f"launcher.tpu_name={name!r}: `gcloud ... tpu-vm describe --format=json` printed no JSON object: "
             f"{proc.stdout.strip()[:200]!r}"
-        ) from None
-    return parse_node(name, node)
+        )
+    return node
+
+
+def describe_slice(argv: Sequence[str], name: str, timeout_s: float) -> SliceShape:
+    """Run `argv` (the describe command line) and read the slice's shape from its JSON."""
+    return parse_node(name, describe_node(argv, name, timeout_s))
 
 
 def check_configured(shape: SliceShape, configured: Mapping[str, int | None]) -> None:
@@ -146,3 +160,49 @@ def check_configured(shape: SliceShape, configured: Mapping[str, int | None]) ->
             raise LauncherConfigError(
                 f"{key}={value!r} but slice {shape.label()} has {want} {what}: drop the key or set {want}"
             )
+
+
+def with_host_bounds(slot: Slot) -> Slot:
+    """`slot` with TPU_CHIPS_PER_HOST_BOUNDS beside its TPU_CHIPS_PER_PROCESS_BOUNDS (one process per slot: the
+    same value). The recipes that confine a process to some chips of a host name the host's bounds: Ray's TPU
+    manager sets TPU_CHIPS_PER_HOST_BOUNDS (1,1,1 for one chip, 1,2,1 for two) with TPU_HOST_BOUNDS=1,1,1 and
+    TPU_VISIBLE_CHIPS; the maintainers' recipe for one host of a pod (pytorch/xla#7714) sets TPU_SKIP_MDS_QUERY,
+    TPU_HOST_BOUNDS=1,1,1 and TPU_CHIPS_PER_HOST_BOUNDS=2,2,1; torch_xla 2.9 reads either (build_tpu_env_from_vars:
+    the process bounds, else the host's). A whole-pod slot has no bounds: the TPU's metadata gives them."""
+    bounds = slot.env.get("TPU_CHIPS_PER_PROCESS_BOUNDS")
+    if bounds is None:
+        return slot
+    return dataclasses.replace(slot, env={**slot.env, "TPU_CHIPS_PER_HOST_BOUNDS": bounds})
+
+
+def slice_unavailable(argv: Sequence[str], name: str, timeout_s: float) -> str | None:
+    """None when `describe` says READY; else the line the driver shows: the state (PREEMPTED, STOPPED, REPAIRING,
+    CREATING ...), or why the slice could not be described (a spot slice's node may be deleted and recreated)."""
+    try:
+        node = describe_node(argv, name, timeout_s)
+    except LauncherConfigError as err:
+        return f"slice {name!r} cannot be described ({err})"
+    state = str(node.get("state") or "?")
+    return None if state == "READY" else f"slice {name} ({node.get('acceleratorType') or '?'}) is {state}"
+
+
+def wait_for_ready(line: str, unavailable: Callable[[], str | None], on_preempted: str, poll_s: float) -> None:
+    """Return once `unavailable()` says nothing (READY), asking every `poll_s`; raise MachineUnavailableError at
+    once where launcher.on_preempted=exit. One warning per state seen, not one per poll."""
+    if on_preempted == "exit":
+        raise MachineUnavailableError(
+            f"{line}: the running trials were queued again, spending no retry (launcher.on_preempted=exit); run the "
+            "same command once the slice is READY to continue the study"
+        )
+    log.warning(
+        "%s: the study waits until it is READY, asking every %g s (launcher.state_poll_s; launcher.on_preempted="
+        "exit ends the driver instead)",
+        line,
+        poll_s,
+    )
+    while (now := unavailable()) is not None:
+        if now != line:
+            log.warning("%s: still waiting", now)
+            line = now
+        time.sleep(poll_s)
+    log.warning("the slice is READY again: setting up its VMs anew (launcher.setup, the Python check, deploy)")
