@@ -200,14 +200,19 @@ class Reeval:
     examples: int  # test puzzles evaluated
     step: int  # the training step of the checkpoint evaluated
     checkpoint: str  # its URL
+    # Why a later re-evaluation of this trial failed (the driver's line: its checkpoint gone or unreadable): the
+    # value is the earlier one's, and the trial cannot be reused as it stands. None: the latest one succeeded.
+    failed: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def of(cls, stored: Any) -> Reeval | None:
-        """The record from a study attribute's value; None when it is not one (absent, or written by another version)."""
-        if not isinstance(stored, dict) or set(stored) != {f.name for f in fields(cls)}:
+        """The record from a study attribute's value; None when it is not one (absent, or written by another version).
+        A record from before `failed` existed reads with failed=None."""
+        names = {f.name for f in fields(cls)}
+        if not isinstance(stored, dict) or not names - {"failed"} <= set(stored) <= names:
             return None
         return cls(**stored)
 

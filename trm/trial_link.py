@@ -93,6 +93,7 @@ class TrialLink:
         # With repeated seeds, seed 0 alone reports to the pruner; seed i > 0 stores its outcome under "seed{i}/".
         self.seed_index = seed_index
         self.prefix = f"seed{seed_index}/" if seed_index else ""
+        self.first_progress: tuple[int, float] | None = None  # this job's first log point: its own rate from there
 
     def _attach(self, study_name: str, trial_number: int, storage_url: str, password_env: str | None) -> None:
         # The driver created the schema and checked its version: the job skips both (storage.open_storage).
@@ -138,10 +139,13 @@ class TrialLink:
     def progress(self, step: int) -> None:
         """Show the driver this job is alive and moving: one write, never retried (a database outage must
         not hold training up; the next log point writes again)."""
+        now = time.time()
+        first_step, first_at = self.first_progress = self.first_progress or (step, now)
+        # first_*: where this job's steps began (a resumed job starts past 0), so the driver's ETA can read the
+        # job's own pace (sweeps.progress.measure), on the job's clock at both ends.
+        record = {"step": step, "at": now, "first_step": first_step, "first_at": first_at}
         try:
-            self.storage.set_trial_user_attr(
-                self.trial_id, self.prefix + PROGRESS_ATTR, {"step": step, "at": time.time()}
-            )
+            self.storage.set_trial_user_attr(self.trial_id, self.prefix + PROGRESS_ATTR, record)
         except Exception as err:  # noqa: BLE001 (the trial finished elsewhere, or the database is briefly away)
             log.warning("could not record progress at step %d: %s", step, err)
 
