@@ -65,6 +65,9 @@ PREEMPTED_ATTR = "preempted"
 # Trial attribute a retry copy carries (Optuna copies user attributes): how many attempts of its chain were set
 # aside (PREEMPTED_ATTR) and so spend no retry of heartbeat.max_retry (sweeps.retry.retries_used).
 RETRIES_NOT_SPENT_ATTR = "retries_not_spent"
+# Trial attribute of a trial its machine cannot train (why: contracts/out_of_memory.py's INFEASIBLE_OOM): its job
+# ran out of memory. Not retried, and no reason to stop the study: a smaller configuration fits.
+INFEASIBLE_ATTR = "infeasible"
 # Trial attribute of a trial that was asked and failed before any job of it started (why): it trained nothing.
 NOT_STARTED_ATTR = "not_started"
 # Optuna cannot delete a trial, so these stay FAIL in its record (and in optuna-dashboard's counts); each carries
@@ -111,6 +114,7 @@ ATTEMPT_ATTRS = (
     "retryable",
     "run_again",
     "preempted",
+    "infeasible",
     "peak_memory_mb",
     "job_error",
     "fail_reason",

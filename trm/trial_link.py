@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from contracts.code_version import git_commit
+from contracts.out_of_memory import INFEASIBLE_OOM, out_of_memory
 from contracts.schema_checks import build
 from contracts.train_config import RetryPolicy, SweepLink
 from storage import EngineSettings, StorageError, engine_settings, open_storage
@@ -32,6 +33,7 @@ from storage.record import (
     CODE_DIRTY_ATTR,
     CODE_VERSION_ATTR,
     DETAILS_ATTR,
+    INFEASIBLE_ATTR,
     OBJECTIVE_ATTR,
     PEAK_MEMORY_ATTR,
     PROFILE_DETAIL,
@@ -188,6 +190,8 @@ class TrialLink:
             attrs["error"] = str(summary["error"])[-2000:]
             attrs["retryable"] = bool(summary.get("retryable"))
             attrs[RUN_AGAIN_ATTR] = bool(summary.get("run_again"))
+            if out_of_memory(str(summary["error"])):
+                attrs[INFEASIBLE_ATTR] = INFEASIBLE_OOM
         for key, value in attrs.items():
             store = functools.partial(self.storage.set_trial_user_attr, self.trial_id, self.prefix + key, value)
             self._retry(store, f"storing {key}")
