@@ -70,7 +70,7 @@ def probe_args(sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) 
     }
 
 
-def problems(answers: list[Answer], sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) -> list[str]:
+def problems(answers: list[Answer], sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) -> list[str]:  # noqa: C901, PLR0915 (a check per problem it names, in the table's order)
     """One line per problem: `worker N: what is wrong: the fix`. `train` as in probe_args."""
     from contracts.code_version import code_fingerprint
 

@@ -89,7 +89,7 @@ def _lock_of_gone_owner(lock: Path) -> int | None:
     return fd
 
 
-def remove_stale_builds(out: str | os.PathLike) -> list[Path]:
+def remove_stale_builds(out: str | os.PathLike) -> list[Path]:  # noqa: C901 (each kind of leftover and its owner's lock)
     """Remove the temp dirs (``.<out>.tmp-*``, ``.<out>.old-*``) and lock files that killed builds of ``out``
     left beside it; return what was removed.
 
