@@ -102,12 +102,13 @@ def test_a_preempted_run_waits_for_the_upload_of_its_last_checkpoint(tmp_path: P
     url = f"{SlowFileSystem.protocol}://{tmp_path}/remote"
     trial = _TrialLink(15, _sigterm)
     summary = run(
-        config(tmp_path, data_root, "train.steps=100", "train.eval_interval=10", f"checkpoint.url={url}"),
+        config(tmp_path, data_root, "train.steps=100", "train.eval_interval=50", f"checkpoint.url={url}"),
         reporter=trial,
     )
     assert summary["outcome"] == "PREEMPTED" and summary["steps"] == 20  # the check at step 20 saw the flag
     assert [o for o, _ in trial.outcomes] == ["PREEMPTED"]
-    assert checkpoint.load(str(tmp_path / "remote"))["step"] == 20  # landed before the run said it had stopped
+    # The preemption's save (no eval before it) landed before the run said it had stopped.
+    assert checkpoint.load(str(tmp_path / "remote"))["step"] == 20
 
 
 def test_a_run_that_fails_waits_for_the_upload_in_flight(tmp_path: Path, data_root: Path) -> None:
@@ -220,3 +221,23 @@ def test_a_failing_upload_stops_every_rank_of_a_job_with_a_checkpoint_error(tmp_
         log = (tmp_path / "job" / f"node-{node}.log").read_text()
         assert "CheckpointError: could not upload checkpoint step 10" in log and "403 Forbidden" in log, log[-3000:]
     assert not (tmp_path / "remote" / "latest.pt").exists()
+
+
+def test_a_staged_multi_process_job_keeps_each_ranks_carry_and_resumes_it(tmp_path: Path) -> None:
+    """torch (gloo, DDP): each rank's own carry is saved, uploaded (staging=always, a local directory as the
+    store) and resumed; no global carry is saved beside them (that is SPMD's)."""
+    from sweeps.launchers.base import JobSpec
+    from sweeps.launchers.torchrun import TorchrunLauncher
+    from tests.test_distributed import JOB
+
+    remote, out = tmp_path / "remote", tmp_path / "out"
+    job = [*JOB, f"out_dir={out}", "train.steps=20", f"checkpoint.url={remote}", "checkpoint.staging=always"]
+    for stop, name in (("train.stop_after=10", "first"), ("train.stop_after=null", "resumed")):
+        handle = TorchrunLauncher(nnodes=2, nproc_per_node=1).launch(JobSpec(name, [*job, stop], tmp_path / name))
+        assert handle.wait(400) == 0, handle.failure
+    assert _start_line((tmp_path / "resumed" / "node-0.log").read_text())["resumed_from"] == 10
+    previous = checkpoint.load(str(remote), checkpoint.PREVIOUS)
+    assert previous["step"] == 10 and previous["carry"] is None and len(previous["ranks"]) == 2
+    carries = [r["carry"]["inputs"] for r in previous["ranks"]]
+    assert not bool((carries[0] == carries[1]).all())  # each rank's own puzzles
+    assert json.loads((out / "summary.json").read_text())["rank_steps"] == [20, 20]

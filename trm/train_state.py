@@ -197,7 +197,11 @@ def save(runtime: Runtime, state: TrainState, settings: CheckpointSettings, best
     failure: tuple[bool, str] | None = None  # (non-finite weights?, message)
     if runtime.is_main:
         try:
-            _write(state, state.capture(ranks, carry), settings, best, finite)
+            if not finite:
+                raise NonFiniteLossError(
+                    f"non-finite weights at step {state.step}: no checkpoint written (the last good one is kept)"
+                )
+            write(state.capture(ranks, carry), settings, best, state.uploads)
         except (checkpoint.CheckpointError, NonFiniteLossError) as err:
             failure = (isinstance(err, NonFiniteLossError), str(err))
     failure = runtime.broadcast_object(failure)
@@ -206,11 +210,11 @@ def save(runtime: Runtime, state: TrainState, settings: CheckpointSettings, best
         raise (NonFiniteLossError if non_finite else checkpoint.CheckpointError)(message)
 
 
-def _write(state: TrainState, captured: dict[str, Any], settings: CheckpointSettings, best: bool, finite: bool) -> None:
-    if not finite:
-        raise NonFiniteLossError(
-            f"non-finite weights at step {state.step}: no checkpoint written (the last good one is kept)"
-        )
+def write(
+    captured: dict[str, Any], settings: CheckpointSettings, best: bool, uploads: checkpoint_upload.Uploads
+) -> None:
+    """Rank 0's part of `save`: write the checkpoint `captured` to latest.pt (and best.pt), directly or staged and
+    uploaded by `uploads`; CheckpointError if it could not, or if the previous upload failed."""
     data = checkpoint.encode(captured)  # here, not on the upload's thread: `captured` shares the live weights
     names = [checkpoint.LATEST, checkpoint.BEST] if best else [checkpoint.LATEST]
     if not checkpoint_upload.staged(settings):
@@ -222,11 +226,11 @@ def _write(state: TrainState, captured: dict[str, Any], settings: CheckpointSett
     # holds stays true). Training blocks only when an upload outlasts an eval interval, and then for the rest of
     # that upload: never longer than the direct write it replaces. Unbounded, as the direct write was: a store that
     # hangs stops the job's progress reports, and the sweep's stall timeout stops the job.
-    late = state.uploads.wait(None)
+    late = uploads.wait(None)
     if late is not None:
         raise checkpoint.CheckpointError(late)
     staged = checkpoint.put(settings.local_dir, checkpoint_upload.STAGED, data)
-    state.uploads.start(settings.url, state.step, Path(staged), names)
+    uploads.start(settings.url, captured["step"], Path(staged), names)
 
 
 def finish(runtime: Runtime, state: TrainState, settings: CheckpointSettings) -> list[int]:
