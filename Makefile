@@ -32,7 +32,7 @@ demo-unpruned: setup      ## the demo's draws without pruning; compares its re-e
 	$(PY) -m sweeps.best study=model_scaling_unpruned paired=model_scaling
 
 # What CI enforces before any test: ruff (lint + format) and mypy on the packages (settings in pyproject.toml).
-lint: setup               ## ruff, mypy (strict on storage/ and sweeps/), the import layers (lint-imports)
+lint: setup               ## ruff, mypy (strict), the import layers (lint-imports)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

@@ -82,7 +82,7 @@ def compare_best(views: list[StudyView]) -> Section:
         return s
     axes = ["trial", "hours"] + (["chip_hours"] if all(chip_hours_known(v) for v in shown) else [])
     fig = go.Figure()
-    data: dict[str, dict[str, list]] = {a: {"x": [], "y": [], "hovertext": []} for a in axes}
+    data: dict[str, dict[str, list[Any]]] = {a: {"x": [], "y": [], "hovertext": []} for a in axes}
     for i, view in enumerate(shown):
         colour = qualitative.D3[i % len(qualitative.D3)]
         for a in axes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
@@ -97,7 +98,7 @@ def file_curves(view: StudyView) -> tuple[dict[str, list[Curve]], int, bool]:
     return {m: by_metric[m] for m in first + rest}, files, thinned
 
 
-def _style(trial: FrozenTrial) -> dict:
+def _style(trial: FrozenTrial) -> dict[str, Any]:
     if trial.state == TrialState.COMPLETE:
         return dict(color=qualitative.Plotly[trial.number % len(qualitative.Plotly)], width=2)
     if trial.state == TrialState.PRUNED:

@@ -176,8 +176,7 @@ def write_report(
 ) -> Path:
     """Write the report of one study (or several, compared) to `out` (parent directories created)."""
     studies = [studies] if isinstance(studies, optuna.Study) else list(studies)
-    prefix = (lambda i: "") if len(studies) == 1 else (lambda i: f"s{i + 1}-")
-    views = [StudyView(s, chips=chips, prefix=prefix(i)) for i, s in enumerate(studies)]
+    views = [StudyView(s, chips=chips, prefix="" if len(studies) == 1 else f"s{i + 1}-") for i, s in enumerate(studies)]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_html(views, source), encoding="utf-8")

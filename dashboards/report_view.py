@@ -73,7 +73,7 @@ class StudyView:
         self.pruned = [t for t in self.trials if t.state == TrialState.PRUNED]
 
     def value(self, trial: FrozenTrial) -> float:
-        return trial.values[0]
+        return float(trial.values[0])
 
     def optuna_kwargs(self) -> dict[str, Any]:
         """Optuna's plots need an explicit target for multi-objective studies (the first objective)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import sys
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from storage import redact
@@ -59,14 +60,16 @@ def check_bind(host: str, allow_remote: bool) -> str | None:
 
 
 class _Server(WSGIServer):
-    def __init__(self, address, handler, **kwargs):
+    def __init__(self, address: tuple[str, int], handler: type[WSGIRequestHandler], **kwargs: Any) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, handler, **kwargs)
 
 
 class _Handler(WSGIRequestHandler):
-    def log_message(self, format: str, *args) -> None:  # one line per request, to stderr (not the default's stdout mix)
+    def log_message(
+        self, format: str, *args: Any
+    ) -> None:  # one line per request, to stderr (not the default's stdout mix)
         sys.stderr.write(f"{self.address_string()} {format % args}\n")
 
 

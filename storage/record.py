@@ -65,6 +65,9 @@ PREEMPTED_ATTR = "preempted"
 # Trial attribute a retry copy carries (Optuna copies user attributes): how many attempts of its chain were set
 # aside (PREEMPTED_ATTR) and so spend no retry of heartbeat.max_retry (sweeps.retry.retries_used).
 RETRIES_NOT_SPENT_ATTR = "retries_not_spent"
+# Trial attribute of a trial its machine cannot train (why: contracts/out_of_memory.py's INFEASIBLE_OOM): its job
+# ran out of memory. Not retried, and no reason to stop the study: a smaller configuration fits.
+INFEASIBLE_ATTR = "infeasible"
 # Trial attribute of a trial that was asked and failed before any job of it started (why): it trained nothing.
 NOT_STARTED_ATTR = "not_started"
 # Optuna cannot delete a trial, so these stay FAIL in its record (and in optuna-dashboard's counts); each carries
@@ -111,6 +114,7 @@ ATTEMPT_ATTRS = (
     "retryable",
     "run_again",
     "preempted",
+    "infeasible",
     "peak_memory_mb",
     "job_error",
     "fail_reason",
@@ -200,14 +204,19 @@ class Reeval:
     examples: int  # test puzzles evaluated
     step: int  # the training step of the checkpoint evaluated
     checkpoint: str  # its URL
+    # Why a later re-evaluation of this trial failed (the driver's line: its checkpoint gone or unreadable): the
+    # value is the earlier one's, and the trial cannot be reused as it stands. None: the latest one succeeded.
+    failed: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def of(cls, stored: Any) -> Reeval | None:
-        """The record from a study attribute's value; None when it is not one (absent, or written by another version)."""
-        if not isinstance(stored, dict) or set(stored) != {f.name for f in fields(cls)}:
+        """The record from a study attribute's value; None when it is not one (absent, or written by another version).
+        A record from before `failed` existed reads with failed=None."""
+        names = {f.name for f in fields(cls)}
+        if not isinstance(stored, dict) or not names - {"failed"} <= set(stored) <= names:
             return None
         return cls(**stored)
 

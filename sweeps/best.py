@@ -47,8 +47,7 @@ from storage.record import (
     Reeval,
     trial_detail,
 )
-from sweeps.config_values import SweepConfigError
-from sweeps.launchers.base import LauncherConfigError
+from sweeps.config_values import UserConfigError
 from sweeps.paths import StudyRoots, url_exists
 from sweeps.reeval import (
     interval,
@@ -181,7 +180,7 @@ def run_reeval(args: dict[str, str], study: optuna.Study) -> list[str]:
         cfg = compose_sweep_config(overrides)
         sweep = typed_sweep(cfg)
         launcher = build_launcher(cfg.launcher)
-    except (SweepConfigError, LauncherConfigError, HydraException) as err:
+    except (UserConfigError, HydraException) as err:
         raise ArgumentError(str(err)) from None
     launcher.prepare()
     uid = str(study.user_attrs.get(STUDY_UID_ATTR) or "")

@@ -10,7 +10,12 @@ from omegaconf import ListConfig
 TYPE_NAMES = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string", list: "a list"}
 
 
-class SweepConfigError(ValueError):
+class UserConfigError(ValueError):
+    """What the user fixes (a key's value, the pod's state, the study's name): each app prints its one line and
+    exits 2, never a traceback. Every such error of sweeps/ derives from it, so an app catches one class."""
+
+
+class SweepConfigError(UserConfigError):
     pass
 
 

@@ -34,6 +34,7 @@ from optuna.trial import FrozenTrial
 from contracts.hydra_app import packaged_yaml
 from contracts.overrides import parse_override
 from contracts.train_config import NOT_TRAINING_KEYS, under
+from sweeps.config_values import UserConfigError
 from sweeps.schema import Study
 from sweeps.space import SearchSpace
 
@@ -55,7 +56,7 @@ DOES_NOT_DEFINE = (
 )
 
 
-class StudyMismatchError(ValueError):
+class StudyMismatchError(UserConfigError):
     """The study name exists with other objectives, directions or pruner metric: resuming it would mix them."""
 
 

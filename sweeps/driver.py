@@ -41,7 +41,7 @@ from sweeps.preflight import check_before_study
 from sweeps.progress import ProgressView, duration, print_best, route_optuna_logging
 from sweeps.queued import log_left_queued
 from sweeps.recovery import abandon, settle_orphans, stop_stalled
-from sweeps.reeval import reevaluate
+from sweeps.reeval import reevaluate_at_end
 from sweeps.rerun import queue_failed_again
 from sweeps.retry import StudyStoppedByJobError
 from sweeps.running import RunningTrial, explain_heartbeat_warnings, storage_failure
@@ -177,7 +177,9 @@ class Driver(TrialLifecycle):
             log.info(exhausted_line(study.get_trials(deepcopy=False), self.space, self.sweep.n_trials))
         self.log_summary()
         if self.sweep.reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/reeval.py)
-            reevaluate(study, self.sweep, self.launcher, self.roots, self.study_uid, self.storage_url, True)
+            reevaluate_at_end(
+                study, self.storage, self.sweep, self.launcher, self.roots, self.study_uid, self.storage_url
+            )
         log_study_summary(study, self.sweep)
         return study
 
@@ -327,6 +329,7 @@ class Driver(TrialLifecycle):
             self.sweep.n_trials,
             self.slot_pool.limit,
             self.sweep.progress_interval_s,
+            steps=self.train_steps,
         )
 
     def log_progress(self) -> None:

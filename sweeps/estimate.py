@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from sweeps.config_values import SweepConfigError
+from sweeps.config_values import SweepConfigError, UserConfigError
 
 UTILIZATION_KEY = "estimate.utilization"
 UTILIZATION_ACCEPTED = (
@@ -29,7 +29,7 @@ UTILIZATION_ACCEPTED = (
 )
 
 
-class UtilizationError(ValueError):
+class UtilizationError(UserConfigError):
     """`estimate.utilization` is not a fraction or a {per-chip batch: fraction} mapping."""
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from storage.record import PROGRESS_ATTR, trial_detail
+from contracts.out_of_memory import out_of_memory
+from storage.record import INFEASIBLE_ATTR, PEAK_MEMORY_ATTR, PROGRESS_ATTR, trial_detail
 
 # The exception classes whose failure a retry repeats: trm/run_end.py NOT_RETRYABLE by name (the platform does not
 # import the trainer; tests/test_failure_classes.py holds the two equal), for an error the job raised before it
@@ -63,9 +64,11 @@ def error_class(line: str) -> str:
 
 def retry_repeats(line: str) -> bool:
     """Whether an error line is one a retry meets again (the job's own rule, trm/run_end.py Outcome.failed): a
-    configuration error by its class, or an OSError whose errno a retry on the same disk meets again."""
+    configuration error by its class, running out of memory, or an OSError whose errno a retry on the same disk
+    meets again."""
     said = re.search(r"\[Errno (\d+)\]", line)
-    return error_class(line) in CONFIGURATION_ERRORS or (said is not None and int(said.group(1)) in PERMANENT_ERRNOS)
+    permanent = said is not None and int(said.group(1)) in PERMANENT_ERRNOS
+    return error_class(line) in CONFIGURATION_ERRORS or out_of_memory(line) or permanent
 
 
 def first_step_done(attrs: Mapping[str, Any]) -> bool:
@@ -158,7 +161,12 @@ def job_verdict(
             requeue=True,
         )
     if outcome == "FAIL":
-        reason = str(attrs.get("error") or "the job reported FAIL without a reason")
+        error = str(attrs.get("error") or "the job reported FAIL without a reason")
+        reason = error
+        if attrs.get(INFEASIBLE_ATTR):  # too large for the machine: its line says so first, and what it reached
+            peak = attrs.get(PEAK_MEMORY_ATTR)
+            reached = f", peak {peak:.0f} MiB" if isinstance(peak, (int, float)) else ""
+            reason = f"infeasible ({attrs[INFEASIBLE_ATTR]}{reached}), not retried: {error}"
         if launcher_failure:
             reason = f"{reason}\n{launcher_failure}"
         # A lost peer or connection is worth a retry; the configuration's own failure is not.
@@ -166,7 +174,7 @@ def job_verdict(
             TrialState.FAIL,
             reason=reason,
             requeue=bool(attrs.get("retryable")) and not cancelled,
-            error_line=reason.splitlines()[0] if attrs.get("error") else None,
+            error_line=error.splitlines()[0] if attrs.get("error") else None,
             before_first_step=not first_step_done(attrs),
         )
     # No outcome, and an exception in the job's log: it raised before it reached the study (a device or config

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from contracts.wandb_runs import resolve_mode
 from storage import resolve_url
 from storage.url import is_postgres
+from sweeps.config_values import UserConfigError
 from sweeps.launchers.remote_shell import VENV_FIX, min_python
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.preflight_ask import Answer, ask_workers, go_after
@@ -30,7 +31,7 @@ from sweeps.slots import LIBTPU_PORTS
 PACKAGES = ("torch", "torch_xla", "libtpu", "trm-sweeps")
 
 
-class PreflightError(RuntimeError):
+class PreflightError(UserConfigError):
     """The pod is not ready for a study: one line per problem."""
 
 
@@ -69,7 +70,7 @@ def probe_args(sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) 
     }
 
 
-def problems(answers: list[Answer], sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) -> list[str]:
+def problems(answers: list[Answer], sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) -> list[str]:  # noqa: C901, PLR0915 (a check per problem it names, in the table's order)
     """One line per problem: `worker N: what is wrong: the fix`. `train` as in probe_args."""
     from contracts.code_version import code_fingerprint
 

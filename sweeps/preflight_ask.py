@@ -34,7 +34,7 @@ def go_after(timeout_s: float, reach_s: float) -> float:
     return max(0.0, float(timeout_s) - 2 * float(reach_s) - 2)
 
 
-def ask_workers(launcher: TpuPodLauncher, args: dict[str, Any], timeout_s: float) -> list[Answer]:
+def ask_workers(launcher: TpuPodLauncher, args: dict[str, Any], timeout_s: float) -> list[Answer]:  # noqa: C901 (the READY/go barrier's states)
     """The probe on every worker, in parallel; a worker that does not answer in `timeout_s` is an Answer too.
 
     Each worker's gcloud makes its own API round trips before its ssh, so the probes start seconds apart. Each

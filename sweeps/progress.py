@@ -14,8 +14,9 @@ lines in the driver's):
 Counting follows the driver's budget (sweeps.budget.budget_used): a draw refused as a duplicate trained nothing and
 is not counted; a failure that was queued again is shown as retried, not failed (its retry carries the budget).
 The ETA is the mean wall time of the finished trials times the work left (trials not yet started, plus what a
-running trial has left of that mean), divided over the trials that run at once (max_concurrent of this driver,
-or more when other drivers run some); before the first finished trial it is unknown.
+running trial has left: at its own pace where its job has logged twice, from its progress record, else what is
+left of that mean), divided over the trials that run at once (max_concurrent of this driver, or more when other
+drivers run some); before the first finished trial it is unknown.
 
 Why ~300 lines: the pure measure, the two ways of showing it (terminal, log) and Optuna's log routing belong
 together; measure() is tested alone.
@@ -39,7 +40,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from storage.heartbeat import retried_numbers
-from storage.record import trained_trials
+from storage.record import PROGRESS_ATTR, trained_trials
 from sweeps.space import params_to_values
 
 log = logging.getLogger("sweeps")
@@ -141,6 +142,7 @@ def measure(
     max_concurrent: int,
     elapsed_s: float,
     now: datetime,
+    steps: int | None = None,
 ) -> Progress:
     """The study's progress from its trials. `now` is on the clock the trials' datetimes were stamped with
     (Optuna's: the local time of the process that told them, naive)."""
@@ -171,9 +173,9 @@ def measure(
         eta_s = 0.0  # nothing left
     elif took:
         mean = statistics.fmean(took)
-        ages = [(now - t.datetime_start).total_seconds() for t in running if t.datetime_start]
+        left = [_left_s(t, mean, (now - t.datetime_start).total_seconds(), steps) for t in running if t.datetime_start]
         not_started = max(0, n_trials - len(finished) - len(running))
-        work = not_started * mean + sum(max(0.0, mean - age) for age in ages)
+        work = not_started * mean + sum(left)
         eta_s = work / max(1, max_concurrent, len(running))
     return Progress(
         n_trials=n_trials,
@@ -188,6 +190,17 @@ def measure(
         elapsed_s=elapsed_s,
         eta_s=eta_s,
     )
+
+
+def _left_s(trial: FrozenTrial, mean: float, age_s: float, steps: int | None) -> float:
+    """A running trial's seconds left: its steps left at its job's own pace since its first log point (a retry
+    that resumed late in a long run is not "nearly done" because it outlived the mean); else the mean less its age."""
+    progress = trial.user_attrs.get(PROGRESS_ATTR)
+    if steps and isinstance(progress, dict) and {"step", "at", "first_step", "first_at"} <= set(progress):
+        done, took = progress["step"] - progress["first_step"], progress["at"] - progress["first_at"]
+        if done > 0 and took > 0:
+            return float(max(0.0, steps - progress["step"]) * took / done)
+    return max(0.0, mean - age_s)
 
 
 class ProgressView:
@@ -207,6 +220,7 @@ class ProgressView:
         refresh_s: float = REFRESH_S,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = datetime.now,
+        steps: int | None = None,
     ):
         self.study_name = study_name
         self.n_trials = int(n_trials)
@@ -223,6 +237,7 @@ class ProgressView:
         self.bar: Any = None
         self.redirect = ExitStack()
         self.failed_once = False
+        self.steps = steps  # a trial's training steps: a running trial's ETA at its own pace
 
     def measure(self, study: optuna.Study) -> Progress:
         return measure(
@@ -232,6 +247,7 @@ class ProgressView:
             self.max_concurrent,
             self.clock() - self.started,
             self.now(),
+            self.steps,
         )
 
     def tick(self, study: optuna.Study) -> None:

@@ -17,15 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from storage import exclusive
 from storage.heartbeat import retried_numbers
 from storage.record import (
     CHECKPOINT_URL_ATTR,
     SLOT_ATTR,
     TRAIN_OVERRIDES_ATTR,
     Reeval,
+    reeval_attr,
     reevals,
     trained_trials,
     trial_detail,
@@ -60,7 +63,18 @@ def top_trials(study: optuna.Study, k: int) -> list[FrozenTrial]:
 
 
 def ranking(study: optuna.Study) -> list[Ranked]:
-    """The re-evaluated COMPLETE trials, best re-evaluation first."""
+    """The re-evaluated COMPLETE trials that can be reused, best re-evaluation first: one whose latest
+    re-evaluation failed (its checkpoint gone: Reeval.failed) is left out, whatever its earlier value
+    (`left_out` lists them), so every reader's winner (ranking[0]) is one whose checkpoint was read last time."""
+    return [r for r in _ranked(study) if r.reeval.failed is None]
+
+
+def left_out(study: optuna.Study) -> list[Ranked]:
+    """The re-evaluated trials `ranking` leaves out: their latest re-evaluation failed."""
+    return [r for r in _ranked(study) if r.reeval.failed is not None]
+
+
+def _ranked(study: optuna.Study) -> list[Ranked]:
     stored = reevals(study.user_attrs)
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     ranked = [Ranked(t, stored[t.number]) for t in trials if t.number in stored]
@@ -97,8 +111,13 @@ def overlap_line(ranked: Sequence[Ranked]) -> str | None:
 def ranking_lines(study: optuna.Study) -> list[str]:
     """The re-evaluated ranking as text lines (sweeps.best, the driver's log); [] when nothing was re-evaluated."""
     ranked = ranking(study)
+    gone = [
+        f"trial {r.trial.number} left out: its re-evaluation failed ({r.reeval.failed}); an earlier one read "
+        f"{interval(r.reeval)}"
+        for r in left_out(study)
+    ]
     if not ranked:
-        return []
+        return gone
     metric = ranked[0].reeval.metric
     winner = ranked[0].trial
     shown = " ".join(to_overrides(params_to_values(winner.params)))
@@ -112,7 +131,7 @@ def ranking_lines(study: optuna.Study) -> list[str]:
     overlap = overlap_line(ranked)
     if overlap:
         lines.append(overlap)
-    return lines
+    return lines + gone
 
 
 def paired_lines(study: optuna.Study, other: optuna.Study) -> list[str]:
@@ -228,8 +247,25 @@ def reevaluate(
         if code != 0 or record is None:
             why = handle.failure or (f"no result in {sweep.stall_timeout_s} s" if code is None else f"exit code {code}")
             log.warning("re-evaluation of trial %d failed: %s", trial.number, why)
+            if record is not None:  # an earlier one's value stays, marked: the ranking puts it after reusable ones
+                study.set_user_attr(reeval_attr(trial.number), {**record.as_dict(), "failed": why[:300]})
             continue
         log.info("trial %d re-evaluated: %s = %s", trial.number, record.metric, interval(record))
     for line in ranking_lines(study):
         log.info(line)
     return ranking(study)
+
+
+def reevaluate_at_end(
+    study: optuna.Study,
+    storage: RDBStorage,
+    sweep: SweepConfig,
+    launcher: Launcher,
+    roots: StudyRoots,
+    uid: str,
+    storage_url: str,
+) -> list[Ranked]:
+    """A driver's end of study: one driver at a time (a lock on the study's storage), each re-evaluating only the
+    trials none has yet. Several drivers of one study end together; each ran every top trial's job before."""
+    with exclusive(storage, f"reeval:{study.study_name}"):
+        return reevaluate(study, sweep, launcher, roots, uid, storage_url, only_missing=True)

@@ -21,6 +21,7 @@ from typing import Any
 import fsspec
 from optuna.trial import FrozenTrial
 
+from contracts.out_of_memory import out_of_memory
 from storage.heartbeat import retry_history
 from storage.record import JOB_ERROR_ATTR, RETRIES_NOT_SPENT_ATTR
 from sweeps.config_values import SweepConfigError
@@ -129,7 +130,7 @@ def stop_reason(
     `params`: the failed trial's; `others`: the study's failed trials, each carrying its job's error line
     (JOB_ERROR_ATTR). A retry of the same configuration (the same params) is not another configuration, but a
     retry that met the same line before its first step shows that retrying does not get past it."""
-    if error_class(line) in OWN_CONFIGURATION_ERRORS:  # a large model out of memory at set-up is its own fault
+    if error_class(line) in OWN_CONFIGURATION_ERRORS or out_of_memory(line):  # a large model's own fault
         return None
     if before_first_step and not retry_helps:
         return "the job raised it before its first step, in the set-up every configuration goes through"

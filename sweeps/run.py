@@ -20,30 +20,23 @@ from storage.errors import permission_denied
 from storage.heartbeat import retried_numbers
 from storage.record import trained_trials
 from sweeps import estimate
-from sweeps.definition import StudyMismatchError
+from sweeps.config_values import UserConfigError
 from sweeps.driver import Driver
 from sweeps.help import help_text
 from sweeps.interrupts import interrupt_once
-from sweeps.launchers.base import JobSpec, LauncherConfigError, MachineUnavailableError
+from sweeps.launchers.base import JobSpec, MachineUnavailableError
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.preemption import PREEMPTED_EXIT
 from sweeps.retry import without_note
 from sweeps.slots import SLOT_CHOICES, SlotConfigError
-from sweeps.space import SearchSpaceError, to_overrides
+from sweeps.space import to_overrides
 from sweeps.typed_config import composition_error_line
-from sweeps.validate import SweepConfigError
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
 USERS_FULL_ERROR: dict[str, str | None] = {}  # its value before _entry set it, for main to put back
-CONFIG_ERRORS = (
-    SweepConfigError,
-    SearchSpaceError,
-    LauncherConfigError,
-    SlotConfigError,
-    StorageError,
-    MissingMandatoryValue,
-    StudyMismatchError,
-)
+# What a user fixes: one line and exit 2 (UserConfigError: every such error of sweeps/; the storage layer's and
+# OmegaConf's own besides).
+CONFIG_ERRORS = (UserConfigError, StorageError, MissingMandatoryValue)
 
 
 def dry_run(driver: Driver) -> None:

@@ -30,6 +30,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sweeps.config_values import UserConfigError
+
 ACCEPTED = "pod, vm or chips:N (N chips of one VM per slot)"
 SLOT_CHOICES = ("pod", "vm", "chips:2", "chips:1")  # what a dry run prices the study on
 TPU_BASE_PORT = 8476  # torch_xla's default first TPU client port (configure_topology); slot k of a VM uses +k
@@ -42,7 +44,7 @@ LIBTPU_PORTS = (8431, 8432, 8433, 8434, 8470, 8471, 8476, 8477, 8478, 8479)
 V4_CHIP_BOUNDS = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1"}
 
 
-class SlotConfigError(ValueError):
+class SlotConfigError(UserConfigError):
     """launcher.slots names a division the launcher's machines do not allow."""
 
 

@@ -17,12 +17,14 @@ import optuna
 from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
+from sweeps.config_values import UserConfigError
+
 GRAMMAR = (
     "choice(a, b, ...), interval(low, high), tag(log, interval(low, high)) with 0 < low, range(start, stop[, step])"
 )
 
 
-class SearchSpaceError(ValueError):
+class SearchSpaceError(UserConfigError):
     """A study definition that cannot be searched; the message names the key and the value."""
 
 

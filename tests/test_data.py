@@ -489,7 +489,7 @@ def test_a_subsample_larger_than_the_file_is_refused_naming_both_numbers(tmp_pat
 
 
 @pytest.mark.slow
-def test_the_same_csv_for_train_and_test_is_a_warning_on_stderr(tmp_path, small_set):
+def test_the_same_csv_for_train_and_test_is_refused_unless_overlap_is_allowed(tmp_path, small_set):
     """The same file twice is named; as every test puzzle is then a train puzzle, the build is refused unless
     --allow-overlap (overlap is refused: tests/test_data_leaks.py)."""
     rows = _csv_rows(small_set[0][:6], small_set[1][:6])

@@ -18,13 +18,14 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from storage.record import JOB_ERROR_ATTR
+from storage.record import INFEASIBLE_ATTR, JOB_ERROR_ATTR
 from sweeps.outcome import CONFIGURATION_ERRORS, PERMANENT_ERRNOS, job_verdict, raised_line
 from sweeps.retry import stop_reason, without_note
 from sweeps.run import all_failed
 from tests.sweep_helpers import FAST_TRIAL, sweep_overrides
 
 NO_GPU = "ValueError: runtime.device=cuda but torch sees no GPU (torch.cuda.is_available() is False)"
+CPU_OOM = "RuntimeError: [enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried"
 HYDRA_LOG = f"""worker-0 exited with code 1; last log lines:
 Error executing job with overrides: ['runtime.device=cuda']
 Traceback (most recent call last):
@@ -133,9 +134,10 @@ LINE = "KeyError: 'eval/exact_accuray'"
             None,
         ),
         (False, True, "torch.OutOfMemoryError: CUDA out of memory", [_failed(0, 0.1, "torch.OutOfMemoryError: CUDA out of memory")], None),
+        (True, False, CPU_OOM, [_failed(0, 0.1, CPU_OOM)], None),  # a large model at set-up, on a CPU: its own
     ],
     ids=["setup", "setup-transient", "two-configs", "same-config", "other-error", "retry-repeats", "retry-later",
-         "divergence", "oom"],
+         "divergence", "oom", "cpu-oom"],
 )  # fmt: skip
 def test_which_failures_stop_the_study(
     before: bool, retry_helps: bool, line: str, others: list, stops: str | None
@@ -217,3 +219,39 @@ def test_the_same_error_in_two_configurations_stops_the_study(tmp_path: Path) ->
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL]  # two configurations, then none
     assert trials[0].params != trials[1].params
     assert "trial 0, another configuration, failed with the same error" in trials[1].user_attrs["fail_reason"]
+
+
+CAPPED_INTERPRETER = """#!/bin/sh
+# A machine with 3 GB of address space per training job: a model too large for it runs out of memory.
+ulimit -v 3000000
+exec {python} "$@"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_out_of_memory_trial_is_infeasible_not_retried_and_the_study_goes_on(tmp_path: Path) -> None:
+    """A 16384-wide model cannot be built under the cap (its set-up fails, as a device check would): it was retried,
+    and its error before the first step would have stopped the study. It is the configuration's own fault."""
+    from sweeps.driver import Driver
+    from tests.sweep_helpers import sweep_config
+    from tests.test_sweeps import with_space
+
+    capped = tmp_path / "python"
+    capped.write_text(CAPPED_INTERPRETER.format(python=sys.executable))
+    capped.chmod(capped.stat().st_mode | stat.S_IXUSR)
+    db = f"sqlite:///{tmp_path}/db.sqlite"
+    cfg = sweep_config(
+        db, tmp_path / "out", "study=halting", "study.name=oom", "n_trials=2", "pruner=none", "sampler=grid",
+        "study.enqueue_baseline=false", f"launcher.python={capped}", "reeval.at_end=false",
+    )  # fmt: skip
+    Driver(with_space(cfg, {"arch.hidden_size": "choice(16, 16384)"})).run()
+    trials = optuna.load_study(study_name="oom", storage=db).get_trials(deepcopy=False)
+    by_width = {t.params["arch.hidden_size"]: t for t in trials}
+    assert len(trials) == 2 and set(by_width) == {16, 16384}  # no retry queued, nothing else drawn
+    large = by_width[16384]
+    assert large.state == TrialState.FAIL and large.user_attrs[INFEASIBLE_ATTR] == "out of memory"
+    assert large.user_attrs["retryable"] is False
+    assert large.user_attrs["fail_reason"].startswith("infeasible (out of memory"), large.user_attrs["fail_reason"]
+    assert "can't allocate memory" in large.user_attrs[JOB_ERROR_ATTR]
+    assert by_width[16].state == TrialState.COMPLETE  # the study went on: a smaller configuration fits

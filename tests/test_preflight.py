@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,6 +71,15 @@ def test_preflight_names_the_one_broken_worker_and_the_driver_refuses_to_start(
     assert len(lines) == 1 and lines[0].startswith("worker 1: its trm code differs from this checkout's"), lines
     assert "launcher.deploy=true" in lines[0]
     assert "trm.train" not in (pod / "calls.log").read_text()  # no trial started
+    # As sweeps.run: its one line and exit 2, as every error the user fixes (it left through Hydra's traceback).
+    run = subprocess.run(
+        [sys.executable, "-m", "sweeps.run", *pod_args(tmp_path, fresh_pg_url), f"hydra.run.dir={tmp_path}/h"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2 and "error: the pod is not ready" in run.stderr, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
 
     give_python(vm1, Path(sys.executable))  # fixed: the pod is ready
     assert main(pod_args(tmp_path, fresh_pg_url)) == 0

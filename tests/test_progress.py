@@ -17,7 +17,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from contracts.wandb_runs import summary_run_id, trial_run_id
-from storage.record import DUPLICATE_OF_ATTR, STUDY_UID_ATTR
+from storage.record import DUPLICATE_OF_ATTR, PROGRESS_ATTR, STUDY_UID_ATTR
 from sweeps.driver import Driver
 from sweeps.progress import ProgressView, duration, measure, route_optuna_logging
 from tests.sweep_helpers import sweep_config
@@ -93,6 +93,19 @@ def test_counts_best_and_eta_of_a_study_with_trials_in_every_state(study_in_each
     # A running trial past the mean adds nothing; more trials running (other drivers) than max_concurrent share the work.
     p = measure(trials, MAX, n_trials=8, max_concurrent=1, elapsed_s=0, now=T0 + timedelta(seconds=410 + 500))
     assert p.eta_s == pytest.approx(300)
+
+
+def test_a_long_retry_past_the_mean_is_timed_at_its_own_pace_not_as_nearly_done(
+    study_in_each_state: optuna.Study,
+) -> None:
+    """The ETA read "0s" for minutes while a 1,500-step retry trained: it had outlived the mean of short trials."""
+    trials = study_in_each_state.get_trials()
+    running = trials[7]  # resumed at step 1,000 of 1,500; 100 steps in its first 50 s of logging
+    running.user_attrs[PROGRESS_ATTR] = {"step": 1100, "at": 1050.0, "first_step": 1000, "first_at": 1000.0}
+    now = T0 + timedelta(seconds=410 + 500)  # 500 s in: past the 100 s mean
+    p = measure(trials, MAX, n_trials=8, max_concurrent=1, elapsed_s=0, now=now, steps=1500)
+    assert p.eta_s == pytest.approx(300 + 400 * 50 / 100)  # 3 not started + its 400 steps at 2 steps/s
+    assert measure(trials, MAX, n_trials=8, max_concurrent=1, elapsed_s=0, now=now).eta_s == pytest.approx(300)
 
 
 def test_eta_is_unknown_before_the_first_finished_trial_and_the_end_says_finished() -> None:

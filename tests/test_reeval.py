@@ -4,12 +4,14 @@ when the top two are within one standard error. A real tiny study with real chec
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import os
 import subprocess
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -20,11 +22,21 @@ from optuna.trial import TrialState, create_trial
 
 from contracts.eval_noise import binomial_stderr
 from dashboards.report_page import write_report
-from storage.record import DUPLICATE_OF_ATTR, STUDY_UID_ATTR, Reeval, reeval_attr, reevals
+from storage import exclusive
+from storage.record import (
+    CHECKPOINT_URL_ATTR,
+    DETAILS_ATTR,
+    DUPLICATE_OF_ATTR,
+    STUDY_UID_ATTR,
+    TRAIN_OVERRIDES_ATTR,
+    Reeval,
+    reeval_attr,
+    reevals,
+)
 from sweeps import best
 from sweeps.config_values import SweepConfigError
 from sweeps.driver import Driver
-from sweeps.reeval import interval, overlap_line, paired_lines, ranking, ranking_lines
+from sweeps.reeval import interval, overlap_line, paired_lines, ranking, ranking_lines, reevaluate_at_end
 from sweeps.schema import ReevalSettings
 from sweeps.typed_config import typed_block, typed_sweep
 from sweeps.wandb_summary import log_study_summary, study_summary
@@ -54,6 +66,22 @@ def test_the_ranking_follows_the_reevaluation_not_the_reported_value() -> None:
     lines = ranking_lines(study)
     assert lines[0] == "re-evaluated winner: trial 1 (x=0.8), eval/exact_accuracy = 0.7000 ± 0.0200 (512 puzzles)"
     assert "reported 0.8000" in lines[1] and len(lines) == 3
+
+
+def test_a_trial_whose_latest_reevaluation_failed_is_left_out_of_the_ranking_and_says_why() -> None:
+    """It was first by its earlier re-evaluation; its checkpoint has since gone: it is no winner to reuse."""
+    gone = dataclasses.replace(record(0, 0.70, 0.02), failed="worker-0 exited with code 1")
+    study = study_with([0.9, 0.8], [gone, record(1, 0.60, 0.02)])
+    assert [r.trial.number for r in ranking(study)] == [1]
+    lines = ranking_lines(study)
+    assert lines[0].startswith("re-evaluated winner: trial 1 ")
+    assert lines[-1] == (
+        "trial 0 left out: its re-evaluation failed (worker-0 exited with code 1); an earlier one read "
+        "0.7000 ± 0.0200 (512 puzzles)"
+    )
+    assert Reeval.of(record(1, 0.6, 0.02).as_dict() | {"failed": None}) == record(1, 0.6, 0.02)
+    older = {k: v for k, v in record(1, 0.6, 0.02).as_dict().items() if k != "failed"}
+    assert Reeval.of(older) == record(1, 0.6, 0.02)  # a record from before the field reads back
 
 
 def test_the_top_two_within_one_standard_error_say_so_in_one_line() -> None:
@@ -220,6 +248,17 @@ def test_a_study_reevaluates_its_top_trials_on_the_whole_test_split(
     top = max(trials, key=lambda t: float(t.value or 0)).number  # top_k=1: the best by reported value
     assert again[top].examples == 24 and "re-evaluated winner" in text
 
+    # Its checkpoint gone, a re-evaluation fails: the earlier value stays, marked, and it wins nothing.
+    checkpoint_dir = Path(again[top].checkpoint).parent
+    for file in checkpoint_dir.glob("*.pt"):
+        file.unlink()
+    assert best.main(argv) == 0
+    text = capsys.readouterr().out
+    marked = reevals(optuna.load_study(study_name="reeval", storage=db).user_attrs)[top]
+    assert marked.failed and marked.value == again[top].value
+    assert f"trial {top} left out: its re-evaluation failed" in text
+    assert f"re-evaluated winner: trial {top} " not in text
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
@@ -263,3 +302,35 @@ def test_the_wandb_summary_run_ranks_by_the_reevaluation(tmp_path: Path, monkeyp
     assert run.summary["best/number"] == 1 and run.summary["count/fail"] == 0 and run.summary["count/total"] == 2
     assert run.summary["reeval/winner"] == "trial 1: 0.6500 ± 0.0200 (512 puzzles)"
     assert run.summary["reeval/overlap"].startswith("trials 1 and 0 overlap within one standard error")
+
+
+def test_drivers_ending_together_reevaluate_each_trial_once(tmp_path: Path) -> None:
+    """Four drivers of one study each ran every top trial's re-eval job at its end (12 jobs for 3 trials). Now the
+    end takes a lock on the study: a driver that waits on another finds its records and launches nothing."""
+    db = f"sqlite:///{tmp_path}/db.sqlite"
+    cfg = sweep_config(db, tmp_path, "study.name=ends", "n_trials=1", "reeval.top_k=1", trial=TRIAL)
+    driver = Driver(cfg)
+    study = driver.open_study()
+    study.add_trial(
+        create_trial(
+            params={"x": 0.5},
+            distributions={"x": FloatDistribution(0, 1)},
+            value=0.5,
+            user_attrs={DETAILS_ATTR: {TRAIN_OVERRIDES_ATTR: TRIAL}, CHECKPOINT_URL_ATTR: f"{tmp_path}/ckpt"},
+        )
+    )
+    number = study.trials[-1].number
+    ended: list[list] = []
+    with exclusive(driver.storage, "reeval:ends"):  # another driver re-evaluating
+        waiting = threading.Thread(
+            target=lambda: ended.append(
+                reevaluate_at_end(study, driver.storage, driver.sweep, driver.launcher, driver.roots, "UID", db)
+            )
+        )
+        waiting.start()
+        waiting.join(timeout=3)
+        assert waiting.is_alive()  # it waits for the other's end
+        study.set_user_attr(reeval_attr(number), record(number, 0.55, 0.02).as_dict())  # which stored its record
+    waiting.join(timeout=60)
+    assert not waiting.is_alive() and [r.trial.number for r in ended[0]] == [number]
+    assert not (driver.roots.workdir(number) / "reeval").exists()  # no second job

@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from contracts.hydra_app import compose_train_config
 from storage import StorageUnavailableError, open_storage
-from storage.record import OBJECTIVE_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
+from storage.record import OBJECTIVE_ATTR, PROGRESS_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
 from trm.trial_link import RetryPolicy, TrialLink, TrialLinkError, link_from_config, retry
 
 METRICS = {"eval/exact_accuracy": 0.5, "eval/blank_accuracy": 0.9}
@@ -87,3 +87,14 @@ def test_the_job_links_with_its_configs_retry_and_engine_settings(pg_url: str) -
     assert link is not None and link.retry_policy == RetryPolicy(attempts=3)
     assert link.storage.engine.pool.size() == 1  # a QueuePool on PostgreSQL
     assert link.report(10, METRICS) == "continue"
+
+
+def test_progress_keeps_where_this_job_began_so_the_eta_reads_its_own_pace(pg_url: str) -> None:
+    study = make_study(pg_url, "link_progress", {"_target_": "optuna.pruners.NopPruner"})
+    trial = study.ask()
+    link = TrialLink("link_progress", trial.number, pg_url)
+    link.progress(1000)  # a retry resumed at step 1,000
+    link.progress(1100)
+    stored = study.trials[0].user_attrs[PROGRESS_ATTR]
+    assert (stored["step"], stored["first_step"]) == (1100, 1000)
+    assert stored["first_at"] <= stored["at"]

@@ -35,4 +35,4 @@ def check_batch(cfg: DictConfig, runtime: Runtime) -> int:
                 f"train.{key}={value} is not divisible by the world size {runtime.world_size}: "
                 f"use a positive multiple of {runtime.world_size}"
             )
-    return cfg.train.global_batch_size // runtime.world_size
+    return int(cfg.train.global_batch_size) // runtime.world_size

@@ -12,8 +12,8 @@ from torch import Tensor
 
 from contracts.metric_names import (  # torch-free, so the sweep driver can validate metric names
     HALTED_EXAMPLES,
-    METRIC_KEYS,
 )
+from contracts.metric_names import METRIC_KEYS as METRIC_KEYS  # the sums' order, re-exported with the loss
 
 IGNORE_INDEX = -100  # label of a cell the loss skips (torch cross_entropy's default ignore_index); on disk: PAD_LABEL
 BLANK_TOKEN = 1

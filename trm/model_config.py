@@ -9,6 +9,7 @@ of this project and of the reference's Sudoku runs sets the embedding to the hid
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 
 @dataclass
@@ -80,7 +81,7 @@ class TRMConfig:
             )
 
     @classmethod
-    def from_dict(cls, values: dict, **dataset_fields: int) -> TRMConfig:
+    def from_dict(cls, values: dict[str, Any], **dataset_fields: int) -> TRMConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from contracts.metrics_log import WALL_TIME_KEY
+from contracts.out_of_memory import out_of_memory
 from trm.runtime.base import RuntimeMismatchError
 from trm.tracking import Tracker
 
@@ -79,7 +80,7 @@ class Outcome:
     def failed(self, err: BaseException) -> None:
         """Record why the run failed (the error itself still propagates)."""
         self.status, self.error = FAIL, f"{type(err).__name__}: {err}"
-        self.retryable = not isinstance(err, NOT_RETRYABLE)
+        self.retryable = not isinstance(err, NOT_RETRYABLE) and not out_of_memory(self.error)
         permanent = permanent_os_error(err)
         if permanent:
             self.retryable, self.run_again = False, True

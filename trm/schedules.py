@@ -19,7 +19,7 @@ def curriculum_stage(progress: float, cfg: Any) -> int:
     """Index of the curriculum level in use at `progress` (0 .. stages-1)."""
     if not cfg.enabled:
         return 0
-    return min(cfg.stages - 1, math.floor(progress / cfg.end_fraction * (cfg.stages - 1)))
+    return int(min(cfg.stages - 1, math.floor(progress / cfg.end_fraction * (cfg.stages - 1))))
 
 
 def recursion_at(progress: float, cfg: Any, h_final: int, l_final: int) -> tuple[int, int]:

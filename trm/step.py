@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -39,7 +40,7 @@ def _precision(precision: str) -> tuple[torch.dtype | None, torch.dtype]:
     return PRECISIONS[precision]
 
 
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
     compute_dtype, _ = _precision(precision)
     return contextlib.nullcontext() if compute_dtype is None else torch.autocast(device.type, dtype=compute_dtype)
 

@@ -83,7 +83,7 @@ def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         runtime.close(clean)  # no barrier after a failure: a dead peer would make it wait for the timeout
 
 
-def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[str, Any]:
+def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[str, Any]:  # noqa: C901, PLR0915 (split into setup, loop and checkpointer: issue 44)
     """Set up, resume, train and evaluate inside a started runtime; the run's summary. `run` owns the runtime
     and records a failure raised here."""
     clock = PhaseClock()

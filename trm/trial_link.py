@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from contracts.code_version import git_commit
+from contracts.out_of_memory import INFEASIBLE_OOM, out_of_memory
 from contracts.schema_checks import build
 from contracts.train_config import RetryPolicy, SweepLink
 from storage import EngineSettings, StorageError, engine_settings, open_storage
@@ -32,6 +33,7 @@ from storage.record import (
     CODE_DIRTY_ATTR,
     CODE_VERSION_ATTR,
     DETAILS_ATTR,
+    INFEASIBLE_ATTR,
     OBJECTIVE_ATTR,
     PEAK_MEMORY_ATTR,
     PROFILE_DETAIL,
@@ -93,6 +95,7 @@ class TrialLink:
         # With repeated seeds, seed 0 alone reports to the pruner; seed i > 0 stores its outcome under "seed{i}/".
         self.seed_index = seed_index
         self.prefix = f"seed{seed_index}/" if seed_index else ""
+        self.first_progress: tuple[int, float] | None = None  # this job's first log point: its own rate from there
 
     def _attach(self, study_name: str, trial_number: int, storage_url: str, password_env: str | None) -> None:
         # The driver created the schema and checked its version: the job skips both (storage.open_storage).
@@ -138,10 +141,13 @@ class TrialLink:
     def progress(self, step: int) -> None:
         """Show the driver this job is alive and moving: one write, never retried (a database outage must
         not hold training up; the next log point writes again)."""
+        now = time.time()
+        first_step, first_at = self.first_progress = self.first_progress or (step, now)
+        # first_*: where this job's steps began (a resumed job starts past 0), so the driver's ETA can read the
+        # job's own pace (sweeps.progress.measure), on the job's clock at both ends.
+        record = {"step": step, "at": now, "first_step": first_step, "first_at": first_at}
         try:
-            self.storage.set_trial_user_attr(
-                self.trial_id, self.prefix + PROGRESS_ATTR, {"step": step, "at": time.time()}
-            )
+            self.storage.set_trial_user_attr(self.trial_id, self.prefix + PROGRESS_ATTR, record)
         except Exception as err:  # noqa: BLE001 (the trial finished elsewhere, or the database is briefly away)
             log.warning("could not record progress at step %d: %s", step, err)
 
@@ -184,6 +190,8 @@ class TrialLink:
             attrs["error"] = str(summary["error"])[-2000:]
             attrs["retryable"] = bool(summary.get("retryable"))
             attrs[RUN_AGAIN_ATTR] = bool(summary.get("run_again"))
+            if out_of_memory(str(summary["error"])):
+                attrs[INFEASIBLE_ATTR] = INFEASIBLE_OOM
         for key, value in attrs.items():
             store = functools.partial(self.storage.set_trial_user_attr, self.trial_id, self.prefix + key, value)
             self._retry(store, f"storing {key}")

@@ -71,7 +71,8 @@ class AdamW(torch.optim.AdamW):
             exp_avgs: list[Tensor] = []
             exp_avg_sqs: list[Tensor] = []
             steps: list[Tensor] = []
-            if self._init_group(group, params_with_grad, grads, exp_avgs, exp_avg_sqs, [], steps):
+            # torch's private helper, untyped: the same grouping AdamW.step does
+            if self._init_group(group, params_with_grad, grads, exp_avgs, exp_avg_sqs, [], steps):  # type: ignore[no-untyped-call]
                 raise NotImplementedError("AdamW's scalars-as-data update has no complex parameters")
             lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
             beta1, beta2 = group["betas"]
@@ -99,7 +100,7 @@ class AdamW(torch.optim.AdamW):
         return loss
 
 
-class Lion(lion_pytorch.Lion):
+class Lion(lion_pytorch.Lion):  # type: ignore[misc]  # lion_pytorch ships no types: its Lion is Any to mypy
     """lion_pytorch.Lion; `scalars_as_data` as AdamW's. The library's step, with its per-parameter update
     function (its hook: use_triton swaps in a Triton kernel the same way) replaced by one that runs the
     library's update off the data path and, on it, the same update written with tensor scalars: the library's

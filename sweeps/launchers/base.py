@@ -23,6 +23,7 @@ from typing import Protocol
 from hydra.errors import HydraException
 
 from contracts.overrides import parse_override
+from sweeps.config_values import UserConfigError
 from sweeps.interrupts import signals_held
 from sweeps.job_command import LITERAL_KEYS
 from sweeps.slots import WHOLE, Slot
@@ -30,7 +31,7 @@ from sweeps.slots import WHOLE, Slot
 TERMINATE_GRACE_S = 10.0  # launcher.kill_grace_s's default (conf/launcher/*.yaml): SIGTERM to SIGKILL
 
 
-class LauncherConfigError(ValueError):
+class LauncherConfigError(UserConfigError):
     """A launcher that cannot start jobs as configured; names the key and value."""
 
 

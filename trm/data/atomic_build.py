@@ -89,7 +89,7 @@ def _lock_of_gone_owner(lock: Path) -> int | None:
     return fd
 
 
-def remove_stale_builds(out: str | os.PathLike) -> list[Path]:
+def remove_stale_builds(out: str | os.PathLike[str]) -> list[Path]:  # noqa: C901 (each kind of leftover and its owner's lock)
     """Remove the temp dirs (``.<out>.tmp-*``, ``.<out>.old-*``) and lock files that killed builds of ``out``
     left beside it; return what was removed.
 
@@ -148,7 +148,7 @@ def remove_stale_builds(out: str | os.PathLike) -> list[Path]:
 
 
 def build_atomically(
-    out: str | os.PathLike, write: Callable[[Path], dict[str, SplitMeta]], replace: bool
+    out: str | os.PathLike[str], write: Callable[[Path], dict[str, SplitMeta]], replace: bool
 ) -> tuple[dict[str, Any], bool]:
     """Run ``write(tmp_dir)`` then rename the temp dir to ``out``.
 

@@ -81,7 +81,7 @@ def _check_generated_splits(num_train: int, num_test: int) -> None:
 
 
 def build_generated(
-    out: str | os.PathLike, num_train: int, num_test: int, blanks: int, seed: int, num_aug: int = 0
+    out: str | os.PathLike[str], num_train: int, num_test: int, blanks: int, seed: int, num_aug: int = 0
 ) -> dict[str, Any]:
     """Generate train/test (distinct seeds spawned from ``seed``; test disjoint from train) into ``out``.
 
@@ -94,9 +94,9 @@ def build_generated(
 
 
 def build_from_csv(
-    out: str | os.PathLike,
-    train_csv: str | os.PathLike,
-    test_csv: str | os.PathLike,
+    out: str | os.PathLike[str],
+    train_csv: str | os.PathLike[str],
+    test_csv: str | os.PathLike[str],
     subsample: int | None = None,
     num_aug: int = 0,
     seed: int = 0,
@@ -177,7 +177,7 @@ def _existing(out: Path, source: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def ensure_generated(
-    out: str | os.PathLike, num_train: int, num_test: int, blanks: int, seed: int, num_aug: int = 0
+    out: str | os.PathLike[str], num_train: int, num_test: int, blanks: int, seed: int, num_aug: int = 0
 ) -> dict[str, Any]:
     """Build like ``build_generated`` unless ``out`` already holds exactly that dataset.
 

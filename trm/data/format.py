@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,7 +160,7 @@ def _check_tokens(arrays: Mapping[str, np.ndarray]) -> None:
             raise DatasetError(f"{name} must hold tokens in [0, {VOCAB_SIZE}), got [{a.min()}, {a.max()}]")
 
 
-def _chunks(a: np.ndarray):
+def _chunks(a: np.ndarray) -> Iterator[np.ndarray]:
     """Canonical int32 LE pieces of ``a`` in row order (bounded temp memory for uint8 inputs)."""
     for start in range(0, a.shape[0], _HASH_CHUNK_ROWS):
         yield _canonical(a[start : start + _HASH_CHUNK_ROWS])
@@ -194,7 +194,7 @@ def _write_npy(path: Path, name: str, a: np.ndarray, h: Any) -> None:
 
 
 def write_split(
-    out_dir: str | os.PathLike, split: str, arrays: Mapping[str, np.ndarray], source: Mapping[str, Any]
+    out_dir: str | os.PathLike[str], split: str, arrays: Mapping[str, np.ndarray], source: Mapping[str, Any]
 ) -> SplitMeta:
     """Write ``out_dir/split`` atomically (temp dir, then rename), replacing an existing split."""
     if split not in SPLITS:
@@ -232,7 +232,7 @@ def _found(d: Path) -> str:
     return ", ".join(names[:10]) + more if names else "nothing (empty directory)"
 
 
-def split_layout(data_dir: str | os.PathLike, split: str) -> str:
+def split_layout(data_dir: str | os.PathLike[str], split: str) -> str:
     """``"trm"`` or ``"reference"``, by the files in ``data_dir/split``; else one line naming what is there."""
     data_dir = Path(data_dir)
     split_dir = data_dir / split
@@ -250,7 +250,7 @@ def split_layout(data_dir: str | os.PathLike, split: str) -> str:
     )
 
 
-def _read_json(meta_path: Path, data_dir: str | os.PathLike) -> Any:
+def _read_json(meta_path: Path, data_dir: str | os.PathLike[str]) -> Any:
     if not meta_path.is_file():
         hint = BUILD_HINT.format(out=data_dir)
         raise DatasetError(f"dataset split not found: {meta_path} does not exist; accepted: {LAYOUTS}; {hint}")
@@ -260,16 +260,19 @@ def _read_json(meta_path: Path, data_dir: str | os.PathLike) -> Any:
         raise DatasetError(f"{meta_path}: cannot read dataset.json ({e})") from e
 
 
-def _load_npy(p: Path, data_dir: str | os.PathLike, mmap: bool) -> np.ndarray:
+def _load_npy(p: Path, data_dir: str | os.PathLike[str], mmap: bool) -> np.ndarray:
     if not p.is_file():
         raise DatasetError(f"dataset file not found: {p} does not exist; " + BUILD_HINT.format(out=data_dir))
     try:
-        return np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
+        loaded: np.ndarray = np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
+        return loaded
     except (OSError, ValueError) as e:
         raise DatasetError(f"{p}: cannot load ({e})") from e
 
 
-def _load_reference(data_dir: str | os.PathLike, split: str, mmap: bool) -> tuple[dict[str, np.ndarray], SplitMeta]:
+def _load_reference(
+    data_dir: str | os.PathLike[str], split: str, mmap: bool
+) -> tuple[dict[str, np.ndarray], SplitMeta]:
     """A split in the reference's layout: its one set's arrays as they are, its metadata mapped onto ``SplitMeta``.
 
     The counts come from the arrays (the reference's ``total_puzzles`` counts groups, not puzzles), checked against
@@ -308,7 +311,7 @@ def _load_reference(data_dir: str | os.PathLike, split: str, mmap: bool) -> tupl
     return arrays, meta
 
 
-def read_meta(data_dir: str | os.PathLike, split: str) -> SplitMeta:
+def read_meta(data_dir: str | os.PathLike[str], split: str) -> SplitMeta:
     """Read one split's metadata: only ``dataset.json`` for this project's layout (cheap: used to compare build
     arguments); the reference's layout has no fingerprint on disk, so its arrays are read and hashed."""
     if split_layout(data_dir, split) == "reference":
@@ -318,7 +321,7 @@ def read_meta(data_dir: str | os.PathLike, split: str) -> SplitMeta:
 
 
 def load_split(
-    data_dir: str | os.PathLike, split: str, mmap: bool = True, verify: bool = False
+    data_dir: str | os.PathLike[str], split: str, mmap: bool = True, verify: bool = False
 ) -> tuple[dict[str, np.ndarray], SplitMeta]:
     """Load one split of either layout (memory-mapped by default). ``verify`` re-hashes and compares the
     fingerprint; a split in the reference's layout is always hashed on load (it records none)."""

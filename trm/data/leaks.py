@@ -60,7 +60,7 @@ def _duplicates(keys: np.ndarray) -> tuple[int, tuple[int, int] | None]:
 def check_splits(
     train: np.ndarray,
     test: np.ndarray,
-    files: tuple[str | os.PathLike, str | os.PathLike],
+    files: tuple[str | os.PathLike[str], str | os.PathLike[str]],
     lines: tuple[Sequence[int], Sequence[int]],
     allow_overlap: bool = False,
 ) -> None:
@@ -92,7 +92,7 @@ def check_splits(
     _warn(f"{found}; built anyway (--allow-overlap): the test split partly measures memorisation")
 
 
-def warn_same_file(train_csv: str | os.PathLike, test_csv: str | os.PathLike) -> None:
+def warn_same_file(train_csv: str | os.PathLike[str], test_csv: str | os.PathLike[str]) -> None:
     """The same file given twice (also through a link) is named before anything is read."""
     if os.path.isfile(train_csv) and os.path.isfile(test_csv) and os.path.samefile(train_csv, test_csv):
         _warn(

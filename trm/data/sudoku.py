@@ -202,7 +202,8 @@ def _line_maps(rng: np.random.Generator, m: int) -> np.ndarray:
     """[m, 9] row (or column) maps: permute the 3 bands, then the 3 lines inside each band."""
     bands = _random_perms(rng, m, 3)
     within = _random_perms(rng, m * 3, 3).reshape(m, 3, 3)
-    return (bands[:, :, None] * 3 + within).reshape(m, 9)
+    rows: np.ndarray = (bands[:, :, None] * 3 + within).reshape(m, 9)
+    return rows
 
 
 def augment(

@@ -99,7 +99,7 @@ def _parse_grids(cells: list[str], lut: np.ndarray, what: str, path: str, lines:
 
 
 def read_csv(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     min_rating: int = 0,
     subsample: int | None = None,
     seed: int = 0,
