@@ -20,7 +20,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from bench._results import ROOT, median
 from storage import open_storage
-from storage.record import trial_detail
+from storage.record import DRIVER_TIMING_DETAIL, trial_detail
+from storage.trial_record import TrialLaunch, TrialOutcome
 from sweeps.space import params_to_values
 from sweeps.testing import FAST_TRIAL
 
@@ -56,8 +57,8 @@ def load_trials(storage_url: str, study_name: str) -> list[FrozenTrial]:
 
 def trial_phases(trial: FrozenTrial) -> dict[str, float] | None:
     """Seconds of each phase of a one-seed trial, or None if the stamps are missing (a failed launch)."""
-    job = trial_detail(trial.user_attrs, "timing") or {}
-    drv = trial_detail(trial.user_attrs, "driver_timing") or {}
+    job: dict[str, Any] = TrialOutcome.of(trial.user_attrs).timing or {}
+    drv = trial_detail(trial.user_attrs, DRIVER_TIMING_DETAIL) or {}
     # train_end (after the last step's eval and checkpoint) is newer than last_step_end (before them): with only
     # the latter, the final eval counts as teardown, an overestimate of the overhead.
     job = {**job, "train_end": job.get("train_end", job.get("last_step_end"))}
@@ -133,16 +134,16 @@ def projected_fraction(summary: dict[str, Any], trial_training_s: float, n_trial
 
 def trial_record(trial: FrozenTrial) -> dict[str, Any]:
     """What the benches keep of a trial: params, state, steps, compute, value and its reported curve."""
-    attrs = trial.user_attrs
-    return {
+    outcome = TrialOutcome.of(trial.user_attrs)
+    return {  # the benches' own JSON (bench/pruning.py reads it back): its keys stay as the results on disk have them
         "number": trial.number,
         "state": trial.state.name,
         "params": params_to_values(trial.params),
         "value": trial.value if trial.state == TrialState.COMPLETE else None,
-        "steps": attrs.get("steps"),
-        "compute_flops": attrs.get("compute_flops"),
-        "best_value": attrs.get("best_value"),
+        "steps": outcome.steps,
+        "compute_flops": outcome.compute_flops,
+        "best_value": outcome.best_value,
         "intermediate": {int(k): v for k, v in sorted(trial.intermediate_values.items())},
         "phases_s": trial_phases(trial),
-        "workdir": attrs.get("workdir"),
+        "workdir": TrialLaunch.of(trial.user_attrs).workdir,
     }

@@ -32,7 +32,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.trial import TrialState
@@ -42,7 +42,7 @@ from bench._sweep import hydra_list
 from contracts.metrics_log import METRICS_FILE, WALL_TIME_KEY, read_metrics
 from storage import open_storage
 from storage.heartbeat import retry_history
-from storage.record import TRAIN_OVERRIDES_ATTR, trial_detail
+from storage.trial_record import TrialLaunch, TrialOutcome
 from sweeps.budget import budget_used
 from sweeps.distinct_draws import as_config as config
 from sweeps.space import params_to_values
@@ -184,7 +184,7 @@ def record(
 
 def eval_interval(attrs: dict[str, Any]) -> int:
     """The trial's train.eval_interval, from the training overrides the driver stored (the last one wins)."""
-    overrides = trial_detail(attrs, TRAIN_OVERRIDES_ATTR) or []
+    overrides = TrialLaunch.of(attrs).train_overrides or []
     values = [o.split("=", 1)[1] for o in overrides if o.startswith("train.eval_interval=")]
     if not values:
         raise ValueError(f"trial overrides {overrides}: no train.eval_interval (the recorder always sets one)")
@@ -228,12 +228,13 @@ def export(state: Path, seeds: list[int]) -> dict[str, Any]:
         for t in trials:
             if t.state != TrialState.COMPLETE:
                 continue
-            attrs = t.user_attrs
-            steps = int(attrs["steps"])
-            per_step = int(attrs["compute_flops"]) // steps  # FLOPs per sample-step x the global batch
+            attrs, outcome = t.user_attrs, TrialOutcome.of(t.user_attrs)
+            steps = int(cast(int, outcome.steps))  # a COMPLETE trial's job stored both
+            per_step = int(cast(float, outcome.compute_flops)) // steps  # FLOPs per sample-step x the global batch
             chain = [trials[n] for n in retry_history(t)] + [t]
-            run_dirs = [Path(c.user_attrs["workdir"]) / "run" for c in chain if "workdir" in c.user_attrs]
-            timing = trial_detail(chain[0].user_attrs, "timing") or {}
+            workdirs = [TrialLaunch.of(c.user_attrs).workdir for c in chain]
+            run_dirs = [Path(w) / "run" for w in workdirs if w is not None]
+            timing = TrialOutcome.of(chain[0].user_attrs).timing or {}
             points = curve(run_dirs, per_step, steps, eval_interval(attrs), timing.get("first_step_start"))
             if points is None:
                 continue
@@ -242,7 +243,7 @@ def export(state: Path, seeds: list[int]) -> dict[str, Any]:
                     "params": params_to_values(t.params),
                     # a retry resumed the run: its wall seconds include the time between the cut and the resume
                     "resumed": len(chain) > 1,
-                    "params_count": attrs.get("params_count"),
+                    "params_count": outcome.params_count,
                     "finished_at": round(t.datetime_complete.timestamp()) if t.datetime_complete else None,
                     "curve": points,
                 }

@@ -167,15 +167,25 @@ class HaltingConfig:
 
 @dataclass
 class CheckpointConfig:
-    """`checkpoint` (trm/checkpoint.py)."""
+    """`checkpoint` (trm/checkpoint.py; staging and upload: trm/checkpoint_upload.py)."""
 
     url: str = MISSING
     resume: bool = MISSING
     keep_best: bool = MISSING
     lock_wait_s: float = MISSING
+    staging: Literal["auto", "always", "never"] = MISSING
+    local_dir: str = MISSING
+    upload_wait_s: float = MISSING
 
     def __post_init__(self) -> None:
         require("checkpoint.lock_wait_s", self.lock_wait_s, self.lock_wait_s >= 0, ">= 0 seconds")
+        require("checkpoint.upload_wait_s", self.upload_wait_s, self.upload_wait_s >= 0, ">= 0 seconds")
+        require(
+            "checkpoint.local_dir",
+            self.local_dir,
+            "://" not in self.local_dir and self.local_dir.rstrip("/") != self.url.rstrip("/"),
+            f"a local directory other than checkpoint.url ({self.url!r}): the staged copy is not the uploaded one",
+        )
 
 
 @dataclass

@@ -19,6 +19,7 @@ from plotly.colors import qualitative
 
 from contracts.metrics_log import METRICS_FILE, WALL_TIME_KEY, read_metrics
 from dashboards.report_view import Section, StudyView
+from storage.trial_record import TrialLaunch
 
 FIGURES: dict[str, str] = {
     "fig-intermediate-values": "Intermediate values (pruning curves)",
@@ -51,7 +52,7 @@ def reported_curves(view: StudyView) -> list[Curve]:
 
 def metrics_dir(trial: FrozenTrial) -> Path | None:
     """The trial's run directory if its metrics file (every train/eval record, the ones W&B gets) is here."""
-    workdir = trial.user_attrs.get("workdir")
+    workdir = TrialLaunch.of(trial.user_attrs).workdir
     run = Path(str(workdir), RUN_DIR) if workdir else None
     return run if run is not None and (run / METRICS_FILE).is_file() else None
 

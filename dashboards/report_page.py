@@ -19,8 +19,11 @@ from dashboards.report_evidence import evidence_paragraph
 from dashboards.report_reeval import reeval_block
 from dashboards.report_tables import best_block, trial_table
 from dashboards.report_view import Section, StudyView
+from storage.trial_record import TrialOutcome
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+# The job's costs the objective is plotted against (trial attributes, by their TrialOutcome fields).
+PARAMS_ATTR, COMPUTE_ATTR = TrialOutcome.names_of(lambda o: (o.params_count, o.compute_flops))
 
 # Figure ids of one study in report order, with their section titles.
 FIGURES: dict[str, str] = {
@@ -80,8 +83,8 @@ def build_sections(view: StudyView) -> list[Section]:
         "fig-curves": lambda: curves.metric_curves(view),
         "fig-slice": lambda: study_views.slices(view),
         "fig-pareto-front": lambda: study_views.pareto_front(view),
-        "fig-accuracy-vs-params": lambda: project_views.objective_vs_cost(view, "fig-accuracy-vs-params", "params_count", "parameters", log_x=True),
-        "fig-accuracy-vs-compute": lambda: project_views.objective_vs_cost(view, "fig-accuracy-vs-compute", "compute_flops", "training compute (FLOPs)", log_x=True),
+        "fig-accuracy-vs-params": lambda: project_views.objective_vs_cost(view, "fig-accuracy-vs-params", PARAMS_ATTR, "parameters", log_x=True),
+        "fig-accuracy-vs-compute": lambda: project_views.objective_vs_cost(view, "fig-accuracy-vs-compute", COMPUTE_ATTR, "training compute (FLOPs)", log_x=True),
         "fig-accuracy-by-optimizer": lambda: project_views.by_optimizer(view),
         "fig-curriculum": lambda: project_views.settings_effect(view, "fig-curriculum", project_views.CURRICULUM_PREFIXES, "curriculum"),
         "fig-halting": lambda: project_views.settings_effect(view, "fig-halting", project_views.HALTING_PREFIXES, "halting"),

@@ -11,6 +11,7 @@ from optuna.trial import FrozenTrial
 
 from dashboards.report_optuna import GRID_COLUMNS, grid
 from dashboards.report_view import Section, StudyView, base_name, hover, pareto
+from storage.record import SEED_VALUES_ATTR
 
 OPTIMIZER_PARAM = "optim"
 CURRICULUM_PREFIXES = ("curriculum.",)
@@ -120,16 +121,16 @@ def settings_effect(view: StudyView, fig_id: str, prefixes: tuple[str, ...], wha
 
 def seed_spread(view: StudyView) -> Section:
     s = Section(view.prefix + "fig-seed-spread", FIGURES["fig-seed-spread"])
-    trials = [t for t in view.complete if len(t.user_attrs.get("seed_values") or []) > 1]
+    trials = [t for t in view.complete if len(t.user_attrs.get(SEED_VALUES_ATTR) or []) > 1]
     if not trials:
         s.note = "No configuration was run with several seeds (study.seeds > 1 records `seed_values`)."
         return s
-    trials.sort(key=lambda t: statistics.fmean(t.user_attrs["seed_values"]), reverse=view.maximize)
+    trials.sort(key=lambda t: statistics.fmean(t.user_attrs[SEED_VALUES_ATTR]), reverse=view.maximize)
     labels = [f"trial {t.number}" for t in trials]
     fig = go.Figure()
     xs, ys, texts = [], [], []
     for label, t in zip(labels, trials):
-        for i, v in enumerate(t.user_attrs["seed_values"]):
+        for i, v in enumerate(t.user_attrs[SEED_VALUES_ATTR]):
             xs.append(label)
             ys.append(v)
             texts.append(f"{label}, seed {i}: {v:.4g}")
@@ -144,8 +145,8 @@ def seed_spread(view: StudyView) -> Section:
             hoverinfo="text",
         )
     )
-    means = [statistics.fmean(t.user_attrs["seed_values"]) for t in trials]
-    stds = [statistics.pstdev(t.user_attrs["seed_values"]) for t in trials]
+    means = [statistics.fmean(t.user_attrs[SEED_VALUES_ATTR]) for t in trials]
+    stds = [statistics.pstdev(t.user_attrs[SEED_VALUES_ATTR]) for t in trials]
     fig.add_trace(go.Scatter(
         x=labels, y=means, mode="markers", name="mean ± std", marker=dict(size=14, symbol="line-ew-open", color="#d62728", line=dict(width=3)),
         error_y=dict(type="data", array=stds, visible=True, color="#d62728"), hovertext=[hover(t, view) for t in trials], hoverinfo="text",

@@ -20,7 +20,8 @@ from dashboards.report_view import (
     fmt_value,
     plain_params,
 )
-from storage.record import Reeval, samples_per_s
+from storage.record import DUPLICATE_OF_ATTR, FAIL_REASON_ATTR, Reeval, samples_per_s
+from storage.trial_record import TrialLaunch, TrialOutcome
 from sweeps.best import commit_text, describe
 from sweeps.reeval import interval
 
@@ -46,7 +47,7 @@ def link(url: str | None, label: str | None = None) -> str:
 
 def wandb_dir(trial: FrozenTrial) -> Path | None:
     """The trial's local W&B run directory (an offline run to `wandb sync`), when this machine has it."""
-    workdir = trial.user_attrs.get("workdir")
+    workdir = TrialLaunch.of(trial.user_attrs).workdir
     root = Path(str(workdir), "run", "wandb") if workdir else None
     if root is None or not root.is_dir():
         return None
@@ -56,7 +57,7 @@ def wandb_dir(trial: FrozenTrial) -> Path | None:
 
 def wandb_cell(info: dict[str, Any], trial: FrozenTrial) -> str:
     """The W&B run a launched trial's job opened (group/name, trm/wandb_run_config.py), and its local directory if here."""
-    if not trial.user_attrs.get("workdir"):
+    if not TrialLaunch.of(trial.user_attrs).workdir:
         return ""  # never launched (refused as a duplicate, failed before its job started): no run
     name = f"{info['wandb']['group']}/{info['wandb']['name']}"
     local = wandb_dir(trial)
@@ -65,9 +66,9 @@ def wandb_cell(info: dict[str, Any], trial: FrozenTrial) -> str:
 
 def trial_note(trial: FrozenTrial) -> str:
     attrs = trial.user_attrs
-    if attrs.get("duplicate_of") is not None:
-        return f"same parameters as trial {attrs['duplicate_of']}"
-    text = str(attrs.get("fail_reason") or attrs.get("error") or "")
+    if attrs.get(DUPLICATE_OF_ATTR) is not None:
+        return f"same parameters as trial {attrs[DUPLICATE_OF_ATTR]}"
+    text = str(attrs.get(FAIL_REASON_ATTR) or TrialOutcome.of(attrs).error or "")
     return text if len(text) <= NOTE_CHARS else "..." + text[-NOTE_CHARS:]
 
 
@@ -147,7 +148,7 @@ def trial_table(view: StudyView) -> str:
         )
         cells = [  # (class, html)
             ("num", esc(t.number)), ("", f'<span class="state-{t.state.name.lower()}">{t.state.name.lower()}</span>'),
-            ("num", value), ("num", esc(info["best_step"])), ("num", esc(t.user_attrs.get("steps"))),
+            ("num", value), ("num", esc(info["best_step"])), ("num", esc(TrialOutcome.of(t.user_attrs).steps)),
             ("num", esc(fmt_seconds(took.total_seconds()) if took is not None else "")), ("num", esc(fmt_seconds(view.train_seconds(t)))),
             *([("num", esc("" if speeds[t.number] is None else f"{speeds[t.number]:.4g}"))] if show_speed else []),
             *([("num", esc("" if hours is None else f"{hours:.3g}"))] if show_chips else []),

@@ -1,8 +1,8 @@
 """What the report knows about one study: its objective, its trials, and how a trial's steps map to time.
 
 Every figure and table reads the study through a StudyView, so that "which value", "which trials" and "how many
-chips" are decided once. Nested trial facts (timing, the training overrides) are read only through
-`storage.record.trial_detail`: where they are stored is the record's business, not the report's.
+chips" are decided once. A trial's facts (steps, timing, the training overrides) are read only through its records
+(storage/trial_record.py TrialLaunch, TrialOutcome): where they are stored is the record's business, not the report's.
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 
-from storage.record import TRAIN_OVERRIDES_ATTR, trained_trials, trial_detail
+from storage.record import trained_trials
+from storage.trial_record import TrialLaunch, TrialOutcome
 from sweeps.reeval import ranking
 from sweeps.space import params_to_values
-
-CHIPS_OVERRIDE = "runtime.expected_devices="  # the device count a pod trial trains on (conf/site/pod.yaml)
 
 
 @dataclass
@@ -96,37 +95,28 @@ class StudyView:
 
     def chips(self, trial: FrozenTrial) -> int | None:
         """Chips the trial trained on: `chips=` on the command line, else the pod's expected device count."""
-        if self.chips_arg is not None:
-            return self.chips_arg
-        overrides = trial_detail(trial.user_attrs, TRAIN_OVERRIDES_ATTR)
-        for item in overrides if isinstance(overrides, list) else []:
-            if str(item).startswith(CHIPS_OVERRIDE):
-                try:
-                    return int(str(item)[len(CHIPS_OVERRIDE) :])
-                except ValueError:
-                    return None
-        return None
+        return self.chips_arg if self.chips_arg is not None else TrialLaunch.of(trial.user_attrs).chips
 
     def clock(self, trial: FrozenTrial) -> Clock | None:
         """The trial's step -> seconds map, from its job's `timing` (else `train_seconds`); None if not recorded."""
-        attrs = trial.user_attrs
-        steps = attrs.get("steps")
+        record = TrialOutcome.of(trial.user_attrs)
+        steps = record.steps
         if not isinstance(steps, int) or steps <= 0:
             return None
-        timing = trial_detail(attrs, "timing")
+        timing = record.timing
         if isinstance(timing, dict) and all(
             isinstance(timing.get(k), (int, float)) for k in ("run_start", "first_step_start", "last_step_end")
         ):
             span = timing["last_step_end"] - timing["first_step_start"]
             if span > 0:
                 return Clock(timing["first_step_start"] - timing["run_start"], span, steps, self.chips(trial))
-        seconds = attrs.get("train_seconds")
+        seconds = record.train_seconds
         if isinstance(seconds, (int, float)) and seconds > 0:
             return Clock(0.0, float(seconds), steps, self.chips(trial))
         return None
 
     def train_seconds(self, trial: FrozenTrial) -> float | None:
-        seconds = trial.user_attrs.get("train_seconds")
+        seconds = TrialOutcome.of(trial.user_attrs).train_seconds
         return float(seconds) if isinstance(seconds, (int, float)) else None
 
     def chip_hours(self, trial: FrozenTrial) -> float | None:

@@ -1,7 +1,9 @@
 """The study record's names: what the sweep driver writes on a study and the training job reads.
 
 The record is the contract between the driver and the job (docs/architecture.md, "The contracts between parts"):
-the channel back from a job; its names live here, in `storage`, which both sides may import.
+the channel back from a job; its names live here, in `storage`, which both sides may import. A trial's facts
+are typed records (storage/trial_record.py: TrialLaunch, TrialOutcome; Reeval here): writers and readers go through
+them, and the names below that are their fields' are for a reader that needs a single attribute by name.
 """
 
 from __future__ import annotations
@@ -89,46 +91,13 @@ def trained_trials(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
 # stops a job whose step stops moving (a hung or SIGSTOPped worker) after `stall_timeout_s`, on its own clock.
 PROGRESS_ATTR = "progress"
 
-# Trial attributes that describe one attempt: what its job stored (trm/trial_link.py, under "seed<i>/" for
-# seed i > 0) and what the driver concluded. Optuna's retry copies every user attribute to the new trial;
-# the driver clears these on a retry so that it never shows its predecessor's outcome or failure.
-ATTEMPT_ATTRS = (
-    "outcome",
-    "progress",
-    "best_value",
-    "best_step",
-    "steps",
-    "details",
-    "final_metrics",
-    "params_count",
-    "precision",
-    "device",
-    "flops_per_sample_step",
-    "compute_flops",
-    "train_seconds",
-    "timing",
-    "code_version",
-    "code_commit",
-    "code_dirty",
-    "error",
-    "retryable",
-    "run_again",
-    "preempted",
-    "infeasible",
-    "peak_memory_mb",
-    "job_error",
-    "fail_reason",
-    "driver_timing",
-    "seed_values",
-    "seed_std",
-    "best_checkpoint_note",
-)
-
-
-def attempt_attr(key: str) -> bool:
-    """Whether a trial attribute (possibly "seed<i>/"-prefixed) belongs to one attempt."""
-    return key.rsplit("/", 1)[-1] in ATTEMPT_ATTRS
-
+# Trial attributes the driver stores per attempt, beside the job's TrialOutcome (storage/trial_record.py): why it
+# failed, and with several seeds each seed's objective and their standard deviation; and in `details` its own launch
+# and exit times. The driver clears them on a retry with the job's (storage.trial_record.ATTEMPT_ATTRS).
+FAIL_REASON_ATTR = "fail_reason"
+SEED_VALUES_ATTR = "seed_values"
+SEED_STD_ATTR = "seed_std"
+DRIVER_TIMING_DETAIL = "driver_timing"
 
 # A trial's system attribute: the heartbeat.grace_s of the driver that runs it. Another driver judges the trial
 # orphaned only after the longer of its own grace and this one: a driver started with a shorter grace would
@@ -136,7 +105,8 @@ def attempt_attr(key: str) -> bool:
 HEARTBEAT_GRACE_ATTR = "heartbeat_grace_s"
 
 # Trial attributes for reusing a trial (sweeps/best.py): the driver stores the whole set of training overrides
-# the job ran with and its checkpoint URL when it launches; the job stores its code version when it finishes.
+# the job ran with and its checkpoint URL when it launches (TrialLaunch); the job stores its code version when it
+# finishes (TrialOutcome). Each name is its record's field's (tests/test_record_types.py holds them equal).
 TRAIN_OVERRIDES_ATTR = "train_overrides"
 CHECKPOINT_URL_ATTR = "checkpoint_url"
 SLOT_ATTR = "slot"  # where the driver ran the trial's job (sweeps/slots.py: "pod", "vm-3", "vm-3/chips-0-1")
@@ -156,7 +126,6 @@ BEST_CHECKPOINT_NOTE_ATTR = "best_checkpoint_note"  # the job's word that best.p
 DETAILS_ATTR = "details"
 THROUGHPUT_DETAIL = "throughput"  # step speed and compile counts (trm/throughput.py), read by sweeps.utilization
 PROFILE_DETAIL = "profile"  # train.profile_steps: the trace the job wrote on rank 0's machine (trm/profiling.py)
-DETAIL_KEYS = ("final_metrics", "timing", "driver_timing", THROUGHPUT_DETAIL, TRAIN_OVERRIDES_ATTR, PROFILE_DETAIL)
 
 
 def trial_detail(attrs: Mapping[str, Any], key: str, default: Any = None) -> Any:

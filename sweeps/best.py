@@ -36,17 +36,8 @@ from storage.cli import (
     storage_from_args,
     study_from_args,
 )
-from storage.record import (
-    BEST_CHECKPOINT_NOTE_ATTR,
-    CHECKPOINT_URL_ATTR,
-    CODE_COMMIT_ATTR,
-    CODE_DIRTY_ATTR,
-    CODE_VERSION_ATTR,
-    STUDY_UID_ATTR,
-    TRAIN_OVERRIDES_ATTR,
-    Reeval,
-    trial_detail,
-)
+from storage.record import STUDY_UID_ATTR, Reeval
+from storage.trial_record import TrialLaunch, TrialOutcome
 from sweeps.config_values import UserConfigError
 from sweeps.paths import StudyRoots, url_exists
 from sweeps.reeval import (
@@ -97,11 +88,11 @@ def pick(study: optuna.Study, number: str | None) -> FrozenTrial:
 
 def describe(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
     """What a user needs to reuse `trial`, as plain values."""
-    attrs = trial.user_attrs
+    launch, outcome = TrialLaunch.of(trial.user_attrs), TrialOutcome.of(trial.user_attrs)
     values = params_to_values(trial.params)
     overrides = to_overrides(values)
-    train_overrides = trial_detail(attrs, TRAIN_OVERRIDES_ATTR) or overrides  # the whole set the job trained with
-    checkpoint_url = attrs.get(CHECKPOINT_URL_ATTR)
+    train_overrides = launch.train_overrides or overrides  # the whole set the job trained with
+    checkpoint_url = launch.checkpoint_url
     best_checkpoint = f"{checkpoint_url.rstrip('/')}/best.pt" if checkpoint_url else None
     return {
         "study": study.study_name,
@@ -109,18 +100,18 @@ def describe(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
         "state": trial.state.name,
         "value": trial.values if trial.values and len(trial.values) > 1 else trial.value,
         "objective": study.user_attrs.get("objective"),
-        "best_step": attrs.get("best_step"),
+        "best_step": outcome.best_step,
         "overrides": overrides,
         "retrain": ["python", "-m", "trm.train", *train_overrides],
         "best_checkpoint": best_checkpoint,
         # False: not there as seen from here (never written, or on the workers' own disks); None: not known.
         "best_checkpoint_found": url_exists(best_checkpoint) if best_checkpoint else None,
-        "best_checkpoint_note": attrs.get(BEST_CHECKPOINT_NOTE_ATTR),  # set when best.pt is not the best
+        "best_checkpoint_note": outcome.best_checkpoint_note,  # set when best.pt is not the best
         "wandb": {"group": study.study_name, "name": f"{study.study_name}-{trial.number}"},
-        "workdir": attrs.get("workdir"),
-        "code_version": attrs.get(CODE_VERSION_ATTR),  # the content hash of trm/: what checkpoint.resume checks
-        "code_commit": attrs.get(CODE_COMMIT_ATTR),  # None: not a git checkout's code, or not recorded
-        "code_dirty": attrs.get(CODE_DIRTY_ATTR),
+        "workdir": launch.workdir,
+        "code_version": outcome.code_version,  # the content hash of trm/: what checkpoint.resume checks
+        "code_commit": outcome.code_commit,  # None: not a git checkout's code, or not recorded
+        "code_dirty": outcome.code_dirty,
         **ranking_facts(study, trial.number),
     }
 

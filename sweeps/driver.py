@@ -29,13 +29,13 @@ from optuna.trial import TrialState
 from storage import StorageGoneError, database_gone, redact, trial_id_of
 from storage.errors import StoragePermissionError, permission_denied
 from storage.record import RUN_AGAIN_ATTR, SLOT_ATTR
+from storage.trial_record import TrialOutcome, seed_prefix
 from sweeps.budget import baseline_params, budget_used
 from sweeps.definition import study_definition
 from sweeps.distinct_draws import choose_sampler, exhausted_line
 from sweeps.draw import Draw, draw_within_budget, failed_unless_started
 from sweeps.interrupts import signals_held
 from sweeps.optuna_parts import pruner_spec
-from sweeps.outcome import seed_attrs
 from sweeps.preemption import mark_preempted, preempted_reason, queue_copy, set_aside_unstarted
 from sweeps.preflight import check_before_study
 from sweeps.progress import ProgressView, duration, print_best, route_optuna_logging
@@ -270,8 +270,8 @@ class Driver(TrialLifecycle):
         """The launcher's line when a job that failed, or stopped on a preemption notice (outcome PREEMPTED: a
         spot VM's SIGTERM), lost its machine; None when the machine is there (the job's own end stands)."""
         if code == 0:
-            attrs = seed_attrs(self.storage.get_trial(trial_id_of(running.trial)).user_attrs, running.seed_index)
-            if attrs.get("outcome") != "PREEMPTED":
+            attrs = self.storage.get_trial(trial_id_of(running.trial)).user_attrs
+            if TrialOutcome.of(attrs, seed_prefix(running.seed_index)).outcome != "PREEMPTED":
                 return None
         return self.launcher.unavailable()
 

@@ -22,7 +22,8 @@ from typing import Any
 from optuna.trial import TrialState
 
 from contracts.out_of_memory import out_of_memory
-from storage.record import INFEASIBLE_ATTR, PEAK_MEMORY_ATTR, PROGRESS_ATTR, trial_detail
+from storage.record import PROGRESS_ATTR
+from storage.trial_record import TrialOutcome, seed_prefix
 
 # The exception classes whose failure a retry repeats: trm/run_end.py NOT_RETRYABLE by name (the platform does not
 # import the trainer; tests/test_failure_classes.py holds the two equal), for an error the job raised before it
@@ -75,17 +76,12 @@ def first_step_done(attrs: Mapping[str, Any]) -> bool:
     """Whether the job (one seed's, unprefixed `attrs`) completed a training step: its `timing` has the stamp the
     job makes after its first step (trm/clock.py `first_step_end`). A failure without it came from the set-up
     (config, device, data, resume checks), which every configuration of the study goes through."""
-    timing = trial_detail(attrs, "timing")
+    timing = TrialOutcome.of(attrs).timing
     return isinstance(timing, dict) and "first_step_end" in timing
 
 
-def seed_prefix(index: int) -> str:
-    """Where the job of seed `index` stores its outcome on the trial (seed 0: no prefix)."""
-    return f"seed{index}/" if index else ""
-
-
 def seed_attrs(attrs: Mapping[str, Any], index: int) -> dict[str, Any]:
-    """The attributes the job of seed `index` stored, without their prefix."""
+    """The attributes the job of seed `index` stored, without their prefix (storage.trial_record.seed_prefix)."""
     prefix = seed_prefix(index)
     return {k[len(prefix) :]: v for k, v in attrs.items() if k.startswith(prefix)} if prefix else dict(attrs)
 
@@ -115,12 +111,13 @@ def orphan_verdict(
     `values_of` reads one seed's objective value(s) from its (unprefixed) attributes, None when missing or not
     finite; `why` says how the driver was found gone (for the reason of a re-queued trial)."""
     per_seed = [seed_attrs(attrs, i) for i in range(seeds)]
-    if per_seed[0].get("outcome") == "PRUNED":
+    outcomes = [TrialOutcome.of(seed) for seed in per_seed]
+    if outcomes[0].outcome == "PRUNED":
         return Verdict(TrialState.PRUNED)
-    failed = next((seed for seed in per_seed if seed.get("outcome") == "FAIL" and not seed.get("retryable")), None)
+    failed = next((o for o in outcomes if o.outcome == "FAIL" and not o.retryable), None)
     if failed is not None:  # the configuration failed (bad input, divergence): running it again would repeat it
-        return Verdict(TrialState.FAIL, reason=str(failed.get("error") or "the job reported FAIL without a reason"))
-    if all(seed.get("outcome") == "COMPLETE" for seed in per_seed):
+        return Verdict(TrialState.FAIL, reason=str(failed.error or "the job reported FAIL without a reason"))
+    if all(o.outcome == "COMPLETE" for o in outcomes):
         values = [values_of(seed) for seed in per_seed]
         if all(v is not None for v in values):
             columns = list(zip(*values))
@@ -146,7 +143,8 @@ def job_verdict(
     `values`: its objective value(s) when it stored COMPLETE (None if missing or not finite); `launcher_failure`:
     the launcher's account of a failing worker (its name, exit code, last log lines); `cancelled`: we stopped it
     (a stall, an interrupt), so a missing outcome is not the job's fault but is already being handled."""
-    outcome = attrs.get("outcome")
+    record = TrialOutcome.of(attrs)
+    outcome = record.outcome
     if outcome == "COMPLETE":
         if values is None:
             return Verdict(TrialState.FAIL, reason=f"job finished without a finite {objective}")
@@ -154,27 +152,26 @@ def job_verdict(
     if outcome == "PRUNED":
         return Verdict(TrialState.PRUNED)
     if outcome == "PREEMPTED":
-        steps = attrs.get("steps")
         return Verdict(
             TrialState.FAIL,
-            reason=f"preempted at step {steps} (checkpoint saved)",
+            reason=f"preempted at step {record.steps} (checkpoint saved)",
             requeue=True,
         )
     if outcome == "FAIL":
-        error = str(attrs.get("error") or "the job reported FAIL without a reason")
+        error = str(record.error or "the job reported FAIL without a reason")
         reason = error
-        if attrs.get(INFEASIBLE_ATTR):  # too large for the machine: its line says so first, and what it reached
-            peak = attrs.get(PEAK_MEMORY_ATTR)
+        if record.infeasible:  # too large for the machine: its line says so first, and what it reached
+            peak = record.peak_memory_mb
             reached = f", peak {peak:.0f} MiB" if isinstance(peak, (int, float)) else ""
-            reason = f"infeasible ({attrs[INFEASIBLE_ATTR]}{reached}), not retried: {error}"
+            reason = f"infeasible ({record.infeasible}{reached}), not retried: {error}"
         if launcher_failure:
             reason = f"{reason}\n{launcher_failure}"
         # A lost peer or connection is worth a retry; the configuration's own failure is not.
         return Verdict(
             TrialState.FAIL,
             reason=reason,
-            requeue=bool(attrs.get("retryable")) and not cancelled,
-            error_line=error.splitlines()[0] if attrs.get("error") else None,
+            requeue=bool(record.retryable) and not cancelled,
+            error_line=error.splitlines()[0] if record.error else None,
             before_first_step=not first_step_done(attrs),
         )
     # No outcome, and an exception in the job's log: it raised before it reached the study (a device or config
@@ -204,8 +201,9 @@ def job_verdict(
 def objective_values(attrs: Mapping[str, Any], objective: str, extra: list[str], use_best: bool) -> list[float] | None:
     """One seed's objective value(s) from its (unprefixed) attributes: the objective (its best value when
     `use_best`, else its final one), then each extra objective; None if any is missing or not finite."""
-    final = trial_detail(attrs, "final_metrics") or {}
-    values = [attrs.get("best_value") if use_best else final.get(objective)]
+    record = TrialOutcome.of(attrs)
+    final = record.final_metrics
+    values = [record.best_value if use_best else final.get(objective)]
     values += [attrs.get(name, final.get(name)) for name in extra]
     out: list[float] = []
     for value in values:

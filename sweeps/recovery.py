@@ -25,7 +25,8 @@ from storage.record import (
     RETRIES_NOT_SPENT_ATTR,
     UNTRAINED_ATTRS,
 )
-from sweeps.outcome import clip_reason, orphan_verdict, seed_prefix
+from storage.trial_record import seed_prefix
+from sweeps.outcome import clip_reason, orphan_verdict
 from sweeps.retry import plan_retry, visible_here, with_note
 from sweeps.running import RunningTrial
 

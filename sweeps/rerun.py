@@ -21,7 +21,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from storage import exclusive, trial_id_of
 from storage.heartbeat import retried_numbers
-from storage.record import DUPLICATE_OF_ATTR, NOT_STARTED_ATTR, RUN_AGAIN_ATTR
+from storage.record import DUPLICATE_OF_ATTR, FAIL_REASON_ATTR, NOT_STARTED_ATTR, RUN_AGAIN_ATTR
+from storage.trial_record import TrialOutcome
 from sweeps.recovery import requeue
 
 log = logging.getLogger("sweeps")
@@ -50,7 +51,7 @@ def queue_failed_again(study: optuna.Study, storage: RDBStorage) -> list[int]:
         for trial in failed:
             requeue(study, storage, trial_id_of(trial), max_retry=None)  # a new run of the command: no retry cap
     for trial in failed:
-        reason = str(trial.user_attrs.get("fail_reason") or trial.user_attrs.get("error") or "failed")
+        reason = str(trial.user_attrs.get(FAIL_REASON_ATTR) or TrialOutcome.of(trial.user_attrs).error or "failed")
         log.warning("trial %d failed (%s): queued again, first, to resume from its checkpoint", trial.number,
                     reason.splitlines()[0][:200])  # fmt: skip
         queued.append(trial.number)

@@ -18,7 +18,7 @@ from contracts.hydra_app import CONFIG_PATH, HYDRA_CALLBACKS, run_app
 from storage import StorageError, redact
 from storage.errors import permission_denied
 from storage.heartbeat import retried_numbers
-from storage.record import trained_trials
+from storage.record import FAIL_REASON_ATTR, trained_trials
 from sweeps import estimate
 from sweeps.config_values import UserConfigError
 from sweeps.driver import Driver
@@ -151,7 +151,7 @@ def all_failed(study: optuna.Study) -> str | None:
         return None
     retried = retried_numbers(trials)  # an attempt whose retry stands for it: each chain counts once
     reasons = Counter(
-        without_note(next(iter(str(t.user_attrs.get("fail_reason") or "no reason recorded").splitlines()), ""))[:200]
+        without_note(next(iter(str(t.user_attrs.get(FAIL_REASON_ATTR) or "no reason recorded").splitlines()), ""))[:200]
         for t in ran
         if t.state == TrialState.FAIL and t.number not in retried
     )

@@ -18,7 +18,8 @@ from optuna.trial import FrozenTrial
 
 from storage import redact
 from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, storage_from_args
-from storage.record import PEAK_MEMORY_ATTR, trained_trials
+from storage.record import FAIL_REASON_ATTR, trained_trials
+from storage.trial_record import TrialOutcome
 from sweeps.space import params_to_values
 
 FORMATS = ("table", "json", "csv")
@@ -30,16 +31,17 @@ def trial_row(trial: FrozenTrial) -> dict[str, Any]:
         if trial.datetime_complete and trial.datetime_start
         else None
     )
+    record = TrialOutcome.of(trial.user_attrs)
     return {
         "number": trial.number,
         "state": trial.state.name,
         "value": trial.values if trial.values and len(trial.values) > 1 else trial.value,
         "params": params_to_values(trial.params),
         "duration_s": round(duration, 1) if duration is not None else None,
-        "best_step": trial.user_attrs.get("best_step"),
-        "steps": trial.user_attrs.get("steps"),
-        "peak_memory_mb": trial.user_attrs.get(PEAK_MEMORY_ATTR),
-        "reason": next(iter((trial.user_attrs.get("fail_reason") or "").splitlines()), "")[:120] or None,
+        "best_step": record.best_step,
+        "steps": record.steps,
+        "peak_memory_mb": record.peak_memory_mb,
+        "reason": next(iter((trial.user_attrs.get(FAIL_REASON_ATTR) or "").splitlines()), "")[:120] or None,
     }
 
 

@@ -26,22 +26,23 @@ from optuna.trial import FrozenTrial, TrialState
 from storage import HeartbeatThread, resolve_url, trial_id_of
 from storage.heartbeat import chain_origin, retry_history
 from storage.record import (
-    CHECKPOINT_URL_ATTR,
     DETAILS_ATTR,
+    DRIVER_TIMING_DETAIL,
+    FAIL_REASON_ATTR,
     HEARTBEAT_GRACE_ATTR,
     JOB_ERROR_ATTR,
     NOT_STARTED_ATTR,
     PROGRESS_ATTR,
-    SLOT_ATTR,
-    TRAIN_OVERRIDES_ATTR,
-    attempt_attr,
+    SEED_STD_ATTR,
+    SEED_VALUES_ATTR,
     merged_details,
 )
+from storage.trial_record import TrialLaunch, TrialOutcome, attempt_attr, seed_prefix
 from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.job_command import JobCommand, StudyLink, job_name, training_overrides
 from sweeps.launchers.base import JobSpec
 from sweeps.optuna_parts import build_launcher
-from sweeps.outcome import Verdict, clip_reason, job_verdict, objective_values, seed_attrs, seed_mean, seed_prefix
+from sweeps.outcome import Verdict, clip_reason, job_verdict, objective_values, seed_attrs, seed_mean
 from sweeps.paths import StudyRoots, TrialPaths
 from sweeps.recovery import requeue
 from sweeps.retry import plan_retry, retry_of, stop_reason, visible_here, with_note
@@ -169,15 +170,18 @@ class TrialLifecycle(ABC):
             if attempt_attr(key) and value is not None:  # a retry: its predecessor's outcome is not its own
                 trial.set_user_attr(key, None)
         workdir = self.roots.workdir(trial.number)
-        trial.set_user_attr("overrides", to_overrides(sampled))
-        trial.set_user_attr("workdir", str(workdir))
-        # A fresh `details` (a retry's predecessor's belong to its own attempt): the job and finish() add theirs.
         # A whole-machine slot's own overrides (a pod's device count, from the slice) are part of what it trained
         # with: the report's chip-hours and the re-train command read them there.
-        trained = [*self.training_overrides(sampled), *(slot.overrides if slot.whole else ())]
-        trial.set_user_attr(DETAILS_ATTR, {TRAIN_OVERRIDES_ATTR: trained})
-        trial.set_user_attr(CHECKPOINT_URL_ATTR, self.checkpoint_url(origin))
-        trial.set_user_attr(SLOT_ATTR, slot.name)
+        launch = TrialLaunch(
+            overrides=to_overrides(sampled),
+            workdir=str(workdir),
+            checkpoint_url=self.checkpoint_url(origin),
+            slot=slot.name,
+            train_overrides=[*self.training_overrides(sampled), *(slot.overrides if slot.whole else ())],
+        )
+        # A fresh `details` (a retry's predecessor's belong to its own attempt): the job and finish() add theirs.
+        for key, value in launch.as_attrs().items():
+            trial.set_user_attr(key, value)
         self.storage.set_trial_system_attr(
             trial_id_of(trial), HEARTBEAT_GRACE_ATTR, float(self.sweep.heartbeat.grace_s)
         )  # before the first beat: another driver waits this long on it
@@ -236,7 +240,7 @@ class TrialLifecycle(ABC):
             raise
 
     def tell_fail(self, trial: optuna.Trial, reason: str) -> None:
-        trial.set_user_attr("fail_reason", clip_reason(reason))
+        trial.set_user_attr(FAIL_REASON_ATTR, clip_reason(reason))
         self.study.tell(trial, state=TrialState.FAIL)
         log.warning("trial %d FAIL: %s", trial.number, reason.splitlines()[0] if reason else "")
 
@@ -244,7 +248,7 @@ class TrialLifecycle(ABC):
         """Tell Optuna what the job recorded (sweeps/outcome.py decides); None if more seeds follow."""
         trial = running.trial
         attrs = seed_attrs(self.storage.get_trial(trial_id_of(trial)).user_attrs, running.seed_index)
-        measured = self.objective_values(attrs) if attrs.get("outcome") == "COMPLETE" else None
+        measured = self.objective_values(attrs) if TrialOutcome.of(attrs).outcome == "COMPLETE" else None
         verdict = job_verdict(
             attrs,
             measured,
@@ -286,7 +290,7 @@ class TrialLifecycle(ABC):
         plan = plan_retry(frozen, max_retry, self.visible_checkpoints(running.origin)) if retry else None
         stored = frozen.user_attrs
         timing = {"launched_at": running.launched_at, "exited_at": running.exited_at}
-        trial.set_user_attr(DETAILS_ATTR, merged_details(stored, driver_timing=timing))
+        trial.set_user_attr(DETAILS_ATTR, {**merged_details(stored), DRIVER_TIMING_DETAIL: timing})
         if state == TrialState.FAIL:
             self.tell_fail(trial, with_note(reason, plan.note) if plan else reason)
             if plan and plan.queued:
@@ -299,8 +303,8 @@ class TrialLifecycle(ABC):
             per_seed = running.seed_objectives
             mean = seed_mean(per_seed)
             if len(per_seed) > 1:  # TRM's seed variance is large: keep the spread on the trial
-                trial.set_user_attr("seed_values", [v[0] for v in per_seed])
-                trial.set_user_attr("seed_std", statistics.pstdev(v[0] for v in per_seed))
+                trial.set_user_attr(SEED_VALUES_ATTR, [v[0] for v in per_seed])
+                trial.set_user_attr(SEED_STD_ATTR, statistics.pstdev(v[0] for v in per_seed))
             self.study.tell(trial, mean if len(mean) > 1 else mean[0])
             log.info(
                 "trial %d COMPLETE: %s = %.4f%s", trial.number, self.sweep.study.objective, mean[0], self.best_line()

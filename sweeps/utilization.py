@@ -24,7 +24,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, study_from_args
-from storage.record import THROUGHPUT_DETAIL, trial_detail
+from storage.trial_record import TrialOutcome
 from sweeps.config import compose_sweep_config
 from sweeps.config_values import SweepConfigError
 from sweeps.estimate import UTILIZATION_KEY
@@ -64,11 +64,12 @@ def measured(trials: list[FrozenTrial], peak_flops: float) -> list[Measured]:
     """The finished trials that carry a `throughput`, grouped by (per-chip batch, device kind, precision)."""
     groups: dict[tuple[float, str, str | None], list[tuple[int, dict[str, Any]]]] = {}
     for trial in trials:
-        speed = trial_detail(trial.user_attrs, THROUGHPUT_DETAIL)
+        record = TrialOutcome.of(trial.user_attrs)
+        speed = record.throughput
         if trial.state not in FINISHED or not isinstance(speed, dict) or not speed.get("flops_per_s"):
             continue
-        device = str(trial.user_attrs.get("device") or "unknown").split(":")[0]
-        key = (float(speed["examples_per_device"]), device, trial.user_attrs.get("precision"))
+        device = str(record.device or "unknown").split(":")[0]
+        key = (float(speed["examples_per_device"]), device, record.precision)
         groups.setdefault(key, []).append((trial.number, speed))
     rows = []
     for (batch, device, precision), members in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):

@@ -35,13 +35,24 @@ from contracts.wandb_runs import (
     summary_run_id,
     trial_run_id,
 )
-from storage.record import STUDY_UID_ATTR, Reeval, reevals, samples_per_s, trained_trials
+from storage.record import (
+    FAIL_REASON_ATTR,
+    SEED_STD_ATTR,
+    SEED_VALUES_ATTR,
+    STUDY_UID_ATTR,
+    Reeval,
+    reevals,
+    samples_per_s,
+    trained_trials,
+)
+from storage.trial_record import TrialOutcome
 from sweeps.reeval import interval, overlap_line, ranking, ranking_rows
 from sweeps.schema import SweepConfig, Wandb
 
 JOB_TYPE = "study-summary"
-# Trial user attributes copied into the table (written by the job's trial link and the driver).
-ATTR_COLUMNS = ("outcome", "best_step", "steps", "params_count", "compute_flops", "seed_std", "fail_reason")
+# Trial user attributes copied into the table under their names (written by the job's trial link and the driver).
+OUTCOME_COLUMNS = TrialOutcome.names_of(lambda o: (o.outcome, o.best_step, o.steps, o.params_count, o.compute_flops))
+ATTR_COLUMNS = (*OUTCOME_COLUMNS, SEED_STD_ATTR, FAIL_REASON_ATTR)
 BASE_COLUMNS = [
     "number",
     "state",
@@ -125,11 +136,11 @@ def trial_rows(
             json.dumps(t.values) if t.values and len(t.values) > 1 else None,
             json.dumps(t.params, sort_keys=True, default=str),
             round(duration, 2) if duration is not None else None,
-            json.dumps(attrs["seed_values"]) if attrs.get("seed_values") is not None else None,
+            json.dumps(attrs[SEED_VALUES_ATTR]) if attrs.get(SEED_VALUES_ATTR) is not None else None,
         ]
         for key in ATTR_COLUMNS:
             value = attrs.get(key)
-            row.append(str(value)[:500] if key == "fail_reason" and value is not None else _finite(value))
+            row.append(str(value)[:500] if key == FAIL_REASON_ATTR and value is not None else _finite(value))
         row.append(_finite(samples_per_s(attrs)))  # the job's measured step speed (details: throughput)
         again = reevaluated.get(t.number)
         row += [again.value, again.stderr, again.examples] if again else [None, None, None]
@@ -169,7 +180,7 @@ def study_summary(study: optuna.Study) -> dict[str, Any]:
                     "best/number": best.number,
                     "best/value": best.value,
                     "best/params": best.params,
-                    "best/step": best.user_attrs.get("best_step"),
+                    "best/step": TrialOutcome.of(best.user_attrs).best_step,
                     "best/reeval": ranked[0].reeval.as_dict() if ranked else None,
                 }
             )

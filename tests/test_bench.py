@@ -36,6 +36,19 @@ def run_bench(script: str, out: Path, *args: str) -> dict:
 
 
 @pytest.mark.slow
+def test_checkpoint_blocking_bench_times_every_setup_each_round(tmp_path: Path) -> None:
+    result = run_bench("checkpoint_blocking.py", tmp_path)
+    assert result["arch"] == "tiny" and result["bytes"] > 1e6
+    assert {k: len(v) for k, v in result["times"].items()} == {
+        "direct": 2,
+        "staged": 2,
+        "upload": 2,
+        "staged_back_to_back": 2,
+    }
+    assert all(t > 0 for times in result["times"].values() for t in times)
+
+
+@pytest.mark.slow
 def test_data_pipeline_bench_builds_and_feeds(tmp_path: Path) -> None:
     result = run_bench("data_pipeline.py", tmp_path)
     build = result["build"]

@@ -22,7 +22,8 @@ from optuna.trial import TrialState
 
 from storage import open_storage, orphaned_trials, retry_callback, trial_id_of
 from storage.heartbeat import NO_FIRST_HEARTBEAT
-from storage.record import HEARTBEAT_GRACE_ATTR, NOT_STARTED_ATTR, attempt_attr, trained_trials
+from storage.record import HEARTBEAT_GRACE_ATTR, NOT_STARTED_ATTR, trained_trials
+from storage.trial_record import attempt_attr
 from sweeps.budget import budget_used
 from sweeps.driver import Driver
 from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs

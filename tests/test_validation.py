@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 
 from contracts.hydra_app import compose_train_config
 from contracts.metric_names import EVAL_METRICS, LOGGED_METRICS, METRIC_KEYS, TRIAL_NUMBERS
-from storage.record import ATTEMPT_ATTRS
+from storage.trial_record import ATTEMPT_ATTRS
 from sweeps.driver import Driver
 from sweeps.job_command import job_name
 from sweeps.launchers.base import JobSpec, quote_literals

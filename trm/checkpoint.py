@@ -98,19 +98,33 @@ def _verify(fs: Any, path: str, written: memoryview) -> None:
         raise OSError(f"read back {len(back)} bytes that differ from the {len(written)} written")
 
 
+def encode(state: dict[str, Any]) -> memoryview:
+    """`state` as the bytes a checkpoint file holds (torch.save). Done on the training thread: the state's tensors
+    are the live weights (state_dict shares their storage), so once encoded, training may change them."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getbuffer()
+
+
 def save(url: str, name: str, state: dict[str, Any]) -> str:
     """Write `state` to `<url>/<name>` atomically and verified (read back); return the full path. Saving
     `latest.pt` first moves the one it replaces to `previous.pt` (only once the new one is written and verified)."""
+    return put(url, name, encode(state))
+
+
+def put(url: str, name: str, data: memoryview) -> str:
+    """Write the checkpoint bytes `data` (`encode`) to `<url>/<name>` as `save` does: `<name>.tmp-<pid>`, read back,
+    `latest.pt` rotated to `previous.pt`, then renamed over `<name>`. A crash at any point leaves a complete
+    `<name>` (or, between the two moves, a complete `previous.pt`) that `load_latest` resumes; a leftover tmp file
+    is never read. CheckpointError naming the file if it could not be written."""
     fs, root = fsspec.core.url_to_fs(url)
     target = _join(root, name)
     tmp = f"{target}.tmp-{os.getpid()}"
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
     try:
         fs.makedirs(root, exist_ok=True)
         with fs.open(tmp, "wb") as f:
-            f.write(buffer.getbuffer())
-        _verify(fs, tmp, buffer.getbuffer())
+            f.write(data)
+        _verify(fs, tmp, data)
         if name == LATEST and fs.exists(target):
             fs.mv(target, _join(root, PREVIOUS))  # replaces the older previous.pt (a rename on local disks)
         fs.mv(tmp, target)
@@ -122,6 +136,12 @@ def save(url: str, name: str, state: dict[str, Any]) -> str:
             pass
         raise CheckpointError(f"could not write checkpoint {_join(url, name)}: {err}") from err
     return _join(url, name)
+
+
+def is_remote(url: str) -> bool:
+    """Whether `url` names a remote store (gs://, s3://, memory://): any fsspec protocol but a local path's."""
+    protocol, _ = fsspec.core.split_protocol(str(url))
+    return protocol not in (None, "file", "local")
 
 
 def move_aside(url: str, name: str) -> str:

@@ -235,7 +235,7 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
                     )
                     verdict = runtime.broadcast_object(verdict)  # every rank stops at the same step
                     if verdict != "abandon":
-                        train_state.save(runtime, state, cfg.checkpoint.url, best=to_best)
+                        train_state.save(runtime, state, cfg.checkpoint, best=to_best)
                 if verdict == "abandon":
                     outcome.status = ABANDONED
                     break
@@ -243,18 +243,18 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
                     outcome.status = PRUNED
                     break
             elif done == train.stop_after:
-                train_state.save(runtime, state, cfg.checkpoint.url, best=False)
+                train_state.save(runtime, state, cfg.checkpoint, best=False)
             if done == train.stop_after:
                 break
             if done % train.preemption_check_interval == 0 and any(runtime.all_gather_object(preemption.raised)):
                 # A VM got SIGTERM (preemption notice): save while we still can.
-                train_state.save(runtime, state, cfg.checkpoint.url, best=False)
+                train_state.save(runtime, state, cfg.checkpoint, best=False)
                 outcome.status = PREEMPTED
                 break
         clock.stamp("train_end")  # after the last step's eval and checkpoint: training work ends here
-        outcome.rank_steps = runtime.all_gather_object(state.step)  # proof that every rank stopped at the same step
-    except Exception as err:  # record why, then let it propagate
-        outcome.failed(err)
+        outcome.rank_steps = train_state.finish(runtime, state, cfg.checkpoint)  # the last upload landed; every step
+    except Exception as err:  # record why (once an upload in flight landed, within its grace), then let it propagate
+        train_state.failed(state, cfg.checkpoint, outcome, err)
         raise
     finally:
         preemption.restore()

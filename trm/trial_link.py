@@ -27,24 +27,8 @@ from contracts.out_of_memory import INFEASIBLE_OOM, out_of_memory
 from contracts.schema_checks import build
 from contracts.train_config import RetryPolicy, SweepLink
 from storage import EngineSettings, StorageError, engine_settings, open_storage
-from storage.record import (
-    BEST_CHECKPOINT_NOTE_ATTR,
-    CODE_COMMIT_ATTR,
-    CODE_DIRTY_ATTR,
-    CODE_VERSION_ATTR,
-    DETAILS_ATTR,
-    INFEASIBLE_ATTR,
-    OBJECTIVE_ATTR,
-    PEAK_MEMORY_ATTR,
-    PROFILE_DETAIL,
-    PROGRESS_ATTR,
-    PRUNE_METRIC_ATTR,
-    PRUNER_ATTR,
-    PRUNER_TARGETS,
-    RUN_AGAIN_ATTR,
-    THROUGHPUT_DETAIL,
-    merged_details,
-)
+from storage.record import OBJECTIVE_ATTR, PROGRESS_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, PRUNER_TARGETS
+from storage.trial_record import TrialOutcome, seed_prefix
 from trm.fingerprint import code_fingerprint
 
 __all__ = ["RetryPolicy", "TrialLink", "TrialLinkError", "link_from_config", "retry"]  # RetryPolicy: the schema's
@@ -94,7 +78,7 @@ class TrialLink:
         self.finished = False
         # With repeated seeds, seed 0 alone reports to the pruner; seed i > 0 stores its outcome under "seed{i}/".
         self.seed_index = seed_index
-        self.prefix = f"seed{seed_index}/" if seed_index else ""
+        self.prefix = seed_prefix(seed_index)
         self.first_progress: tuple[int, float] | None = None  # this job's first log point: its own rate from there
 
     def _attach(self, study_name: str, trial_number: int, storage_url: str, password_env: str | None) -> None:
@@ -152,48 +136,24 @@ class TrialLink:
             log.warning("could not record progress at step %d: %s", step, err)
 
     def record_outcome(self, outcome: str, summary: dict[str, Any]) -> None:
-        """Store the outcome on the trial (the driver reads it and tells Optuna); only the first call counts."""
+        """Store the outcome on the trial as a TrialOutcome (the driver reads it and tells Optuna); only the first
+        call counts."""
         if self.finished:
             return
         self.finished = True
         trial = self._retry(lambda: self.storage.get_trial(self.trial_id), "reading the trial")
         if trial.state != TrialState.RUNNING:
             return  # already finished by the driver: nothing may be written to a finished trial
-        facts = {"final_metrics": summary.get("final") or {}, "timing": summary.get("timing")}
-        if summary.get("throughput"):  # steady-state step speed (sweeps.utilization); absent for a run too short
-            facts[THROUGHPUT_DETAIL] = summary["throughput"]
-        if summary.get("profile"):  # train.profile_steps: the trace rank 0 wrote (trm/profiling.py)
-            facts[PROFILE_DETAIL] = summary["profile"]
-        details = merged_details(trial.user_attrs, self.prefix, **facts)
         git = git_commit()  # None: the code is not a git checkout's
-        attrs = {
-            DETAILS_ATTR: details,  # first: the driver acts once it sees `outcome`
-            "outcome": outcome,
-            "best_value": summary.get("best_value"),
-            "best_step": summary.get("best_step"),
-            "steps": summary.get("steps"),
-            "params_count": summary.get("params"),
-            "flops_per_sample_step": summary.get("flops_per_sample_step"),
-            "compute_flops": summary.get("compute_flops"),
-            "train_seconds": summary.get("seconds"),
-            "precision": summary.get("precision"),  # the mode it trained in (auto: why is in its summary.json)
-            "device": summary.get("device"),  # where rank 0 trained (cpu, cuda:0, xla:0)
-            PEAK_MEMORY_ATTR: summary.get("peak_memory_mb"),  # rank 0's device peak (trm/memory.py)
-            CODE_VERSION_ATTR: code_fingerprint(),  # which trm code trained it (sweeps/best.py shows it)
-            CODE_COMMIT_ATTR: git.commit if git else None,  # and the commit to check it out from, if a checkout's
-            CODE_DIRTY_ATTR: git.dirty if git else None,
-        }
-        note = (summary.get("best_checkpoint") or {}).get("note")
-        if note:  # best.pt is not the run's best (its best was lost): sweeps.best and the report show this
-            attrs[BEST_CHECKPOINT_NOTE_ATTR] = note
-        if summary.get("error"):
-            attrs["error"] = str(summary["error"])[-2000:]
-            attrs["retryable"] = bool(summary.get("retryable"))
-            attrs[RUN_AGAIN_ATTR] = bool(summary.get("run_again"))
-            if out_of_memory(str(summary["error"])):
-                attrs[INFEASIBLE_ATTR] = INFEASIBLE_OOM
-        for key, value in attrs.items():
-            store = functools.partial(self.storage.set_trial_user_attr, self.trial_id, self.prefix + key, value)
+        error = str(summary.get("error") or "")
+        record = TrialOutcome.from_summary(
+            outcome,
+            summary,
+            code=(code_fingerprint(), git.commit if git else None, git.dirty if git else None),
+            infeasible=INFEASIBLE_OOM if error and out_of_memory(error) else None,
+        )
+        for key, value in record.as_attrs(trial.user_attrs, self.prefix).items():  # `details` first, then `outcome`
+            store = functools.partial(self.storage.set_trial_user_attr, self.trial_id, key, value)
             self._retry(store, f"storing {key}")
 
 

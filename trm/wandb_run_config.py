@@ -103,9 +103,10 @@ def _resolve_key(cfg: DictConfig, key: str) -> Any:
 def trial_record(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the trial's sampled parameters, the study's user attributes), read from the study storage.
 
-    The driver stores the trial's training overrides as the trial user attribute `overrides`, and the
+    The driver stores the trial's sampled overrides in its TrialLaunch (storage/trial_record.py), and the
     sampler, pruner and launcher as study attributes; a job needs only its sweep.* keys to find them."""
     from storage import close_storage, engine_settings, open_storage
+    from storage.trial_record import TrialLaunch
 
     sweep = cfg.sweep
     # The driver created the schema: no table creation or version check here (storage.open_storage).
@@ -119,7 +120,7 @@ def trial_record(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         study_id = storage.get_study_id_from_name(str(sweep.study))
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, int(sweep.trial_number))
         trial = storage.get_trial(trial_id)
-        overrides = trial.user_attrs.get("overrides")
+        overrides = TrialLaunch.of(trial.user_attrs).overrides
         if overrides:
             params = override_values(list(overrides))  # as the job read them: Hydra's grammar
         else:  # a trial not started by our driver: Optuna's names (`key@choice` for conditionals)

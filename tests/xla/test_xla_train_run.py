@@ -82,7 +82,10 @@ def test_xla_run_summary_and_checkpoint(runs: dict[str, Path]) -> None:
         "import torch; from trm import checkpoint; "
         f"s = checkpoint.load({str(runs['xla'] / 'checkpoints')!r}); "
         "assert s['step'] == 12, s['step']; "
-        "devs = {t.device.type for t in s['model'].values()}; assert devs == {'cpu'}, devs; print('ok')"
+        "devs = {t.device.type for t in s['model'].values()}; assert devs == {'cpu'}, devs; "
+        # SPMD: the global carry (the whole batch of 16) saved once beside the ranks' RNG states, not per rank.
+        "assert [set(r) for r in s['ranks']] == [{'rng'}], s['ranks']; "
+        "assert s['carry']['y'].shape[0] == 16 and s['carry']['y'].device.type == 'cpu'; print('ok')"
     )
     env = xla_env()
     env.pop("PJRT_DEVICE")

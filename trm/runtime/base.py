@@ -52,6 +52,16 @@ class Runtime:
         """Devices the global batch is spread over: one per process here (single, DDP); every chip under XLA."""
         return self.world_size
 
+    @property
+    def global_tensors(self) -> bool:
+        """Whether a device tensor is the whole job's (SPMD: `xla`), the same value on every process; here each
+        process's tensors are its own (its share of the batch)."""
+        return False
+
+    def to_cpu(self, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+        """`tensors` moved to the CPU (under multi-host SPMD a collective: every process calls it)."""
+        return {k: v.cpu() for k, v in tensors.items()}
+
     def loss_divisor(self, global_batch: int) -> int:
         """What the train step divides its summed loss by so the gradient is the global batch mean.
 

@@ -79,6 +79,17 @@ class XlaRuntime(Runtime):
     def devices(self) -> int:
         return self.num_devices
 
+    @property
+    def global_tensors(self) -> bool:
+        """SPMD: a tensor is global, and a batch-sharded one (the carry) spans every host's chips."""
+        return True
+
+    def to_cpu(self, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+        """All of `tensors` to the CPU in one transfer (torch_xla 2.9's `xm._maybe_convert_to_cpu`, what `xm.save`
+        uses: one sync of the list, then one device-to-host call for all of it) rather than one `.cpu()`, each its
+        own sync and copy, per tensor. Every process calls it (a multi-host copy of sharded data is collective)."""
+        return dict(xm._maybe_convert_to_cpu(tensors))
+
     def loss_divisor(self, global_batch: int) -> int:
         """Under SPMD the step's loss sums over the *global* batch (no gradient averaging afterwards)."""
         if global_batch % self.num_devices:
