@@ -30,6 +30,8 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = (len(ordered) - 1) * q / 100
     low, high = math.floor(rank), math.ceil(rank)
+    if math.isinf(ordered[high]):  # inf - inf is nan: a percentile that reaches "never" is never
+        return ordered[high] if rank > low or math.isinf(ordered[low]) else ordered[low]
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 

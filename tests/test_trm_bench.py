@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -304,3 +305,12 @@ def test_a_lost_state_carries_the_committed_curves_and_queues_only_the_rest(tmp_
     assert exported["recording_sessions"] == saved["recording_sessions"]
     with pytest.raises(ValueError, match="span 72 configurations, not the space's 71"):
         trm_bench_tiny.carry_committed(tmp_path / "other", 0, table, size=71)
+
+
+def test_a_percentile_that_reaches_the_studies_that_never_found_one_says_never() -> None:
+    """A strategy whose studies found the target in 3 of 10 replays printed "p90 compute nan" (inf - inf)."""
+    from bench._results import percentile
+
+    never = [0.1, 0.2, 0.3] + [math.inf] * 7
+    assert percentile(never, 90) == math.inf and percentile(never, 10) == pytest.approx(0.19)
+    assert percentile([0.1, 0.2, 0.3], 50) == 0.2
