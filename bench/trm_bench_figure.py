@@ -77,7 +77,7 @@ def png(html: Path, out: Path, width: int = 1540, height: int = 600) -> None:
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run(
             [browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
-             f"--window-size={width},{height}", "--virtual-time-budget=5000", f"--screenshot={out}", html.as_uri()],
+             f"--window-size={width},{height}", "--virtual-time-budget=5000", f"--screenshot={out}", html.resolve().as_uri()],
             check=True, capture_output=True, timeout=120,
         )  # fmt: skip
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import math
 import statistics
 import time
@@ -37,13 +38,22 @@ from bench.trm_bench_table import EVAL_EXAMPLES, METRICS, Table, config, load, p
 from storage.record import DUPLICATE_OF_ATTR
 from sweeps.distinct_draws import DistinctSampler, EnumeratingSampler, trained_configs
 from sweeps.draw import MAX_DUPLICATE_DRAWS
-from sweeps.optuna_parts import build
+from sweeps.optuna_parts import build, resolve_steps, resolved_dict
 from sweeps.space import SearchSpace, params_to_values, parse_space
 
 CONF = ROOT / "conf"
 TABLE = RESULTS / "trm_bench_tiny.json"
 SAMPLERS = ("random", "tpe", "gp", "cmaes", "grid")
-PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband", "evidence", "evidence_near_best")
+PRUNERS = (
+    "none",
+    "median",
+    "percentile",
+    "successive_halving",
+    "hyperband",
+    "evidence",
+    "evidence_near_best",
+    "median_late",
+)
 # A replayed pruner that is a shipped conf/pruner/ file with some keys set: name -> (file, {key: value}).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "evidence_near_best": ("evidence", {"check": "near_best", "eval_examples": EVAL_EXAMPLES}),
@@ -95,10 +105,8 @@ def build_pruner(name: str, steps: int) -> optuna.pruners.BasePruner:
     node = OmegaConf.load(CONF / "pruner" / f"{file}.yaml")
     for key, value in keys.items():
         node[key] = value
-    for part in (node, node.get("wrapped")):  # as sweeps.optuna_parts.pruner_spec resolves it
-        if part is not None and part.get("max_resource") == "auto":
-            part.max_resource = steps
-    return build(node)
+    spec = resolve_steps(resolved_dict(node), steps)  # as sweeps.optuna_parts.pruner_spec resolves it
+    return build(spec)
 
 
 @dataclass
@@ -286,6 +294,20 @@ def markdown(table: Table, rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def merged_rows(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """The rows of several runs (one per group of samplers: TPE and GP take seconds a replay, random milliseconds),
+    a later file's row replacing an earlier one's of the same strategy. A percentile stored as NaN by an earlier
+    version (inf - inf) reads as never found (inf)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        for row in json.loads(path.read_text())["rows"]:
+            for key in ("compute_to_find_median", "compute_to_find_p90", "trials_to_find_p90"):
+                if isinstance(row[key], float) and math.isnan(row[key]):
+                    row[key] = math.inf
+            rows[row["strategy"]] = row
+    return list(rows.values())
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--table", type=Path, default=TABLE)
@@ -299,8 +321,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="do not enqueue the study's baseline first (a study without a prior, as a new space has)",
     )
     p.add_argument("--out-name", default=None, help="default: trm_bench_replay_seed<seed>")
+    p.add_argument("--merge", nargs="+", type=Path, help="instead of replaying: the rows of these runs' JSON files")
     args = p.parse_args(argv)
-    rows = run_all(args.table, args.seed, strategies(args.only), args.reps, args.jobs, not args.no_baseline)
+    if args.merge:
+        rows = merged_rows(args.merge)
+    else:
+        rows = run_all(args.table, args.seed, strategies(args.only), args.reps, args.jobs, not args.no_baseline)
     table = _table(args.table, args.seed)
     result = {
         **run_header("trm_bench_replay", argv),

@@ -31,12 +31,23 @@ def resolved_dict(node: DictConfig) -> dict[str, Any]:
 
 
 def pruner_spec(cfg: DictConfig, train_steps: int) -> dict[str, Any]:
-    """The pruner as a resolved `_target_` dict: stored on the study so every job builds the same one.
-    `max_resource: auto` becomes the trial length, also in a wrapped pruner (sweeps/pruning_evidence.py)."""
-    spec = resolved_dict(cfg.pruner)
+    """The pruner as a resolved `_target_` dict: stored on the study so every job builds the same one, with its
+    lengths in steps (resolve_steps)."""
+    return resolve_steps(resolved_dict(cfg.pruner), train_steps)
+
+
+def resolve_steps(spec: dict[str, Any], train_steps: int) -> dict[str, Any]:
+    """`spec` (a pruner's `_target_` dict, changed in place) with its lengths in the trial's steps, also in a
+    wrapped pruner (sweeps/pruning_evidence.py): `max_resource: auto` is the trial length, and an
+    `n_warmup_steps` between 0 and 1 a share of it (no verdict before it, whatever train.steps a study has)."""
     for node in (spec, spec.get("wrapped")):
-        if isinstance(node, dict) and node.get("max_resource") == "auto":
+        if not isinstance(node, dict):
+            continue
+        if node.get("max_resource") == "auto":
             node["max_resource"] = train_steps
+        warmup = node.get("n_warmup_steps")
+        if isinstance(warmup, float) and 0 < warmup < 1:
+            node["n_warmup_steps"] = round(warmup * train_steps)
     return spec
 
 

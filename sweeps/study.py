@@ -134,7 +134,7 @@ def open_study(
         study_name=str(study_cfg.name),
         storage=storage,
         sampler=build(cfg.sampler),
-        pruner=build(cfg.pruner),
+        pruner=build(pruner_spec(cfg, train_steps)),  # as the jobs build it: lengths in steps
         directions=[StudyDirection[str(d).upper()] for d in study_directions(study_cfg)],
         load_if_exists=True,
     )

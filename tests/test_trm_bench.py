@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -250,9 +251,9 @@ def test_the_figure_draws_every_strategy_and_colours_only_the_shown(tmp_path: Pa
 def test_the_figure_is_written_as_html_and_png(tmp_path: Path) -> None:
     result = tmp_path / "replay.json"
     result.write_text(json.dumps(_replayed(tmp_path)))
-    subprocess.run(
-        [sys.executable, "-m", "bench.trm_bench_figure", str(result), "--show", "random/none/blank"],
-        cwd=ROOT, check=True, timeout=180,
+    subprocess.run(  # a relative path, as docs/benchmarks.md's command gives it (Chromium needs a file:// URI)
+        [sys.executable, "-m", "bench.trm_bench_figure", "replay.json", "--show", "random/none/blank"],
+        cwd=tmp_path, check=True, timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     html = (tmp_path / "replay.html").read_text()
     assert "TRM-Bench-tiny, seed 0" in html and '"name":"random\\u002fnone\\u002fblank"' in html  # "/" escaped
@@ -314,3 +315,15 @@ def test_a_percentile_that_reaches_the_studies_that_never_found_one_says_never()
     never = [0.1, 0.2, 0.3] + [math.inf] * 7
     assert percentile(never, 90) == math.inf and percentile(never, 10) == pytest.approx(0.19)
     assert percentile([0.1, 0.2, 0.3], 50) == 0.2
+
+
+def test_merged_runs_keep_each_strategys_latest_row_and_read_an_old_nan_as_never(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    row = {"strategy": "tpe/none/blank", "compute_to_find_median": 0.1, "trials_to_find_p90": 9.0}
+    old = {**row, "strategy": "random/median/blank", "compute_to_find_p90": math.nan, "trials_to_find_p90": math.nan}
+    first.write_text(json.dumps({"rows": [{**row, "compute_to_find_p90": 0.5}, old]}))
+    second.write_text(json.dumps({"rows": [{**row, "compute_to_find_p90": 0.2}]}))
+    rows = {r["strategy"]: r for r in replay_bench.merged_rows([first, second])}
+    assert rows["tpe/none/blank"]["compute_to_find_p90"] == 0.2  # the later run's
+    assert rows["random/median/blank"]["compute_to_find_p90"] == math.inf
+    assert rows["random/median/blank"]["trials_to_find_p90"] == math.inf
