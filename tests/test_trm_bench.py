@@ -257,6 +257,7 @@ def test_the_figure_is_written_as_html_and_png(tmp_path: Path) -> None:
     )  # fmt: skip
     html = (tmp_path / "replay.html").read_text()
     assert "TRM-Bench-tiny, seed 0" in html and '"name":"random\\u002fnone\\u002fblank"' in html  # "/" escaped
+    assert "cdn.plot.ly" in html and len(html) < 200_000  # plotly.js from its CDN, not 4.6 MB inline
     assert (tmp_path / "replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
