@@ -87,9 +87,19 @@ def trained_trials(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
     return [t for t in trials if not untrained(t)]
 
 
-# Trial attribute the job's rank 0 rewrites at every log point ({"step": n, "at": epoch seconds}): the driver
-# stops a job whose step stops moving (a hung or SIGSTOPped worker) after `stall_timeout_s`, on its own clock.
+# Trial attribute the job's rank 0 rewrites at every log point (a ProgressRecord): the driver stops a job whose
+# step stops moving (a hung or SIGSTOPped worker) after `stall_timeout_s`, on its own clock.
 PROGRESS_ATTR = "progress"
+
+
+class ProgressRecord(TypedDict):
+    step: int  # the step of the log point
+    at: float  # when, in epoch seconds on the job's clock
+    # Where this job's steps began (a resumed job starts past 0) and when: the driver's ETA reads the job's own
+    # pace from them (sweeps.progress). Absent in records written before they existed.
+    first_step: NotRequired[int]
+    first_at: NotRequired[float]
+
 
 # Trial attributes the driver stores per attempt, beside the job's TrialOutcome (storage/trial_record.py): why it
 # failed, and with several seeds each seed's objective and their standard deviation; and in `details` its own launch

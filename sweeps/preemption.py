@@ -16,7 +16,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from storage import trial_id_of
-from storage.record import NOT_STARTED_ATTR, PREEMPTED_ATTR
+from storage.record import FAIL_REASON_ATTR, NOT_STARTED_ATTR, PREEMPTED_ATTR
 from sweeps.recovery import requeue
 
 PREEMPTED_EXIT = 75  # sysexits' EX_TEMPFAIL: a scheduler's sign to run the same command again later
@@ -41,6 +41,6 @@ def set_aside_unstarted(study: optuna.Study, storage: RDBStorage, trial: optuna.
     preempted, and queued again."""
     mark_preempted(trial, line)
     trial.set_user_attr(NOT_STARTED_ATTR, preempted_reason(line))
-    trial.set_user_attr("fail_reason", preempted_reason(line))
+    trial.set_user_attr(FAIL_REASON_ATTR, preempted_reason(line))
     study.tell(trial, state=TrialState.FAIL)
     queue_copy(study, storage, trial)

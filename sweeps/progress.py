@@ -40,7 +40,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from storage.heartbeat import retried_numbers
-from storage.record import PROGRESS_ATTR, trained_trials
+from storage.record import PROGRESS_ATTR, ProgressRecord, trained_trials
 from sweeps.space import params_to_values
 
 log = logging.getLogger("sweeps")
@@ -195,8 +195,8 @@ def measure(
 def _left_s(trial: FrozenTrial, mean: float, age_s: float, steps: int | None) -> float:
     """A running trial's seconds left: its steps left at its job's own pace since its first log point (a retry
     that resumed late in a long run is not "nearly done" because it outlived the mean); else the mean less its age."""
-    progress = trial.user_attrs.get(PROGRESS_ATTR)
-    if steps and isinstance(progress, dict) and {"step", "at", "first_step", "first_at"} <= set(progress):
+    progress: ProgressRecord | None = trial.user_attrs.get(PROGRESS_ATTR)
+    if steps and isinstance(progress, dict) and "first_step" in progress and "first_at" in progress:
         done, took = progress["step"] - progress["first_step"], progress["at"] - progress["first_at"]
         if done > 0 and took > 0:
             return float(max(0.0, steps - progress["step"]) * took / done)

@@ -27,7 +27,14 @@ from contracts.out_of_memory import INFEASIBLE_OOM, out_of_memory
 from contracts.schema_checks import build
 from contracts.train_config import RetryPolicy, SweepLink
 from storage import EngineSettings, StorageError, engine_settings, open_storage
-from storage.record import OBJECTIVE_ATTR, PROGRESS_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR, PRUNER_TARGETS
+from storage.record import (
+    OBJECTIVE_ATTR,
+    PROGRESS_ATTR,
+    PRUNE_METRIC_ATTR,
+    PRUNER_ATTR,
+    PRUNER_TARGETS,
+    ProgressRecord,
+)
 from storage.trial_record import TrialOutcome, seed_prefix
 from trm.fingerprint import code_fingerprint
 
@@ -127,9 +134,7 @@ class TrialLink:
         not hold training up; the next log point writes again)."""
         now = time.time()
         first_step, first_at = self.first_progress = self.first_progress or (step, now)
-        # first_*: where this job's steps began (a resumed job starts past 0), so the driver's ETA can read the
-        # job's own pace (sweeps.progress.measure), on the job's clock at both ends.
-        record = {"step": step, "at": now, "first_step": first_step, "first_at": first_at}
+        record = ProgressRecord(step=step, at=now, first_step=first_step, first_at=first_at)
         try:
             self.storage.set_trial_user_attr(self.trial_id, self.prefix + PROGRESS_ATTR, record)
         except Exception as err:  # noqa: BLE001 (the trial finished elsewhere, or the database is briefly away)

@@ -128,6 +128,16 @@ class Launcher(Protocol):
         ...
 
 
+class AlwaysAvailable:
+    """The Launcher members of a launcher whose machine is this one: it is never taken from the study."""
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def wait_until_available(self, line: str) -> None:
+        """Never asked: `unavailable` never says so."""
+
+
 LAUNCHER_MEMBERS = (
     "prepare",
     "launch",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sweeps.launchers.base import (
     TERMINATE_GRACE_S,
+    AlwaysAvailable,
     JobHandle,
     JobSpec,
     Worker,
@@ -26,7 +27,7 @@ from sweeps.launchers.warm import WarmWorker
 from sweeps.slots import Slot, device_slots
 
 
-class LocalLauncher:
+class LocalLauncher(AlwaysAvailable):
     world_size = 1
     shares_filesystem = True  # the job runs here: its data path and interpreter can be checked here
 
@@ -49,12 +50,6 @@ class LocalLauncher:
 
     def slot_alive(self, slot: Slot) -> bool:
         return True  # this machine: the driver runs on it
-
-    def unavailable(self) -> str | None:
-        return None  # this machine: the driver runs on it
-
-    def wait_until_available(self, line: str) -> None:
-        """Never asked: `unavailable` never says so."""
 
     def prepare(self) -> None:
         """Nothing to deploy or reach: the driver's own interpreter runs the job."""

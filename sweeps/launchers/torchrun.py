@@ -12,6 +12,7 @@ import sys
 
 from sweeps.launchers.base import (
     TERMINATE_GRACE_S,
+    AlwaysAvailable,
     JobHandle,
     JobSpec,
     LauncherConfigError,
@@ -29,7 +30,7 @@ def free_port() -> int:
         return port
 
 
-class TorchrunLauncher:
+class TorchrunLauncher(AlwaysAvailable):
     def __init__(
         self,
         nnodes: int = 1,
@@ -50,12 +51,6 @@ class TorchrunLauncher:
 
     def slot_alive(self, slot: Slot) -> bool:
         return True  # every node runs on this machine
-
-    def unavailable(self) -> str | None:
-        return None  # every node runs on this machine
-
-    def wait_until_available(self, line: str) -> None:
-        """Never asked: `unavailable` never says so."""
 
     def prepare(self) -> None:
         for key in ("nnodes", "nproc_per_node"):
