@@ -169,9 +169,10 @@ def record(
         f.write(json.dumps(session) + "\n")
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     for seed in seeds:
-        carried = carry_committed(state, seed, size=n_trials)
-        carried_rows = json.loads(carried_path(state, seed).read_text()) if carried_path(state, seed).exists() else []
-        budget = rerun_failed(state, seed, n_trials - len(carried_rows)) if carried is None else carried
+        if n_trials == SPACE_SIZE and not extra:  # the table's own recording (not a smoke run): a lost state
+            carry_committed(state, seed)  # carries the committed curves and queues the rest
+        carried = json.loads(carried_path(state, seed).read_text()) if carried_path(state, seed).exists() else []
+        budget = rerun_failed(state, seed, n_trials - len(carried))
         cmd = [sys.executable, "-m", "sweeps.run", *record_command(state, seed, jobs, budget, extra)]
         print("$ " + " ".join(cmd[1:]), flush=True)
         with open(state / f"seed{seed}.log", "a") as log:
