@@ -119,6 +119,10 @@ def one_host_tpu_env(chips: Sequence[int], port: int, metrics_port: int) -> dict
         "TPU_HOST_BOUNDS": "1,1,1",
         "TPU_PROCESS_BOUNDS": "1,1,1",
         "TPU_CHIPS_PER_PROCESS_BOUNDS": V4_CHIP_BOUNDS[len(chips)],
+        # The host's bounds too, the same (one process per slot): Ray's TPU manager sets TPU_CHIPS_PER_HOST_BOUNDS
+        # (1,1,1 for one chip, 1,2,1 for two), the maintainers' recipe for one host of a pod (pytorch/xla#7714)
+        # TPU_CHIPS_PER_HOST_BOUNDS=2,2,1; torch_xla 2.9 reads either (build_tpu_env_from_vars).
+        "TPU_CHIPS_PER_HOST_BOUNDS": V4_CHIP_BOUNDS[len(chips)],
         "TPU_VISIBLE_CHIPS": visible,  # torch_xla's name
         "TPU_VISIBLE_DEVICES": visible,  # libtpu's, in the multi-process recipes
         "TPU_PROCESS_PORT": str(port),

@@ -54,7 +54,6 @@ from sweeps.launchers.tpu_slice import (
     describe_slice,
     slice_unavailable,
     wait_for_ready,
-    with_host_bounds,
 )
 from sweeps.slots import Slot, tpu_slots
 
@@ -293,9 +292,7 @@ class TpuPodLauncher:
 
     def slots(self, kind: str | None = None) -> list[Slot]:
         """pod: every VM runs each trial; vm: a trial per VM; chips:N: a trial per N chips of a VM."""
-        return [
-            with_host_bounds(s) for s in tpu_slots(kind or self.slot_kind, self.worker_ids(), self.shape().chips_per_vm)
-        ]
+        return tpu_slots(kind or self.slot_kind, self.worker_ids(), self.shape().chips_per_vm)
 
     def slot_alive(self, slot: Slot) -> bool:
         """Whether every VM of the slot still answers ssh and no process of an earlier job still holds the slot's

@@ -19,7 +19,6 @@ docs/pod-unknowns.md lists what no source settles (a v5e/v6e slice under torch_x
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -31,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweeps.launchers.base import LauncherConfigError, MachineUnavailableError
-from sweeps.slots import Slot
 
 log = logging.getLogger(__name__)
 
@@ -160,19 +158,6 @@ def check_configured(shape: SliceShape, configured: Mapping[str, int | None]) ->
             raise LauncherConfigError(
                 f"{key}={value!r} but slice {shape.label()} has {want} {what}: drop the key or set {want}"
             )
-
-
-def with_host_bounds(slot: Slot) -> Slot:
-    """`slot` with TPU_CHIPS_PER_HOST_BOUNDS beside its TPU_CHIPS_PER_PROCESS_BOUNDS (one process per slot: the
-    same value). The recipes that confine a process to some chips of a host name the host's bounds: Ray's TPU
-    manager sets TPU_CHIPS_PER_HOST_BOUNDS (1,1,1 for one chip, 1,2,1 for two) with TPU_HOST_BOUNDS=1,1,1 and
-    TPU_VISIBLE_CHIPS; the maintainers' recipe for one host of a pod (pytorch/xla#7714) sets TPU_SKIP_MDS_QUERY,
-    TPU_HOST_BOUNDS=1,1,1 and TPU_CHIPS_PER_HOST_BOUNDS=2,2,1; torch_xla 2.9 reads either (build_tpu_env_from_vars:
-    the process bounds, else the host's). A whole-pod slot has no bounds: the TPU's metadata gives them."""
-    bounds = slot.env.get("TPU_CHIPS_PER_PROCESS_BOUNDS")
-    if bounds is None:
-        return slot
-    return dataclasses.replace(slot, env={**slot.env, "TPU_CHIPS_PER_HOST_BOUNDS": bounds})
 
 
 def slice_unavailable(argv: Sequence[str], name: str, timeout_s: float) -> str | None:
