@@ -173,6 +173,9 @@ def record(
             carry_committed(state, seed)  # carries the committed curves and queues the rest
         carried = json.loads(carried_path(state, seed).read_text()) if carried_path(state, seed).exists() else []
         budget = rerun_failed(state, seed, n_trials - len(carried))
+        if budget == 0:  # every configuration carried: sweeps.run refuses n_trials=0, and there is nothing to train
+            print(f"seed {seed}: complete, nothing to train", flush=True)
+            continue
         cmd = [sys.executable, "-m", "sweeps.run", *record_command(state, seed, jobs, budget, extra)]
         print("$ " + " ".join(cmd[1:]), flush=True)
         with open(state / f"seed{seed}.log", "a") as log:

@@ -309,6 +309,26 @@ def test_a_lost_state_carries_the_committed_curves_and_queues_only_the_rest(tmp_
         trm_bench_tiny.carry_committed(tmp_path / "other", 0, table, size=71)
 
 
+def test_a_seed_the_committed_table_completes_is_not_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a fresh machine `record --seeds 0,1` carried seed 0's 72 curves and then ran sweeps.run n_trials=0, which
+    refused the budget (exit 2) and stopped the recording before seed 1."""
+    table = tmp_path / "committed.json"
+    synthetic_table(table)
+    carry = trm_bench_tiny.carry_committed
+    monkeypatch.setattr(trm_bench_tiny, "carry_committed", lambda state, seed: carry(state, seed, table))
+    real_run = subprocess.run
+
+    def run(cmd: list[str], **kwargs: Any) -> Any:
+        assert "sweeps.run" not in cmd, f"sweeps.run started: {cmd}"
+        return real_run(cmd, **kwargs)
+
+    monkeypatch.setattr(trm_bench_tiny.subprocess, "run", run)
+    assert trm_bench_tiny.record(tmp_path / "state", [0], jobs=1, argv=["record"]) == 0
+    assert "seed 0: complete, nothing to train" in capsys.readouterr().out
+
+
 def test_a_percentile_that_reaches_the_studies_that_never_found_one_says_never() -> None:
     """A strategy whose studies found the target in 3 of 10 replays printed "p90 compute nan" (inf - inf)."""
     from bench._results import percentile
