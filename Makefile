@@ -19,15 +19,15 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q -c requirements.lock -e '.[cpu,test]'
 	touch $(STAMP)
 
-# A real small study on this machine: SQLite, one local process per trial, the tiny CPU preset. Its configurations
-# are drawn at random (sampler=random), so that demo-unpruned, the same study without pruning under its own name,
-# trains the same ones (TPE's draws after its startup trials follow the values seen, which pruning changes); the
-# last command says whether the two re-evaluated winners agree (docs/benchmarks.md, The demo study).
-DEMO := study=model_scaling sampler=random
+# A real small study on this machine: SQLite, local processes (2 at once), the tiny CPU preset, model_scaling's
+# defaults (TPE, pruner=median_late: chosen on TRM-Bench-tiny, docs/benchmarks.md). demo-unpruned runs the same
+# study without pruning under its own name (TPE's later draws follow the values seen, so the two may train other
+# configurations); its last command says whether the two re-evaluated winners agree.
+DEMO := study=model_scaling
 demo: setup               ## a real small study: SQLite, local processes, the tiny CPU preset
 	$(PY) -m sweeps.run $(DEMO)
 
-demo-unpruned: setup      ## the demo's draws without pruning; compares its re-evaluated winner with the demo's
+demo-unpruned: setup      ## the demo without pruning; compares its re-evaluated winner with the demo's
 	$(PY) -m sweeps.run $(DEMO) pruner=none study.name=model_scaling_unpruned
 	$(PY) -m sweeps.best study=model_scaling_unpruned paired=model_scaling
 

@@ -53,10 +53,12 @@ PRUNERS = (
     "evidence",
     "evidence_near_best",
     "median_late",
+    "median_40",
 )
 # A replayed pruner that is a shipped conf/pruner/ file with some keys set: name -> (file, {key: value}).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "evidence_near_best": ("evidence", {"check": "near_best", "eval_examples": EVAL_EXAMPLES}),
+    "median_40": ("median_late", {"n_warmup_steps": 0.4}),  # median_late as first shipped: loses 1,000-step winners
 }
 BUDGETS = (0.10, 0.25, 0.40, 0.50, 1.00)  # shares of the grid's compute the regret and the hit rate are read at
 TRIAL_BUDGETS = (6, 8, 12, 16, 24, 36)  # n_trials a study may be given: its hit rate and compute are read there

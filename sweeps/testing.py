@@ -47,5 +47,6 @@ def sweep_overrides(storage_url: str, out: Path, *extra: str, trial: list[str] |
         "poll_s=0.2",
         "progress_interval_s=2",
         "reeval.at_end=false",  # a job per top trial at each study's end: tests/test_reeval.py turns it on
+        "max_concurrent=1",  # one trial at a time unless a test asks for more (the laptop site runs 2)
         *extra,
     ]

@@ -390,9 +390,10 @@ def test_cpu_profile_bench_accounts_for_every_matmul_flop(tmp_path: Path) -> Non
 
 
 def test_the_shipped_model_scaling_pruner_keeps_each_saved_studys_best_in_its_replay() -> None:
-    """docs/benchmarks.md (Evidence-checked pruning): model_scaling's pruner and prune metric, as conf/ builds them,
-    replayed on the three saved 1,000-step studies keep each unpruned best within one eval standard error, for less
-    compute than the bare Hyperband on exact accuracy it replaced."""
+    """docs/benchmarks.md (TRM-Bench-tiny): model_scaling's pruner and prune metric, as conf/ builds them, chosen on
+    500-step curves, replayed on the three saved 1,000-step studies keep each unpruned best within one eval standard
+    error, for less compute than the bare Hyperband on exact accuracy the depth studies had before. The same median
+    rule from 40% of the trial lost the best in all three (deeper recursion catches up until then)."""
     cfg = compose_sweep_config(["study=model_scaling"])
     saved = json.loads((ROOT / "bench" / "results" / "pruning_1000steps.json").read_text())
     shipped_flops, before_flops = [], []
@@ -400,11 +401,12 @@ def test_the_shipped_model_scaling_pruner_keeps_each_saved_studys_best_in_its_re
         unpruned = seed["arms"][0]
         shipped = pruning_evidence.replay(unpruned, build(pruner_spec(cfg, 1000)), cfg.study.prune_metric)
         before = pruning_evidence.replay(unpruned, optuna.pruners.HyperbandPruner(100, 1000, 3), "eval/exact_accuracy")
-        assert shipped["kept"] and shipped["rungs_on"], (seed["seed"], shipped)
-        assert before["kept"]
+        at_40 = pruning_evidence.replay(unpruned, optuna.pruners.MedianPruner(3, 400), cfg.study.prune_metric)
+        assert shipped["kept"] and shipped["pruned"], (seed["seed"], shipped)
+        assert before["kept"] and not at_40["kept"]
         shipped_flops.append(shipped["flops_ratio"])
         before_flops.append(before["flops_ratio"])
-    assert sum(shipped_flops) < sum(before_flops) < 3.0  # 85% against 94% of the unpruned FLOPs, on average
+    assert sum(shipped_flops) < sum(before_flops) < 3.0  # 87% against 94% of the unpruned FLOPs, on average
 
 
 def test_pruning_settled_compares_only_the_trials_every_arm_settled() -> None:

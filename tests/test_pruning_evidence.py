@@ -141,7 +141,7 @@ def test_the_job_builds_the_stored_evidence_pruner_and_prunes_with_it(tmp_path: 
     assert study.user_attrs[PRUNER_EVIDENCE_ATTR]["rungs"]["100"]["on"] is True
 
 
-@pytest.mark.parametrize("study_name", ["model_scaling", "curriculum", "halting"])
+@pytest.mark.parametrize("study_name", ["curriculum", "halting"])
 def test_studies_of_recursion_depth_ship_the_evidence_pruner(study_name: str) -> None:
     spec = pruner_spec(compose_sweep_config([f"study={study_name}"]), train_steps=500)
     assert spec["_target_"] == "sweeps.pruning_evidence.EvidencePruner"
@@ -170,12 +170,12 @@ def test_the_report_shows_what_it_measured(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_real_sweep_records_its_evidence_from_the_jobs(tmp_path: Path) -> None:
-    """model_scaling's default pruner through the driver and real training jobs: the jobs' pruner writes the
+    """The evidence pruner (the depth studies' default) through the driver and real training jobs: the jobs' pruner writes the
     record, the audit trials run to their end, and a trial is pruned only at a step the record has on."""
     url = f"sqlite:///{tmp_path}/db.sqlite"
     cfg = sweep_config(
         url, tmp_path, "study.name=audited", "n_trials=4", "sampler=random",
-        "pruner.audit_first=2", "pruner.min_audit=2", "pruner.wrapped.min_resource=10",
+        "pruner=evidence", "pruner.audit_first=2", "pruner.min_audit=2", "pruner.wrapped.min_resource=10",
     )  # fmt: skip
     study = Driver(with_space(cfg, {"optim.lr": "interval(0.0005, 0.005)"})).run()
     trials = study.get_trials()

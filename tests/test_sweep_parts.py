@@ -329,13 +329,13 @@ def test_a_root_with_a_trailing_slash_gives_the_same_paths(tmp_path: Path) -> No
 
 
 def test_a_warmup_given_as_a_share_of_the_trial_is_resolved_in_steps() -> None:
-    """conf/pruner/median_late.yaml: no verdict before 40% of train.steps, whatever a study's trial length; an
+    """conf/pruner/median_late.yaml: no verdict before half of train.steps, whatever a study's trial length; an
     integer warmup stays steps, and a wrapped pruner's lengths resolve too."""
     from sweeps.optuna_parts import pruner_spec, resolve_steps
 
     late = OmegaConf.create({"pruner": OmegaConf.load(Path(__file__).parents[1] / "conf/pruner/median_late.yaml")})
-    assert pruner_spec(late, 500)["n_warmup_steps"] == 200
-    assert pruner_spec(late, 1200)["n_warmup_steps"] == 480
+    assert pruner_spec(late, 500)["n_warmup_steps"] == 250
+    assert pruner_spec(late, 1200)["n_warmup_steps"] == 600
     assert resolve_steps({"n_warmup_steps": 150}, 500)["n_warmup_steps"] == 150
     wrapped = resolve_steps({"wrapped": {"n_warmup_steps": 0.25, "max_resource": "auto"}}, 800)["wrapped"]
     assert wrapped == {"n_warmup_steps": 200, "max_resource": 800}

@@ -179,11 +179,22 @@ def test_a_range_that_does_not_fit_the_keys_type_is_refused(
             ["pruner=hyperband", "pruner.min_resource=abc"],
             r"pruner.min_resource='abc': HyperbandPruner takes an integer here",
         ),
-        # ... also wrapped in the evidence pruner (model_scaling's default), named by their full key
-        (["pruner.wrapped.reduction_factor=1"], r"pruner.wrapped.reduction_factor=1: expected an integer >= 2"),
-        (["pruner.wrapped._target_=os.system"], r"pruner.wrapped._target_='os.system': .*whitelist"),
-        (["pruner.min_agreement=2"], r"pruner \(sweeps.pruning_evidence.EvidencePruner\): ValueError: min_agreement=2"),
-        (["pruner.audit_first=2", "pruner.audit_every=0"], r"audit_first=2 < min_audit=4 with audit_every=0"),
+        # ... also wrapped in the evidence pruner, named by their full key
+        (
+            ["pruner=evidence", "pruner.wrapped.reduction_factor=1"],
+            r"pruner.wrapped.reduction_factor=1: expected an integer >= 2",
+        ),
+        (["pruner=evidence", "pruner.wrapped._target_=os.system"], r"pruner.wrapped._target_='os.system': .*whitelist"),
+        (
+            ["pruner=evidence", "pruner.min_agreement=2"],
+            r"pruner \(sweeps.pruning_evidence.EvidencePruner\): ValueError: min_agreement=2",
+        ),
+        (
+            ["pruner=evidence", "pruner.audit_first=2", "pruner.audit_every=0"],
+            r"audit_first=2 < min_audit=4 with audit_every=0",
+        ),
+        # a warmup share outside (0, 1) is steps: a float of steps is refused by Optuna's own check
+        (["pruner.n_warmup_steps=-0.5"], r"pruner.n_warmup_steps=-0.5"),
         # TPE takes it and fails at the first ask past its start-up trials
         (["sampler.n_startup_trials=abc"], r"sampler.n_startup_trials='abc': TPESampler takes an integer here"),
         (["seed=abc"], r"seed='abc': expected an integer, not str"),  # the schema's type, at composition
@@ -420,7 +431,7 @@ def test_a_study_with_a_quote_and_non_ascii_in_its_name_and_a_comma_in_output_ro
             "study.objective=eval/exact_acc",
             "error: study.objective='eval/exact_acc': not a metric the trainer produces",
         ),
-        ("pruner.wrapped.reduction_factor=1", "error: pruner.wrapped.reduction_factor=1: expected an integer >= 2"),
+        ("pruner.n_startup_trials=-1", "error: pruner.n_startup_trials=-1"),
         ("n_trials=true", "error: n_trials=True: expected an integer, not bool"),  # composing: Hydra's error, one line
         ("+arch=tiny", "error: ['arch'] are not sweep settings"),
         ("study.name=../escape", "error: study.name='../escape'"),
@@ -516,7 +527,7 @@ def test_the_trial_length_is_train_steps_in_trial_overrides(tmp_path: Path) -> N
     driver = Driver(config(tmp_path, trial=trial_with("train.steps=70")))
     driver.validate()
     assert driver.train_steps == 70
-    assert pruner_spec(driver.cfg, driver.train_steps)["wrapped"]["max_resource"] == 70  # model_scaling's: wrapped
+    assert pruner_spec(driver.cfg, driver.train_steps)["n_warmup_steps"] == 35  # model_scaling's: half the trial
     searched = config(tmp_path)
     with open_dict(searched):
         searched.study.space.tiny["train.steps"] = "range(10, 50, 10)"
