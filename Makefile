@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup check lint demo demo-unpruned test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning bench-table bench-replay bench-reference ref-given soak clean
+.PHONY: help setup check lint demo demo-unpruned test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning bench-table bench-replay bench-check bench-reference ref-given soak clean
 
 help:                     ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 20
@@ -110,6 +110,10 @@ bench-table: setup        ## record (or resume) every tiny configuration's curve
 bench-replay: setup       ## every sampler x pruner replayed on the table: seed 0 chooses, seed 1 reports
 	$(PY) -m bench.trm_bench_replay --seed 0
 	$(PY) -m bench.trm_bench_replay --seed 1
+
+bench-check: setup        ## a real study of model_scaling's defaults on the table's held-out seed, beside its replays
+	$(BENCH_ENV) $(PY) -m bench.trm_bench_check run --seed 1
+	$(PY) -m bench.trm_bench_check report --seed 1
 
 # Our train step vs the TRM reference's (a TinyRecursiveModels checkout at REF, imported from there, never copied),
 # side by side per mode. The reference's side runs under its own venv: torch pinned first, as in setup, then what

@@ -76,7 +76,9 @@ def run(state: Path, seed: int, n_trials: int) -> int:
         return subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
 
 
-def report(state: Path, seed: int, n_trials: int, table_path: Path = OUT) -> dict[str, Any]:
+def report(
+    state: Path, seed: int, n_trials: int, table_path: Path = OUT, replays: Path | None = None
+) -> dict[str, Any]:
     """The real study's compute and answer against the table, and the replays' at the same n_trials."""
     table = load(table_path, seed)
     study = optuna.load_study(study_name=study_name(seed), storage=open_storage(storage_url(state, seed)))
@@ -84,7 +86,7 @@ def report(state: Path, seed: int, n_trials: int, table_path: Path = OUT) -> dic
     flops = sum(float(TrialOutcome.of(t.user_attrs).compute_flops or 0.0) for t in settled)
     best = max((t for t in settled if t.state == TrialState.COMPLETE), key=lambda t: float(t.value or 0.0))
     in_table = table.curves[config(params_to_values(best.params))].value
-    replays = REPLAYS.with_name(REPLAYS.name.format(seed=seed))
+    replays = replays or REPLAYS.with_name(REPLAYS.name.format(seed=seed))
     rows = json.loads(replays.read_text())["rows"] if replays.exists() else []
     row = next((r for r in rows if r["strategy"] == STRATEGY), None)
     return {

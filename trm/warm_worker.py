@@ -2,10 +2,10 @@
 
 `python -m trm.warm_worker` is a small fork server (the pattern of multiprocessing's forkserver, which cannot be
 used here because a job is a command line, not a picklable function). The local launcher starts it once
-(`launcher.warm=true`) and sends it one JSON line per job: {"argv": [overrides], "cwd", "env", "log"}. It forks
-a child that becomes that job exactly as `python -m trm.train <argv>` would (its own session, directory,
-environment, log file and exit code) but without paying the interpreter start-up and the imports again. It
-answers {"started": pid}, and {"exited": pid, "code": n} when the child ends.
+(`launcher.warm=true`) and sends it one line per job (contracts/warm_protocol.py: a JobRequest). It forks a child
+that becomes that job exactly as `python -m trm.train <argv>` would (its own session, directory, environment, log
+file and exit code) but without paying the interpreter start-up and the imports again. It answers Started with
+the child's pid, and Exited with its exit code when the child ends.
 
 Isolation: every job is still its own process, forked from a parent that has only imported modules (no torch
 op has run in it, so no OpenMP pool or device state is inherited). What a child shares with the next one is
@@ -15,35 +15,35 @@ set when it started; the rest of the job's environment (CUDA_VISIBLE_DEVICES, TR
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import select
 import sys
 import traceback
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import torch
 import torch._dynamo  # noqa: F401  (torch imports it when the first optimizer is built; docs/benchmarks.md#sweep-overhead)
 import wandb  # noqa: F401  (the tracker imports it in every job that logs to W&B)
 
 from contracts.hydra_app import run_app
+from contracts.warm_protocol import Answer, Exited, JobRequest, Ready, Started, encode
 from trm import train  # the trainer and everything it imports (Hydra, OmegaConf, Optuna, numpy)
 
 POLL_S = 0.2  # how often the server reaps ended children when no request comes
 
 
-def run_job(request: dict[str, Any]) -> NoReturn:
+def run_job(request: JobRequest) -> NoReturn:
     """In the forked child: become `python -m trm.train <argv>` in the job's directory, environment and log."""
     os.setsid()  # its own session, as the launcher's start_worker gives a process: cancel signals its group
-    os.chdir(request["cwd"])
+    os.chdir(request.cwd)
     os.environ.clear()
-    os.environ.update(request["env"])
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.environ.update(request.env)
+    log = os.open(request.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    sys.argv = ["trm.train", *request["argv"]]
+    sys.argv = ["trm.train", *request.argv]
     code = 0
     try:
         run_app(train.main)
@@ -58,8 +58,8 @@ def run_job(request: dict[str, Any]) -> NoReturn:
     os._exit(code)  # never the server's own teardown (nor its atexit handlers) in a child
 
 
-def reply(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
+def reply(message: Answer) -> None:
+    sys.stdout.write(encode(message) + "\n")
     sys.stdout.flush()
 
 
@@ -72,7 +72,7 @@ def reap() -> None:
             return  # no child at all
         if pid == 0:
             return
-        reply({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+        reply(Exited(pid, os.waitstatus_to_exitcode(status)))
 
 
 def serve() -> None:
@@ -89,13 +89,13 @@ def serve() -> None:
             pending += chunk
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
-                request = json.loads(line)
+                request = JobRequest.parse(line)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
                     run_job(request)
-                reply({"started": pid})
+                reply(Started(pid))
         reap()
     while True:
         try:
@@ -105,5 +105,5 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
-    reply({"ready": os.getpid()})
+    reply(Ready(os.getpid()))
     serve()

@@ -7,14 +7,16 @@ uses (pid, poll, wait), and the job runs in its own session like any worker, so 
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
+
+from contracts.warm_protocol import Exited, JobRequest, Ready, Started, decode
 
 START_TIMEOUT_S = 120.0  # the worker's imports (torch) on a loaded machine, or a fork on a busy one
 UNKNOWN_EXIT = -1  # a job whose worker died before it could report the job's exit code
@@ -22,6 +24,13 @@ UNKNOWN_EXIT = -1  # a job whose worker died before it could report the job's ex
 
 class WarmWorkerError(RuntimeError):
     """The warm worker could not start a job (it died, or did not answer in time)."""
+
+
+@dataclass(frozen=True)
+class Gone:
+    """The worker process ended (its exit code): no answer will come."""
+
+    code: int
 
 
 class WarmWorker:
@@ -39,25 +48,25 @@ class WarmWorker:
                 start_new_session=True,
             )
         self.log_path = log_path
-        self.started: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.started: queue.Queue[Ready | Started | Gone] = queue.Queue()
         self.codes: dict[int, int] = {}
         self.lock = threading.Lock()
         threading.Thread(target=self._read, args=(self.process.stdout,), daemon=True).start()
         ready = self._next_started(START_TIMEOUT_S)
-        if "ready" not in ready:
+        if not isinstance(ready, Ready):
             raise WarmWorkerError(f"the warm worker did not start: {ready}")
 
     def _read(self, stream: IO[bytes] | None) -> None:
         for line in stream or []:
-            message = json.loads(line)
-            if "exited" in message:
+            message = decode(line)
+            if isinstance(message, Exited):
                 with self.lock:
-                    self.codes[int(message["exited"])] = int(message["code"])
+                    self.codes[message.pid] = message.code
             else:
                 self.started.put(message)
-        self.started.put({"gone": self.process.wait()})
+        self.started.put(Gone(self.process.wait()))
 
-    def _next_started(self, timeout_s: float) -> dict[str, Any]:
+    def _next_started(self, timeout_s: float) -> Ready | Started | Gone:
         try:
             return self.started.get(timeout=timeout_s)
         except queue.Empty:
@@ -71,17 +80,17 @@ class WarmWorker:
         """Start one job (`python -m trm.train <argv>` in `cwd`, writing `log_path`); its pid once it runs."""
         cwd.mkdir(parents=True, exist_ok=True)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        request = {"argv": argv, "cwd": str(cwd), "env": env, "log": str(log_path)}
+        request = JobRequest(argv, str(cwd), env, str(log_path))
         assert self.process.stdin is not None
         try:
-            self.process.stdin.write((json.dumps(request) + "\n").encode())
+            self.process.stdin.write(request.line())
             self.process.stdin.flush()
         except BrokenPipeError:
             raise WarmWorkerError(f"the warm worker is gone (log: {self.log_path})") from None
         answer = self._next_started(START_TIMEOUT_S)
-        if "started" not in answer:
+        if not isinstance(answer, Started):
             raise WarmWorkerError(f"the warm worker did not start the job: {answer} (log: {self.log_path})")
-        return ForkedJob(self, int(answer["started"]))
+        return ForkedJob(self, answer.pid)
 
     def exit_code(self, pid: int) -> int | None:
         with self.lock:
