@@ -10,16 +10,15 @@ below one fed 192, and that difference is what decides how to divide a pod (`lau
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from contracts.model_info import BATCH_FLAG, ModelInfo, request_lines
 from sweeps.config_values import SweepConfigError, UserConfigError
 
 UTILIZATION_KEY = "estimate.utilization"
@@ -111,15 +110,18 @@ class Cost:
 def trial_costs(trials: list[list[str]]) -> list[Cost]:
     """Params and FLOPs of each trial's model, with its batch and step count: one `trm.info --batch` process
     for all of them (torch is imported once; each count runs on the meta device, under a second)."""
-    lines = "".join(json.dumps(list(overrides)) + "\n" for overrides in trials)
     out = subprocess.run(
-        [sys.executable, "-m", "trm.info", "--batch"], check=False, input=lines, capture_output=True, text=True
+        [sys.executable, "-m", "trm.info", BATCH_FLAG],
+        check=False,
+        input=request_lines(trials),
+        capture_output=True,
+        text=True,
     )
     if out.returncode != 0:  # the model refuses a setting (arch.mixer=foo): its own line names the key
         last = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
         raise SweepConfigError(f"trial.overrides: the model cannot be built from them: {last}")
-    infos: list[dict[str, Any]] = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    return [Cost(i["params"], i["flops_per_sample_step"], i["global_batch_size"], i["train_steps"]) for i in infos]
+    infos = [ModelInfo.parse(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return [Cost(i.params, i.flops_per_sample_step, i.global_batch_size, i.train_steps) for i in infos]
 
 
 def _hours(h: float) -> str:
