@@ -89,6 +89,7 @@ def pod_command(tmp_path: Path, db: str, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # runs the gcloud stand-in or git: a process
 def test_a_size_the_slice_contradicts_is_refused_before_any_vm_is_contacted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_pg_url: str
 ) -> None:

@@ -27,6 +27,7 @@ def gcloud(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(FAKE_GCLOUD), *args], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow  # runs the gcloud stand-in or git: a process
 def test_the_stand_in_checks_flags_per_track_and_per_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the launcher used to send: --tunnel-through-iap on GA, --ssh-flag to scp. Both are refused, as gcloud
     refuses them; the alpha track takes IAP, and each command its own pass-through flag."""
@@ -84,6 +85,7 @@ def test_iap_on_the_alpha_track_reaches_ssh_and_scp_with_each_commands_own_flags
     assert all(("--scp-flag=-l 8000" in c) == (c[3] == "scp") for c in calls), calls
 
 
+@pytest.mark.slow  # runs the gcloud stand-in or git: a process
 def test_flags_a_call_would_refuse_are_named_before_any_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_pod(tmp_path, monkeypatch, 2)
     with pytest.raises(LauncherConfigError) as iap:

@@ -138,6 +138,7 @@ def test_two_processes_on_a_v4_host_get_the_recipes_bounds_and_ports_of_their_ow
         device_slots("vm", 4)
 
 
+@pytest.mark.slow  # runs the gcloud stand-in or git: a process
 def test_a_slot_confines_its_job_by_the_hosts_chip_bounds_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """libtpu takes a confined host's chips from TPU_CHIPS_PER_HOST_BOUNDS (Ray, pytorch/xla#7714): every slot of a
     VM exports it with the process bounds (one process per slot), in the command its VM runs."""
@@ -263,6 +264,7 @@ def _cwd_under(pid: str, directory: Path) -> bool:
         return False
 
 
+@pytest.mark.slow  # runs the gcloud stand-in or git: a process
 def test_a_batch_that_does_not_divide_over_a_slots_chips_is_refused(
     pod8: Path, tmp_path: Path, fresh_pg_url: str
 ) -> None:
@@ -272,6 +274,7 @@ def test_a_batch_that_does_not_divide_over_a_slots_chips_is_refused(
     assert not (pod8 / "calls.log").exists()  # refused before any VM was contacted
 
 
+@pytest.mark.slow  # runs the gcloud stand-in or git: a process
 def test_the_dry_run_prices_the_study_on_each_division_of_the_pod(
     pod8: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fresh_pg_url: str
 ) -> None:

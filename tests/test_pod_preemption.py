@@ -34,6 +34,7 @@ def launcher(**kw: object) -> TpuPodLauncher:
     return TpuPodLauncher(**{**args, **kw})
 
 
+@pytest.mark.slow  # runs the gcloud stand-in or git: a process
 def test_the_launcher_reads_the_slice_state_afresh_and_exit_leaves_the_study_to_the_same_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -135,6 +135,7 @@ def launched(study: optuna.Study) -> optuna.Trial:
     return trial
 
 
+@pytest.mark.slow  # runs the gcloud stand-in or git: a process
 @pytest.mark.parametrize(("seed_index", "outcome", "summary"), [(0, "COMPLETE", SUMMARY), (1, "FAIL", FAILED)])
 def test_the_job_stores_what_it_stored_before_the_record_was_typed(
     tmp_path: Path, seed_index: int, outcome: str, summary: dict[str, Any]

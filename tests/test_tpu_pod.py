@@ -187,6 +187,7 @@ def test_a_killed_worker_ends_the_job_named_and_cancel_reaches_every_vm(pod: Pat
     assert not training_processes()  # the remote pkill stopped worker 0's training too, not only the local ssh
 
 
+@pytest.mark.slow  # runs the gcloud stand-in or git: a process
 def test_missing_tpu_name_or_zone_and_unknown_workers_are_config_errors(pod: Path) -> None:
     from sweeps.launchers.base import LauncherConfigError
 
@@ -204,6 +205,7 @@ def test_missing_tpu_name_or_zone_and_unknown_workers_are_config_errors(pod: Pat
     launcher(workers="1", slots="vm").validate()  # a trial per VM: each job is a one-VM slice of its own
 
 
+@pytest.mark.slow  # runs the gcloud stand-in or git: a process
 def test_a_sqlite_study_on_a_pod_is_refused_before_anything_runs(pod: Path, tmp_path: Path) -> None:
     """The VMs' rank 0 would open another, empty file of that name on its own disk (the stand-in pod shares this
     machine's disk, so only the check stands between a researcher and trials failing at their first report)."""
@@ -273,6 +275,7 @@ def test_deploy_installs_one_wheel_on_every_worker(pod: Path, tmp_path: Path) ->
         assert shown.returncode == 0 and "trm_sweeps_conf/study/model_scaling.yaml" in shown.stdout
 
 
+@pytest.mark.slow  # runs the gcloud stand-in or git: a process
 def test_deploy_from_an_installed_copy_asks_for_the_wheel(
     pod: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -318,13 +318,8 @@ def test_a_seed_the_committed_table_completes_is_not_run_again(
     synthetic_table(table)
     carry = trm_bench_tiny.carry_committed
     monkeypatch.setattr(trm_bench_tiny, "carry_committed", lambda state, seed: carry(state, seed, table))
-    real_run = subprocess.run
-
-    def run(cmd: list[str], **kwargs: Any) -> Any:
-        assert "sweeps.run" not in cmd, f"sweeps.run started: {cmd}"
-        return real_run(cmd, **kwargs)
-
-    monkeypatch.setattr(trm_bench_tiny.subprocess, "run", run)
+    monkeypatch.setattr(trm_bench_tiny, "git_commit", lambda: "abc")  # in-process: the fast lane starts no process
+    monkeypatch.setattr(trm_bench_tiny.subprocess, "run", lambda cmd, **_: pytest.fail(f"started: {cmd}"))
     assert trm_bench_tiny.record(tmp_path / "state", [0], jobs=1, argv=["record"]) == 0
     assert "seed 0: complete, nothing to train" in capsys.readouterr().out
 
