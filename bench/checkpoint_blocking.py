@@ -5,7 +5,7 @@
 
 The remote store is a stand-in: a local directory behind an fsspec filesystem (`slowremote://`) that adds
 `--latency-ms` to every file opened and moves data at `--mb-per-s` (writes and reads alike), as an object store
-reached over a network would. What is timed is rank 0's part of a save (trm/train_state.py `write`, the trainer's
+reached over a network would. What is timed is rank 0's part of a save (trm/checkpointer.py `write`, the trainer's
 own code) on a real model's state after one real step:
 
 - direct (checkpoint.staging=never, today's path before this change): encode, write to the store, read back,
@@ -33,7 +33,7 @@ from fsspec.implementations.local import LocalFileSystem
 from bench._common import StepRunner, train_config
 from bench._results import RESULTS, fmt, median, run_header, write_results
 from trm.checkpoint_upload import Uploads
-from trm.train_state import write
+from trm.checkpointer import write
 
 
 class SlowRemoteFileSystem(LocalFileSystem):

@@ -14,11 +14,11 @@ checkpoint.
 
 Invariants:
 - At most one upload in flight (`Uploads.start` refuses a second). A save waits for the one in flight before it
-  stages the next (trm/train_state.py): uploads land in the order of their steps, so an older checkpoint never
+  stages the next (trm/checkpointer.py): uploads land in the order of their steps, so an older checkpoint never
   overwrites a newer one.
 - A stop (the end, a preemption, an error) waits for the upload in flight up to `checkpoint.upload_wait_s`.
 - An upload that failed, or is still running when a bounded wait ends, is reported once, as a failed direct write
-  is: trm/train_state.py raises it as a CheckpointError on every rank (a sweep retries it).
+  is: trm/checkpointer.py raises it as a CheckpointError on every rank (a sweep retries it).
 """
 
 from __future__ import annotations

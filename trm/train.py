@@ -1,19 +1,17 @@
 """Train a Tiny Recursive Model: `python -m trm.train [arch=...] [optim=...] [key=value ...]`.
 
-Read top to bottom: set up the runtime and data, build the model and optimizers, resume if a checkpoint
-exists, then loop. Each step is one supervision step of deep supervision on a batch of carries; metrics
-stay on the device and are read only at log/eval points (no host sync inside the step). Rank 0 alone
-logs, evaluates the objective against the best so far, writes checkpoints and talks to the sweep.
+Read top to bottom: start the runtime, set up (trm/train_setup.py: the data, the model and optimizers, the
+resume if a checkpoint exists), then loop. Each step is one supervision step of deep supervision on a batch of
+carries; metrics stay on the device and are read only at log/eval points (no host sync inside the step). Rank 0
+alone logs, evaluates the objective against the best so far, writes checkpoints and talks to the sweep.
 
 Beside it: trm/step.py (the step, the eval, their precision), trm/train_state.py (what a checkpoint holds,
-the best so far, the collective save and resume), trm/preemption.py (SIGTERM), trm/clock.py (the phase
-stamps of the summary's `timing`), trm/run_end.py (how the run ends and who is told).
+the best so far), trm/checkpointer.py (the collective save and resume), trm/preemption.py (SIGTERM),
+trm/clock.py (the phase stamps of the summary's `timing`), trm/run_end.py (how the run ends and who is told).
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import math
 import os
@@ -27,33 +25,27 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from contracts import train_config
-from contracts.choices import compile_mode
-from contracts.hydra_app import CONFIG_PATH, HYDRA_CALLBACKS, run_app, to_dict
+from contracts.hydra_app import CONFIG_PATH, HYDRA_CALLBACKS, run_app
 from contracts.metrics_log import open_metrics
-from trm import train_state, writer_lock
+from trm import writer_lock
 from trm.checkpoint import check_url
 from trm.clock import PhaseClock
-from trm.compiling import apply_compile
-from trm.data.loader import TrainLoader, eval_batches
-from trm.fingerprint import code_fingerprint, config_fingerprint, training_identity
-from trm.flops import flops_per_sample_step
-from trm.job_inputs import check_batch, load_data
-from trm.kernels import apply_kernels, resolve_kernels
-from trm.losses import METRIC_KEYS, normalize_metrics
+from trm.losses import normalize_metrics
 from trm.memory import peak_memory_mb
-from trm.model import ACTModel, TRMConfig, count_params
-from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema
-from trm.precision import Precision, device_facts, resolve_precision
+from trm.model import ACTModel
+from trm.optim import lr_multiplier, set_lr, update_ema
+from trm.precision import Precision
 from trm.preemption import PreemptionFlag
 from trm.profiling import StepProfiler, profile_window
-from trm.run_end import ABANDONED, FAIL, PREEMPTED, PRUNED, NonFiniteLossError, Outcome, Reporter, RunLog
+from trm.run_end import ABANDONED, COMPLETE, FAIL, PREEMPTED, PRUNED, NonFiniteLossError, Outcome, Reporter, RunLog
 from trm.runtime import init_runtime
-from trm.runtime.base import Runtime, check_agreement
-from trm.schedules import exploration_at, recursion_at, validate_curriculum
+from trm.runtime.base import Runtime
+from trm.schedules import exploration_at, recursion_at
 from trm.step import carry_dtype, evaluate, train_step
 from trm.throughput import StepTimer
 from trm.tracking import make_tracker
-from trm.train_state import Best, TrainState
+from trm.train_setup import Trainer, setup
+from trm.train_state import TrainState
 from trm.trial_link import link_from_config
 
 train_config.register()  # conf/train.yaml's schema (contracts/train_config.py), before hydra.main composes it
@@ -68,7 +60,7 @@ def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         if reporter is None and runtime.is_main:
             reporter = link_from_config(cfg)
         with writer_lock.held(cfg.checkpoint.url, cfg.checkpoint.lock_wait_s, runtime.is_main):  # one writer
-            summary = train_in_runtime(cfg, runtime, reporter)
+            summary = train_loop(setup(cfg, runtime), reporter)
         clean = True
         return summary
     except BaseException as err:
@@ -83,89 +75,16 @@ def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
         runtime.close(clean)  # no barrier after a failure: a dead peer would make it wait for the timeout
 
 
-def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | None) -> dict[str, Any]:  # noqa: C901, PLR0915 (split into setup, loop and checkpointer: issue 44)
-    """Set up, resume, train and evaluate inside a started runtime; the run's summary. `run` owns the runtime
-    and records a failure raised here."""
-    clock = PhaseClock()
-    out_dir = Path(cfg.out_dir)
-    is_main = runtime.is_main
-    train = cfg.train
-    check_batch(cfg, runtime)
-    # train.precision=auto: bf16 where this device has bf16 units, else fp32 (trm/precision.py); checked by every
-    # worker below (they must agree), held by the checkpoint's identity, shown on the start line and the summary.
-    facts = device_facts(runtime.device)
-    chosen = resolve_precision(train.precision, facts, train.get("bf16_mode", "bf16"))
-    compiling = compile_mode(train.compile)
-    loss_divisor = runtime.loss_divisor(train.global_batch_size)  # examples one step's loss sums over
-    torch.manual_seed(cfg.seed)
-
-    # -------------------------------------------------------------------- data, model, optimizers
-    train_arrays, test_arrays, train_meta, _ = load_data(cfg)
-    arch = TRMConfig.from_dict(to_dict(cfg.arch), **train_meta.arch_fields())
-    validate_curriculum(cfg.curriculum, arch.H_cycles, arch.L_cycles)
-    kernels = resolve_kernels(  # trm/kernels.py
-        train.kernels, runtime.device.type, chosen.mode, arch, facts.cuda_capability
-    )
-    check_agreement(
-        runtime,
-        {
-            "config": config_fingerprint(cfg),
-            "code": code_fingerprint(),
-            "data": train_meta.fingerprint,
-            "precision": chosen.mode,
-        },
-    )
-    model = ACTModel(arch).to(runtime.device)
-    if runtime.backend != "xla":  # XLA compiles the whole step anyway
-        apply_kernels(model, kernels.choice)  # before compiling: torch.compile traces the choice
-        apply_compile(model, compiling)  # net or the whole model: trm/compiling.py says which to choose
-    optimizers = build_optimizers(model, cfg.optim)
-    ema = build_ema(model, cfg.optim.ema_decay) if train.ema else None
-    loader = TrainLoader(train_arrays, train.global_batch_size, runtime.rank, runtime.world_size, seed=cfg.seed)
-    eval_set = functools.partial(
-        eval_batches, test_arrays, train.eval_batch_size // runtime.world_size, runtime.rank, runtime.world_size
-    )
-    step_model = runtime.wrap_model(model)
-
-    # -------------------------------------------------------------------------------- resume
-    state = TrainState(
-        model,
-        optimizers,
-        ema,
-        loader,
-        identity={"config": training_identity(cfg, chosen.mode), "data": train_meta.fingerprint},
-        best=Best.start(train.objective_direction),
-        train_sums=torch.zeros(len(METRIC_KEYS), device=runtime.device),
-    )
-    if cfg.checkpoint.resume:
-        train_state.resume(runtime, state, cfg.checkpoint.url, check_best=cfg.checkpoint.keep_best)
-
-    # ------------------------------------------------------------------------------- outputs
-    params = count_params(model)
-    if is_main:  # measured once, for the trial's compute estimate (accuracy vs compute studies)
-        params["flops_per_sample_step"] = flops_per_sample_step(arch, arch.H_cycles, arch.L_cycles)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        start = {
-            "event": "start",
-            "resumed_from": state.step,
-            "world_size": runtime.world_size,
-            "device": str(runtime.device),  # runtime.device resolved (auto: the GPU when torch sees one)
-            "precision": chosen.mode,
-            "precision_reason": chosen.reason,
-            "kernels": f"{kernels.choice} ({kernels.reason})",
-            **params,
-        }
-        print(json.dumps(start), flush=True)
+def train_loop(t: Trainer, reporter: Reporter | None) -> dict[str, Any]:
+    """Train from `t.state.step` to the end, to a stop or to an error; the run's summary, recorded (metrics.jsonl,
+    summary.json, the tracker, rank 0's reporter) however it ended. `run` records a failure raised here."""
+    cfg, runtime, state, train = t.cfg, t.runtime, t.state, t.cfg.train
+    is_main, out_dir, total = runtime.is_main, Path(cfg.out_dir), train.steps
     metrics_file = open_metrics(out_dir) if is_main else None
-    total = train.steps
     bar = tqdm(
         total=total, initial=state.step, disable=not (is_main and train.progress), desc="train", dynamic_ncols=True
     )
-    log = RunLog(out_dir, metrics_file, make_tracker(cfg, is_main, params, chosen))
-
-    # ---------------------------------------------------------------------------------- loop
-    # The step's settings as plain values, read once (the step is the hot path).
-    precision, loss, grad_clip = chosen.mode, train.loss, train.grad_clip
+    log = RunLog(out_dir, metrics_file, make_tracker(cfg, is_main, t.params, t.chosen))
     outcome = Outcome()
     timer = StepTimer()  # steady-state step time, for the trial's `throughput` (trm/throughput.py)
     preemption = PreemptionFlag()
@@ -177,96 +96,127 @@ def train_in_runtime(cfg: DictConfig, runtime: Runtime, reporter: Reporter | Non
     try:
         for step in range(state.step, total):
             profiler.before_step(step)
-            progress = step / total
-            cycles = recursion_at(progress, cfg.curriculum, arch.H_cycles, arch.L_cycles)
-            exploration = torch.tensor(exploration_at(progress, cfg.halting), device=runtime.device)
-            set_lr(optimizers, lr_multiplier(step, cfg.optim.warmup_steps, total, cfg.optim.lr_min_ratio))
-            batch = runtime.to_device(next(loader))
-            clock.stamp_once("first_step_start")
-            if state.carry is None:
-                state.carry = model.initial_carry(batch, carry_dtype(precision))
-            state.carry, metrics = train_step(
-                step_model,
-                state.carry,
-                batch,
-                exploration,
-                cycles,
-                optimizers,
-                precision=precision,
-                loss=loss,
-                grad_clip=grad_clip,
-                loss_divisor=loss_divisor,
-            )
-            if ema is not None:
-                update_ema(ema, model)
-            runtime.step_boundary()
-            state.train_sums += metrics  # stays on the device: read only at log points
-            state.step = done = step + 1
+            cycles = train_one(t, step)
+            done = state.step
             profiler.after_step(done)
-            clock.stamp_once("first_step_end")
-            clock.stamp("last_step_end")
+            t.clock.stamp_once("first_step_end")
+            t.clock.stamp("last_step_end")
             bar.update(1)
-
             if done % train.log_interval == 0 or done == total:
-                record = train_record(runtime, state, optimizers, cycles)  # waits for the device
-                compile_warning = timer.mark(done)
-                if compile_warning and is_main:
-                    print(compile_warning, file=sys.stderr, flush=True)
-                with timer.excluded():  # logging and the progress write to the study are not step time
-                    log.log({"step": done, **record})
-                    if is_main and reporter is not None:
-                        reporter.progress(done)
-                    bar.set_postfix(loss=f"{record['train/lm_loss']:.3f}", acc=f"{record['train/accuracy']:.3f}")
-
+                log_point(t, log, timer, bar, reporter, cycles)
+            verdict = None  # no eval at this step
             if done % train.eval_interval == 0 or done == total:
                 with timer.excluded():  # evals and checkpoints are not step time
-                    eval_model = cast(ACTModel, ema.module) if (ema is not None and train.eval_with_ema) else model
-                    state.last_eval = evaluate(
-                        eval_model, eval_set(train.eval_examples), runtime, cycles, precision=precision, loss=loss
-                    )
-                    log.log({"step": done, **state.last_eval})
-                    value = state.last_eval[train.objective]
-                    improved = state.best.update(value, done, state.last_eval)
-                    to_best = cfg.checkpoint.keep_best and state.best_file.takes(
-                        value, done, improved, state.best.maximize
-                    )
-                    verdict = (
-                        reporter.report(done, state.last_eval) if (is_main and reporter is not None) else "continue"
-                    )
-                    verdict = runtime.broadcast_object(verdict)  # every rank stops at the same step
-                    if verdict != "abandon":
-                        train_state.save(runtime, state, cfg.checkpoint, best=to_best)
-                if verdict == "abandon":
-                    outcome.status = ABANDONED
-                    break
-                if verdict == "prune":
-                    outcome.status = PRUNED
-                    break
-            elif done == train.stop_after:
-                train_state.save(runtime, state, cfg.checkpoint, best=False)
-            if done == train.stop_after:
+                    verdict = eval_point(t, log, reporter, cycles)
+            if (status := stop_status(t, verdict, preemption)) is not None:
+                outcome.status = status
                 break
-            if done % train.preemption_check_interval == 0 and any(runtime.all_gather_object(preemption.raised)):
-                # A VM got SIGTERM (preemption notice): save while we still can.
-                train_state.save(runtime, state, cfg.checkpoint, best=False)
-                outcome.status = PREEMPTED
-                break
-        clock.stamp("train_end")  # after the last step's eval and checkpoint: training work ends here
-        outcome.rank_steps = train_state.finish(runtime, state, cfg.checkpoint)  # the last upload landed; every step
+        t.clock.stamp("train_end")  # after the last step's eval and checkpoint: training work ends here
+        outcome.rank_steps = t.checkpointer.finish()  # the last upload landed; every rank's step
     except Exception as err:  # record why (once an upload in flight landed, within its grace), then let it propagate
-        train_state.failed(state, cfg.checkpoint, outcome, err)
+        t.checkpointer.failed(outcome, err)
         raise
     finally:
         preemption.restore()
         bar.close()
-        throughput = timer.summary(params.get("flops_per_sample_step", 0), train.global_batch_size, runtime.devices)
-        summary = summarize(cfg, state, outcome, clock, params, chosen, str(runtime.device), throughput)
+        throughput = timer.summary(t.params.get("flops_per_sample_step", 0), train.global_batch_size, runtime.devices)
+        summary = summarize(cfg, state, outcome, t.clock, t.params, t.chosen, str(runtime.device), throughput)
         summary.update(profile=profiler.close(), peak_memory_mb=peak_memory_mb(runtime.device))  # trace written
         log.close(summary)
-        clock.stamp("end")  # after the W&B run is closed: what is left is the outcome write and exit
+        t.clock.stamp("end")  # after the W&B run is closed: what is left is the outcome write and exit
         if is_main and reporter is not None:
             reporter.record_outcome(outcome.status, summary)
     return summary
+
+
+def train_one(t: Trainer, step: int) -> tuple[int, int]:
+    """Step `step` (from 0): one supervision step on a batch of carries; the metrics stay on the device (no host
+    sync). Returns the recursion cycles (H, L) it ran."""
+    cfg, runtime, state = t.cfg, t.runtime, t.state
+    total = cfg.train.steps
+    progress = step / total
+    cycles = recursion_at(progress, cfg.curriculum, t.arch.H_cycles, t.arch.L_cycles)
+    exploration = torch.tensor(exploration_at(progress, cfg.halting), device=runtime.device)
+    set_lr(state.optimizers, lr_multiplier(step, cfg.optim.warmup_steps, total, cfg.optim.lr_min_ratio))
+    batch = runtime.to_device(next(state.loader))
+    t.clock.stamp_once("first_step_start")
+    if state.carry is None:
+        state.carry = state.model.initial_carry(batch, carry_dtype(t.chosen.mode))
+    state.carry, metrics = train_step(
+        t.step_model,
+        state.carry,
+        batch,
+        exploration,
+        cycles,
+        state.optimizers,
+        precision=t.chosen.mode,
+        loss=t.loss,
+        grad_clip=t.grad_clip,
+        loss_divisor=t.loss_divisor,
+    )
+    if state.ema is not None:
+        update_ema(state.ema, state.model)
+    runtime.step_boundary()
+    state.train_sums += metrics  # stays on the device: read only at log points
+    state.step = step + 1
+    return cycles
+
+
+def log_point(
+    t: Trainer, log: RunLog, timer: StepTimer, bar: tqdm[Any], reporter: Reporter | None, cycles: tuple[int, int]
+) -> None:
+    """The train metrics since the last log point, logged (this waits for the device); rank 0 reports progress."""
+    is_main, done = t.runtime.is_main, t.state.step
+    record = train_record(t.runtime, t.state, t.state.optimizers, cycles)  # waits for the device
+    compile_warning = timer.mark(done)
+    if compile_warning and is_main:
+        print(compile_warning, file=sys.stderr, flush=True)
+    with timer.excluded():  # logging and the progress write to the study are not step time
+        log.log({"step": done, **record})
+        if is_main and reporter is not None:
+            reporter.progress(done)
+        bar.set_postfix(loss=f"{record['train/lm_loss']:.3f}", acc=f"{record['train/accuracy']:.3f}")
+
+
+def eval_point(t: Trainer, log: RunLog, reporter: Reporter | None, cycles: tuple[int, int]) -> str:
+    """Evaluate, keep the best, ask the reporter for its verdict (the same on every rank) and, unless it is
+    "abandon", save latest.pt (and best.pt when this eval takes it); the verdict."""
+    train, state, done = t.cfg.train, t.state, t.state.step
+    ema = state.ema
+    eval_model = cast(ACTModel, ema.module) if (ema is not None and train.eval_with_ema) else state.model
+    state.last_eval = evaluate(
+        eval_model, t.eval_set(train.eval_examples), t.runtime, cycles, precision=t.chosen.mode, loss=t.loss
+    )
+    log.log({"step": done, **state.last_eval})
+    value = state.last_eval[train.objective]
+    improved = state.best.update(value, done, state.last_eval)
+    to_best = t.checkpointer.takes_best(value, done, improved)
+    verdict = reporter.report(done, state.last_eval) if (t.runtime.is_main and reporter is not None) else "continue"
+    verdict = t.runtime.broadcast_object(verdict)  # every rank stops at the same step
+    if verdict != "abandon":
+        t.checkpointer.save(best=to_best)
+    return verdict
+
+
+def stop_status(t: Trainer, verdict: str | None, preemption: PreemptionFlag) -> str | None:
+    """Whether the run stops after the step just done, given its eval's `verdict` (None: no eval at this step): the
+    outcome to stop with, or None to go on. The one place a run decides to stop (an error stops it by raising); a
+    stop that needs a checkpoint its eval did not write saves one here. Every rank calls it after every step: the
+    preemption check and the saves are collective."""
+    train, done = t.cfg.train, t.state.step
+    if verdict == "abandon":  # the trial was given to someone else: stop at once, nothing saved
+        return ABANDONED
+    if verdict == "prune":
+        return PRUNED
+    if done == train.stop_after:
+        if verdict is None:
+            t.checkpointer.save()
+        return COMPLETE
+    if done % train.preemption_check_interval == 0 and any(t.runtime.all_gather_object(preemption.raised)):
+        # A VM got SIGTERM (preemption notice): save while we still can.
+        t.checkpointer.save()
+        return PREEMPTED
+    return COMPLETE if done == train.steps else None
 
 
 def train_record(
