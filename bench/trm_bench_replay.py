@@ -63,8 +63,6 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 BUDGETS = (0.10, 0.25, 0.40, 0.50, 1.00)  # shares of the grid's compute the regret and the hit rate are read at
 TRIAL_BUDGETS = (6, 8, 12, 16, 24, 36)  # n_trials a study may be given: its hit rate and compute are read there
 MAX_REDRAWS = 20  # conf/sweep.yaml draws.max_redraws
-# Optuna's GPSampler refits its Gaussian process at every draw: ~1 s a trial on a 2-core CPU, ~100x TPE.
-SLOW_SAMPLER_REPS = {"gp": 20}
 
 
 @dataclass(frozen=True)
@@ -247,8 +245,7 @@ def run_all(
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         for strategy in strategies:
             start = time.time()
-            n = min(reps, SLOW_SAMPLER_REPS.get(strategy.sampler, reps))
-            tasks = [(path, table_seed, strategy, s, baseline) for s in range(n)]
+            tasks = [(path, table_seed, strategy, s, baseline) for s in range(reps)]
             runs = list(pool.map(_one, tasks, chunksize=4))
             row = summarize(table, strategy, runs)
             row["replay_s"] = round(time.time() - start, 1)
