@@ -3,6 +3,7 @@ but fails on later (in every trial, or at the first ask past start-up)."""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 from typing import Any
 
@@ -86,3 +87,15 @@ def check_optuna(cfg: DictConfig, train_steps: int) -> None:
             _check_arguments(key, cls, resolved_dict(node))
         if failure is not None:
             raise SweepConfigError(f"{key} ({target}): {type(failure).__name__}: {failure}")
+    _check_gp_has_torch(str(cfg.sampler.get("_target_")))
+
+
+def _check_gp_has_torch(target: str) -> None:
+    """Optuna's GPSampler fits its Gaussian process with torch, imported in the driver at its first fit (after the
+    start-up trials ran): a driver installed without torch (the package does not require it) is refused now."""
+    if target.endswith("GPSampler") and importlib.util.find_spec("torch") is None:
+        raise SweepConfigError(
+            f"sampler._target_={target!r}: Optuna's GPSampler needs torch in the driver's environment and it is not "
+            "installed: install it (`pip install torch==2.13.0`, or the package's `cpu` extra) or choose another "
+            "sampler (sampler=tpe)"
+        )

@@ -194,12 +194,15 @@ def test_a_range_that_does_not_fit_the_keys_type_is_refused(
             r"audit_first=2 < min_audit=4 with audit_every=0",
         ),
         # a warmup share outside (0, 1) is steps: a float of steps is refused by Optuna's own check
-        (["pruner.n_warmup_steps=-0.5"], r"pruner.n_warmup_steps=-0.5"),
+        (["pruner=median_late", "pruner.n_warmup_steps=-0.5"], r"pruner.n_warmup_steps=-0.5"),
         # TPE takes it and fails at the first ask past its start-up trials
-        (["sampler.n_startup_trials=abc"], r"sampler.n_startup_trials='abc': TPESampler takes an integer here"),
+        (
+            ["sampler=tpe", "sampler.n_startup_trials=abc"],
+            r"sampler.n_startup_trials='abc': TPESampler takes an integer here",
+        ),
         (["seed=abc"], r"seed='abc': expected an integer, not str"),  # the schema's type, at composition
         (
-            ["+sampler.n_startup=4"],
+            ["sampler=tpe", "+sampler.n_startup=4"],
             r"sampler.n_startup=4: not an argument of TPESampler; accepted: \[.*'n_startup_trials'",
         ),
         (["pruner=median", "pruner.interval_steps=0"], r"pruner.interval_steps=0: expected an integer >= 1"),
@@ -431,7 +434,7 @@ def test_a_study_with_a_quote_and_non_ascii_in_its_name_and_a_comma_in_output_ro
             "study.objective=eval/exact_acc",
             "error: study.objective='eval/exact_acc': not a metric the trainer produces",
         ),
-        ("pruner.n_startup_trials=-1", "error: pruner.n_startup_trials=-1"),
+        ("sampler.n_startup_trials=-1", "error: sampler.n_startup_trials=-1: expected an integer >= 0"),
         ("n_trials=true", "error: n_trials=True: expected an integer, not bool"),  # composing: Hydra's error, one line
         ("+arch=tiny", "error: ['arch'] are not sweep settings"),
         ("study.name=../escape", "error: study.name='../escape'"),
@@ -524,10 +527,10 @@ def test_the_trial_length_is_train_steps_in_trial_overrides(tmp_path: Path) -> N
     """Issue: the site stated the length twice (train.steps in trial.overrides and trial.train_steps); a user
     who changed one got trials and a pruner that disagreed. Now the pruner's max resource comes from the trial's
     own training config."""
-    driver = Driver(config(tmp_path, trial=trial_with("train.steps=70")))
+    driver = Driver(config(tmp_path, "pruner=median_late", trial=trial_with("train.steps=70")))
     driver.validate()
     assert driver.train_steps == 70
-    assert pruner_spec(driver.cfg, driver.train_steps)["n_warmup_steps"] == 35  # model_scaling's: half the trial
+    assert pruner_spec(driver.cfg, driver.train_steps)["n_warmup_steps"] == 35  # half the trial
     searched = config(tmp_path)
     with open_dict(searched):
         searched.study.space.tiny["train.steps"] = "range(10, 50, 10)"
@@ -571,3 +574,23 @@ def test_sampler_grid_on_an_infinite_space_is_refused_before_anything_is_stored(
         config(tmp_path, "sampler=grid"), {"optim.lr": "interval(0.0001, 0.01)", "arch.H_cycles": "range(1, 3)"}
     )
     refused(cfg, r"sampler=grid enumerates a finite space, but optim.lr is a float range without a step")
+
+
+def test_a_gp_sampler_without_torch_in_the_driver_is_refused_before_any_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Optuna's GPSampler imports torch at its first fit, after the start-up trials trained: a driver installed
+    without torch (the package does not require it) would fail there. Refused at validation, naming the fix."""
+    import importlib.util
+
+    from sweeps.validate_optuna import check_optuna
+
+    cfg = config(tmp_path, "sampler=gp")
+    check_optuna(cfg, 500)  # torch is here: accepted
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    with pytest.raises(
+        SweepConfigError, match=r"sampler._target_='optuna.samplers.GPSampler': .*needs torch.*sampler=tpe"
+    ):
+        check_optuna(cfg, 500)
+    check_optuna(config(tmp_path, "sampler=tpe"), 500)  # another sampler needs no torch
