@@ -18,6 +18,7 @@ from typing import Any
 
 import optuna
 import pytest
+from omegaconf import OmegaConf
 
 from bench import trm_bench_figure, trm_bench_tiny
 from bench import trm_bench_replay as replay_bench
@@ -394,3 +395,24 @@ def test_the_real_study_check_judges_its_answer_by_the_table_and_counts_pruned_c
     assert r["best_params"] == best and r["found"] and r["best_in_table"] == table.best
     assert (r["replays_found"], r["replays_compute_median"]) == (0.5, 0.2)
     assert "found" in trm_bench_check.markdown(0, r) and "50% of studies" in trm_bench_check.markdown(0, r)
+
+
+def test_model_scaling_ships_the_strategy_seed_0s_replays_chose() -> None:
+    """Issue 42: the defaults come from the replays, not from belief. model_scaling's sampler and pruner, as conf/
+    composes them, are the strategy with the least compute at which 90% of seed-0 studies (100 replays or more)
+    hold a configuration within one SE of the table's best; the laptop's n_trials is the fewest that find one in 9
+    of 10 of them."""
+    from sweeps.config import compose_sweep_config
+
+    rows = json.loads((ROOT / "bench" / "results" / "trm_bench_replay_seed0.json").read_text())["rows"]
+    counted = [r for r in rows if r["reps"] >= 100]
+    chosen = min(counted, key=lambda r: r["compute_to_find_p90"])
+    cfg = compose_sweep_config(["study=model_scaling"])
+    shipped = {
+        "sampler": OmegaConf.load(ROOT / "conf" / "sampler" / f"{chosen['sampler']}.yaml")["_target_"],
+        "pruner": OmegaConf.load(ROOT / "conf" / "pruner" / f"{chosen['pruner']}.yaml")["_target_"],
+    }
+    assert (cfg.sampler._target_, cfg.pruner._target_) == (shipped["sampler"], shipped["pruner"]), chosen["strategy"]
+    assert cfg.study.prune_metric == chosen["metric"] or chosen["pruner"] == "none"
+    enough = [int(n) for n, share in chosen["found_with_n_trials"].items() if share >= 0.9]
+    assert cfg.n_trials == min(enough)  # the fewest trials of the replayed budgets that find one 9 times in 10
