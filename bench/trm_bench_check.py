@@ -38,7 +38,7 @@ from storage import open_storage
 from storage.trial_record import TrialOutcome
 from sweeps.space import params_to_values
 
-STRATEGY = "tpe/median_late/blank"  # model_scaling's defaults (conf/study/model_scaling.yaml), as the replays name them
+STRATEGY = "gp/none/blank"  # model_scaling's defaults (conf/study/model_scaling.yaml), as the replays name them
 REPLAYS = RESULTS / "trm_bench_replay_seed{seed}.json"
 
 
@@ -77,7 +77,12 @@ def run(state: Path, seed: int, n_trials: int) -> int:
 
 
 def report(
-    state: Path, seed: int, n_trials: int, table_path: Path = OUT, replays: Path | None = None
+    state: Path,
+    seed: int,
+    n_trials: int,
+    table_path: Path = OUT,
+    replays: Path | None = None,
+    strategy: str = STRATEGY,
 ) -> dict[str, Any]:
     """The real study's compute and answer against the table, and the replays' at the same n_trials."""
     table = load(table_path, seed)
@@ -88,9 +93,9 @@ def report(
     in_table = table.curves[config(params_to_values(best.params))].value
     replays = replays or REPLAYS.with_name(REPLAYS.name.format(seed=seed))
     rows = json.loads(replays.read_text())["rows"] if replays.exists() else []
-    row = next((r for r in rows if r["strategy"] == STRATEGY), None)
+    row = next((r for r in rows if r["strategy"] == strategy), None)
     return {
-        "strategy": STRATEGY,
+        "strategy": strategy,
         "n_trials": n_trials,
         "trials": {"complete": sum(t.state == TrialState.COMPLETE for t in settled), "settled": len(settled)},
         "compute_share": flops / 1e9 / table.grid_gflops,
@@ -114,7 +119,7 @@ def markdown(seed: int, r: dict[str, Any]) -> str:
         f"of studies, median compute {100 * r['replays_compute_median']:.1f}%"
     )
     return (
-        f"A real study of {r['strategy']} (model_scaling's defaults) on seed {seed}'s trials, {r['n_trials']} trials "
+        f"A real study of {r['strategy']} (model_scaling's defaults as it ran) on seed {seed}'s trials, {r['n_trials']} trials "
         f"({r['trials']['complete']} complete): compute {100 * r['compute_share']:.1f}% of the unpruned grid's; best "
         f"{params}, measured {r['best_measured']:.4f}, in the table {r['best_in_table']:.4f} against the table's best "
         f"{r['table_best']:.4f} (target {r['table_target']:.4f}): {'found' if r['found'] else 'not found'}. "
@@ -128,10 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1, help="the training seed: the held-out one")
     p.add_argument("--n-trials", type=int, default=24)
     p.add_argument("--state", type=Path, default=DEFAULT_STATE)
+    p.add_argument("--strategy", default=STRATEGY, help="the study's sampler/pruner/metric, as the replays name it")
     args = p.parse_args(argv)
     if args.what == "run":
         return run(args.state, args.seed, args.n_trials)
-    result = report(args.state, args.seed, args.n_trials)
+    result = report(args.state, args.seed, args.n_trials, strategy=args.strategy)
     header = run_header("trm_bench_check", sys.argv[1:] if argv is None else argv)
     text = markdown(args.seed, result)
     write_results(f"trm_bench_check_seed{args.seed}", {**header, **result}, text)
