@@ -98,7 +98,7 @@ class TrialFacts:
 
 @dataclass(frozen=True)
 class TrialLaunch(TrialFacts):
-    """What the driver stores when it launches a trial (sweeps/trial_lifecycle.py start_trial)."""
+    """What the driver stores when it launches a trial (sweeps/trial_runner.py start_trial)."""
 
     overrides: list[str] | None = field(default=None, metadata=FLAT)  # the sampled parameters as overrides
     workdir: str | None = field(default=None, metadata=FLAT)  # the trial's directory: run/ (metrics, W&B) below it

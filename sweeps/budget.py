@@ -1,6 +1,7 @@
-"""What counts against a study's n_trials, which configuration a draw repeats, and the baseline's parameters.
+"""What counts against a study's n_trials, when a study is done, which configuration a draw repeats, and the
+baseline's parameters.
 
-Pure functions of the study's trials: several drivers share one budget, so each decides from the record alone.
+Functions of the study's trials: several drivers share one budget, so each decides from the record alone.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from storage.heartbeat import retried_numbers
@@ -29,6 +31,14 @@ def budget_used(trials: Sequence[FrozenTrial]) -> int:
     )
 
 
+def study_done(study: optuna.Study, n_trials: int) -> bool:
+    """Budget spent and nothing running anywhere: a trial RUNNING elsewhere may belong to a dead driver, so the
+    driver waits for it to finish or go stale (and then runs its retry). A queued (WAITING) one would not start."""
+    if budget_used(study.get_trials(deepcopy=False)) < n_trials:
+        return False
+    return not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+
+
 def twin_of(number: int, params: Mapping[str, Any], others: Iterable[FrozenTrial]) -> int | None:
     """The number of another trial (from `others`, those in TRAINS) with exactly these parameters."""
     if not params:
@@ -48,3 +58,11 @@ def baseline_params(baseline: Mapping[str, Any], conditionals: Iterable[Conditio
                 if key in params:
                     params[f"{key}@{cond.choice}"] = params.pop(key)
     return params
+
+
+def enqueue_baseline(study: optuna.Study, baseline: Mapping[str, Any], conditionals: Iterable[Conditional]) -> bool:
+    """Queue `baseline` as a new study's first trial (a study with any trial keeps its own); True if queued."""
+    if study.get_trials(deepcopy=False):
+        return False
+    study.enqueue_trial(baseline_params(baseline, conditionals), user_attrs={"baseline": True})
+    return True

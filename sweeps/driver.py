@@ -4,12 +4,11 @@
     ask -> search space to overrides -> launch on the workers -> heartbeat while it runs ->
     read the outcome the job stored on the trial -> tell COMPLETE / PRUNED / FAIL (reason kept)
 
-The driver never imports the model: it talks to the job through its command line and the study record.
-This module is the loop, the budget and the end of the study; one trial's life from start to tell is
-sweeps.trial_lifecycle. The rest lives apart: opening and checking the study (sweeps.study), the budget and the
-baseline (sweeps.budget), outcome decisions (sweeps.outcome), launchers (sweeps.launchers.base.Launcher),
-progress (sweeps.progress), slots (sweeps.slots), drawing a trial within budget (sweeps.draw) and settling
-orphans and stalled jobs (sweeps.recovery).
+The driver never imports the model: it talks to the job through its command line and the study record. This
+module is the loop and the end of the study; it holds a TrialRunner (sweeps.trial_runner) that takes one trial
+from start to tell. The rest lives apart: the study (sweeps.study), the budget and the baseline (sweeps.budget),
+outcome decisions (sweeps.outcome), launchers (sweeps.launchers.base.Launcher), progress (sweeps.progress), slots
+(sweeps.slots), drawing within budget (sweeps.draw), orphans and stalled jobs (sweeps.recovery).
 
 Invariant: the loop's trials and its database-outage handling are one state machine over `self.running`; each
 decision in it is a pure function elsewhere (sweeps/outcome.py).
@@ -20,23 +19,24 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from pathlib import Path
 
 import optuna
-import sqlalchemy
 from omegaconf import DictConfig
+from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from storage import StorageGoneError, database_gone, redact, trial_id_of
-from storage.errors import StoragePermissionError, permission_denied
+from storage import redact, resolve_url, trial_id_of
 from storage.record import RUN_AGAIN_ATTR, SLOT_ATTR
-from storage.trial_record import TrialOutcome, seed_prefix
-from sweeps.budget import baseline_params, budget_used
+from storage.url import DEFAULT_SQLITE_PATH
+from sweeps.budget import enqueue_baseline, study_done
 from sweeps.definition import study_definition
 from sweeps.distinct_draws import choose_sampler, exhausted_line
 from sweeps.draw import Draw, draw_within_budget, failed_unless_started
 from sweeps.interrupts import signals_held
-from sweeps.optuna_parts import pruner_spec
-from sweeps.preemption import mark_preempted, preempted_reason, queue_copy, set_aside_unstarted
+from sweeps.optuna_parts import build_launcher, pruner_spec
+from sweeps.paths import StudyRoots
+from sweeps.preemption import machine_gone, mark_preempted, preempted_reason, queue_copy, set_aside_unstarted
 from sweeps.preflight import check_before_study
 from sweeps.progress import ProgressView, duration, print_best, route_optuna_logging
 from sweeps.queued import log_left_queued
@@ -44,32 +44,64 @@ from sweeps.recovery import abandon, settle_orphans, stop_stalled
 from sweeps.reeval import reevaluate_at_end
 from sweeps.rerun import queue_failed_again
 from sweeps.retry import StudyStoppedByJobError
-from sweeps.running import RunningTrial, explain_heartbeat_warnings, storage_failure
+from sweeps.running import (
+    STORAGE_ERRORS,
+    RunningTrial,
+    explain_heartbeat_warnings,
+    storage_failure,
+    storage_fatal,
+)
 from sweeps.slots import SlotPool
-from sweeps.study import open_study
-from sweeps.trial_lifecycle import TrialLifecycle
+from sweeps.space import SearchSpace, parse_space
+from sweeps.study import OpenStudy, open_study, quiet_optuna_warnings
+from sweeps.trial_runner import TrialRunner
+from sweeps.typed_config import typed_sweep
 from sweeps.validate import trial_length, validate_sweep
 from sweeps.wandb_summary import log_study_summary
 
 log = logging.getLogger("sweeps")
 
-STORAGE_ERRORS = (
-    optuna.exceptions.StorageInternalError,
-    sqlalchemy.exc.OperationalError,
-    sqlalchemy.exc.InterfaceError,
-)
 
+class Driver:
+    """The study's loop over a TrialRunner: what to start, when the study is done, and how it survives outages."""
 
-class Driver(TrialLifecycle):
     def __init__(self, cfg: DictConfig):
-        super().__init__(cfg)
+        quiet_optuna_warnings()
+        self.sweep = typed_sweep(cfg)  # the typed config; every block's own checks run here (sweeps/schema.py)
+        self.cfg = cfg  # as composed: what the modules that build from it (sampler, pruner, launcher) read
+        self.scale = self.sweep.scale
+        self.space: SearchSpace = parse_space(
+            self.sweep.study.space.get(self.scale),
+            self.sweep.study.conditional.get(self.scale),
+            where=f"study.space.{self.scale}",
+        )
+        self.base_overrides = [*self.sweep.trial.overrides, *self.sweep.study.fixed.get(self.scale, [])]
+        self.launcher = build_launcher(cfg.launcher)
+        self.storage_url = resolve_url(cfg.storage.url, Path(DEFAULT_SQLITE_PATH).resolve())
+        self.trials = self.runner()  # a dry run's until open_study gives it the study
         self.running: dict[int, RunningTrial] = {}
         self.exhausted = False  # the sampler keeps drawing configurations the study already has
         self.outage_ended = 0.0  # when the database last came back after an outage (epoch seconds)
         self.last_recover = 0.0  # when recover() last ran (epoch seconds)
         self.timed_out: str | None = None  # set when `timeout` stopped new trials: what the last lines say
 
-    # ----------------------------------------------------------------------------------- before running
+    def runner(self, opened: OpenStudy | None = None, study_uid: str | None = None) -> TrialRunner:
+        """A TrialRunner over `opened` (None: commands only, under `study_uid` or a stand-in uid)."""
+        return TrialRunner(
+            self.sweep, self.base_overrides, self.launcher, self.storage_url, self.best_line, opened, study_uid
+        )
+
+    @property
+    def study(self) -> optuna.Study:
+        return self.trials.study
+
+    @property
+    def storage(self) -> RDBStorage:
+        return self.trials.storage
+
+    @property
+    def roots(self) -> StudyRoots:
+        return self.trials.roots
 
     @functools.cached_property
     def train_steps(self) -> int:
@@ -84,29 +116,18 @@ class Driver(TrialLifecycle):
         """Open and check the study (sweeps.study); its uid places the trial directories."""
         pruner = pruner_spec(self.cfg, self.train_steps)
         definition = study_definition(self.sweep.study, pruner, self.space, self.train_steps, self.base_overrides)
-        self.opened = open_study(self.sweep, self.cfg, self.storage_url, self.train_steps, definition)
-        self.set_study_uid(self.opened.uid)
-        seed = self.sweep.seed + self.opened.driver_index  # repeats are drawn again (sweeps.distinct_draws)
-        sampler = choose_sampler(self.opened.study.sampler, self.space, self.sweep.n_trials, self.sweep.draws, seed)
-        self.opened.study.sampler = sampler
-        return self.opened.study
-
-    # -------------------------------------------------------------------------------------------- budget
-
-    def study_done(self) -> bool:
-        """Budget spent and nothing running anywhere: a trial RUNNING elsewhere may belong to a dead driver, so we
-        wait for it to finish or go stale (and then run its retry). A queued (WAITING) one would not start: ignored."""
-        if budget_used(self.study.get_trials(deepcopy=False)) < self.sweep.n_trials:
-            return False
-        return not self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        opened = open_study(self.sweep, self.cfg, self.storage_url, self.train_steps, definition)
+        self.trials = self.runner(opened)
+        seed = self.sweep.seed + opened.driver_index  # repeats are drawn again (sweeps.distinct_draws)
+        opened.study.sampler = choose_sampler(
+            opened.study.sampler, self.space, self.sweep.n_trials, self.sweep.draws, seed
+        )
+        return opened.study
 
     def enqueue_baseline(self) -> None:
-        if not self.sweep.study.enqueue_baseline or self.study.get_trials(deepcopy=False):
-            return
         baseline = dict(self.sweep.study.baseline.get(self.scale) or {})
-        params = baseline_params(baseline, self.space.conditionals)
-        self.study.enqueue_trial(params, user_attrs={"baseline": True})
-        log.info("enqueued the baseline configuration as the first trial: %s", baseline)
+        if self.sweep.study.enqueue_baseline and enqueue_baseline(self.study, baseline, self.space.conditionals):
+            log.info("enqueued the baseline configuration as the first trial: %s", baseline)
 
     # ------------------------------------------------------------------------------------------ the loop
 
@@ -120,7 +141,7 @@ class Driver(TrialLifecycle):
             grace_s=self.sweep.heartbeat.grace_s,
             max_retry=self.sweep.heartbeat.max_retry,
             seeds=self.sweep.study.seeds,
-            objective_values=self.objective_values,
+            objective_values=self.trials.objective_values,
             ours=self.running.keys(),
             shares_filesystem=self.launcher.shares_filesystem,
         )
@@ -149,17 +170,12 @@ class Driver(TrialLifecycle):
                         self.after_outage()
                     outage = 0.0
                 except STORAGE_ERRORS as err:
-                    why, denied = database_gone(err), permission_denied(err)
-                    if why or denied:  # dropped, its tables deleted, or not ours to write: waiting will not help
+                    if fatal := storage_fatal(err, self.storage_url):  # waiting will not help: stop our jobs
                         for running in self.running.values():
                             running.job.cancel()
                             running.heartbeat.stop()
                         self.running.clear()
-                        if denied:
-                            raise StoragePermissionError(f"{denied}; its running jobs were stopped") from None
-                        raise StorageGoneError(
-                            f"the study database {redact(self.storage_url)} is gone: {why}; its running jobs were stopped"
-                        ) from None
+                        raise fatal from None
                     # The database is restarting or unreachable: keep the jobs running (they retry their own
                     # reports) and come back with backoff; pool_pre_ping reconnects once it answers.
                     outage = min(max(2 * outage, float(backoff.first_s)), float(backoff.max_s))
@@ -178,7 +194,7 @@ class Driver(TrialLifecycle):
         self.log_summary()
         if self.sweep.reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/reeval.py)
             reevaluate_at_end(
-                study, self.storage, self.sweep, self.launcher, self.roots, self.study_uid, self.storage_url
+                study, self.storage, self.sweep, self.launcher, self.roots, self.trials.study_uid, self.storage_url
             )
         log_study_summary(study, self.sweep)
         return study
@@ -199,25 +215,25 @@ class Driver(TrialLifecycle):
             )
         for number, running in list(self.running.items()):
             code = running.job.poll()
-            if code is not None and (gone := self.machine_gone(running, code)) is not None:
+            if code is not None and (gone := machine_gone(self.storage, self.launcher, running, code)) is not None:
                 self.pause(gone)  # its machine was taken: no verdict on the trial (sweeps/preemption.py)
                 return False
             with signals_held():  # Ctrl-C waits until a trial being told is told and out of self.running
-                if code is not None and self.settle(running, code):
+                if code is not None and self.trials.settle(running, code):
                     del self.running[number]
                     self.free_slot(running, code)
                     self.exhausted = False  # it may have queued a retry: the next draw decides again
-        if self.stopped_by is not None:  # a job's error every configuration meets: nothing more is started
-            number, line, why = self.stopped_by
+        if self.trials.stopped_by is not None:  # a job's error every configuration meets: nothing more is started
+            number, line, why = self.trials.stopped_by
             log.error("the study stops on trial %d's error, spending no retry (%s): %s", number, why, line)
             raise StudyStoppedByJobError(line)
-        if not self.running and (out_of_time or self.exhausted or self.study_done()):
+        if not self.running and (out_of_time or self.exhausted or study_done(self.study, self.sweep.n_trials)):
             return True
         if time.time() - self.last_recover > self.sweep.heartbeat.interval_s:
             self.recover()  # another driver may have died meanwhile: its trials come back to us
             stop_stalled(self.storage, self.running, self.sweep.stall_timeout_s)
             self.last_recover = time.time()
-        self.log_progress()
+        self.progress_view.tick(self.study)  # a terminal's line redrawn, or a log line every progress_interval_s
         time.sleep(self.sweep.poll_s)
         return False
 
@@ -247,7 +263,7 @@ class Driver(TrialLifecycle):
                         # A retry carries its predecessor's slot (Optuna copies the attributes): back there if free.
                         before = self.storage.get_trial(trial_id_of(draw.trial)).user_attrs.get(SLOT_ATTR)
                         slot = self.slot_pool.prefer(slot, before)
-                        running = self.start_trial(draw.trial, draw.sampled, slot)
+                        running = self.trials.start_trial(draw.trial, draw.sampled, slot)
                 except optuna.exceptions.UpdateFinishedTrialError:
                     # Another driver settled it between our draw and its start (it saw no heartbeat within its
                     # grace) and queued a copy, which a driver will run: this one draws again.
@@ -266,15 +282,6 @@ class Driver(TrialLifecycle):
         if gone is not None:
             self.pause(gone)  # outside signals_held: Ctrl-C ends a wait that may last hours
 
-    def machine_gone(self, running: RunningTrial, code: int) -> str | None:
-        """The launcher's line when a job that failed, or stopped on a preemption notice (outcome PREEMPTED: a
-        spot VM's SIGTERM), lost its machine; None when the machine is there (the job's own end stands)."""
-        if code == 0:
-            attrs = self.storage.get_trial(trial_id_of(running.trial)).user_attrs
-            if TrialOutcome.of(attrs, seed_prefix(running.seed_index)).outcome != "PREEMPTED":
-                return None
-        return self.launcher.unavailable()
-
     def pause(self, line: str) -> None:
         """The launcher's machine is gone (sweeps/preemption.py): set our running trials aside without a grace
         (their VMs are gone), wait until it is back and prepared anew, check it as at the start, fresh slots."""
@@ -282,7 +289,7 @@ class Driver(TrialLifecycle):
 
         def record(running: RunningTrial) -> None:
             mark_preempted(running.trial, line)
-            self.tell_outcome(running, TrialState.FAIL, preempted_reason(line))
+            self.trials.tell_outcome(running, TrialState.FAIL, preempted_reason(line))
             queue_copy(self.study, self.storage, running.trial)
 
         abandon(self.running, record, grace_s=0)
@@ -314,7 +321,7 @@ class Driver(TrialLifecycle):
         def record(running: RunningTrial) -> None:
             if why == "interrupted":  # its line says "run the same command to continue": that command resumes it
                 running.trial.set_user_attr(RUN_AGAIN_ATTR, True)
-            self.tell_outcome(running, TrialState.FAIL, reason, True)
+            self.trials.tell_outcome(running, TrialState.FAIL, reason, True)
 
         abandon(self.running, record)
         self.running.clear()
@@ -331,11 +338,6 @@ class Driver(TrialLifecycle):
             self.sweep.progress_interval_s,
             steps=self.train_steps,
         )
-
-    def log_progress(self) -> None:
-        """Each pass of the loop: a terminal's progress line redrawn every few seconds, or (not a terminal) one
-        quiet log line every progress_interval_s."""
-        self.progress_view.tick(self.study)
 
     def best_line(self) -> str:
         """` [3/8 done, running 1, best trial 2: 0.8125, ETA 4m10s]`: ends each trial's state-change line."""

@@ -17,7 +17,10 @@ from optuna.trial import TrialState
 
 from storage import trial_id_of
 from storage.record import FAIL_REASON_ATTR, NOT_STARTED_ATTR, PREEMPTED_ATTR
+from storage.trial_record import TrialOutcome, seed_prefix
+from sweeps.launchers.base import Launcher
 from sweeps.recovery import requeue
+from sweeps.running import RunningTrial
 
 PREEMPTED_EXIT = 75  # sysexits' EX_TEMPFAIL: a scheduler's sign to run the same command again later
 
@@ -25,6 +28,16 @@ PREEMPTED_EXIT = 75  # sysexits' EX_TEMPFAIL: a scheduler's sign to run the same
 def preempted_reason(line: str) -> str:
     """A set-aside trial's fail_reason: what happened, and that it costs the configuration nothing."""
     return f"preempted: {line}; queued again, no retry spent"
+
+
+def machine_gone(storage: RDBStorage, launcher: Launcher, running: RunningTrial, code: int) -> str | None:
+    """The launcher's line when a job that failed, or stopped on a preemption notice (outcome PREEMPTED: a spot
+    VM's SIGTERM), lost its machine; None when the machine is there (the job's own end stands)."""
+    if code == 0:
+        attrs = storage.get_trial(trial_id_of(running.trial)).user_attrs
+        if TrialOutcome.of(attrs, seed_prefix(running.seed_index)).outcome != "PREEMPTED":
+            return None
+    return launcher.unavailable()
 
 
 def mark_preempted(trial: optuna.Trial, line: str) -> None:

@@ -16,10 +16,17 @@ from typing import Any
 import optuna
 import sqlalchemy
 
-from storage import HeartbeatThread, database_gone
-from storage.errors import permission_denied
+from storage import HeartbeatThread, StorageGoneError, database_gone, redact
+from storage.errors import StoragePermissionError, permission_denied
 from sweeps.launchers.base import JobHandle
 from sweeps.slots import WHOLE, Slot
+
+# What a storage call raises while the database is restarting, unreachable, or gone (storage_fatal tells which).
+STORAGE_ERRORS = (
+    optuna.exceptions.StorageInternalError,
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+)
 
 
 class JobNotLaunchedError(RuntimeError):
@@ -86,6 +93,19 @@ def storage_failure(err: BaseException) -> str:
             return f"the study database is unreachable: {DBAPI_PREFIX.sub('', text)}"
     last = _causes(err)[-1]
     return f"{type(last).__name__}: {last}"
+
+
+def storage_fatal(err: BaseException, storage_url: str) -> Exception | None:
+    """The error to end the study on when `err` says the database is gone (dropped, its tables deleted) or not ours to
+    write, where waiting will not help; None for an outage to wait out. The caller stops its running jobs first."""
+    why, denied = database_gone(err), permission_denied(err)
+    if denied:
+        return StoragePermissionError(f"{denied}; its running jobs were stopped")
+    if why:
+        return StorageGoneError(
+            f"the study database {redact(storage_url)} is gone: {why}; its running jobs were stopped"
+        )
+    return None
 
 
 class HeartbeatWords(logging.Filter):

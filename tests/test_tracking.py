@@ -321,11 +321,10 @@ def test_run_ids_are_deterministic_per_study_retry_chain_and_seed() -> None:
 def test_the_driver_gives_every_attempt_of_a_trial_its_chains_run_id(tmp_path: Path) -> None:
     """A retry (a new trial number resuming its chain's checkpoint) gets the run id of the chain's first attempt."""
     cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path)
-    driver = Driver(cfg)
-    driver.set_study_uid("abcdef0123456789abcdef0123456789")
-    first = driver.job_command(3, {}, origin=3).overrides()
-    retry = driver.job_command(7, {}, origin=3).overrides()
-    seed1 = driver.job_command(7, {}, origin=3, seed_index=1).overrides()
+    runner = Driver(cfg).runner(study_uid="abcdef0123456789abcdef0123456789")
+    first = runner.job_command(3, {}, origin=3).overrides()
+    retry = runner.job_command(7, {}, origin=3).overrides()
+    seed1 = runner.job_command(7, {}, origin=3, seed_index=1).overrides()
     ids = [[o for o in overrides if o.startswith("wandb.run_id=")] for overrides in (first, retry, seed1)]
     assert ids == [
         ["wandb.run_id=abcdef012345-t3-s0"],
@@ -337,7 +336,7 @@ def test_the_driver_gives_every_attempt_of_a_trial_its_chains_run_id(tmp_path: P
     )  # a valid override
     # A retry's job also gets the last step its chain's earlier jobs logged to that run.
     assert not any(o.startswith("wandb.logged_through_step=") for o in first)
-    later = driver.job_command(7, {}, origin=3, logged_through=40).overrides()
+    later = runner.job_command(7, {}, origin=3, logged_through=40).overrides()
     assert "wandb.logged_through_step=40" in later
     assert compose_train_config([o for o in later if o.startswith("wandb.")]).wandb.logged_through_step == 40
 
@@ -363,13 +362,13 @@ def test_a_retry_is_told_the_last_step_its_chain_logged(tmp_path: Path) -> None:
         return study.trials[-1]
 
     first = attempt(40, [])
-    assert driver.chain_logged_through(retry_history(first)) is None  # no earlier job
+    assert driver.trials.chain_logged_through(retry_history(first)) is None  # no earlier job
     attempt(20, [first.number])  # the retry resumed from an earlier checkpoint and died at step 20
     third = attempt(None, [first.number, first.number + 1])
-    assert driver.chain_logged_through(retry_history(third)) == 40
-    assert driver.chain_logged_through(retry_history(third), seed_index=1) == 7
+    assert driver.trials.chain_logged_through(retry_history(third)) == 40
+    assert driver.trials.chain_logged_through(retry_history(third), seed_index=1) == 7
     off = Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.enabled=false"))
-    assert not [o for o in off.job_command(0, {}, origin=0).overrides() if o.startswith("wandb.run_id")]
+    assert not [o for o in off.trials.job_command(0, {}, origin=0).overrides() if o.startswith("wandb.run_id")]
 
 
 @pytest.mark.slow

@@ -1,10 +1,12 @@
-"""A trial's life from draw to tell, and the study state every trial shares.
+"""A trial's life from draw to tell: the TrialRunner the driver holds, with its dependencies given explicitly.
 
     start_trial -> launch_seed (one job per seed) -> settle / on_job_end (the job's verdict, sweeps/outcome.py)
     -> tell_outcome: COMPLETE (the seeds' mean) / PRUNED / FAIL (a retry queued while retries are left)
 
-The driver (sweeps/driver.py) owns the loop, the budget and the slots; this class owns what one trial is: its
+The driver (sweeps/driver.py) owns the loop, the budget and the slots; the runner owns what one trial is: its
 directories (sweeps.paths), its job's command line (sweeps.job_command), its heartbeat, and what Optuna is told.
+It reads the study, the typed sweep config, the launcher and the storage URL it is given, and calls `progress` for
+the note that ends each state-change line; it never reaches back into the driver.
 Invariant: the heartbeat of a trial stops only once its state is stored (a database outage leaves it ours).
 """
 
@@ -13,17 +15,14 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import optuna
-from omegaconf import DictConfig
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from storage import HeartbeatThread, resolve_url, trial_id_of
+from storage import HeartbeatThread, trial_id_of
 from storage.heartbeat import chain_origin, retry_history
 from storage.record import (
     DETAILS_ATTR,
@@ -38,43 +37,49 @@ from storage.record import (
     merged_details,
 )
 from storage.trial_record import TrialLaunch, TrialOutcome, attempt_attr, seed_prefix
-from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.job_command import JobCommand, StudyLink, job_name, training_overrides
-from sweeps.launchers.base import JobSpec
-from sweeps.optuna_parts import build_launcher
+from sweeps.launchers.base import JobSpec, Launcher
 from sweeps.outcome import Verdict, clip_reason, job_verdict, objective_values, seed_attrs, seed_mean
 from sweeps.paths import StudyRoots, TrialPaths
 from sweeps.recovery import requeue
 from sweeps.retry import plan_retry, retry_of, stop_reason, visible_here, with_note
 from sweeps.running import RunningTrial
+from sweeps.schema import SweepConfig
 from sweeps.slots import Slot
-from sweeps.space import SearchSpace, parse_space, to_overrides
-from sweeps.study import OpenStudy, StudyNotOpenError, quiet_optuna_warnings
-from sweeps.typed_config import typed_sweep
+from sweeps.space import to_overrides
+from sweeps.study import OpenStudy, StudyNotOpenError
 from sweeps.wandb_summary import trial_wandb_overrides
 
 log = logging.getLogger("sweeps")
 
+DRY_RUN_UID = "UID"  # the study uid a runner without an open study places its trial directories under
 
-class TrialLifecycle(ABC):
-    """The study's config, storage, launcher and directories, and each trial's state machine over them."""
 
-    def __init__(self, cfg: DictConfig):
-        quiet_optuna_warnings()
-        self.sweep = typed_sweep(cfg)  # the typed config; every block's own checks run here (sweeps/schema.py)
-        self.cfg = cfg  # as composed: what the modules that build from it (sampler, pruner, launcher) read
-        self.scale = self.sweep.scale
-        self.space: SearchSpace = parse_space(
-            self.sweep.study.space.get(self.scale),
-            self.sweep.study.conditional.get(self.scale),
-            where=f"study.space.{self.scale}",
+class TrialRunner:
+    """Each trial's state machine over the study it is given (None: a dry run's, which only builds commands)."""
+
+    def __init__(
+        self,
+        sweep: SweepConfig,
+        base_overrides: Sequence[str],
+        launcher: Launcher,
+        storage_url: str,
+        progress: Callable[[], str],
+        opened: OpenStudy | None = None,
+        study_uid: str | None = None,
+    ):
+        self.sweep = sweep
+        self.base_overrides = list(base_overrides)
+        self.launcher = launcher
+        self.storage_url = storage_url
+        self.progress = progress  # the driver's ` [3/8 done, ...]` note that ends each state-change line
+        self.opened = opened
+        self.study_uid = study_uid or (opened.uid if opened else DRY_RUN_UID)
+        # Trial directories: <root>/<study name>/<first 8 of the study's uid>/trial-<n> (sweeps.paths).
+        self.roots = StudyRoots.of(
+            sweep.output_root, sweep.trial.run_root, sweep.trial.checkpoint_root, str(sweep.study.name), self.study_uid
         )
-        self.base_overrides = [*self.sweep.trial.overrides, *self.sweep.study.fixed.get(self.scale, [])]
-        self.launcher = build_launcher(cfg.launcher)
-        self.storage_url = resolve_url(cfg.storage.url, Path(DEFAULT_SQLITE_PATH).resolve())
-        self.opened: OpenStudy | None = None
         self.stopped_by: tuple[int, str, str] | None = None  # (trial, the job's error line, why it stops the study)
-        self.set_study_uid("UID")  # a dry run's stand-in; open_study sets the study's own
 
     @property
     def study(self) -> optuna.Study:
@@ -88,17 +93,6 @@ class TrialLifecycle(ABC):
         if self.opened is None:
             raise StudyNotOpenError("the driver's study is not open yet: call open_study() (run() does) first")
         return self.opened
-
-    def set_study_uid(self, uid: str) -> None:
-        """Trial directories: <root>/<study name>/<first 8 of the study's uid>/trial-<n> (sweeps.paths)."""
-        self.study_uid = uid
-        self.roots = StudyRoots.of(
-            self.sweep.output_root,
-            self.sweep.trial.run_root,
-            self.sweep.trial.checkpoint_root,
-            str(self.sweep.study.name),
-            uid,
-        )
 
     def origin_number(self, trial: FrozenTrial) -> int:
         """The first trial of a retry chain: its checkpoint directory is the one to resume from."""
@@ -206,7 +200,7 @@ class TrialLifecycle(ABC):
             where,
             resumed,
             " ".join(to_overrides(sampled)),
-            self.best_line(),
+            self.progress(),
         )
         return running
 
@@ -298,7 +292,7 @@ class TrialLifecycle(ABC):
         elif state == TrialState.PRUNED:
             last_step = max(self.storage.get_trial(trial_id_of(trial)).intermediate_values, default=None)
             self.study.tell(trial, state=TrialState.PRUNED)
-            log.info("trial %d PRUNED at step %s%s", trial.number, last_step, self.best_line())
+            log.info("trial %d PRUNED at step %s%s", trial.number, last_step, self.progress())
         else:
             per_seed = running.seed_objectives
             mean = seed_mean(per_seed)
@@ -307,7 +301,7 @@ class TrialLifecycle(ABC):
                 trial.set_user_attr(SEED_STD_ATTR, statistics.pstdev(v[0] for v in per_seed))
             self.study.tell(trial, mean if len(mean) > 1 else mean[0])
             log.info(
-                "trial %d COMPLETE: %s = %.4f%s", trial.number, self.sweep.study.objective, mean[0], self.best_line()
+                "trial %d COMPLETE: %s = %.4f%s", trial.number, self.sweep.study.objective, mean[0], self.progress()
             )
         running.heartbeat.stop()
         return state
@@ -341,7 +335,3 @@ class TrialLifecycle(ABC):
     def settled_elsewhere(self, running: RunningTrial) -> bool:
         """Whether our running trial was finished by someone else (another driver that found it orphaned)."""
         return self.storage.get_trial(trial_id_of(running.trial)).state.is_finished()
-
-    @abstractmethod
-    def best_line(self) -> str:
-        """What ends each trial's state-change line (the driver's progress)."""
