@@ -170,7 +170,7 @@ def run_reeval(args: dict[str, str], study: optuna.Study) -> list[str]:
     try:
         cfg = compose_sweep_config(overrides)
         sweep = typed_sweep(cfg)
-        launcher = build_launcher(cfg.launcher)
+        launcher = build_launcher(sweep.launcher)
     except (UserConfigError, HydraException) as err:
         raise ArgumentError(str(err)) from None
     launcher.prepare()

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import optuna
-from omegaconf import DictConfig
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
@@ -51,11 +50,11 @@ from sweeps.running import (
     storage_failure,
     storage_fatal,
 )
+from sweeps.schema import SweepConfig
 from sweeps.slots import SlotPool
 from sweeps.space import SearchSpace, parse_space
 from sweeps.study import OpenStudy, open_study, quiet_optuna_warnings
 from sweeps.trial_runner import TrialRunner
-from sweeps.typed_config import typed_sweep
 from sweeps.validate import trial_length, validate_sweep
 from sweeps.wandb_summary import log_study_summary
 
@@ -65,10 +64,10 @@ log = logging.getLogger("sweeps")
 class Driver:
     """The study's loop over a TrialRunner: what to start, when the study is done, and how it survives outages."""
 
-    def __init__(self, cfg: DictConfig):
+    def __init__(self, sweep: SweepConfig):
+        """`sweep`: the typed config (sweeps.typed_config.typed_sweep, where every block's own checks ran)."""
         quiet_optuna_warnings()
-        self.sweep = typed_sweep(cfg)  # the typed config; every block's own checks run here (sweeps/schema.py)
-        self.cfg = cfg  # as composed: what the modules that build from it (sampler, pruner, launcher) read
+        self.sweep = sweep
         self.scale = self.sweep.scale
         self.space: SearchSpace = parse_space(
             self.sweep.study.space.get(self.scale),
@@ -76,8 +75,8 @@ class Driver:
             where=f"study.space.{self.scale}",
         )
         self.base_overrides = [*self.sweep.trial.overrides, *self.sweep.study.fixed.get(self.scale, [])]
-        self.launcher = build_launcher(cfg.launcher)
-        self.storage_url = resolve_url(cfg.storage.url, Path(DEFAULT_SQLITE_PATH).resolve())
+        self.launcher = build_launcher(self.sweep.launcher)
+        self.storage_url = resolve_url(self.sweep.storage.url, Path(DEFAULT_SQLITE_PATH).resolve())
         self.trials = self.runner()  # a dry run's until open_study gives it the study
         self.running: dict[int, RunningTrial] = {}
         self.exhausted = False  # the sampler keeps drawing configurations the study already has
@@ -110,13 +109,13 @@ class Driver:
 
     def validate(self) -> None:
         """Everything that can be wrong, before anything runs (see sweeps.validate)."""
-        validate_sweep(self.cfg, self.space, self.base_overrides, self.launcher)
+        validate_sweep(self.sweep, self.space, self.base_overrides, self.launcher)
 
     def open_study(self) -> optuna.Study:
         """Open and check the study (sweeps.study); its uid places the trial directories."""
-        pruner = pruner_spec(self.cfg, self.train_steps)
+        pruner = pruner_spec(self.sweep.pruner, self.train_steps)
         definition = study_definition(self.sweep.study, pruner, self.space, self.train_steps, self.base_overrides)
-        opened = open_study(self.sweep, self.cfg, self.storage_url, self.train_steps, definition)
+        opened = open_study(self.sweep, self.storage_url, self.train_steps, definition)
         self.trials = self.runner(opened)
         seed = self.sweep.seed + opened.driver_index  # repeats are drawn again (sweeps.distinct_draws)
         opened.study.sampler = choose_sampler(

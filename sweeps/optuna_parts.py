@@ -5,6 +5,8 @@ Its own module so that sweeps.validate can build them exactly as the driver does
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from typing import Any
 
 from hydra.utils import instantiate
@@ -17,23 +19,24 @@ from sweeps.launchers.base import LAUNCHER_MEMBERS, Launcher, LauncherConfigErro
 TARGETS = ["optuna.samplers.*", *PRUNER_TARGETS, "sweeps.launchers.*"]
 
 
-def build(node: DictConfig | dict[str, Any]) -> Any:
+def build(node: DictConfig | Mapping[str, Any]) -> Any:
     """Instantiate a `_target_` node, refusing any class outside TARGETS."""
     return instantiate(node, _convert_="all", _execution_whitelist_=TARGETS)
 
 
-def resolved_dict(node: DictConfig) -> dict[str, Any]:
-    """A mapping node as a plain dict with its interpolations resolved."""
-    out = OmegaConf.to_container(node, resolve=True)
+def resolved_dict(node: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """A mapping node as a plain dict with its interpolations resolved (a dict of the typed config: a deep copy,
+    which the caller may change)."""
+    out = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else copy.deepcopy(dict(node))
     if not isinstance(out, dict):
         raise TypeError(f"expected a mapping, got {type(out).__name__}")
     return {str(key): value for key, value in out.items()}
 
 
-def pruner_spec(cfg: DictConfig, train_steps: int) -> dict[str, Any]:
-    """The pruner as a resolved `_target_` dict: stored on the study so every job builds the same one, with its
-    lengths in steps (resolve_steps)."""
-    return resolve_steps(resolved_dict(cfg.pruner), train_steps)
+def pruner_spec(pruner: DictConfig | Mapping[str, Any], train_steps: int) -> dict[str, Any]:
+    """The `pruner` node as a resolved `_target_` dict: stored on the study so every job builds the same one, with
+    its lengths in steps (resolve_steps)."""
+    return resolve_steps(resolved_dict(pruner), train_steps)
 
 
 def resolve_steps(spec: dict[str, Any], train_steps: int) -> dict[str, Any]:
@@ -51,7 +54,7 @@ def resolve_steps(spec: dict[str, Any], train_steps: int) -> dict[str, Any]:
     return spec
 
 
-def build_launcher(node: DictConfig) -> Launcher:
+def build_launcher(node: DictConfig | Mapping[str, Any]) -> Launcher:
     """The configured launcher, refused here unless it has the interface the driver uses (sweeps.launchers.base)."""
     launcher: Launcher = build(node)
     # Looked up on the class: reading world_size on the instance would evaluate config that prepare() checks later.

@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cfg = compose_sweep_config(args)
     sweep = typed_sweep(cfg)  # every block's checks, before any VM is asked
-    launcher = build_launcher(cfg.launcher)
+    launcher = build_launcher(sweep.launcher)
     if not isinstance(launcher, TpuPodLauncher):
         print("sweeps.preflight checks a TPU pod: give site=pod (launcher=tpu_pod)", file=sys.stderr)
         return 2
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     # override is refused without a call.
     train = compose_train_config(list(sweep.trial.overrides))
     launcher.validate()
-    unreachable = storage_out_of_reach(cfg, launcher)
+    unreachable = storage_out_of_reach(sweep.storage.url, launcher)
     if unreachable:
         print(unreachable, file=sys.stderr)
         return 2

@@ -30,7 +30,7 @@ from sweeps.preemption import PREEMPTED_EXIT
 from sweeps.retry import without_note
 from sweeps.slots import SLOT_CHOICES, SlotConfigError
 from sweeps.space import to_overrides
-from sweeps.typed_config import composition_error_line
+from sweeps.typed_config import composition_error_line, typed_sweep
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
 USERS_FULL_ERROR: dict[str, str | None] = {}  # its value before _entry set it, for main to put back
@@ -105,8 +105,8 @@ def main(cfg: DictConfig) -> None:
     # Ctrl-C or SIGTERM stops our jobs and records their trials; a second one cannot cut that short.
     interrupt_once()
     try:
-        driver = Driver(cfg)
-        if cfg.dry_run:
+        driver = Driver(typed_sweep(cfg))  # the DictConfig stops here: below, the typed SweepConfig
+        if driver.sweep.dry_run:
             driver.validate()
             dry_run(driver)
             return

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import optuna
-from omegaconf import DictConfig
 from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 
@@ -112,7 +111,6 @@ def _check_definition(study: optuna.Study, definition: Mapping[str, Any], allowe
 
 def open_study(
     sweep: SweepConfig,
-    cfg: DictConfig,
     storage_url: str,
     train_steps: int,
     definition: Mapping[str, Any] | None = None,
@@ -133,8 +131,8 @@ def open_study(
     study = optuna.create_study(
         study_name=str(study_cfg.name),
         storage=storage,
-        sampler=build(cfg.sampler),
-        pruner=build(pruner_spec(cfg, train_steps)),  # as the jobs build it: lengths in steps
+        sampler=build(sweep.sampler),
+        pruner=build(pruner_spec(sweep.pruner, train_steps)),  # as the jobs build it: lengths in steps
         directions=[StudyDirection[str(d).upper()] for d in study_directions(study_cfg)],
         load_if_exists=True,
     )
@@ -145,10 +143,10 @@ def open_study(
     attrs = {
         OBJECTIVE_ATTR: study_cfg.objective,
         "objectives": objectives,
-        PRUNER_ATTR: pruner_spec(cfg, train_steps),
+        PRUNER_ATTR: pruner_spec(sweep.pruner, train_steps),
         PRUNE_METRIC_ATTR: reported_metric(study_cfg),
-        "sampler": cfg.sampler._target_.rsplit(".", 1)[-1],
-        "launcher": cfg.launcher._target_.rsplit(".", 1)[-1],
+        "sampler": str(sweep.sampler["_target_"]).rsplit(".", 1)[-1],
+        "launcher": str(sweep.launcher["_target_"]).rsplit(".", 1)[-1],
         "scale": sweep.scale,
     }
     if definition is not None:
@@ -169,6 +167,6 @@ def open_study(
         # A restarted or second driver with the study's seed would draw the first driver's parameters again:
         # each driver of a study gets its own seed, derived from the configured one and its start order.
         seed = int(np.random.SeedSequence([sweep.seed, driver_index]).generate_state(1)[0])
-        study.sampler = build({**resolved_dict(cfg.sampler), "seed": seed})
+        study.sampler = build({**resolved_dict(sweep.sampler), "seed": seed})
         log.info("driver %d of this study: sampler seed %d (from seed=%s)", driver_index, seed, sweep.seed)
     return OpenStudy(storage, study, str(uid), driver_index)

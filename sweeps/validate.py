@@ -26,14 +26,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from contracts.overrides import override_values
 from storage import redact, resolve_url
 from storage.url import is_postgres
 from sweeps.config_values import SweepConfigError
 from sweeps.distinct_draws import grid_refusal
 from sweeps.launchers.base import Launcher
+from sweeps.schema import SweepConfig
 from sweeps.slots import Slot
 from sweeps.space import SearchSpace
 from sweeps.validate_optuna import check_optuna
@@ -54,9 +53,9 @@ __all__ = [
 ]  # the driver and the CLI import these here
 
 
-def _check_launcher_python(cfg: DictConfig, launcher: Launcher) -> None:
+def _check_launcher_python(sweep: SweepConfig, launcher: Launcher) -> None:
     """A local launcher's interpreter must exist and have this project: otherwise each trial's job dies at start."""
-    python = cfg.launcher.get("python")
+    python = sweep.launcher.get("python")
     if python is None or not launcher.shares_filesystem:
         return  # the driver's own interpreter, or one on remote machines
     found = shutil.which(str(python))
@@ -75,13 +74,13 @@ def _check_launcher_python(cfg: DictConfig, launcher: Launcher) -> None:
         raise SweepConfigError(f"launcher.python={python!r}: it cannot import trm (the training package); {fix}")
 
 
-def storage_out_of_reach(cfg: DictConfig, launcher: Launcher) -> str | None:
+def storage_out_of_reach(storage_url: str | None, launcher: Launcher) -> str | None:
     """Why the trials' rank 0 cannot open the study storage from the launcher's workers, if this machine can tell:
     on workers that share no filesystem with the driver (a pod's VMs) a SQLite file here is another, missing file
     there. Whether a server is reachable from them only the workers can say (the pod's preflight asks them)."""
     if launcher.shares_filesystem:
         return None
-    url = resolve_url(cfg.storage.url, create_dir=False)
+    url = resolve_url(storage_url, create_dir=False)
     if is_postgres(url):  # the other scheme storage.url accepts is a SQLite file
         return None
     return (
@@ -91,15 +90,15 @@ def storage_out_of_reach(cfg: DictConfig, launcher: Launcher) -> str | None:
     )
 
 
-def _check_roots(cfg: DictConfig, launcher: Launcher) -> None:
+def _check_roots(sweep: SweepConfig, launcher: Launcher) -> None:
     """output_root, and the trials' run and checkpoint roots where they are paths on this machine's disk (the
     workers share it): each must be writable. Roots on the workers' own disks, or in a store, are theirs to check
     (the preflight on a pod)."""
-    _check_writable("output_root", cfg.output_root)
+    _check_writable("output_root", sweep.output_root)
     if not launcher.shares_filesystem:
         return
     for key in ("run_root", "checkpoint_root"):
-        value = cfg.trial.get(key)
+        value = getattr(sweep.trial, key)
         if value and "://" not in str(value):
             _check_writable(f"trial.{key}", value)
 
@@ -124,15 +123,15 @@ def _check_writable(key: str, value: Any) -> None:
                 path.rmdir()
 
 
-def _check_near_best_eval(cfg: DictConfig, base_overrides: list[str]) -> None:
+def _check_near_best_eval(sweep: SweepConfig, base_overrides: list[str]) -> None:
     """The evidence pruner's near-best check measures "within one eval standard error" on pruner.eval_examples
     puzzles: a count other than the trials' eval would misjudge which audits are near the best."""
-    if cfg.pruner.get("check") != "near_best":
+    if sweep.pruner.get("check") != "near_best":
         return
     examples = compose_trial(base_overrides, {}, "trial.overrides").train.eval_examples
-    if cfg.pruner.get("eval_examples") != examples:
+    if sweep.pruner.get("eval_examples") != examples:
         raise SweepConfigError(
-            f"pruner.eval_examples={cfg.pruner.get('eval_examples')!r} with pruner.check=near_best: expected the "
+            f"pruner.eval_examples={sweep.pruner.get('eval_examples')!r} with pruner.check=near_best: expected the "
             f"trials' train.eval_examples ({examples!r}); set pruner.eval_examples={examples}"
             + (" and give the trials a fixed train.eval_examples" if examples is None else "")
         )
@@ -151,24 +150,24 @@ def _check_slot_overrides(base_overrides: list[str], slots: list[Slot]) -> None:
                 )
 
 
-def validate_sweep(cfg: DictConfig, space: SearchSpace, base_overrides: list[str], launcher: Launcher) -> None:
-    check_searched_keys(cfg, space)
+def validate_sweep(sweep: SweepConfig, space: SearchSpace, base_overrides: list[str], launcher: Launcher) -> None:
+    check_searched_keys(sweep, space)
     name = type(launcher).__name__
     slots = launcher.slots()  # launcher.slots parsed and checked against the launcher's machines
     _check_slot_overrides(base_overrides, slots)
     slot_chips = slots[0].chips  # None: a launcher that counts no chips (local, torchrun: world_size above)
     for values in space.representative():
-        train_cfg = compose_trial([*base_overrides, *slots[0].overrides], values, f"study.space.{cfg.scale}")
+        train_cfg = compose_trial([*base_overrides, *slots[0].overrides], values, f"study.space.{sweep.scale}")
         check_trial_config(train_cfg, launcher.world_size, name, launcher.shares_filesystem, slot_chips)
-    check_range_types(cfg, space, base_overrides)
-    check_baseline(cfg, space)  # after the types: a range of the wrong type is the error to name first
-    check_optuna(cfg, trial_length(base_overrides))
-    refusal = grid_refusal(space) if str(cfg.sampler.get("_target_")).endswith(".BruteForceSampler") else None
+    check_range_types(sweep, space, base_overrides)
+    check_baseline(sweep, space)  # after the types: a range of the wrong type is the error to name first
+    check_optuna(sweep, trial_length(base_overrides))
+    refusal = grid_refusal(space) if str(sweep.sampler.get("_target_")).endswith(".BruteForceSampler") else None
     if refusal:
         raise SweepConfigError(refusal)
-    _check_near_best_eval(cfg, base_overrides)
-    _check_launcher_python(cfg, launcher)
-    unreachable = storage_out_of_reach(cfg, launcher)
+    _check_near_best_eval(sweep, base_overrides)
+    _check_launcher_python(sweep, launcher)
+    unreachable = storage_out_of_reach(sweep.storage.url, launcher)
     if unreachable:
         raise SweepConfigError(unreachable)
-    _check_roots(cfg, launcher)  # last: the only check that touches the disk
+    _check_roots(sweep, launcher)  # last: the only check that touches the disk

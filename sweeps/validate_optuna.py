@@ -9,10 +9,10 @@ from typing import Any
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_class
-from omegaconf import DictConfig, OmegaConf
 
 from sweeps.config_values import TYPE_NAMES, SweepConfigError, is_a, is_int
 from sweeps.optuna_parts import TARGETS, build, pruner_spec, resolved_dict
+from sweeps.schema import SweepConfig
 
 # Sampler and pruner arguments Optuna takes at construction but fails on in every trial (Hyperband divides by
 # zero with reduction_factor=1, takes a log of min_resource=0), or only at the first ask past start-up.
@@ -62,13 +62,13 @@ def _check_arguments(key: str, cls: type, arguments: dict[str, Any]) -> None:
             )
 
 
-def check_optuna(cfg: DictConfig, train_steps: int) -> None:
+def check_optuna(sweep: SweepConfig, train_steps: int) -> None:
     """Build the sampler and the pruner exactly as the driver does (the pruner with max_resource resolved), so a
     bad `_target_` or argument is refused here, named, and not at the second ask or in every trial's report.
     A wrapped pruner (sweeps/pruning_evidence.py) is checked the same way."""
-    pruner = OmegaConf.create(pruner_spec(cfg, train_steps))
-    wrapped = [("pruner.wrapped", pruner.wrapped)] if "wrapped" in pruner else []  # checked first: named as its own
-    for key, node in (("sampler", cfg.sampler), *wrapped, ("pruner", pruner)):
+    pruner = pruner_spec(sweep.pruner, train_steps)
+    wrapped = [("pruner.wrapped", pruner["wrapped"])] if "wrapped" in pruner else []  # first: named as its own
+    for key, node in (("sampler", sweep.sampler), *wrapped, ("pruner", pruner)):
         target = node.get("_target_")
         try:
             build(node)
@@ -87,7 +87,7 @@ def check_optuna(cfg: DictConfig, train_steps: int) -> None:
             _check_arguments(key, cls, resolved_dict(node))
         if failure is not None:
             raise SweepConfigError(f"{key} ({target}): {type(failure).__name__}: {failure}")
-    _check_gp_has_torch(str(cfg.sampler.get("_target_")))
+    _check_gp_has_torch(str(sweep.sampler.get("_target_")))
 
 
 def _check_gp_has_torch(target: str) -> None:

@@ -19,6 +19,7 @@ from contracts.overrides import parse_override
 from sweeps.budget import baseline_params
 from sweeps.config_values import SweepConfigError, is_a, is_int, kind_of, type_name
 from sweeps.definition import describe, optuna_params
+from sweeps.schema import SweepConfig
 from sweeps.space import SearchSpace, takes, to_overrides
 
 
@@ -50,12 +51,12 @@ def _composes(overrides: list[str]) -> bool:
     return True
 
 
-def _ranges(cfg: DictConfig, space: SearchSpace) -> Iterator[tuple[str, str, str, BaseDistribution, dict[str, Any]]]:
+def _ranges(sweep: SweepConfig, space: SearchSpace) -> Iterator[tuple[str, str, str, BaseDistribution, dict[str, Any]]]:
     """(where, key, spec as written, distribution, the choice it is conditional on) for every searched key."""
-    specs = dict(cfg.study.space[cfg.scale].items())
+    specs = dict(sweep.study.space[sweep.scale].items())
     for key, dist in space.params.items():
-        yield f"study.space.{cfg.scale}", key, str(specs[key]), dist, {}
-    branches = (cfg.study.get("conditional") or {}).get(cfg.scale) or {}
+        yield f"study.space.{sweep.scale}", key, str(specs[key]), dist, {}
+    branches = (sweep.study.conditional or {}).get(sweep.scale) or {}
     for cond in space.conditionals:
         # The branch as written ("true" for the choice True), named as sweeps.space names it.
         choice, written = next(
@@ -88,7 +89,7 @@ def _fits(value: Any, reference: Any) -> bool:
     return value is None or kind is None or is_a(value, kind)
 
 
-def check_range_types(cfg: DictConfig, space: SearchSpace, base: list[str]) -> None:
+def check_range_types(sweep: SweepConfig, space: SearchSpace, base: list[str]) -> None:
     """Every value a range can give must have the type the key has in the training config: a float for an integer
     key (`interval(2, 7)` for arch.L_layers) or a string for a number composes today and fails the trial that
     draws it. A choice of a config group (optim: choice(adamw, lion)) must name existing options, each of them."""
@@ -100,7 +101,7 @@ def check_range_types(cfg: DictConfig, space: SearchSpace, base: list[str]) -> N
             configs[key] = compose_trial(base, choice, where)
         return configs[key]
 
-    for where, key, spec, dist, condition in _ranges(cfg, space):
+    for where, key, spec, dist, condition in _ranges(sweep, space):
         reference = OmegaConf.select(
             config_with(condition, where), key, default=None, throw_on_resolution_failure=False
         )
@@ -172,27 +173,27 @@ def trial_length(base_overrides: list[str]) -> int:
     return int(steps)
 
 
-def check_baseline(cfg: DictConfig, space: SearchSpace) -> None:
+def check_baseline(sweep: SweepConfig, space: SearchSpace) -> None:
     """The baseline the driver enqueues as a new study's first trial lies inside the space: otherwise that trial
     fails before it starts (sweeps/draw.py), and a study is only ever given its baseline once."""
-    if not cfg.study.enqueue_baseline:
+    if not sweep.study.enqueue_baseline:
         return
-    baseline = dict(cfg.study.baseline.get(cfg.scale) or {})
+    baseline = dict(sweep.study.baseline.get(sweep.scale) or {})
     named = optuna_params(space)
     for name, value in baseline_params(baseline, space.conditionals).items():
         dist = named.get(name)
         if dist is not None and not takes(dist, value):
             raise SweepConfigError(
-                f"study.baseline.{cfg.scale}.{name.split('@')[0]}={value!r}: outside this study's space "
+                f"study.baseline.{sweep.scale}.{name.split('@')[0]}={value!r}: outside this study's space "
                 f"({describe(dist)}); give a value the space takes, or study.enqueue_baseline=false"
             )
 
 
-def check_searched_keys(cfg: DictConfig, space: SearchSpace) -> None:
+def check_searched_keys(sweep: SweepConfig, space: SearchSpace) -> None:
     """The trial length is the pruner's max resource: one value for the whole study, never searched."""
     searched = [*space.params, *(key for cond in space.conditionals for key in cond.params)]
     if "train.steps" in searched:
         raise SweepConfigError(
-            f"study.space.{cfg.scale}['train.steps']: the trial length is the pruner's max resource, the same for every "
+            f"study.space.{sweep.scale}['train.steps']: the trial length is the pruner's max resource, the same for every "
             "trial; set it in trial.overrides (or a study's `fixed`), or run one study per length"
         )

@@ -399,7 +399,7 @@ def test_median_late_keeps_each_saved_studys_best_in_its_replay() -> None:
     shipped_flops, before_flops = [], []
     for seed in saved["per_seed"]:
         unpruned = seed["arms"][0]
-        shipped = pruning_evidence.replay(unpruned, build(pruner_spec(cfg, 1000)), cfg.study.prune_metric)
+        shipped = pruning_evidence.replay(unpruned, build(pruner_spec(cfg.pruner, 1000)), cfg.study.prune_metric)
         before = pruning_evidence.replay(unpruned, optuna.pruners.HyperbandPruner(100, 1000, 3), "eval/exact_accuracy")
         at_40 = pruning_evidence.replay(unpruned, optuna.pruners.MedianPruner(3, 400), cfg.study.prune_metric)
         assert shipped["kept"] and shipped["pruned"], (seed["seed"], shipped)

@@ -23,6 +23,7 @@ from dashboards import report, serve
 from storage import close_storage, open_storage
 from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
+from sweeps.typed_config import typed_sweep
 from tests import prereqs
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 
@@ -308,7 +309,9 @@ def test_report_renders_in_headless_chromium_without_script_errors(full_report: 
 def test_report_of_a_real_sweep(pg_url: str, tmp_path: Path) -> None:
     """One real trial (the optimizer study's baseline): the report reads what the job and driver recorded."""
     study = Driver(
-        sweep_config(pg_url, tmp_path, "study=optimizer", "study.name=dash_real", "n_trials=1", trial=FAST_TRIAL)
+        typed_sweep(
+            sweep_config(pg_url, tmp_path, "study=optimizer", "study.name=dash_real", "n_trials=1", trial=FAST_TRIAL)
+        )
     ).run()
     trial = study.trials[0]
     assert trial.state == TrialState.COMPLETE and trial.user_attrs["params_count"] > 0

@@ -37,7 +37,7 @@ from sweeps.progress import measure
 from sweeps.schema import Draws
 from sweeps.space import parse_space
 from sweeps.status import collect
-from sweeps.typed_config import typed_block
+from sweeps.typed_config import typed_block, typed_sweep
 from sweeps.wandb_summary import study_summary
 from tests.sweep_helpers import sweep_config
 from tests.test_sweeps import with_space
@@ -115,7 +115,7 @@ def test_an_exhausted_space_ends_cleanly_with_its_trained_trials_only(
         db, tmp_path, "study.name=exhausted", "n_trials=5", "pruner=none", "study.enqueue_baseline=false"
     )
     with caplog.at_level(logging.INFO, logger="sweeps"):
-        Driver(with_space(cfg, {"optim.lr": "choice(0.001, 0.002)"})).run()
+        Driver(typed_sweep(with_space(cfg, {"optim.lr": "choice(0.001, 0.002)"}))).run()
     trials = optuna.load_study(study_name="exhausted", storage=db).get_trials(deepcopy=False)
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
     assert sorted(t.params["optim.lr"] for t in trials) == [0.001, 0.002]

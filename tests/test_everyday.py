@@ -70,8 +70,11 @@ def test_the_best_trial_can_be_reused(tmp_path: Path, capsys: pytest.CaptureFixt
         "wandb.enabled=false",
     )
     from sweeps.driver import Driver
+    from sweeps.typed_config import typed_sweep
 
-    Driver(with_space(cfg, {"optim": "choice(adamw)"}, {"optim": {"adamw": {"optim.lr": "choice(0.003)"}}})).run()
+    Driver(
+        typed_sweep(with_space(cfg, {"optim": "choice(adamw)"}, {"optim": {"adamw": {"optim.lr": "choice(0.003)"}}}))
+    ).run()
     trial = optuna.load_study(study_name="reuse", storage=url).best_trial
     assert "optim.lr@adamw" in trial.params  # the conditional name Optuna keeps
 
@@ -145,6 +148,7 @@ def test_a_plain_postgresql_url_works_in_optuna_and_names_the_metric(pg_url: str
     """Issue: the README's postgresql:// URL failed in optuna.load_study, the optuna CLI and optuna-dashboard
     (psycopg v3 missing); the dashboard said "Objective 0"."""
     from sweeps.driver import Driver
+    from sweeps.typed_config import typed_sweep
 
     cfg = sweep_config(
         pg_url,
@@ -155,7 +159,7 @@ def test_a_plain_postgresql_url_works_in_optuna_and_names_the_metric(pg_url: str
         "pruner=none",
         "wandb.enabled=false",
     )
-    Driver(with_space(cfg, {"halting.exploration_prob": "choice(0.1)"})).run()
+    Driver(typed_sweep(with_space(cfg, {"halting.exploration_prob": "choice(0.1)"}))).run()
     assert pg_url.startswith("postgresql://")
     study = optuna.load_study(study_name="plain-url", storage=pg_url)  # Optuna's own storage, the URL as written
     assert study.metric_names == ["eval/exact_accuracy"]

@@ -234,6 +234,7 @@ def test_an_out_of_memory_trial_is_infeasible_not_retried_and_the_study_goes_on(
     """A 16384-wide model cannot be built under the cap (its set-up fails, as a device check would): it was retried,
     and its error before the first step would have stopped the study. It is the configuration's own fault."""
     from sweeps.driver import Driver
+    from sweeps.typed_config import typed_sweep
     from tests.sweep_helpers import sweep_config
     from tests.test_sweeps import with_space
 
@@ -245,7 +246,7 @@ def test_an_out_of_memory_trial_is_infeasible_not_retried_and_the_study_goes_on(
         db, tmp_path / "out", "study=halting", "study.name=oom", "n_trials=2", "pruner=none", "sampler=grid",
         "study.enqueue_baseline=false", f"launcher.python={capped}", "reeval.at_end=false",
     )  # fmt: skip
-    Driver(with_space(cfg, {"arch.hidden_size": "choice(16, 16384)"})).run()
+    Driver(typed_sweep(with_space(cfg, {"arch.hidden_size": "choice(16, 16384)"}))).run()
     trials = optuna.load_study(study_name="oom", storage=db).get_trials(deepcopy=False)
     by_width = {t.params["arch.hidden_size"]: t for t in trials}
     assert len(trials) == 2 and set(by_width) == {16, 16384}  # no retry queued, nothing else drawn

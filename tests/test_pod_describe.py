@@ -21,6 +21,7 @@ from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu_slice import SliceShape, check_configured, parse_node
 from sweeps.preflight import main as preflight_main
 from sweeps.run import dry_run
+from sweeps.typed_config import typed_sweep
 from sweeps.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_dir, trial_list
 
@@ -97,13 +98,13 @@ def test_a_size_the_slice_contradicts_is_refused_before_any_vm_is_contacted(
     pod = fake_pod(tmp_path, monkeypatch, 0, accelerator="v4-32")
     command = pod_command(tmp_path, fresh_pg_url)
     with pytest.raises(LauncherConfigError) as refused:
-        Driver(compose_sweep_config([*command, "launcher.num_workers=8"])).validate()
+        Driver(typed_sweep(compose_sweep_config([*command, "launcher.num_workers=8"]))).validate()
     assert str(refused.value) == (
         "launcher.num_workers=8 but slice test-pod (v4-32) has 4 workers: drop the key or set 4"
     )
     trial = trial_list([*TRIAL, "runtime.expected_devices=32"])
     with pytest.raises(SweepConfigError) as contradicted:
-        Driver(compose_sweep_config([*command, f"trial.overrides={trial}"])).validate()
+        Driver(typed_sweep(compose_sweep_config([*command, f"trial.overrides={trial}"]))).validate()
     assert str(contradicted.value).startswith(
         "trial.overrides has runtime.expected_devices=32 but launcher.slots' slot pod trains with "
         "runtime.expected_devices=16"
@@ -125,7 +126,7 @@ def test_one_command_dry_runs_preflights_and_trains_on_every_slice_size(
     command = pod_command(tmp_path, fresh_pg_url)
     devices = 4 * vms
 
-    driver = Driver(compose_sweep_config(command))
+    driver = Driver(typed_sweep(compose_sweep_config(command)))
     driver.validate()
     dry_run(driver)
     shown = capsys.readouterr().out
@@ -141,7 +142,7 @@ def test_one_command_dry_runs_preflights_and_trains_on_every_slice_size(
     assert [r.split()[0] for r in rows] == [str(w) for w in range(vms)]
     assert all(r.split()[-1] == ",".join(["localhost"] * vms) for r in rows)  # each VM's own list of the workers
 
-    Driver(compose_sweep_config(command)).run()
+    Driver(typed_sweep(compose_sweep_config(command))).run()
     (trial,) = optuna.load_study(study_name="halting", storage=fresh_pg_url).trials
     assert trial.state == TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
     assert f"runtime.expected_devices={devices}" in trial_detail(trial.user_attrs, TRAIN_OVERRIDES_ATTR)

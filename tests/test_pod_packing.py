@@ -22,6 +22,7 @@ from storage.record import SLOT_ATTR, trial_detail
 from sweeps.config import compose_sweep_config
 from sweeps.driver import Driver
 from sweeps.slots import SlotConfigError, SlotPool, device_slots, tpu_slots
+from sweeps.typed_config import typed_sweep
 from sweeps.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, fake_pod, trial_list
 
@@ -74,7 +75,7 @@ def pod_study(
             *extra,
         ]
     )
-    return Driver(cfg)
+    return Driver(typed_sweep(cfg))
 
 
 def recorded_envs(pod: Path, worker: int) -> list[dict[str, str]]:
@@ -283,7 +284,7 @@ def test_the_dry_run_prices_the_study_on_each_division_of_the_pod(
 
     costs = [estimate.Cost(params=1, flops_per_sample_step=10**9, global_batch=768, steps=1000) for _ in range(16)]
     driver = pod_study(tmp_path, fresh_pg_url, 8, "pod", 16)
-    print_packings(driver, costs, estimate.Utilization.parse(driver.cfg.estimate.utilization))
+    print_packings(driver, costs, estimate.Utilization.parse(driver.sweep.estimate.utilization))
     lines = capsys.readouterr().out.splitlines()
     rows = {line.split()[1]: line for line in lines[1:] if "slots=" in line.split()[1]}
     assert set(rows) == {"slots=pod", "slots=vm", "slots=chips:2", "slots=chips:1"}

@@ -22,6 +22,7 @@ from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.recovery import requeue
 from sweeps.retry import plan_retry, retries_used
+from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_list
 
 
@@ -116,7 +117,7 @@ def test_a_preemption_mid_trial_pauses_the_study_and_the_trial_resumes_on_the_re
 
     hand = threading.Thread(target=preempt_then_recreate)
     hand.start()
-    Driver(cfg).run()
+    Driver(typed_sweep(cfg)).run()
     hand.join()
     trials = optuna.load_study(study_name="halting", storage=fresh_pg_url).trials
     first, second = trials

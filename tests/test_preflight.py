@@ -17,6 +17,7 @@ from sweeps.config import compose_sweep_config
 from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
 from sweeps.preflight import PreflightError, main
+from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_list
 
 pytestmark = pytest.mark.slow  # every test here starts processes or trains
@@ -66,7 +67,7 @@ def test_preflight_names_the_one_broken_worker_and_the_driver_refuses_to_start(
     vm1 = pod / "test-pod" / "worker-1"
     (vm1 / "py").write_text(f'#!/bin/sh\nPYTHONPATH={stale} exec {sys.executable} "$@"\n')
     with pytest.raises(PreflightError) as refused:
-        Driver(compose_sweep_config(pod_args(tmp_path, fresh_pg_url))).run()
+        Driver(typed_sweep(compose_sweep_config(pod_args(tmp_path, fresh_pg_url)))).run()
     lines = [line for line in str(refused.value).splitlines() if re.match(r"worker \d+:", line)]
     assert len(lines) == 1 and lines[0].startswith("worker 1: its trm code differs from this checkout's"), lines
     assert "launcher.deploy=true" in lines[0]

@@ -20,6 +20,7 @@ from contracts.wandb_runs import summary_run_id, trial_run_id
 from storage.record import DUPLICATE_OF_ATTR, PROGRESS_ATTR, STUDY_UID_ATTR
 from sweeps.driver import Driver
 from sweeps.progress import ProgressView, duration, measure, route_optuna_logging
+from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import sweep_config
 from tests.wandb_offline import find_runs, read_offline_run
 
@@ -303,7 +304,7 @@ def test_a_study_logs_one_line_per_trial_state_change_and_quiet_progress_lines(
         "pruner=none",
         "progress_interval_s=1",
     )
-    study = Driver(cfg).run()
+    study = Driver(typed_sweep(cfg)).run()
     assert [t.state for t in study.trials] == [TrialState.COMPLETE, TrialState.COMPLETE], [
         t.user_attrs for t in study.trials
     ]
@@ -330,7 +331,7 @@ def test_a_study_logs_one_line_per_trial_state_change_and_quiet_progress_lines(
 
     # W&B: each trial's run has its deterministic id; a restarted driver logs the same summary run again.
     uid = study.user_attrs[STUDY_UID_ATTR]
-    Driver(cfg).run()  # the budget is spent: it trains nothing and updates the summary
+    Driver(typed_sweep(cfg)).run()  # the budget is spent: it trains nothing and updates the summary
     runs = {p: read_offline_run(p) for p in find_runs(tmp_path)}
     ids = sorted(run.run_id for run in runs.values())
     assert ids == sorted([trial_run_id(uid, 0), trial_run_id(uid, 1), summary_run_id(uid), summary_run_id(uid)]), ids

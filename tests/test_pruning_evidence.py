@@ -19,6 +19,7 @@ from sweeps.config import compose_sweep_config
 from sweeps.driver import Driver
 from sweeps.optuna_parts import build, pruner_spec
 from sweeps.pruning_evidence import EvidencePruner
+from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from tests.test_sweeps import with_space
 from trm.trial_link import TrialLink
@@ -143,7 +144,7 @@ def test_the_job_builds_the_stored_evidence_pruner_and_prunes_with_it(tmp_path: 
 
 @pytest.mark.parametrize("study_name", ["curriculum", "halting"])
 def test_studies_of_recursion_depth_ship_the_evidence_pruner(study_name: str) -> None:
-    spec = pruner_spec(compose_sweep_config([f"study={study_name}"]), train_steps=500)
+    spec = pruner_spec(compose_sweep_config([f"study={study_name}"]).pruner, train_steps=500)
     assert spec["_target_"] == "sweeps.pruning_evidence.EvidencePruner"
     assert spec["wrapped"]["max_resource"] == 500  # `auto` resolved inside the wrapper too
     assert isinstance(build(spec), EvidencePruner)
@@ -177,7 +178,7 @@ def test_a_real_sweep_records_its_evidence_from_the_jobs(tmp_path: Path) -> None
         url, tmp_path, "study.name=audited", "n_trials=4", "sampler=random",
         "pruner=evidence", "pruner.audit_first=2", "pruner.min_audit=2", "pruner.wrapped.min_resource=10",
     )  # fmt: skip
-    study = Driver(with_space(cfg, {"optim.lr": "interval(0.0005, 0.005)"})).run()
+    study = Driver(typed_sweep(with_space(cfg, {"optim.lr": "interval(0.0005, 0.005)"}))).run()
     trials = study.get_trials()
     assert [t.state for t in trials[:2]] == [TrialState.COMPLETE, TrialState.COMPLETE]
     assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials) and len(trials) == 4
@@ -243,4 +244,4 @@ def test_near_best_needs_the_eval_count_and_the_sweep_checks_it_is_the_trials(tm
         trial=[*FAST_TRIAL, "train.eval_examples=16"],
     )
     with pytest.raises(Exception, match=r"pruner.eval_examples=7 with pruner.check=near_best: expected the trials' "):
-        Driver(cfg).validate()
+        Driver(typed_sweep(cfg)).validate()

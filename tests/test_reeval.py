@@ -206,7 +206,7 @@ def test_a_study_reevaluates_its_top_trials_on_the_whole_test_split(
         "reeval.at_end=true", "reeval.top_k=2", "study.objective=eval/accuracy", trial=TRIAL,
     )  # fmt: skip
     with caplog.at_level(logging.INFO, logger="sweeps"):
-        Driver(with_space(cfg, {"optim.lr": "choice(0.001, 0.003)"})).run()
+        Driver(typed_sweep(with_space(cfg, {"optim.lr": "choice(0.001, 0.003)"}))).run()
     study = optuna.load_study(study_name="reeval", storage=db)
     trials = study.get_trials(deepcopy=False)
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
@@ -309,7 +309,7 @@ def test_drivers_ending_together_reevaluate_each_trial_once(tmp_path: Path) -> N
     end takes a lock on the study: a driver that waits on another finds its records and launches nothing."""
     db = f"sqlite:///{tmp_path}/db.sqlite"
     cfg = sweep_config(db, tmp_path, "study.name=ends", "n_trials=1", "reeval.top_k=1", trial=TRIAL)
-    driver = Driver(cfg)
+    driver = Driver(typed_sweep(cfg))
     study = driver.open_study()
     study.add_trial(
         create_trial(

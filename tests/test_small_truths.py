@@ -24,6 +24,7 @@ from sweeps.config import compose_sweep_config
 from sweeps.driver import Driver
 from sweeps.progress import ProgressView
 from sweeps.running import explain_heartbeat_warnings
+from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import sweep_config
 
 MEASURED = {"flops_per_s": 2e9, "devices": 1, "examples_per_device": 8, "samples_per_s": 100.0}
@@ -67,7 +68,7 @@ def test_a_timeout_that_ends_the_study_says_so(
         f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "study=halting", "study.name=timed", "n_trials=10", "timeout=1",
         "pruner=none", "max_concurrent=1",
     )  # fmt: skip
-    study = Driver(cfg).run()
+    study = Driver(typed_sweep(cfg)).run()
     assert len(study.trials) == 1 and study.trials[0].state == TrialState.COMPLETE  # the running one finished
     lines = [r.getMessage() for r in caplog.records if r.name == "sweeps"]
     said = [line for line in lines if line.startswith("timeout=1s reached after ")]

@@ -15,6 +15,7 @@ from dashboards import report
 from storage.locks import _lock_file
 from sweeps import best, status
 from sweeps.driver import Driver
+from sweeps.typed_config import typed_sweep
 from sweeps.validate import SweepConfigError
 from tests.sweep_helpers import sweep_config, sweep_overrides
 
@@ -58,7 +59,7 @@ def test_names_the_tools_or_a_path_cannot_hold_are_refused(name: str, expected: 
     cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path / "out")
     cfg.study.name = name
     with pytest.raises(SweepConfigError, match=expected):
-        Driver(cfg).validate()
+        Driver(typed_sweep(cfg)).validate()
     assert not (tmp_path / "db.sqlite").exists()
 
 

@@ -29,6 +29,7 @@ from sweeps.driver import Driver
 from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs
 from sweeps.recovery import settle_orphans
 from sweeps.status import collect
+from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides
 
 WHY = "its driver died"
@@ -241,7 +242,7 @@ def _run_driver(url: str, tmp_path: Path, study_name: str, *extra: str, space: d
     )
     from tests.test_sweeps import with_space
 
-    Driver(with_space(cfg, space or {"optim.lr": "choice(0.01)"})).run()
+    Driver(typed_sweep(with_space(cfg, space or {"optim.lr": "choice(0.01)"}))).run()
     return optuna.load_study(study_name=study_name, storage=open_storage(url))
 
 

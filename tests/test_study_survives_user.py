@@ -27,6 +27,7 @@ from sweeps.interrupts import interrupt_once, signals_held
 from sweeps.retry import RESUMABLE, plan_retry, retry_of, visible_here
 from sweeps.space import parse_space
 from sweeps.status import collect
+from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides, trial_file_exists
 from tests.test_study_record import _run_driver
 from tests.test_sweeps import with_space
@@ -82,7 +83,7 @@ def test_the_driver_ends_when_the_budget_is_used_and_says_what_is_left_queued(pa
 
 def _driver(url: str, tmp_path: Path, *extra: str, space: dict | None = None, trial: list[str] | None = None):
     cfg = sweep_config(url, tmp_path / "out", "study=halting", "study.name=defined", *extra, trial=trial)
-    return Driver(with_space(cfg, space or {"halting.exploration_prob": "interval(0.0, 0.5)"}))
+    return Driver(typed_sweep(with_space(cfg, space or {"halting.exploration_prob": "interval(0.0, 0.5)"})))
 
 
 @pytest.mark.parametrize(
@@ -503,7 +504,7 @@ def test_a_trial_another_driver_settles_before_it_starts_is_drawn_again_not_a_cr
     from sweeps.draw import Draw
 
     db = f"sqlite:///{tmp_path}/db.sqlite"
-    driver = Driver(sweep_config(db, tmp_path, "study=halting", "n_trials=2"))
+    driver = Driver(typed_sweep(sweep_config(db, tmp_path, "study=halting", "n_trials=2")))
     study = driver.open_study()
     draws = []
 

@@ -333,7 +333,7 @@ def test_a_warmup_given_as_a_share_of_the_trial_is_resolved_in_steps() -> None:
     integer warmup stays steps, and a wrapped pruner's lengths resolve too."""
     from sweeps.optuna_parts import pruner_spec, resolve_steps
 
-    late = OmegaConf.create({"pruner": OmegaConf.load(Path(__file__).parents[1] / "conf/pruner/median_late.yaml")})
+    late = OmegaConf.load(Path(__file__).parents[1] / "conf/pruner/median_late.yaml")
     assert pruner_spec(late, 500)["n_warmup_steps"] == 250
     assert pruner_spec(late, 1200)["n_warmup_steps"] == 600
     assert resolve_steps({"n_warmup_steps": 150}, 500)["n_warmup_steps"] == 150

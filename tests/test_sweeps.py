@@ -23,6 +23,7 @@ from sweeps.launchers.base import LauncherConfigError
 from sweeps.run import dry_run
 from sweeps.space import SearchSpaceError
 from sweeps.study import StudyMismatchError
+from sweeps.typed_config import typed_sweep
 from sweeps.validate import SweepConfigError
 from tests.sweep_helpers import (
     FAST_TRIAL,
@@ -59,7 +60,7 @@ def test_every_study_validates_and_dry_runs(
         cfg = compose_sweep_config([f"output_root={tmp_path}", f"launcher.gcloud={FAKE_GCLOUD}", *extra])
     else:
         cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, *extra)
-    driver = Driver(cfg)
+    driver = Driver(typed_sweep(cfg))
     driver.validate()
     dry_run(driver)
     out = capsys.readouterr().out
@@ -113,7 +114,7 @@ def test_bad_search_spaces_fail_before_launch(
 ) -> None:
     cfg = with_space(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path), space, conditional)
     with pytest.raises(error, match=expected):
-        Driver(cfg).validate()
+        Driver(typed_sweep(cfg)).validate()
     assert not (tmp_path / "model_scaling").exists()  # nothing launched
 
 
@@ -133,29 +134,29 @@ def test_bad_search_spaces_fail_before_launch(
 )
 def test_bad_budget_and_study_fields(override: str, expected: str, tmp_path: Path) -> None:
     with pytest.raises(SweepConfigError, match=expected):
-        Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, override)).validate()
+        Driver(typed_sweep(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, override))).validate()
 
 
 def test_batch_not_divisible_by_launcher_world(tmp_path: Path) -> None:
     cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "launcher=torchrun", "launcher.nproc_per_node=3")
     with pytest.raises(SweepConfigError, match=r"train.global_batch_size=16 is not divisible by the world size 3"):
-        Driver(cfg).validate()
+        Driver(typed_sweep(cfg)).validate()
 
 
 def test_tpu_launcher_without_name_or_zone_is_rejected(tmp_path: Path) -> None:
     cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "launcher=tpu_pod", "launcher.zone=z")
     with pytest.raises(MissingMandatoryValue, match=r"tpu_name"):  # `???` in conf/launcher/tpu_pod.yaml
-        Driver(cfg).launcher.validate()
+        Driver(typed_sweep(cfg)).launcher.validate()
     cfg = sweep_config(
         f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "launcher=tpu_pod", "launcher.tpu_name=t", "launcher.zone=null"
     )
     with pytest.raises(LauncherConfigError, match=r"launcher.zone=None"):
-        Driver(cfg).launcher.validate()
+        Driver(typed_sweep(cfg)).launcher.validate()
 
 
 def test_existing_study_with_other_direction_is_rejected(pg_url: str, tmp_path: Path) -> None:
     optuna.create_study(study_name="taken", storage=open_storage(pg_url), direction="minimize")
-    driver = Driver(sweep_config(pg_url, tmp_path, "study.name=taken"))
+    driver = Driver(typed_sweep(sweep_config(pg_url, tmp_path, "study.name=taken")))
     with pytest.raises(StudyMismatchError, match=r"study.name='taken' already exists with direction"):
         driver.open_study()
 
@@ -180,7 +181,7 @@ def test_torchrun_study_completes_and_prunes_with_rank0_values(pg_url: str, tmp_
         "pruner=median",
         "pruner.n_startup_trials=1",
     )
-    driver = Driver(with_space(cfg, {"optim.lr": "choice(0.01, 1e-7)"}))
+    driver = Driver(typed_sweep(with_space(cfg, {"optim.lr": "choice(0.01, 1e-7)"})))
     study = driver.open_study()
     study.enqueue_trial({"optim.lr": 0.01})
     study.enqueue_trial({"optim.lr": 1e-7})
@@ -319,7 +320,7 @@ def test_two_drivers_share_a_study_without_duplicates_or_losses(pg_url: str, tmp
 @pytest.mark.slow
 def test_optuna_cli_and_dashboard_read_our_study(pg_url: str, tmp_path: Path) -> None:
     cfg = sweep_config(pg_url, tmp_path, "study.name=readable")
-    study = Driver(cfg).open_study()
+    study = Driver(typed_sweep(cfg)).open_study()
     study.enqueue_trial(
         {"arch.hidden_size": 32, "arch.L_layers": 1, "arch.H_cycles": 1, "arch.L_cycles": 1, "arch.mixer": "mlp_t"}
     )
@@ -363,7 +364,7 @@ def test_repeated_seeds_tell_the_mean_and_keep_the_spread(tmp_path: Path) -> Non
         "pruner=none",
         "study.objective=eval/accuracy",
     )
-    Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
+    Driver(typed_sweep(with_space(cfg, {"optim.lr": "choice(0.01)"}))).run()
     trial = optuna.load_study(study_name="seeds", storage=f"sqlite:///{tmp_path}/db.sqlite").trials[0]
     per_seed = [summary_of(trial_dir(tmp_path / "seeds", 0) / f"seed-{i}")["best_value"] for i in (0, 1)]
     assert trial.state == TrialState.COMPLETE
@@ -380,7 +381,7 @@ def test_a_new_study_under_an_old_name_trains_instead_of_resuming_the_old_checkp
     for db in ("first", "second"):
         url = f"sqlite:///{tmp_path}/{db}.sqlite"
         cfg = sweep_config(url, tmp_path, "study.name=renamed", "n_trials=1", "pruner=none")
-        Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
+        Driver(typed_sweep(with_space(cfg, {"optim.lr": "choice(0.01)"}))).run()
         study = optuna.load_study(study_name="renamed", storage=url)
         trial = study.trials[0]
         assert trial.state == TrialState.COMPLETE, trial.user_attrs
@@ -399,7 +400,7 @@ def test_trials_report_the_prune_metric_and_are_valued_by_the_objective(tmp_path
     cfg = sweep_config(
         url, tmp_path, "study.name=smooth", "n_trials=1", "pruner=none", "study.prune_metric=eval/blank_accuracy"
     )
-    Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
+    Driver(typed_sweep(with_space(cfg, {"optim.lr": "choice(0.01)"}))).run()
     trial = optuna.load_study(study_name="smooth", storage=url).trials[0]
     evals = [
         json.loads(line)
@@ -414,7 +415,7 @@ def test_trials_report_the_prune_metric_and_are_valued_by_the_objective(tmp_path
         StudyMismatchError,
         match=r"reported 'eval/blank_accuracy' to the pruner but this config reports 'eval/exact_accuracy'",
     ):
-        Driver(other).open_study()
+        Driver(typed_sweep(other)).open_study()
 
 
 SECRET = "pw-s3cr3t-4242"
@@ -488,7 +489,7 @@ def test_pareto_study_tells_accuracy_and_compute(tmp_path: Path) -> None:
         "pruner=none",
         "study.enqueue_baseline=false",
     )
-    Driver(with_space(cfg, {"arch.H_cycles": "choice(1, 2)"})).run()
+    Driver(typed_sweep(with_space(cfg, {"arch.H_cycles": "choice(1, 2)"}))).run()
     study = optuna.load_study(study_name="model_scaling_pareto", storage=db)
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
     trained = [t for t in study.trials if "duplicate_of" not in t.user_attrs]  # a repeated draw is refused, not trained
@@ -581,4 +582,4 @@ def test_missing_dataset_path_fails_before_launch(tmp_path: Path) -> None:
         f"data.path={tmp_path}/no-such-data",
     ]
     with pytest.raises(SweepConfigError, match=r"data.path=.*no-such-data.*no dataset there"):
-        Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, trial=trial)).validate()
+        Driver(typed_sweep(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, trial=trial))).validate()

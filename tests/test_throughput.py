@@ -115,13 +115,14 @@ def test_a_bad_utilization_is_one_error_naming_the_key(value: object, expected: 
 
 def test_the_sweep_refuses_a_bad_utilization_before_any_trial(tmp_path: Path) -> None:
     from sweeps.driver import Driver
+    from sweeps.typed_config import typed_sweep
 
     cfg = sweep_config(f"sqlite:///{tmp_path}/s.db", tmp_path, "estimate.utilization={24:0.1,192:40}")
     with pytest.raises(SweepConfigError, match=r"estimate\.utilization=40 at per-chip batch 192"):
-        Driver(cfg).validate()
+        Driver(typed_sweep(cfg)).validate()
     cfg = sweep_config(f"sqlite:///{tmp_path}/s.db", tmp_path, "estimate.peak_tflops=0")
     with pytest.raises(SweepConfigError, match=r"estimate\.peak_tflops=0: expected the chip's peak"):
-        Driver(cfg).validate()
+        Driver(typed_sweep(cfg)).validate()
     assert not (tmp_path / "s.db").exists()  # refused before the storage was touched
 
 

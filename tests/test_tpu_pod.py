@@ -24,6 +24,7 @@ from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, LauncherConfigError
 from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_dir, trial_list
 
 NOTE = """a b "c" [e,f] $HOME `x` ; end"""  # spaces, quotes, brackets, $, backticks: must arrive unchanged
@@ -218,7 +219,7 @@ def test_a_sqlite_study_on_a_pod_is_refused_before_anything_runs(pod: Path, tmp_
     )  # fmt: skip
     with pytest.raises(SweepConfigError, match=rf"^storage.url='sqlite:///{db}': a SQLite file on this machine, but "
                        r"TpuPodLauncher's workers share no filesystem .* use storage=postgres"):  # fmt: skip
-        Driver(cfg).validate()
+        Driver(typed_sweep(cfg)).validate()
     assert not db.exists()
 
 
@@ -237,7 +238,7 @@ def test_a_study_on_the_fake_pod(pod: Path, tmp_path: Path, fresh_pg_url: str) -
             "preflight.min_free_gb=0",
         ]
     )
-    Driver(cfg).run()
+    Driver(typed_sweep(cfg)).run()
     study = optuna.load_study(study_name="halting", storage=db)
     trial = study.trials[0]
     assert trial.state == TrialState.COMPLETE, trial.user_attrs

@@ -70,7 +70,7 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(
         f"storage.password_env={PASSWORD_ENV}",
         trial=TRIAL,
     )
-    study = Driver(cfg).run()
+    study = Driver(typed_sweep(cfg)).run()
     trial = study.trials[0]
     assert trial.state.name == "COMPLETE", trial.user_attrs
 
@@ -321,7 +321,7 @@ def test_run_ids_are_deterministic_per_study_retry_chain_and_seed() -> None:
 def test_the_driver_gives_every_attempt_of_a_trial_its_chains_run_id(tmp_path: Path) -> None:
     """A retry (a new trial number resuming its chain's checkpoint) gets the run id of the chain's first attempt."""
     cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path)
-    runner = Driver(cfg).runner(study_uid="abcdef0123456789abcdef0123456789")
+    runner = Driver(typed_sweep(cfg)).runner(study_uid="abcdef0123456789abcdef0123456789")
     first = runner.job_command(3, {}, origin=3).overrides()
     retry = runner.job_command(7, {}, origin=3).overrides()
     seed1 = runner.job_command(7, {}, origin=3, seed_index=1).overrides()
@@ -349,7 +349,7 @@ def test_a_retry_is_told_the_last_step_its_chain_logged(tmp_path: Path) -> None:
     from storage.heartbeat import retry_history
     from storage.record import PROGRESS_ATTR
 
-    driver = Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path))
+    driver = Driver(typed_sweep(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path)))
     study = driver.open_study()
     dist = {"x": FloatDistribution(0, 1)}
 
@@ -367,7 +367,7 @@ def test_a_retry_is_told_the_last_step_its_chain_logged(tmp_path: Path) -> None:
     third = attempt(None, [first.number, first.number + 1])
     assert driver.trials.chain_logged_through(retry_history(third)) == 40
     assert driver.trials.chain_logged_through(retry_history(third), seed_index=1) == 7
-    off = Driver(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.enabled=false"))
+    off = Driver(typed_sweep(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.enabled=false")))
     assert not [o for o in off.trials.job_command(0, {}, origin=0).overrides() if o.startswith("wandb.run_id")]
 
 

@@ -24,6 +24,7 @@ from sweeps.launchers.base import JobSpec, quote_literals
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.optuna_parts import pruner_spec
 from sweeps.schema import Objective
+from sweeps.typed_config import typed_sweep
 from sweeps.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir
 
@@ -35,7 +36,7 @@ def config(tmp_path: Path, *extra: str, trial: list[str] | None = None) -> DictC
 def refused(cfg: DictConfig, expected: str) -> None:
     """Validation refuses `cfg` with `expected` (a regex) in its one error, and nothing was stored or made."""
     with pytest.raises(SweepConfigError, match=expected):
-        Driver(cfg).validate()
+        Driver(typed_sweep(cfg)).validate()
     root = Path(cfg.output_root)
     assert not root.exists() and not (root.parent / "db.sqlite").exists()
 
@@ -43,7 +44,7 @@ def refused(cfg: DictConfig, expected: str) -> None:
 def refused_composing(tmp_path: Path, expected: str, *extra: str, trial: list[str] | None = None) -> None:
     """As `refused`, for input the schema refuses already while the config is composed (sweeps/schema.py)."""
     with pytest.raises(SweepConfigError, match=expected):
-        Driver(config(tmp_path, *extra, trial=trial)).validate()
+        Driver(typed_sweep(config(tmp_path, *extra, trial=trial))).validate()
     assert not (tmp_path / "out").exists() and not (tmp_path / "db.sqlite").exists()
 
 
@@ -104,10 +105,10 @@ def test_an_objective_the_trainer_does_not_produce_is_refused(override: str, exp
 @pytest.mark.slow
 def test_extra_objectives_name_a_stored_number_or_an_eval_metric(tmp_path: Path) -> None:
     cfg = config(tmp_path, "study=model_scaling_pareto", "sampler=nsga2", "pruner=none")
-    Driver(cfg).validate()  # compute_flops: a number the job stores on its trial
+    Driver(typed_sweep(cfg)).validate()  # compute_flops: a number the job stores on its trial
     with open_dict(cfg):
         cfg.study.objectives = [Objective(name="eval/lm_loss", direction="minimize")]  # the schema's type
-    Driver(cfg).validate()  # an eval metric is read from the trial's final metrics
+    Driver(typed_sweep(cfg)).validate()  # an eval metric is read from the trial's final metrics
     with open_dict(cfg):
         cfg.study.objectives = [Objective(name="compute_flop", direction="minimize")]
     refused(
@@ -288,7 +289,7 @@ def test_counts_that_are_not_positive_integers_are_refused(
 
 @pytest.mark.slow
 def test_eval_examples_null_is_the_whole_split(tmp_path: Path) -> None:
-    Driver(config(tmp_path, trial=trial_with("train.eval_examples=null"))).validate()
+    Driver(typed_sweep(config(tmp_path, trial=trial_with("train.eval_examples=null")))).validate()
     refused(config(tmp_path, trial=trial_with("train.eval_examples=true")), r"train.eval_examples=True")
 
 
@@ -297,7 +298,7 @@ def test_eval_examples_null_is_the_whole_split(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_local_launchers_interpreter_must_exist_and_have_the_project(tmp_path: Path) -> None:
-    Driver(config(tmp_path, f"launcher.python={sys.executable}")).validate()
+    Driver(typed_sweep(config(tmp_path, f"launcher.python={sys.executable}"))).validate()
     refused(
         config(tmp_path, "launcher.python=/no/such/python"),
         r"launcher.python='/no/such/python': no such executable .* or null for the driver's own",
@@ -320,9 +321,9 @@ def test_an_output_root_that_cannot_be_written_is_refused_and_a_new_one_left_as_
     cfg = config(tmp_path)
     cfg.output_root = str(blocker / "out")
     with pytest.raises(SweepConfigError, match=r"output_root='.*/a-file/out': cannot write there \(Not a directory\)"):
-        Driver(cfg).validate()
+        Driver(typed_sweep(cfg)).validate()
     cfg.output_root = str(tmp_path / "new" / "deeper")
-    Driver(cfg).validate()  # writable: probed by making it, and removed again (a dry run makes nothing)
+    Driver(typed_sweep(cfg)).validate()  # writable: probed by making it, and removed again (a dry run makes nothing)
     assert not (tmp_path / "new").exists()
 
 
@@ -414,7 +415,7 @@ def test_a_study_with_a_quote_and_non_ascii_in_its_name_and_a_comma_in_output_ro
     name = "scaling v2's é"  # a comma is refused (storage/study_name.py): it separates studies in study=a,b
     cfg = sweep_config(f"sqlite:///{tmp_path}/unused.sqlite", tmp_path, "n_trials=1", "pruner=none")
     cfg.storage.url, cfg.output_root, cfg.study.name = db, str(root), name  # not valid unquoted overrides themselves
-    Driver(with_space(cfg, {"optim.lr": "choice(0.01)"})).run()
+    Driver(typed_sweep(with_space(cfg, {"optim.lr": "choice(0.01)"}))).run()
     trial = optuna.load_study(study_name=name, storage=db).trials[0]
     assert trial.state == TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
     workdir = trial_dir(root / name, 0)
@@ -504,7 +505,7 @@ def test_a_baseline_outside_the_space_is_refused_before_the_study_opens(
     refused(cfg, expected)
     with open_dict(cfg):
         cfg.study.enqueue_baseline = False  # not enqueued: nothing to check
-    Driver(cfg).validate()
+    Driver(typed_sweep(cfg)).validate()
 
 
 @pytest.mark.parametrize(
@@ -527,10 +528,10 @@ def test_the_trial_length_is_train_steps_in_trial_overrides(tmp_path: Path) -> N
     """Issue: the site stated the length twice (train.steps in trial.overrides and trial.train_steps); a user
     who changed one got trials and a pruner that disagreed. Now the pruner's max resource comes from the trial's
     own training config."""
-    driver = Driver(config(tmp_path, "pruner=median_late", trial=trial_with("train.steps=70")))
+    driver = Driver(typed_sweep(config(tmp_path, "pruner=median_late", trial=trial_with("train.steps=70"))))
     driver.validate()
     assert driver.train_steps == 70
-    assert pruner_spec(driver.cfg, driver.train_steps)["n_warmup_steps"] == 35  # half the trial
+    assert pruner_spec(driver.sweep.pruner, driver.train_steps)["n_warmup_steps"] == 35  # half the trial
     searched = config(tmp_path)
     with open_dict(searched):
         searched.study.space.tiny["train.steps"] = "range(10, 50, 10)"
@@ -585,7 +586,7 @@ def test_a_gp_sampler_without_torch_in_the_driver_is_refused_before_any_trial(
 
     from sweeps.validate_optuna import check_optuna
 
-    cfg = config(tmp_path, "sampler=gp")
+    cfg = typed_sweep(config(tmp_path, "sampler=gp"))
     check_optuna(cfg, 500)  # torch is here: accepted
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
@@ -593,4 +594,4 @@ def test_a_gp_sampler_without_torch_in_the_driver_is_refused_before_any_trial(
         SweepConfigError, match=r"sampler._target_='optuna.samplers.GPSampler': .*needs torch.*sampler=tpe"
     ):
         check_optuna(cfg, 500)
-    check_optuna(config(tmp_path, "sampler=tpe"), 500)  # another sampler needs no torch
+    check_optuna(typed_sweep(config(tmp_path, "sampler=tpe")), 500)  # another sampler needs no torch

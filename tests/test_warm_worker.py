@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec
 from sweeps.launchers.local import LocalLauncher
+from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, trial_list
 
 pytestmark = pytest.mark.slow  # every test here starts processes or trains
@@ -84,7 +85,7 @@ def test_a_study_with_warm_jobs(tmp_path: Path) -> None:
         f"trial.overrides={trial_list(FAST_TRIAL)}",
         "wandb.enabled=false",
     )
-    Driver(cfg).run()
+    Driver(typed_sweep(cfg)).run()
     trials = optuna.load_study(study_name="halting", storage=db).trials
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3, [t.user_attrs.get("fail_reason") for t in trials]
     assert all(t.user_attrs["best_value"] is not None for t in trials)
