@@ -1,4 +1,5 @@
-"""The training config outside a Hydra app (tools, the sweep driver's validation, tests), and typed access to it.
+"""The training config outside a Hydra app (tools, the sweep driver's validation, tests), and typed access to it:
+`TrainJob`, what an entry point's main (trm.train) converts its config to, once, for everything below it.
 
 Kept free of torch so the sweep driver can validate trial overrides without importing the model. Knows only the
 config package and `train.yaml`; the sweep's own config is composed in sweeps/config.py."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any, cast
 
@@ -20,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from contracts import train_config
 from contracts.schema_checks import ConfigSchemaError, config_error_line
+from contracts.train_config import TrainApp
 
 # The configs are a package (conf/ in the checkout, `trm_sweeps_conf` in the wheel: pyproject.toml), so an
 # installed wheel finds them wherever it is run from. Both apps' `hydra.main` use CONFIG_PATH.
@@ -97,6 +100,35 @@ def compose_train_config(overrides: list[str]) -> DictConfig:
         raise ConfigSchemaError(line) from err
     train_config.check_train_config(cfg)
     return cfg
+
+
+def typed_train_config(cfg: DictConfig) -> TrainApp:
+    """A composed training config as its typed blocks (`OmegaConf.to_object`: every block's __post_init__ run,
+    every interpolation resolved: `out_dir` needs Hydra's run or an override). A ConfigSchemaError names the key and
+    why: a value out of range (as check_train_config says it), a value not given (`???`), one that does not resolve."""
+    try:
+        return cast(TrainApp, OmegaConf.to_object(cfg))
+    except OmegaConfBaseException as err:  # OmegaConf's: `???`, an interpolation, a resolved value of a wrong type
+        raise ConfigSchemaError(f"{err.full_key}: {str(err.msg or err).splitlines()[0]}") from None
+    except ValueError as err:  # a __post_init__'s, naming its key
+        raise ConfigSchemaError(str(err).splitlines()[0]) from None
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """A training job's config, converted once by its entry point's main (`of`): `app`, the typed blocks every
+    function below main reads, and `written`, the config as composed with its interpolations unresolved, for the
+    two readers that need the config as data: the fingerprints every worker and a resumed checkpoint compare (a
+    worker-local path stays `${...}`: trm/fingerprint.py) and the W&B run's config (an env value masked before it
+    resolves: trm/wandb_run_config.py). Readers copy `written`, never change it."""
+
+    app: TrainApp
+    written: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, cfg: DictConfig) -> TrainJob:
+        """`cfg` composed (Hydra's `main`, compose_train_config) as a job: typed_train_config's errors."""
+        return cls(typed_train_config(cfg), to_dict(cfg, resolve=False))
 
 
 def packaged_yaml(relative: str) -> dict[str, Any]:

@@ -4,9 +4,9 @@ conf/train.yaml starts its defaults list with `train_schema` (`TrainApp`), so Hy
 choice of the trainer's blocks while it composes: a typo'd key, `train.steps=abc` or `train.compile=fast` fails
 there, naming the key and the value (a `Literal` names what it accepts). The blocks' __post_init__ check ranges and
 relations (`train.steps >= 1`, a curriculum of >= 2 stages, betas in [0, 1)); Hydra never constructs the
-dataclasses, so `check_train_config` does, after composing (contracts.hydra_app.compose_train_config, trm.train's
-main). The values live in conf/ only: a field's default is MISSING, except RetryPolicy's, which code uses without
-a config (tests/test_conf_defaults.py keeps them equal to conf/train.yaml's).
+dataclasses: `check_train_config` does after composing, `contracts.hydra_app.typed_train_config` for the `TrainApp`
+an entry point's main hands down. The values live in conf/ only: a field's default is MISSING, except
+RetryPolicy's, which code uses without a config (tests/test_conf_defaults.py keeps them equal to conf/train.yaml's).
 
 A group option with keys of its own extends its group's schema in its defaults list (`adamw_schema`); an option
 without one is typed by its group's base class. `data` has no base: each option names its own schema
@@ -267,14 +267,14 @@ class SweepLink:
 
 @dataclass
 class TrainApp:
-    """conf/train.yaml: the typed blocks, and the groups typed by their own schemas or not at all (Any)."""
+    """conf/train.yaml: the typed blocks, and the groups typed by their own schemas or not at all (a dict)."""
 
     seed: int = MISSING
     out_dir: str | None = MISSING  # ${hydra:runtime.output_dir}: None outside a run (`--cfg job --resolve`)
-    arch: Any = MISSING  # trm.model_config.TRMConfig
+    arch: dict[str, Any] = MISSING  # trm.model_config.TRMConfig, built with the dataset's sizes (contracts: no trm)
     optim: OptimConfig = MISSING
-    # Typed by each option's own schema: a preset may set keys of another option (experiment=test_tiny sets
-    # generated data's sizes, which a data=sudoku_extreme run leaves unread), so the group has no closed base.
+    # Typed by each option's own schema (a GeneratedDataConfig; data=sudoku_extreme: a dict), as a preset may set
+    # keys of another option (experiment=test_tiny: generated data's sizes, unread by data=sudoku_extreme).
     data: Any = MISSING
     curriculum: CurriculumConfig = MISSING
     halting: HaltingConfig = MISSING
@@ -283,7 +283,7 @@ class TrainApp:
     reeval: ReevalConfig = MISSING
     runtime: RuntimeConfig = MISSING
     sweep: SweepLink = MISSING
-    wandb: Any = MISSING  # conf/wandb/default.yaml is shared with the sweep
+    wandb: dict[str, Any] = MISSING  # conf/wandb/default.yaml is shared with the sweep, which types it itself
 
 
 # The blocks with a __post_init__, run by check_train_config.
