@@ -96,7 +96,7 @@ class StepRunner:
         torch.manual_seed(self.seed)
         self.arch = arch_of(self.cfg)
         self.model = ACTModel(self.arch).to(self.device).train()
-        self.optimizers = build_optimizers(self.model, self.cfg.optim)
+        self.optimizers = build_optimizers(self.model, OmegaConf.to_object(self.cfg.optim))  # typed: its schema's
         set_lr(
             self.optimizers,
             lr_multiplier(0, self.cfg.optim.warmup_steps, self.cfg.train.steps, self.cfg.optim.lr_min_ratio),

@@ -145,7 +145,7 @@ def bench_loader(args: argparse.Namespace, dataset: Path, local_batches: list[in
 def trainer_demand(args: argparse.Namespace) -> dict[str, Any]:
     """Steps/s the trainer asks for: measured for the tiny CPU preset, estimated for the paper config on pods."""
     from bench._common import StepRunner, train_config  # torch: imported only here
-    from contracts.hydra_app import compose_train_config
+    from contracts.hydra_app import compose_train_config, to_dict
     from trm.flops import flops_per_sample_step
     from trm.info import arch_config
 
@@ -154,7 +154,7 @@ def trainer_demand(args: argparse.Namespace) -> dict[str, Any]:
         runner.step()
     tiny_s = median([runner.step() for _ in range(args.trainer_steps)])
     paper = compose_train_config(["experiment=paper_sudoku"])
-    flops = flops_per_sample_step(arch_config(paper))
+    flops = flops_per_sample_step(arch_config(to_dict(paper.arch)))
     est = compose_sweep_config([]).estimate
     pods = {}
     for name, chips in est.pods.items():

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from contracts.hydra_app import compose_train_config
+from contracts.hydra_app import TrainJob, compose_train_config
+from tests.config_blocks import runtime_config
 from trm.devices import resolve_device
 from trm.runtime import init_runtime
 from trm.train import run
@@ -23,7 +23,7 @@ def test_auto_and_cpu_train_on_the_cpu_of_a_machine_without_a_gpu() -> None:
     assert not torch.cuda.is_available()  # this suite's machines; the GPU path is measured apart
     assert resolve_device("auto", 1, {}) == torch.device("cpu")
     assert resolve_device("cpu", 4, {"LOCAL_RANK": "3"}) == torch.device("cpu")
-    runtime = init_runtime(OmegaConf.create({"backend": "single", "device": "auto", "timeout_s": 5}))
+    runtime = init_runtime(runtime_config(backend="single", device="auto", timeout_s=5))
     assert runtime.device == torch.device("cpu") and runtime.data_group is None
 
 
@@ -37,13 +37,13 @@ def test_auto_and_cpu_train_on_the_cpu_of_a_machine_without_a_gpu() -> None:
 def test_a_device_this_machine_cannot_give_is_refused_naming_the_key(choice: str, message: str) -> None:
     for backend in ("single", "torch"):
         with pytest.raises(ValueError, match=message):
-            init_runtime(OmegaConf.create({"backend": backend, "device": choice, "timeout_s": 5}))
+            init_runtime(runtime_config(backend=backend, device=choice, timeout_s=5))
 
 
 def test_the_xla_backend_still_refuses_a_device_typo() -> None:
     """XLA picks its own devices (the key is ignored there), but a typo fails before torch_xla is imported."""
     with pytest.raises(ValueError, match=r"runtime.device='tpu': expected one of"):
-        init_runtime(OmegaConf.create({"backend": "xla", "device": "tpu", "timeout_s": 5}))
+        init_runtime(runtime_config(backend="xla", device="tpu", timeout_s=5))
 
 
 def test_each_process_of_a_node_takes_its_own_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,7 +72,7 @@ def test_a_run_says_which_device_it_trained_on(tmp_path: Path, data_root: Path, 
             "wandb.enabled=false",
         ]  # fmt: skip
     )
-    summary = run(cfg)
+    summary = run(TrainJob.of(cfg))
     assert summary["outcome"] == "COMPLETE" and summary["device"] == "cpu"  # what the trial stores
     assert json.loads((tmp_path / "summary.json").read_text())["device"] == "cpu"
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from contracts.hydra_app import compose_train_config
+from tests.config_blocks import block
 from trm.flops import flops_per_sample_step
 from trm.losses import IGNORE_INDEX, METRIC_KEYS, act_loss, log_stablemax, normalize_metrics, token_cross_entropy
 from trm.model import ACTModel, TRMConfig, count_params
@@ -220,8 +221,7 @@ def test_puzzle_emb_ndim_0_means_no_puzzle_embedding_as_in_the_reference() -> No
     assert arch.puzzle_emb_len == 0 and arch.total_len == 81
     model = ACTModel(arch).train()
     assert count_params(model)["puzzle_emb_params"] == 0 and model.inner.puzzle_emb is None
-    optim_cfg = compose_train_config(["experiment=test_tiny"]).optim
-    optimizers = build_optimizers(model, optim_cfg)
+    optimizers = build_optimizers(model, block("optim", "experiment=test_tiny"))
     assert len(optimizers) == 1  # no SignSGD without a table
     data = batch(3)
     carry, logits, q_halt = model(model.initial_carry(data), data, 0.0)

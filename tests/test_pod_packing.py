@@ -115,15 +115,14 @@ def test_two_processes_on_a_v4_host_get_the_recipes_bounds_and_ports_of_their_ow
     assert [s.env["TPU_VISIBLE_DEVICES"] for s in pairs] == ["0,1", "2,3"]
     caches = [o for s in pairs for o in s.overrides if o.startswith("runtime.compile_cache_subdir=")]
     assert caches == ["runtime.compile_cache_subdir=chips-0-1", "runtime.compile_cache_subdir=chips-2-3"]
-    from contracts.hydra_app import compose_train_config
+    from tests.config_blocks import runtime_config
     from trm.runtime import compile_cache_dir
 
-    runtime = compose_train_config(["runtime.compile_cache_dir=/c", caches[1]]).runtime
+    runtime = runtime_config("runtime.compile_cache_dir=/c", caches[1])
     assert compile_cache_dir(runtime, create=False) == "/c/chips-2-3"
     with pytest.raises(ValueError, match=r"runtime.compile_cache_subdir='\.\./x'"):
         compile_cache_dir(
-            compose_train_config(["runtime.compile_cache_dir=/c", "runtime.compile_cache_subdir=../x"]).runtime,
-            create=False,
+            runtime_config("runtime.compile_cache_dir=/c", "runtime.compile_cache_subdir=../x"), create=False
         )
     whole = tpu_slots("pod", range(8), 4)
     assert len(whole) == 1 and whole[0].whole and whole[0].chips == 32 and not whole[0].env

@@ -11,7 +11,7 @@ import torch
 
 import contracts.choices
 import trm.precision
-from contracts.hydra_app import compose_train_config
+from contracts.hydra_app import TrainJob, compose_train_config, to_dict
 from tests.wandb_offline import find_runs, read_offline_run
 from trm import checkpoint
 from trm.fingerprint import training_identity
@@ -104,16 +104,16 @@ def test_the_presets() -> None:
 
 
 def test_the_checkpoint_identity_holds_the_resolved_mode() -> None:
-    cfg = compose_train_config([])
-    assert training_identity(cfg)["train.precision"] == "auto"  # the config as written
+    cfg = to_dict(compose_train_config([]), resolve=False)  # the config as written (TrainJob.written)
+    assert training_identity(cfg)["train.precision"] == "auto"
     identity = training_identity(cfg, "bf16")
     assert identity["train.precision"] == "bf16" and "train.bf16_mode" not in identity
-    explicit = compose_train_config(["train.precision=bf16", "train.bf16_mode=bf16_reference"])
+    explicit = to_dict(compose_train_config(["train.precision=bf16", "train.bf16_mode=bf16_reference"]), resolve=False)
     assert training_identity(explicit, "bf16") == identity  # auto and explicit: the same training
 
 
-def tiny(tmp_path: Path, data_root: Path, *extra: str):
-    return compose_train_config(
+def tiny(tmp_path: Path, data_root: Path, *extra: str) -> TrainJob:
+    cfg = compose_train_config(
         [
             "experiment=test_tiny",
             f"data.root={data_root}",
@@ -125,6 +125,7 @@ def tiny(tmp_path: Path, data_root: Path, *extra: str):
             *extra,
         ]  # fmt: skip
     )
+    return TrainJob.of(cfg)
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contracts.hydra_app import compose_train_config
+from contracts.hydra_app import TrainJob, compose_train_config
 from contracts.metrics_log import read_metrics
 from trm import checkpoint
 from trm.data import DatasetError, build_from_csv, load_split, read_meta, validate_pairs, write_split
@@ -90,7 +90,7 @@ def test_training_on_the_reference_built_directory_trains_and_evaluates(tmp_path
         + ["train.steps=2", "train.eval_interval=2", "train.log_interval=1", "train.global_batch_size=4"]
         + ["train.eval_batch_size=2", "train.eval_examples=null", "train.precision=fp32", "train.progress=false"]
     )
-    summary = run(cfg)
+    summary = run(TrainJob.of(cfg))
     assert summary["outcome"] == "COMPLETE" and summary["steps"] == 2
     records = read_metrics(tmp_path)
     assert [r["step"] for r in records if "train/lm_loss" in r] == [1, 2]

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 from lion_pytorch import Lion
-from omegaconf import OmegaConf
 
-from contracts.hydra_app import compose_train_config
+from contracts.train_config import CurriculumConfig, HaltingConfig
+from tests.config_blocks import block
 from trm import xla_optim
 from trm.adam_atan2 import AdamAtan2, device_scalars
 from trm.model import ACTModel, TRMConfig
@@ -17,9 +17,9 @@ from trm.optim import SignSGD, build_ema, build_optimizers, lr_multiplier, set_l
 from trm.schedules import curriculum_stage, exploration_at, recursion_at, validate_curriculum
 
 
-def curriculum(**kw):
+def curriculum(**kw) -> CurriculumConfig:
     base = dict(enabled=True, start_H_cycles=1, start_L_cycles=2, end_fraction=0.5, stages=3)
-    return OmegaConf.create({**base, **kw})
+    return CurriculumConfig(**{**base, **kw})  # its schema's checks run here, as TrainJob.of runs them
 
 
 def test_curriculum_values_at_progress() -> None:
@@ -52,13 +52,9 @@ def test_invalid_curriculum_names_the_key() -> None:
 
 
 def test_exploration_schedule() -> None:
-    fixed = OmegaConf.create(
-        dict(exploration_prob=0.1, adaptive=False, final_exploration_prob=0.0, decay_end_fraction=1.0)
-    )
+    fixed = HaltingConfig(exploration_prob=0.1, adaptive=False, final_exploration_prob=0.0, decay_end_fraction=1.0)
     assert exploration_at(0.0, fixed) == exploration_at(0.9, fixed) == pytest.approx(0.1)
-    adaptive = OmegaConf.create(
-        dict(exploration_prob=0.5, adaptive=True, final_exploration_prob=0.1, decay_end_fraction=0.8)
-    )
+    adaptive = HaltingConfig(exploration_prob=0.5, adaptive=True, final_exploration_prob=0.1, decay_end_fraction=0.8)
     assert exploration_at(0.0, adaptive) == pytest.approx(0.5)
     assert exploration_at(0.4, adaptive) == pytest.approx(0.3)
     assert exploration_at(0.8, adaptive) == pytest.approx(0.1)
@@ -90,15 +86,15 @@ def test_lr_schedule_is_not_one_step_behind_the_reference() -> None:
 
 @pytest.mark.parametrize("name,cls", [("adam_atan2", AdamAtan2), ("adamw", torch.optim.AdamW), ("lion", Lion)])
 def test_each_optimizer_config_builds(name: str, cls: type) -> None:
-    cfg = compose_train_config([f"optim={name}", "experiment=paper_sudoku", "data.path=unused"])
+    optim = block("optim", f"optim={name}", "experiment=paper_sudoku", "data.path=unused")
     model = ACTModel(
         TRMConfig(hidden_size=16, num_heads=2, expansion=2, L_layers=1, H_cycles=1, L_cycles=1, puzzle_emb_len=1)
     )
-    main, emb = build_optimizers(model, cfg.optim)
+    main, emb = build_optimizers(model, optim)
     assert isinstance(main, cls) and isinstance(emb, SignSGD)
-    assert main.param_groups[0]["weight_decay"] == cfg.optim.weight_decay
+    assert main.param_groups[0]["weight_decay"] == optim.weight_decay
     set_lr([main, emb], 0.5)
-    assert main.param_groups[0]["lr"] == pytest.approx(cfg.optim.lr * 0.5)
+    assert main.param_groups[0]["lr"] == pytest.approx(optim.lr * 0.5)
     emb_params = {id(p) for p in emb.param_groups[0]["params"]}
     assert emb_params == {id(model.inner.puzzle_emb.weight)}
 

@@ -14,7 +14,7 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from contracts.hydra_app import compose_train_config
+from contracts.hydra_app import TrainJob, compose_train_config
 from contracts.wandb_runs import (
     DEFAULT_HOST,
     api_key_found,
@@ -233,7 +233,7 @@ def test_tracking_failure_is_one_warning_and_a_no_op(
     monkeypatch.setattr(tracking, "_warned", False)
     # wandb itself rejects the console setting: init fails, training goes on untracked
     cfg = compose_train_config([f"out_dir={tmp_path}", "wandb.console=bogus"])
-    tracker = make_tracker(cfg, is_main=True, extra={"params": 1})
+    tracker = make_tracker(TrainJob.of(cfg), is_main=True, extra={"params": 1})
     assert type(tracker) is Tracker
     tracker.log(5, {"train/lm_loss": 1.0})
     tracker.close({"outcome": "COMPLETE"})
@@ -241,9 +241,13 @@ def test_tracking_failure_is_one_warning_and_a_no_op(
     assert err.count("warning: W&B tracking is off") == 1 and "console" in err
     assert not find_runs(tmp_path)
     # Not rank 0, or disabled: no run either, and no warning
-    assert type(make_tracker(compose_train_config([f"out_dir={tmp_path}"]), is_main=False)) is Tracker
+    assert type(make_tracker(TrainJob.of(compose_train_config([f"out_dir={tmp_path}"])), is_main=False)) is Tracker
     assert (
-        type(make_tracker(compose_train_config([f"out_dir={tmp_path}", "wandb.enabled=false"]), is_main=True))
+        type(
+            make_tracker(
+                TrainJob.of(compose_train_config([f"out_dir={tmp_path}", "wandb.enabled=false"])), is_main=True
+            )
+        )
         is Tracker
     )
     assert capsys.readouterr().err == "" and not find_runs(tmp_path)
@@ -254,7 +258,7 @@ def test_a_retry_logs_only_the_steps_its_chain_has_not(tmp_path: Path, offline_e
     """Offline, every job of a retry chain writes its own file of the chain's run, and `wandb sync` uploads them
     one after another: the steps a retry repeats after its checkpoint would be in the run twice."""
     cfg = compose_train_config([f"out_dir={tmp_path}", "wandb.run_id=abc-t0-s0", "wandb.logged_through_step=20"])
-    tracker = make_tracker(cfg, is_main=True)
+    tracker = make_tracker(TrainJob.of(cfg), is_main=True)
     for step in (10, 20, 30):
         tracker.log(step, {"train/lm_loss": float(step)})
     tracker.close({"outcome": "COMPLETE", "steps": 30, "best_step": None, "final": {}})
@@ -264,7 +268,7 @@ def test_a_retry_logs_only_the_steps_its_chain_has_not(tmp_path: Path, offline_e
 @pytest.mark.slow
 def test_a_failing_run_is_recorded_as_fail(tmp_path: Path, offline_env: None) -> None:
     cfg = compose_train_config([f"out_dir={tmp_path}", "wandb.project=p-fail", "wandb.tags=[extra]"])
-    tracker = make_tracker(cfg, is_main=True, extra={"params": 7})
+    tracker = make_tracker(TrainJob.of(cfg), is_main=True, extra={"params": 7})
     assert isinstance(tracker, WandbTracker)
     tracker.log(3, {"train/lm_loss": 2.5, "train/lr": 0.1})
     tracker.close(
@@ -378,7 +382,7 @@ def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: No
     run_id = trial_run_id("0123456789abcdef", 5, 0)
     cfg = compose_train_config([f"out_dir={tmp_path / 'job'}", f"wandb.run_id={run_id}"])
     for step, outcome in ((10, "PREEMPTED"), (20, "COMPLETE")):
-        tracker = make_tracker(cfg, is_main=True, extra={"params": 1})
+        tracker = make_tracker(TrainJob.of(cfg), is_main=True, extra={"params": 1})
         assert isinstance(tracker, WandbTracker)
         tracker.log(step, {"train/lm_loss": 1.0 / step})
         tracker.close({"outcome": outcome, "steps": step})
@@ -390,7 +394,7 @@ def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: No
     # Without an id W&B draws a new one each time: two runs.
     plain = compose_train_config([f"out_dir={tmp_path / 'plain'}"])
     for _ in range(2):
-        make_tracker(plain, is_main=True).close({"outcome": "COMPLETE"})
+        make_tracker(TrainJob.of(plain), is_main=True).close({"outcome": "COMPLETE"})
     plain_ids = [read_offline_run(p).run_id for p in find_runs(tmp_path / "plain")]
     assert len(set(plain_ids)) == 2 and run_id not in plain_ids
 

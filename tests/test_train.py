@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from contracts.hydra_app import compose_train_config
+from contracts.hydra_app import TrainJob, compose_train_config
 from contracts.metrics_log import read_metrics
 from trm import checkpoint
 from trm.data.format import DatasetError
@@ -26,8 +26,9 @@ FAST = [
 ]
 
 
-def config(tmp_path: Path, data_root: Path, *extra: str):
-    return compose_train_config([*FAST, f"data.root={data_root}", f"out_dir={tmp_path}", *extra])
+def config(tmp_path: Path, data_root: Path, *extra: str) -> TrainJob:
+    """The job `python -m trm.train <FAST> <extra>` would run, writing to `tmp_path`."""
+    return TrainJob.of(compose_train_config([*FAST, f"data.root={data_root}", f"out_dir={tmp_path}", *extra]))
 
 
 def train_losses(records: list[dict]) -> dict[int, float]:
@@ -120,14 +121,14 @@ def test_a_checkpoint_without_identity_is_refused(tmp_path: Path, data_root: Pat
 def test_batch_not_divisible_by_world_size_is_rejected(tmp_path: Path, data_root: Path) -> None:
     cfg = config(tmp_path, data_root, "train.global_batch_size=10")
     with pytest.raises(ValueError, match=r"train.global_batch_size=10 is not divisible by the world size 4"):
-        check_batch(cfg, Runtime(world_size=4))
+        check_batch(cfg.app.train, Runtime(world_size=4))
 
 
 def test_missing_dataset_names_the_path(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-dataset"
     cfg = compose_train_config(["data=sudoku_extreme", f"data.path={missing}", f"out_dir={tmp_path}"])
     with pytest.raises(DatasetError, match=str(missing)):
-        run(cfg)
+        run(TrainJob.of(cfg))
 
 
 @pytest.mark.slow

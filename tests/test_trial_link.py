@@ -8,7 +8,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from contracts.hydra_app import compose_train_config
+from contracts.hydra_app import TrainJob, compose_train_config
 from storage import StorageUnavailableError, open_storage
 from storage.record import OBJECTIVE_ATTR, PROGRESS_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
 from trm.trial_link import RetryPolicy, TrialLink, TrialLinkError, link_from_config, retry
@@ -81,9 +81,10 @@ def test_the_job_links_with_its_configs_retry_and_engine_settings(pg_url: str) -
             f"sweep.storage={pg_url}",
             "sweep.report_retry.attempts=3",
             "sweep.storage_engine.pool_size=1",
+            "out_dir=unused",  # Hydra's run directory otherwise
         ]
     )
-    link = link_from_config(cfg)
+    link = link_from_config(TrainJob.of(cfg).app.sweep)
     assert link is not None and link.retry_policy == RetryPolicy(attempts=3)
     assert link.storage.engine.pool.size() == 1  # a QueuePool on PostgreSQL
     assert link.report(10, METRICS) == "continue"

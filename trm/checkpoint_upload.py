@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from trm import checkpoint
 
@@ -37,7 +37,7 @@ class CheckpointSettings(Protocol):
     """The `checkpoint` block of the training config (contracts/train_config.py CheckpointConfig) a save reads."""
 
     url: str
-    staging: str
+    staging: Literal["auto", "always", "never"]
     local_dir: str
     upload_wait_s: float
 

@@ -8,32 +8,43 @@ FLOPs come from trm/flops.py (torch's FlopCounterMode on one supervision step fo
 from __future__ import annotations
 
 import sys
+from typing import Any, cast
 
-from omegaconf import DictConfig
+from omegaconf import OmegaConf
 
 from contracts.hydra_app import compose_train_config, run_app, to_dict, train_group_lines
 from contracts.model_info import BATCH_FLAG, ModelInfo, read_request
+from contracts.train_config import TrainLoop
 from trm.flops import flops_per_sample_step
 from trm.model import ACTModel, TRMConfig, count_params
 
 
-def arch_config(cfg: DictConfig) -> TRMConfig:
-    return TRMConfig.from_dict(to_dict(cfg.arch))
+def arch_config(arch: dict[str, Any]) -> TRMConfig:
+    """The `arch` block as the model's config, with the Sudoku dataset's sizes (TRMConfig's defaults)."""
+    return TRMConfig.from_dict(arch)
 
 
-def describe(cfg: DictConfig) -> ModelInfo:
-    arch = arch_config(cfg)
+def describe(arch_block: dict[str, Any], train: TrainLoop) -> ModelInfo:
+    """Size, FLOPs and run length of the model `arch_block` describes, trained as `train` says."""
+    arch = arch_config(arch_block)
     counts = count_params(ACTModel(arch))
     return ModelInfo(
-        arch=to_dict(cfg.arch),
+        arch=arch_block,
         params=counts["params"],
         puzzle_emb_params=counts["puzzle_emb_params"],
         flops_per_sample_step=flops_per_sample_step(arch),
         seq_len=arch.total_len,
-        global_batch_size=int(cfg.train.global_batch_size),
-        train_steps=int(cfg.train.steps),
+        global_batch_size=train.global_batch_size,
+        train_steps=train.steps,
         halt_max_steps=arch.halt_max_steps,
     )
+
+
+def info_line(overrides: list[str]) -> str:
+    """The ModelInfo line of the training config `overrides` compose. Only the two blocks it reads are typed: the
+    rest (`out_dir`: Hydra's run directory; a data path still `???`) says nothing about the model."""
+    cfg = compose_train_config(overrides)
+    return describe(to_dict(cfg.arch), cast(TrainLoop, OmegaConf.to_object(cfg.train))).line()
 
 
 def help_text() -> str:
@@ -52,9 +63,9 @@ def main(argv: list[str] | None = None) -> None:
     if args == [BATCH_FLAG]:  # one request per stdin line, one ModelInfo line out for each
         for line in sys.stdin:  # (the sweep's dry run prices every trial with one interpreter and one torch import)
             if line.strip():
-                print(describe(compose_train_config(read_request(line))).line(), flush=True)
+                print(info_line(read_request(line)), flush=True)
         return
-    print(describe(compose_train_config(args)).line())
+    print(info_line(args))
 
 
 if __name__ == "__main__":

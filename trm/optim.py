@@ -17,10 +17,10 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+from contracts.train_config import AdamWConfig, OptimConfig
 from trm.adam_atan2 import AdamAtan2, graph_scalars
 from trm.xla_optim import AdamW, Lion
 
-OPTIMIZERS = ("adam_atan2", "adamw", "lion")
 PUZZLE_EMB = "puzzle_emb"  # parameters with this in their name: SignSGD, and no EMA
 
 
@@ -65,30 +65,33 @@ class SignSGD(Optimizer):
         return loss
 
 
-def build_optimizers(model: nn.Module, optim_cfg: Any) -> list[Optimizer]:
+def build_optimizers(model: nn.Module, optim_cfg: OptimConfig) -> list[Optimizer]:
     """The dense optimizer (first) and SignSGD over the puzzle embedding. `optim_cfg`'s values are checked by its
-    schema (contracts/train_config.py OptimConfig)."""
+    schema (contracts/train_config.py OptimConfig; `optim.name`'s Literal names the three)."""
     name = optim_cfg.name
     dense = [p for n, p in model.named_parameters() if not is_puzzle_emb(n)]
     emb = [p for n, p in model.named_parameters() if is_puzzle_emb(n)]
-    lr, wd, betas = float(optim_cfg.lr), float(optim_cfg.weight_decay), tuple(optim_cfg.betas)
+    lr, wd, (beta1, beta2) = optim_cfg.lr, optim_cfg.weight_decay, optim_cfg.betas  # two: the schema's check
     if name == "adam_atan2":
-        main: Optimizer = AdamAtan2(dense, lr=lr, betas=(float(betas[0]), float(betas[1])), weight_decay=wd)
+        main: Optimizer = AdamAtan2(dense, lr=lr, betas=(beta1, beta2), weight_decay=wd)
     elif name == "adamw":
-        main = AdamW(dense, lr=lr, betas=betas, weight_decay=wd, eps=float(optim_cfg.eps))
-    elif name == "lion":
-        main = Lion(dense, lr=lr, betas=betas, weight_decay=wd)
-    else:
-        raise ValueError(f"optim.name={name!r}: expected one of {list(OPTIMIZERS)}")
+        main = AdamW(dense, lr=lr, betas=(beta1, beta2), weight_decay=wd, eps=_adamw_eps(optim_cfg))
+    else:  # "lion"
+        main = Lion(dense, lr=lr, betas=(beta1, beta2), weight_decay=wd)
     optimizers = [main]
     if emb:
-        optimizers.append(
-            SignSGD(emb, lr=float(optim_cfg.puzzle_emb_lr), weight_decay=float(optim_cfg.puzzle_emb_weight_decay))
-        )
+        optimizers.append(SignSGD(emb, lr=optim_cfg.puzzle_emb_lr, weight_decay=optim_cfg.puzzle_emb_weight_decay))
     for opt in optimizers:
         for group in opt.param_groups:
             group["base_lr"] = group["lr"]
     return optimizers
+
+
+def _adamw_eps(optim_cfg: OptimConfig) -> float:
+    """AdamW's eps: a key of optim=adamw's schema only, so `optim.name=adamw` on another option has none."""
+    if not isinstance(optim_cfg, AdamWConfig):
+        raise ValueError("optim.name=adamw: its eps is optim=adamw's key; choose the option (optim=adamw)")
+    return optim_cfg.eps
 
 
 def lr_multiplier(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:

@@ -69,6 +69,6 @@ class StepProfiler:
         return session
 
 
-def profile_window(steps: Any) -> tuple[int, int] | None:
+def profile_window(steps: list[int] | None) -> tuple[int, int] | None:
     """`train.profile_steps` (checked by the schema: two steps, 1 <= a <= b) as a window, or None."""
-    return None if steps is None else (int(steps[0]), int(steps[1]))
+    return None if steps is None else (steps[0], steps[1])

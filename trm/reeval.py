@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 from typing import cast
 
-from omegaconf import DictConfig
-
 from contracts.eval_noise import binomial_stderr
-from contracts.hydra_app import to_dict
+from contracts.hydra_app import TrainJob
 from contracts.metric_names import HALTED_EXAMPLES, MAXIMIZED
+from contracts.train_config import SweepLink
 from storage import engine_settings, open_storage
 from storage.record import STUDY_UID_ATTR, Reeval, reeval_attr
 from trm import checkpoint
 from trm.data.loader import eval_batches
 from trm.fingerprint import training_identity
-from trm.job_inputs import check_batch, load_data
+from trm.job_inputs import check_batch, load_data, out_dir
 from trm.model import ACTModel, TRMConfig
 from trm.optim import build_ema
 from trm.precision import device_facts, resolve_precision
@@ -34,38 +32,41 @@ from trm.runtime import init_runtime
 from trm.runtime.base import Runtime
 from trm.schedules import recursion_at
 from trm.step import evaluate
-from trm.trial_link import RetryPolicy, TrialLinkError, retry
+from trm.trial_link import TrialLinkError, retry
 
 SHARES = tuple(f"eval/{name}" for name in MAXIMIZED)  # metrics that are a share of puzzles (or cells) right
 
 
-def run(cfg: DictConfig) -> Reeval:
+def run(job: TrainJob) -> Reeval:
     """Evaluate `checkpoint.url`/`reeval.checkpoint` on `reeval.examples` test puzzles (every rank takes part)."""
+    cfg = job.app
     runtime = init_runtime(cfg.runtime)
     clean = False
     try:
-        record = _evaluate(cfg, runtime)
+        record = _evaluate(job, runtime)
         if runtime.is_main:
             print(json.dumps({"event": "reeval", **record.as_dict()}), flush=True)
-            Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
-            (Path(cfg.out_dir) / "reeval.json").write_text(json.dumps(record.as_dict()))
+            out_dir(cfg).mkdir(parents=True, exist_ok=True)
+            (out_dir(cfg) / "reeval.json").write_text(json.dumps(record.as_dict()))
             if cfg.sweep.study is not None:
-                store(cfg, record)
+                store(cfg.sweep, record)
         clean = True
         return record
     finally:
         runtime.close(clean)
 
 
-def _evaluate(cfg: DictConfig, runtime: Runtime) -> Reeval:
+def _evaluate(job: TrainJob, runtime: Runtime) -> Reeval:
+    """The checkpoint's eval on this rank's share: the model, data and recursion its training used."""
+    cfg = job.app
     train = cfg.train
-    check_batch(cfg, runtime)
-    chosen = resolve_precision(train.precision, device_facts(runtime.device), train.get("bf16_mode", "bf16"))
-    _, test_arrays, train_meta, _ = load_data(cfg)
-    arch = TRMConfig.from_dict(to_dict(cfg.arch), **train_meta.arch_fields())
+    check_batch(train, runtime)
+    chosen = resolve_precision(train.precision, device_facts(runtime.device), train.bf16_mode)
+    _, test_arrays, train_meta, _ = load_data(cfg.data)
+    arch = TRMConfig.from_dict(cfg.arch, **train_meta.arch_fields())
     model = ACTModel(arch).to(runtime.device)
     ema = build_ema(model, cfg.optim.ema_decay) if train.ema else None
-    url, name = str(cfg.checkpoint.url), str(cfg.reeval.checkpoint)
+    url, name = cfg.checkpoint.url, cfg.reeval.checkpoint
     where = f"{url.rstrip('/')}/{name}"
     saved, failure = None, None
     if runtime.is_main:  # rank 0 alone may see the path: it reads and hands the checkpoint to every rank
@@ -78,7 +79,7 @@ def _evaluate(cfg: DictConfig, runtime: Runtime) -> Reeval:
     saved, failure = runtime.broadcast_object((saved, failure))
     if failure is not None:
         raise failure
-    identity = {"config": training_identity(cfg, chosen.mode), "data": train_meta.fingerprint}
+    identity = {"config": training_identity(job.written, chosen.mode), "data": train_meta.fingerprint}
     checkpoint.check_identity(saved, identity, where)
     model.load_state_dict(saved["model"])
     if ema is not None and saved.get("ema") is not None:
@@ -86,21 +87,15 @@ def _evaluate(cfg: DictConfig, runtime: Runtime) -> Reeval:
     eval_model = cast(ACTModel, ema.module) if (ema is not None and train.eval_with_ema) else model
     step = int(saved["step"])
     # The recursion the trial's eval at this step used: the loop's progress before its last step.
-    cycles = recursion_at((step - 1) / int(train.steps), cfg.curriculum, arch.H_cycles, arch.L_cycles)
-    examples = cfg.reeval.examples
-    batches = eval_batches(
-        test_arrays,
-        train.eval_batch_size // runtime.world_size,
-        runtime.rank,
-        runtime.world_size,
-        None if examples is None else int(examples),
-    )
+    cycles = recursion_at((step - 1) / train.steps, cfg.curriculum, arch.H_cycles, arch.L_cycles)
+    share = train.eval_batch_size // runtime.world_size
+    batches = eval_batches(test_arrays, share, runtime.rank, runtime.world_size, cfg.reeval.examples)
     metrics = evaluate(eval_model, batches, runtime, cycles, precision=chosen.mode, loss=train.loss)
-    objective = str(train.objective)
+    objective = train.objective
     counted = int(metrics[f"eval/{HALTED_EXAMPLES}"])
     value = float(metrics[objective])
     return Reeval(
-        trial=int(cfg.sweep.trial_number) if cfg.sweep.trial_number is not None else -1,
+        trial=cfg.sweep.trial_number if cfg.sweep.trial_number is not None else -1,
         metric=objective,
         value=value,
         stderr=binomial_stderr(value, counted) if objective in SHARES else None,
@@ -110,15 +105,14 @@ def _evaluate(cfg: DictConfig, runtime: Runtime) -> Reeval:
     )
 
 
-def store(cfg: DictConfig, record: Reeval) -> None:
+def store(sweep: SweepLink, record: Reeval) -> None:
     """Store `record` on the sweep's study (retried through a database outage), refusing a study of the same name
     that is not the one whose trial trained the checkpoint (another uid)."""
-    sweep = cfg.sweep
-    policy = RetryPolicy.from_config(sweep.get("report_retry"))
-    engine = engine_settings(sweep.get("storage_engine"), "sweep.storage_engine")
+    policy = sweep.report_retry
+    engine = engine_settings(sweep.storage_engine, "sweep.storage_engine")
     storage = retry(
         functools.partial(
-            open_storage, str(sweep.storage), password_env=sweep.get("password_env"), create_schema=False, **engine
+            open_storage, str(sweep.storage), password_env=sweep.password_env, create_schema=False, **engine
         ),
         "opening the study storage",
         policy,

@@ -9,20 +9,18 @@ linearly from its initial value to a final value; it is a tensor input of the st
 from __future__ import annotations
 
 import math
-from typing import Any
 
-from contracts.schema_checks import build
-from contracts.train_config import CurriculumConfig
+from contracts.train_config import CurriculumConfig, HaltingConfig
 
 
-def curriculum_stage(progress: float, cfg: Any) -> int:
+def curriculum_stage(progress: float, cfg: CurriculumConfig) -> int:
     """Index of the curriculum level in use at `progress` (0 .. stages-1)."""
     if not cfg.enabled:
         return 0
     return int(min(cfg.stages - 1, math.floor(progress / cfg.end_fraction * (cfg.stages - 1))))
 
 
-def recursion_at(progress: float, cfg: Any, h_final: int, l_final: int) -> tuple[int, int]:
+def recursion_at(progress: float, cfg: CurriculumConfig, h_final: int, l_final: int) -> tuple[int, int]:
     """(H_cycles, L_cycles) to use at `progress`; the arch values once the curriculum is over."""
     if not cfg.enabled:
         return h_final, l_final
@@ -33,18 +31,17 @@ def recursion_at(progress: float, cfg: Any, h_final: int, l_final: int) -> tuple
     return h, l_cycles
 
 
-def exploration_at(progress: float, cfg: Any) -> float:
+def exploration_at(progress: float, cfg: HaltingConfig) -> float:
     """Probability of forcing a random minimum number of ACT steps at `progress`."""
     if not cfg.adaptive:
-        return float(cfg.exploration_prob)
+        return cfg.exploration_prob
     frac = min(1.0, progress / cfg.decay_end_fraction) if cfg.decay_end_fraction > 0 else 1.0
-    return float(cfg.exploration_prob + (cfg.final_exploration_prob - cfg.exploration_prob) * frac)
+    return cfg.exploration_prob + (cfg.final_exploration_prob - cfg.exploration_prob) * frac
 
 
-def validate_curriculum(cfg: Any, h_final: int, l_final: int) -> None:
+def validate_curriculum(curriculum: CurriculumConfig, h_final: int, l_final: int) -> None:
     """Fail before training on a curriculum that cannot grow to the arch values: its own ranges are its schema's
     (contracts/train_config.py CurriculumConfig), the start values must not exceed the arch's."""
-    curriculum = build(CurriculumConfig, cfg, "curriculum")
     if not curriculum.enabled:
         return
     for key, start, final in (

@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
-
+from contracts.hydra_app import TrainJob
 from contracts.wandb_runs import default_project, finish_run, resolve_mode, run_settings
 from trm.wandb_run_config import run_identity, run_summary, run_tags, safe_config, trial_record
 
@@ -90,28 +89,29 @@ class WandbTracker(Tracker):
 
 
 def make_tracker(
-    cfg: DictConfig, is_main: bool, extra: dict[str, Any] | None = None, precision: Precision | None = None
+    job: TrainJob, is_main: bool, extra: dict[str, Any] | None = None, precision: Precision | None = None
 ) -> Tracker:
     """The tracker for this process: a W&B run on rank 0 when enabled in config, else a no-op. `precision`: what
-    `train.precision` resolved to (the run's config shows that mode, not `auto`, and the reason beside it)."""
+    `train.precision` resolved to (the run's config shows that mode, not `auto`, and the reason beside it).
+    `wandb` is a dict (contracts/train_config.py TrainApp): its keys are conf/wandb/default.yaml's and
+    conf/train.yaml's, read as they are."""
     if not is_main:
         return Tracker()  # other ranks never import wandb, let alone create a run
-    wcfg = cfg.get("wandb")
-    if wcfg is None or not wcfg.get("enabled", True):
+    cfg, wcfg = job.app, job.app.wandb
+    if not wcfg["enabled"]:
         return Tracker()
     try:
-        mode = resolve_mode(wcfg.get("mode"))
+        mode = resolve_mode(wcfg["mode"])
     except ValueError as err:
         warn(str(err))
         return Tracker()
     if mode == "disabled":
         return Tracker()
-    sweep = cfg.get("sweep") or {}
     params: dict[str, Any] = {}
     study_attrs: dict[str, Any] = {}
-    if sweep.get("study") is not None and sweep.get("storage"):
+    if cfg.sweep.study is not None and cfg.sweep.storage:
         try:
-            params, study_attrs = trial_record(cfg)
+            params, study_attrs = trial_record(cfg.sweep)
         except Exception as err:  # noqa: BLE001 - the run is still worth having without them
             print(
                 f"warning: W&B run without trial parameters (cannot read the trial: {type(err).__name__}: {err})",
@@ -121,23 +121,23 @@ def make_tracker(
     try:
         import wandb
 
-        run_dir = Path(str(wcfg.get("dir") or cfg.out_dir)).resolve()
+        run_dir = Path(str(wcfg["dir"] or cfg.out_dir)).resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
-        config = safe_config(cfg)
+        config = safe_config(job.written)
         if precision is not None and isinstance(config.get("train"), dict):
             config["train"].update(precision=precision.mode, precision_reason=precision.reason)
         config["trial_params"] = params
         config["model"] = dict(extra or {})
         settings = run_settings(
-            init_timeout_s=wcfg.init_timeout_s,  # conf/wandb/default.yaml
-            finish_timeout_s=wcfg.finish_timeout_s,
-            console=str(wcfg.get("console") or "off"),
-            system_metrics=bool(wcfg.get("system_metrics", False)),
+            init_timeout_s=wcfg["init_timeout_s"],  # conf/wandb/default.yaml
+            finish_timeout_s=wcfg["finish_timeout_s"],
+            console=wcfg["console"],  # conf/train.yaml
+            system_metrics=wcfg["system_metrics"],
         )
-        run_id = wcfg.get("run_id")
+        run_id = wcfg["run_id"]
         run = wandb.init(
-            project=str(wcfg.get("project") or default_project()),
-            entity=wcfg.get("entity"),
+            project=str(wcfg["project"] or default_project()),
+            entity=wcfg["entity"],
             id=str(run_id) if run_id else None,
             resume="allow" if run_id else None,  # the same id continues that run (offline: docs/usage.md, W&B)
             dir=str(run_dir),
@@ -151,4 +151,4 @@ def make_tracker(
     except Exception as err:  # noqa: BLE001 - ImportError, bad settings, a stuck service: train untracked
         warn(f"{type(err).__name__}: {err}")
         return Tracker()
-    return WandbTracker(run, wcfg.get("logged_through_step"))
+    return WandbTracker(run, wcfg["logged_through_step"])

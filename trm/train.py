@@ -16,7 +16,6 @@ import logging
 import math
 import os
 import sys
-from pathlib import Path
 from typing import Any, cast
 
 import hydra
@@ -25,11 +24,13 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from contracts import train_config
-from contracts.hydra_app import CONFIG_PATH, HYDRA_CALLBACKS, run_app
+from contracts.hydra_app import CONFIG_PATH, HYDRA_CALLBACKS, TrainJob, run_app
 from contracts.metrics_log import open_metrics
+from contracts.train_config import TrainApp
 from trm import writer_lock
 from trm.checkpoint import check_url
 from trm.clock import PhaseClock
+from trm.job_inputs import out_dir as job_out_dir
 from trm.losses import normalize_metrics
 from trm.memory import peak_memory_mb
 from trm.model import ACTModel
@@ -51,16 +52,17 @@ from trm.trial_link import link_from_config
 train_config.register()  # conf/train.yaml's schema (contracts/train_config.py), before hydra.main composes it
 
 
-def run(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
+def run(job: TrainJob, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train to the end, to a pruning verdict, or to an error; return the summary (rank 0's is complete)."""
+    cfg = job.app
     check_url(cfg.checkpoint.url)  # a gs:// without gcsfs: refused before the runtime starts, not at the first save
     runtime = init_runtime(cfg.runtime)
     clean = False
     try:
         if reporter is None and runtime.is_main:
-            reporter = link_from_config(cfg)
+            reporter = link_from_config(cfg.sweep)
         with writer_lock.held(cfg.checkpoint.url, cfg.checkpoint.lock_wait_s, runtime.is_main):  # one writer
-            summary = train_loop(setup(cfg, runtime), reporter)
+            summary = train_loop(setup(job, runtime), reporter)
         clean = True
         return summary
     except BaseException as err:
@@ -79,12 +81,12 @@ def train_loop(t: Trainer, reporter: Reporter | None) -> dict[str, Any]:
     """Train from `t.state.step` to the end, to a stop or to an error; the run's summary, recorded (metrics.jsonl,
     summary.json, the tracker, rank 0's reporter) however it ended. `run` records a failure raised here."""
     cfg, runtime, state, train = t.cfg, t.runtime, t.state, t.cfg.train
-    is_main, out_dir, total = runtime.is_main, Path(cfg.out_dir), train.steps
+    is_main, out_dir, total = runtime.is_main, job_out_dir(cfg), train.steps
     metrics_file = open_metrics(out_dir) if is_main else None
     bar = tqdm(
         total=total, initial=state.step, disable=not (is_main and train.progress), desc="train", dynamic_ncols=True
     )
-    log = RunLog(out_dir, metrics_file, make_tracker(cfg, is_main, t.params, t.chosen))
+    log = RunLog(out_dir, metrics_file, make_tracker(t.job, is_main, t.params, t.chosen))
     outcome = Outcome()
     timer = StepTimer()  # steady-state step time, for the trial's `throughput` (trm/throughput.py)
     preemption = PreemptionFlag()
@@ -237,7 +239,7 @@ def train_record(
 
 
 def summarize(
-    cfg: DictConfig,
+    cfg: TrainApp,
     state: TrainState,
     outcome: Outcome,
     clock: PhaseClock,
@@ -275,12 +277,12 @@ def main(cfg: DictConfig) -> float | None:
     """Train; return the run's objective (`train.objective`, best over its evals) and nothing else, so that Hydra's
     own sweepers (hydra-optuna-sweeper: `python -m trm.train -m hydra/sweeper=optuna ...`) can optimize it.
     With reeval.run=true: evaluate the run's checkpoint again instead (trm/reeval.py, which imports this module)."""
-    train_config.check_train_config(cfg)  # the ranges (Hydra checked keys, types and choices as it composed)
-    if cfg.reeval.run:
+    job = TrainJob.of(cfg)  # typed once (the ranges too: Hydra checked keys, types and choices as it composed)
+    if job.app.reeval.run:
         from trm import reeval
 
-        return reeval.run(cfg).value
-    value = run(cfg).get("best_value")
+        return reeval.run(job).value
+    value = run(job).get("best_value")
     return None if value is None else float(value)
 
 

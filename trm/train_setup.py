@@ -11,20 +11,19 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
 
 from contracts.choices import compile_mode
-from contracts.hydra_app import to_dict
+from contracts.hydra_app import TrainJob
+from contracts.train_config import TrainApp
 from trm.checkpointer import Checkpointer
 from trm.clock import PhaseClock
 from trm.compiling import apply_compile
 from trm.data.loader import EvalBatches, TrainLoader, eval_batches
 from trm.fingerprint import code_fingerprint, config_fingerprint, training_identity
 from trm.flops import flops_per_sample_step
-from trm.job_inputs import check_batch, load_data
+from trm.job_inputs import check_batch, load_data, out_dir
 from trm.kernels import apply_kernels, resolve_kernels
 from trm.losses import METRIC_KEYS
 from trm.model import ACTModel, TRMConfig, count_params
@@ -40,7 +39,7 @@ class Trainer:
     """What the loop needs, built once by `setup`: the model, its optimizers, EMA and data position live in `state`,
     which `checkpointer` resumes and saves; `params` holds the counts (rank 0: and FLOPs) the summary reports."""
 
-    cfg: DictConfig
+    job: TrainJob  # the typed config (`cfg`), and as written: the W&B run's config (trm/tracking.py)
     runtime: Runtime
     clock: PhaseClock  # started before the set-up: `run_start`
     arch: TRMConfig
@@ -55,24 +54,30 @@ class Trainer:
     grad_clip: float
     loss_divisor: int  # examples one step's loss sums over
 
+    @property
+    def cfg(self) -> TrainApp:
+        """The run's config, typed."""
+        return self.job.app
 
-def setup(cfg: DictConfig, runtime: Runtime) -> Trainer:
+
+def setup(job: TrainJob, runtime: Runtime) -> Trainer:
     """Data, model, optimizers and the resume, inside a started runtime; rank 0 prints the `start` line."""
     clock = PhaseClock()
     is_main = runtime.is_main
+    cfg = job.app
     train = cfg.train
-    check_batch(cfg, runtime)
+    check_batch(train, runtime)
     # train.precision=auto: bf16 where this device has bf16 units, else fp32 (trm/precision.py); checked by every
     # worker below (they must agree), held by the checkpoint's identity, shown on the start line and the summary.
     facts = device_facts(runtime.device)
-    chosen = resolve_precision(train.precision, facts, train.get("bf16_mode", "bf16"))
+    chosen = resolve_precision(train.precision, facts, train.bf16_mode)
     compiling = compile_mode(train.compile)
     loss_divisor = runtime.loss_divisor(train.global_batch_size)
     torch.manual_seed(cfg.seed)
 
     # -------------------------------------------------------------------- data, model, optimizers
-    train_arrays, test_arrays, train_meta, _ = load_data(cfg)
-    arch = TRMConfig.from_dict(to_dict(cfg.arch), **train_meta.arch_fields())
+    train_arrays, test_arrays, train_meta, _ = load_data(cfg.data)
+    arch = TRMConfig.from_dict(cfg.arch, **train_meta.arch_fields())
     validate_curriculum(cfg.curriculum, arch.H_cycles, arch.L_cycles)
     kernels = resolve_kernels(  # trm/kernels.py
         train.kernels, runtime.device.type, chosen.mode, arch, facts.cuda_capability
@@ -80,7 +85,7 @@ def setup(cfg: DictConfig, runtime: Runtime) -> Trainer:
     check_agreement(
         runtime,
         {
-            "config": config_fingerprint(cfg),
+            "config": config_fingerprint(job.written),
             "code": code_fingerprint(),
             "data": train_meta.fingerprint,
             "precision": chosen.mode,
@@ -104,7 +109,7 @@ def setup(cfg: DictConfig, runtime: Runtime) -> Trainer:
         optimizers,
         ema,
         loader,
-        identity={"config": training_identity(cfg, chosen.mode), "data": train_meta.fingerprint},
+        identity={"config": training_identity(job.written, chosen.mode), "data": train_meta.fingerprint},
         best=Best.start(train.objective_direction),
         train_sums=torch.zeros(len(METRIC_KEYS), device=runtime.device),
     )
@@ -116,7 +121,7 @@ def setup(cfg: DictConfig, runtime: Runtime) -> Trainer:
     params = count_params(model)
     if is_main:  # measured once, for the trial's compute estimate (accuracy vs compute studies)
         params["flops_per_sample_step"] = flops_per_sample_step(arch, arch.H_cycles, arch.L_cycles)
-        Path(cfg.out_dir).mkdir(parents=True, exist_ok=True)
+        out_dir(cfg).mkdir(parents=True, exist_ok=True)
         start = {
             "event": "start",
             "resumed_from": state.step,
@@ -129,7 +134,7 @@ def setup(cfg: DictConfig, runtime: Runtime) -> Trainer:
         }
         print(json.dumps(start), flush=True)
     return Trainer(
-        cfg=cfg,
+        job=job,
         runtime=runtime,
         clock=clock,
         arch=arch,

@@ -19,12 +19,10 @@ from typing import Any, TypeVar
 
 import optuna
 from hydra.utils import instantiate
-from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from contracts.code_version import git_commit
 from contracts.out_of_memory import INFEASIBLE_OOM, out_of_memory
-from contracts.schema_checks import build
 from contracts.train_config import RetryPolicy, SweepLink
 from storage import EngineSettings, StorageError, engine_settings, open_storage
 from storage.record import (
@@ -162,20 +160,18 @@ class TrialLink:
             self._retry(store, f"storing {key}")
 
 
-def link_from_config(cfg: DictConfig) -> TrialLink | None:
+def link_from_config(sweep: SweepLink) -> TrialLink | None:
     """A TrialLink when the run is a sweep trial (sweep.study set), else None. The block's keys, types and ranges
     are its schema's (contracts/train_config.py SweepLink)."""
-    node = cfg.get("sweep")
-    if not node or node.study is None:
+    if sweep.study is None:
         return None
-    sweep = build(SweepLink, node, "sweep")
     if sweep.trial_number is None or sweep.storage is None:
         raise ValueError(
             f"sweep.study={sweep.study!r} needs sweep.trial_number and sweep.storage too "
             f"(got trial_number={sweep.trial_number!r}, storage set: {sweep.storage is not None})"
         )
     return TrialLink(
-        str(sweep.study),
+        sweep.study,
         sweep.trial_number,
         sweep.storage,
         sweep.password_env,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -20,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from contracts.hydra_app import to_dict
 from contracts.overrides import override_values
+from contracts.train_config import SweepLink, TrainApp
 
 MANUAL_GROUP = "manual"
 # Keys of the training summary (trm.train) that go into the W&B run summary.
@@ -44,18 +46,16 @@ class RunIdentity(TypedDict):
     job_type: str
 
 
-def run_identity(cfg: DictConfig) -> RunIdentity:
+def run_identity(cfg: TrainApp) -> RunIdentity:
     """W&B group, name and job type of this job's run."""
-    sweep = cfg.get("sweep") or {}
-    study = sweep.get("study")
+    study = cfg.sweep.study
     if study is None:
-        out_name = Path(str(cfg.get("out_dir") or "run")).name or "run"
+        out_name = Path(cfg.out_dir or "run").name or "run"
         return {"group": MANUAL_GROUP, "name": f"{MANUAL_GROUP}-{out_name}", "job_type": "train"}
-    name = f"{study}-{sweep.get('trial_number')}"
-    seed_index = int(sweep.get("seed_index") or 0)
-    if seed_index:
-        name += f"-seed{seed_index}"
-    return {"group": str(study), "name": name, "job_type": "trial"}
+    name = f"{study}-{cfg.sweep.trial_number}"
+    if cfg.sweep.seed_index:
+        name += f"-seed{cfg.sweep.seed_index}"
+    return {"group": study, "name": name, "job_type": "trial"}
 
 
 def _mask_env(node: Any) -> Any:
@@ -71,9 +71,10 @@ def _mask_env(node: Any) -> Any:
     return node
 
 
-def safe_config(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved training config without secrets: env values masked, storage URL redacted."""
-    masked = OmegaConf.create(_mask_env(to_dict(cfg, resolve=False)))
+def safe_config(written: Mapping[str, Any]) -> dict[str, Any]:
+    """The training config as written (contracts.hydra_app.TrainJob), resolved without secrets: env values masked
+    before resolving, storage URL redacted."""
+    masked = OmegaConf.create(_mask_env(dict(written)))
     resolved: dict[str, Any]
     try:
         resolved = to_dict(masked)
@@ -89,7 +90,8 @@ def safe_config(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _resolve_key(cfg: DictConfig, key: str) -> Any:
-    """One top-level key resolved; what does not resolve is kept as written (an interpolation string)."""
+    """One top-level key of safe_config's masked copy resolved (OmegaConf's interpolations: the one DictConfig
+    here); what does not resolve is kept as written (an interpolation string)."""
     try:
         node = cfg[key]
         return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
@@ -100,7 +102,7 @@ def _resolve_key(cfg: DictConfig, key: str) -> Any:
         return OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else str(node._value())
 
 
-def trial_record(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+def trial_record(sweep: SweepLink) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the trial's sampled parameters, the study's user attributes), read from the study storage.
 
     The driver stores the trial's sampled overrides in its TrialLaunch (storage/trial_record.py), and the
@@ -108,17 +110,18 @@ def trial_record(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     from storage import close_storage, engine_settings, open_storage
     from storage.trial_record import TrialLaunch
 
-    sweep = cfg.sweep
+    if sweep.study is None or sweep.trial_number is None:  # link_from_config refused the job already
+        raise ValueError(f"sweep.study={sweep.study!r}, sweep.trial_number={sweep.trial_number!r}: not a trial")
     # The driver created the schema: no table creation or version check here (storage.open_storage).
     storage = open_storage(
         str(sweep.storage),
-        password_env=sweep.get("password_env"),
+        password_env=sweep.password_env,
         create_schema=False,
-        **engine_settings(sweep.get("storage_engine"), "sweep.storage_engine"),
+        **engine_settings(sweep.storage_engine, "sweep.storage_engine"),
     )
     try:
-        study_id = storage.get_study_id_from_name(str(sweep.study))
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, int(sweep.trial_number))
+        study_id = storage.get_study_id_from_name(sweep.study)
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, sweep.trial_number)
         trial = storage.get_trial(trial_id)
         overrides = TrialLaunch.of(trial.user_attrs).overrides
         if overrides:
@@ -137,16 +140,17 @@ def _short(spec: Any) -> str | None:
     return str(spec).rsplit(".", 1)[-1] if spec else None
 
 
-def run_tags(cfg: DictConfig, study_attrs: dict[str, Any]) -> list[str]:
+def run_tags(cfg: TrainApp, study_attrs: dict[str, Any]) -> list[str]:
+    """The run's tags: the study's, its sampler's, pruner's and launcher's, and `wandb.tags`."""
     tags: list[str] = []
-    study = (cfg.get("sweep") or {}).get("study")
+    study = cfg.sweep.study
     if study is not None:
         tags.append(f"study:{study}")
     for key in ("sampler", "pruner", "launcher"):
         name = _short(study_attrs.get(key))
         if name:
             tags.append(f"{key}:{name}")
-    tags += [str(t) for t in ((cfg.get("wandb") or {}).get("tags") or [])]
+    tags += [str(t) for t in (cfg.wandb.get("tags") or [])]
     return list(dict.fromkeys(t[:64] for t in tags))  # W&B limits tags to 64 characters
 
 

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from contracts.hydra_app import compose_train_config  # noqa: E402
+from tests.config_blocks import block  # noqa: E402
 from trm.model import ACTModel, TRMConfig  # noqa: E402
 from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema  # noqa: E402
 from trm.runtime import init_runtime  # noqa: E402
@@ -93,11 +94,11 @@ def main() -> None:
     args = parser.parse_intermixed_args()
 
     cfg = compose_train_config([*TINY, *args.overrides])
-    runtime = init_runtime(cfg.runtime)
+    runtime = init_runtime(block("runtime", *TINY, *args.overrides))
     arch = TRMConfig.from_dict(dict(cfg.arch), vocab_size=11, seq_len=81, num_puzzle_identifiers=NUM_PUZZLES)
     torch.manual_seed(cfg.seed)
     model = ACTModel(arch).to(runtime.device)
-    optimizers = build_optimizers(model, cfg.optim)
+    optimizers = build_optimizers(model, block("optim", *TINY, *args.overrides))
     ema = build_ema(model, cfg.optim.ema_decay) if args.ema else None
     loss_divisor = runtime.loss_divisor(cfg.train.global_batch_size)
     step_model = runtime.wrap_model(model)

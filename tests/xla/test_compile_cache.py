@@ -20,6 +20,7 @@ import torch
 from _lane import ROOT, WORKER, run_python, xla_env
 from omegaconf import OmegaConf
 
+from tests.config_blocks import runtime_config
 from trm.losses import METRIC_KEYS
 from trm.runtime import compile_cache_dir, init_runtime
 
@@ -142,7 +143,7 @@ def test_another_shape_misses_the_cache(runs: dict) -> None:
 
 @pytest.mark.parametrize("value", ["gs://bucket/xla-cache", "", "  ", 3, ["a"]])
 def test_a_bad_cache_dir_is_refused(value: object, tmp_path: Path) -> None:
-    cfg = OmegaConf.create({"backend": "single", "compile_cache_dir": value})
+    cfg = runtime_config(backend="single", compile_cache_dir=value)
     with pytest.raises(ValueError, match="runtime.compile_cache_dir"):
         compile_cache_dir(cfg, create=True)
     with pytest.raises(ValueError, match="runtime.compile_cache_dir"):
@@ -151,15 +152,15 @@ def test_a_bad_cache_dir_is_refused(value: object, tmp_path: Path) -> None:
 
 def test_the_cache_dir_is_ignored_off_xla_and_made_on_xla(tmp_path: Path) -> None:
     cache = tmp_path / "a" / "cache"
-    runtime = init_runtime(OmegaConf.create({"backend": "single", "compile_cache_dir": str(cache)}))
+    runtime = init_runtime(runtime_config(backend="single", compile_cache_dir=str(cache)))
     assert runtime.backend == "single" and not cache.exists()  # nothing made, no error
-    assert compile_cache_dir(OmegaConf.create({"compile_cache_dir": None}), create=True) is None
-    assert compile_cache_dir(OmegaConf.create({"compile_cache_dir": str(cache)}), create=True) == str(cache)
+    assert compile_cache_dir(runtime_config(compile_cache_dir=None), create=True) is None
+    assert compile_cache_dir(runtime_config(compile_cache_dir=str(cache)), create=True) == str(cache)
     assert cache.is_dir()
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(ValueError, match="cannot create"):
-        compile_cache_dir(OmegaConf.create({"compile_cache_dir": str(blocker / "sub")}), create=True)
+        compile_cache_dir(runtime_config(compile_cache_dir=str(blocker / "sub")), create=True)
 
 
 def test_the_pod_site_sets_a_relative_per_vm_cache_dir() -> None:

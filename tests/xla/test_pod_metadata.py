@@ -6,10 +6,9 @@ metadata server gives, and nothing else of torch_xla is stubbed."""
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
 from torch_xla._internal import tpu
 
-from contracts.hydra_app import compose_train_config
+from tests.config_blocks import runtime_config
 from trm.runtime.base import resolve_control_plane
 
 # A v4-32's metadata as a VM reads it (abridged `tpu-env`: YAML of quoted strings; endpoints: hostname:uid:ip).
@@ -45,8 +44,9 @@ def test_a_vm_without_tpu_worker_id_learns_its_rank_and_worker_0_from_the_metada
     worker: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     asked = canned(monkeypatch, worker, ENDPOINTS)
-    cfg = OmegaConf.merge(compose_train_config([]).runtime, {})
-    plane = resolve_control_plane(cfg, {"PJRT_DEVICE": "TPU"})  # an ssh session's environment: no TPU_WORKER_ID
+    plane = resolve_control_plane(
+        runtime_config(), {"PJRT_DEVICE": "TPU"}
+    )  # an ssh session's environment: no TPU_WORKER_ID
     assert (plane.rank, plane.world_size, plane.master_addr, plane.source) == (worker, 4, "10.130.0.9", "tpu-metadata")
     assert plane.init_method == "tcp://10.130.0.9:12355"
     assert sorted(set(asked)) == ["tpu-env", "worker-network-endpoints"]
@@ -54,13 +54,13 @@ def test_a_vm_without_tpu_worker_id_learns_its_rank_and_worker_0_from_the_metada
 
 def test_a_one_vm_slice_is_one_process_on_localhost(monkeypatch: pytest.MonkeyPatch) -> None:
     canned(monkeypatch, 0, "t1v-n-5f3e2a10-w-0:8432015870473846912:10.130.0.9")
-    plane = resolve_control_plane(compose_train_config([]).runtime, {"PJRT_DEVICE": "TPU"})
+    plane = resolve_control_plane(runtime_config(), {"PJRT_DEVICE": "TPU"})
     assert (plane.rank, plane.world_size, plane.master_addr) == (0, 1, "localhost")
 
 
 def test_config_still_overrides_what_the_metadata_says(monkeypatch: pytest.MonkeyPatch) -> None:
     """runtime.world_size set: the metadata is not asked (a job confined by its launcher knows its world)."""
     asked = canned(monkeypatch, 3, ENDPOINTS)
-    cfg = OmegaConf.merge(compose_train_config([]).runtime, {"rank": 0, "world_size": 1})
+    cfg = runtime_config(rank=0, world_size=1)
     plane = resolve_control_plane(cfg, {"PJRT_DEVICE": "TPU"})
     assert (plane.rank, plane.world_size, plane.source) == (0, 1, "single+config") and asked == []

@@ -9,24 +9,22 @@ from types import SimpleNamespace
 import pytest
 import torch
 from _lane import run_python, xla_env
-from omegaconf import OmegaConf
 
-from contracts.hydra_app import compose_train_config
 from sweeps.slots import LIBTPU_PORTS
+from tests.config_blocks import runtime_config
 from trm.runtime import xla_available
-from trm.runtime.base import DEFAULT_PORT, Runtime, resolve_control_plane
+from trm.runtime.base import Runtime, resolve_control_plane
 
 HOSTS = ",".join(f"t1v-n-0abc-w-{i}" for i in range(8))
 
 
 def runtime_cfg(**overrides):
-    cfg = compose_train_config([]).runtime  # the real `runtime:` block, with its defaults
-    return OmegaConf.merge(cfg, overrides)
+    return runtime_config(**overrides)  # the real `runtime:` block, with its defaults, typed
 
 
 def test_config_declares_the_xla_keys() -> None:
     cfg = runtime_cfg()
-    assert cfg.port == DEFAULT_PORT == 12355
+    assert cfg.port == 12355  # torch_xla's own rendezvous default (docs/pod-unknowns.md)
     assert cfg.port not in LIBTPU_PORTS  # on worker 0 the job's own libtpu holds those
     assert cfg.rank is None and cfg.world_size is None and cfg.master_addr is None and cfg.expected_devices is None
 
@@ -98,12 +96,10 @@ def test_guard_fails_loudly_when_the_xla_world_differs_from_the_launchers() -> N
     script = textwrap.dedent(
         """
         import os
-        from omegaconf import OmegaConf
-        from contracts.hydra_app import compose_train_config
+        from tests.config_blocks import runtime_config
         from trm.runtime import init_runtime
-        base = compose_train_config([]).runtime
         def start(**kw):
-            return init_runtime(OmegaConf.merge(base, {"backend": "xla", **kw}))
+            return init_runtime(runtime_config(backend="xla", **kw))
         for label, kw, env in [
             ("DEVICES", {"expected_devices": 3}, {}),
             ("PROCESSES", {}, {"TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": "localhost,worker-1"}),

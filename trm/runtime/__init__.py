@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any
 
 import torch
 
 from contracts.choices import check_device_choice
+from contracts.train_config import RuntimeConfig
 from trm.devices import resolve_device
-from trm.runtime.base import Runtime, option, resolve_control_plane, start_control_plane, start_data_plane
+from trm.runtime.base import Runtime, resolve_control_plane, start_control_plane, start_data_plane
 
 
 def xla_available() -> bool:
@@ -26,11 +26,11 @@ def xla_available() -> bool:
     return bool(os.environ.get("PJRT_DEVICE")) and importlib.util.find_spec("torch_xla") is not None
 
 
-def compile_cache_dir(cfg: Any, create: bool) -> str | None:
+def compile_cache_dir(cfg: RuntimeConfig, create: bool) -> str | None:
     """`runtime.compile_cache_dir` checked: None (off), or an absolute local path (`~` expanded); with `create`,
     the directory is made and must be writable. A URL or a non-string is refused: XLA's cache is a local
     directory, one per VM."""
-    value = option(cfg, "compile_cache_dir")
+    value = cfg.compile_cache_dir
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
@@ -40,7 +40,7 @@ def compile_cache_dir(cfg: Any, create: bool) -> str | None:
             f"runtime.compile_cache_dir={value!r}: XLA's compilation cache is a local directory on each VM, not a URL"
         )
     path = os.path.abspath(os.path.expanduser(value))
-    subdir = option(cfg, "compile_cache_subdir")
+    subdir = cfg.compile_cache_subdir
     if subdir is not None:  # a slot's own cache (sweeps/slots.py): processes on one VM never share its files
         if not isinstance(subdir, str) or not subdir.strip() or "/" in subdir or subdir in (".", ".."):
             raise ValueError(f"runtime.compile_cache_subdir={subdir!r}: expected one directory name, or null")
@@ -55,21 +55,21 @@ def compile_cache_dir(cfg: Any, create: bool) -> str | None:
     return path
 
 
-def _init_xla(cfg: Any) -> Runtime:
+def _init_xla(cfg: RuntimeConfig) -> Runtime:
     from trm.runtime import xla  # imports torch_xla: only on this path (an optional dependency, not a cycle)
 
     plane = resolve_control_plane(cfg)
     cache = compile_cache_dir(cfg, create=True)
-    runtime = xla.start(plane.rank, plane.world_size, option(cfg, "expected_devices"), cache)
+    runtime = xla.start(plane.rank, plane.world_size, cfg.expected_devices, cache)
     start_control_plane(plane, cfg)
     return runtime
 
 
-def init_runtime(cfg: Any) -> Runtime:
+def init_runtime(cfg: RuntimeConfig) -> Runtime:
     """Pick and start the runtime from config (`runtime.backend`) and the environment (torchrun's vars,
     or the TPU VM's for `xla`)."""
-    backend = cfg.backend  # one of the schema's (contracts/train_config.py RuntimeConfig)
-    device_choice = option(cfg, "device", "auto")
+    backend: str = cfg.backend
+    device_choice = cfg.device
     if backend == "auto" and xla_available():
         backend = "xla"
     if backend == "xla":

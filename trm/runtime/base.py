@@ -17,10 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-# The control plane's rendezvous port on worker 0 (config runtime.port): torch_xla's own rendezvous default
-# (MASTER_PORT 12355 in torch_xla 2.9's _internal/rendezvous.py), outside the ports libtpu takes on a TPU VM
-# (TPU client / mesh controller from 8476, sweeps/slots.py: LIBTPU_PORTS), which the job's own libtpu holds.
-DEFAULT_PORT = 12355
+from contracts.train_config import RuntimeConfig
 
 
 class ControlPlaneError(RuntimeError):
@@ -120,12 +117,6 @@ class Runtime:
             dist.destroy_process_group()
 
 
-def option(cfg: Any, key: str, default: Any = None) -> Any:
-    """`cfg.key`, or `default` when the key is absent or null (older configs lack the newer keys)."""
-    value = getattr(cfg, key, None)
-    return default if value is None else value
-
-
 @dataclass
 class ControlPlane:
     """Who this process is among the job's processes, and where they meet (the gloo rendezvous)."""
@@ -142,7 +133,7 @@ class ControlPlane:
         return "env://" if self.source.startswith("torchrun") else f"tcp://{self.master_addr}:{self.port}"
 
 
-def resolve_control_plane(cfg: Any, env: dict[str, str] | None = None) -> ControlPlane:
+def resolve_control_plane(cfg: RuntimeConfig, env: dict[str, str] | None = None) -> ControlPlane:
     """Rank, world size and rendezvous of the control plane (gloo), for the `torch` and `xla` backends.
 
     Config (`runtime.rank`, `runtime.world_size`, `runtime.master_addr`, `runtime.port`) overrides the
@@ -150,7 +141,7 @@ def resolve_control_plane(cfg: Any, env: dict[str, str] | None = None) -> Contro
     (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES: the rendezvous is the first hostname), else, on a TPU
     (PJRT_DEVICE=TPU) without those vars, torch_xla's metadata helpers; else one process."""
     env = dict(os.environ) if env is None else env
-    port = int(option(cfg, "port", DEFAULT_PORT))
+    port = cfg.port
     if "RANK" in env and "WORLD_SIZE" in env:
         rank, world, addr, source = (
             int(env["RANK"]),
@@ -162,17 +153,17 @@ def resolve_control_plane(cfg: Any, env: dict[str, str] | None = None) -> Contro
     elif "TPU_WORKER_ID" in env and env.get("TPU_WORKER_HOSTNAMES"):
         hosts = [h.strip() for h in env["TPU_WORKER_HOSTNAMES"].split(",") if h.strip()]
         rank, world, addr, source = int(env["TPU_WORKER_ID"]), len(hosts), hosts[0], "tpu-env"
-    elif env.get("PJRT_DEVICE", "").upper() == "TPU" and option(cfg, "world_size") is None:
+    elif env.get("PJRT_DEVICE", "").upper() == "TPU" and cfg.world_size is None:
         from torch_xla._internal import tpu  # queries the TPU VM's metadata server
 
         hosts = tpu.get_worker_ips()
         rank, world, addr, source = int(tpu.worker_id()), len(hosts), hosts[0], "tpu-metadata"
     else:
         rank, world, addr, source = 0, 1, "localhost", "single"
-    overridden = [k for k in ("rank", "world_size", "master_addr") if option(cfg, k) is not None]
-    rank = int(option(cfg, "rank", rank))
-    world = int(option(cfg, "world_size", world))
-    addr = str(option(cfg, "master_addr", addr))
+    overridden = [value for value in (cfg.rank, cfg.world_size, cfg.master_addr) if value is not None]
+    rank = rank if cfg.rank is None else cfg.rank
+    world = world if cfg.world_size is None else cfg.world_size
+    addr = addr if cfg.master_addr is None else cfg.master_addr
     if overridden:
         source += "+config"
     if world < 1 or not 0 <= rank < world:
@@ -180,7 +171,7 @@ def resolve_control_plane(cfg: Any, env: dict[str, str] | None = None) -> Contro
     return ControlPlane(rank=rank, world_size=world, master_addr=addr, port=port, source=source)
 
 
-def start_control_plane(plane: ControlPlane, cfg: Any) -> None:
+def start_control_plane(plane: ControlPlane, cfg: RuntimeConfig) -> None:
     """The gloo group over the job's processes, with a timeout so no rank waits forever on a dead peer."""
     if plane.world_size > 1 and not dist.is_initialized():
         try:
@@ -189,7 +180,7 @@ def start_control_plane(plane: ControlPlane, cfg: Any) -> None:
                 init_method=plane.init_method,
                 rank=plane.rank,
                 world_size=plane.world_size,
-                timeout=datetime.timedelta(seconds=float(cfg.timeout_s)),
+                timeout=datetime.timedelta(seconds=cfg.timeout_s),
             )
         except RuntimeError as err:  # DistNetworkError (port in use), DistStoreError (timeout): both RuntimeErrors
             raise ControlPlaneError(control_plane_failure(plane, err)) from None
@@ -207,7 +198,7 @@ def control_plane_failure(plane: ControlPlane, err: BaseException) -> str:
     )
 
 
-def start_data_plane(device: torch.device, world_size: int, cfg: Any) -> Any:
+def start_data_plane(device: torch.device, world_size: int, cfg: RuntimeConfig) -> Any:
     """The group DDP reduces gradients over: NCCL between GPUs, the control plane's gloo group on CPUs.
 
     The metric sums (GPU tensors) go over it too; the control plane (objects, barriers) stays gloo. Not
@@ -215,7 +206,7 @@ def start_data_plane(device: torch.device, world_size: int, cfg: Any) -> Any:
     several GPU processes has not run in this project's checks."""
     if world_size == 1 or device.type != "cuda":
         return None
-    return dist.new_group(backend="nccl", timeout=datetime.timedelta(seconds=float(cfg.timeout_s)))
+    return dist.new_group(backend="nccl", timeout=datetime.timedelta(seconds=cfg.timeout_s))
 
 
 def check_agreement(runtime: Runtime, fingerprints: dict[str, str]) -> None:
