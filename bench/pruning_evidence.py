@@ -1,4 +1,4 @@
-"""The evidence-checking pruner (sweeps/pruning_evidence.py) replayed on the saved unpruned studies' curves.
+"""The evidence-checking pruner (contracts/pruning_evidence.py) replayed on the saved unpruned studies' curves.
 
     python -m bench.pruning_evidence                     # reads bench/results/pruning_1000steps.json
     python -m bench.pruning_evidence --results other.json --out-name pruning_evidence_other
@@ -30,8 +30,8 @@ import optuna
 from bench._results import RESULTS, run_header, write_results
 from bench.pruning import replay_curves
 from contracts.eval_noise import binomial_stderr
+from contracts.pruning_evidence import EvidencePruner
 from storage.record import PRUNER_EVIDENCE_ATTR
-from sweeps.pruning_evidence import EvidencePruner
 
 OBJECTIVE = "eval/exact_accuracy"
 METRICS = ("eval/exact_accuracy", "eval/blank_accuracy")

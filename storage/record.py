@@ -28,8 +28,11 @@ DRIVERS_ATTR = "drivers"  # how many drivers have opened the study: each gets it
 DEFINITION_ATTR = "definition"
 
 # The pruners config may build, in the driver and in the job (which rebuilds the stored spec): Optuna's, and the
-# wrapper that prunes only where the study's audit trials back a rung (sweeps/pruning_evidence.py).
-PRUNER_TARGETS = ["optuna.pruners.*", "sweeps.pruning_evidence.EvidencePruner"]
+# wrapper that prunes only where the study's audit trials back a rung (contracts/pruning_evidence.py: a layer both
+# the platform and the trainer import).
+PRUNER_TARGETS = ["optuna.pruners.*", "contracts.pruning_evidence.EvidencePruner"]
+# The wrapper's earlier home, as studies stored before it moved name it: read as where it lives now.
+MOVED_PRUNER_TARGETS = {"sweeps.pruning_evidence.EvidencePruner": "contracts.pruning_evidence.EvidencePruner"}
 # What that wrapper measured, rewritten whenever it changes: an EvidenceRecord.
 PRUNER_EVIDENCE_ATTR = "pruner_evidence"
 
@@ -206,4 +209,16 @@ def reevals(study_attrs: Mapping[str, Any]) -> dict[int, Reeval]:
     for key, value in study_attrs.items():
         if key.startswith(REEVAL_ATTR_PREFIX) and (record := Reeval.of(value)) is not None:
             out[record.trial] = record
+    return out
+
+
+def current_pruner_spec(spec: Any) -> Any:
+    """A stored pruner `_target_` dict (a study's PRUNER_ATTR, or the pruner in its definition) with a moved class
+    named where it lives now, in the spec and in a wrapped one; anything else as it is. A copy: the stored value is
+    never changed, and a study recorded before the move is still the same study."""
+    if not isinstance(spec, dict):
+        return spec
+    out = {k: current_pruner_spec(v) if k == "wrapped" else v for k, v in spec.items()}
+    if out.get("_target_") in MOVED_PRUNER_TARGETS:
+        out["_target_"] = MOVED_PRUNER_TARGETS[out["_target_"]]
     return out

@@ -116,9 +116,9 @@ def open_study(
     definition: Mapping[str, Any] | None = None,
 ) -> OpenStudy:
     """Create or load the configured study, check it, record its facts; raise StudyMismatchError (or
-    StudyDefinitionError, against `definition`: sweeps/definition.py) if it differs. `sweep` is what it reads;
-    `cfg`, the same config as composed, is what it builds the sampler and the pruner from (`_target_` nodes,
-    instantiated by Hydra) and records their targets and the launcher's."""
+    StudyDefinitionError, against `definition`: sweeps/definition.py) if it differs. `sweep` is what it reads and
+    what it builds the sampler and the pruner from (`_target_` dicts, instantiated by Hydra); it records their
+    targets and the launcher's."""
     study_cfg, hb = sweep.study, sweep.heartbeat
     storage = open_storage(
         storage_url,

@@ -1,4 +1,4 @@
-"""The evidence-checking pruner (sweeps/pruning_evidence.py) on real Optuna studies in SQLite: it lets the wrapped
+"""The evidence-checking pruner (contracts/pruning_evidence.py) on real Optuna studies in SQLite: it lets the wrapped
 pruner prune only at steps where the audit trials' values rank as their final values do."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from contracts.pruning_evidence import EvidencePruner
 from dashboards.report_page import write_report
 from storage import open_storage
 from storage.heartbeat import retry_callback
@@ -18,7 +19,6 @@ from storage.record import OBJECTIVE_ATTR, PRUNER_ATTR, PRUNER_EVIDENCE_ATTR
 from sweeps.config import compose_sweep_config
 from sweeps.driver import Driver
 from sweeps.optuna_parts import build, pruner_spec
-from sweeps.pruning_evidence import EvidencePruner
 from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from tests.test_sweeps import with_space
@@ -26,7 +26,7 @@ from trm.trial_link import TrialLink
 
 # A median pruner with one start-up trial prunes any trial below the completed trials' median at a step.
 MEDIAN = {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 1, "n_warmup_steps": 0}
-SPEC = {"_target_": "sweeps.pruning_evidence.EvidencePruner", "wrapped": MEDIAN, "audit_first": 4, "min_audit": 4}
+SPEC = {"_target_": "contracts.pruning_evidence.EvidencePruner", "wrapped": MEDIAN, "audit_first": 4, "min_audit": 4}
 
 
 def study_with_audits(
@@ -142,10 +142,44 @@ def test_the_job_builds_the_stored_evidence_pruner_and_prunes_with_it(tmp_path: 
     assert study.user_attrs[PRUNER_EVIDENCE_ATTR]["rungs"]["100"]["on"] is True
 
 
+def test_a_study_stored_before_the_wrapper_moved_is_the_same_study_and_its_jobs_never_load_the_platform(
+    tmp_path: Path,
+) -> None:
+    """The wrapper lived in sweeps/ until it moved to contracts/ (a layer the trainer imports). A study stored with
+    its old name keeps its definition (no StudyDefinitionError on resume), and its jobs build the pruner under the
+    new name: in a fresh interpreter, a job's TrialLink prunes with it and `sweeps` is never imported."""
+    import subprocess
+    import sys
+
+    from storage.record import current_pruner_spec
+    from sweeps.definition import PARTS, study_changes
+
+    old = {**SPEC, "_target_": "sweeps.pruning_evidence.EvidencePruner"}
+    assert current_pruner_spec(old) == SPEC and current_pruner_spec({"wrapped": old})["wrapped"] == SPEC
+    assert old["_target_"] == "sweeps.pruning_evidence.EvidencePruner"  # the stored value is left as it is
+    here = {part: [] for part in PARTS} | {"space": {}, "pruner": SPEC}
+    assert study_changes({**here, "pruner": old}, [], here) == []
+    assert [c.what for c in study_changes({**here, "pruner": {**old, "min_audit": 5}}, [], here)] == ["pruner"]
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    study = study_with_audits(tmp_path, EARLY, [0.1, 0.2, 0.3, 0.4], evidence_pruner())
+    study.set_user_attr(OBJECTIVE_ATTR, "eval/exact_accuracy")
+    study.set_user_attr(PRUNER_ATTR, old)
+    number = study.ask().number
+    job = (
+        "import sys\n"
+        "from trm.trial_link import TrialLink\n"
+        f"link = TrialLink('evidence', {number}, {url!r})\n"
+        "print(type(link.study.pruner).__module__, link.report(100, {'eval/exact_accuracy': 0.05}),"
+        " sorted(m for m in sys.modules if m.split('.')[0] in ('sweeps', 'dashboards')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", job], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["contracts.pruning_evidence", "prune", "[]"]
+
+
 @pytest.mark.parametrize("study_name", ["curriculum", "halting"])
 def test_studies_of_recursion_depth_ship_the_evidence_pruner(study_name: str) -> None:
     spec = pruner_spec(compose_sweep_config([f"study={study_name}"]).pruner, train_steps=500)
-    assert spec["_target_"] == "sweeps.pruning_evidence.EvidencePruner"
+    assert spec["_target_"] == "contracts.pruning_evidence.EvidencePruner"
     assert spec["wrapped"]["max_resource"] == 500  # `auto` resolved inside the wrapper too
     assert isinstance(build(spec), EvidencePruner)
     # the user's choice wins over the study's default; a study of something else keeps the global one

@@ -32,6 +32,7 @@ from storage.record import (
     PRUNER_ATTR,
     PRUNER_TARGETS,
     ProgressRecord,
+    current_pruner_spec,
 )
 from storage.trial_record import TrialOutcome, seed_prefix
 from trm.fingerprint import code_fingerprint
@@ -92,7 +93,7 @@ class TrialLink:
         study_id = self.storage.get_study_id_from_name(study_name)
         attrs = self.storage.get_study_user_attrs(study_id)
         # The spec comes from the database: only Optuna's pruners (and the evidence wrapper) may be built from it.
-        spec = attrs.get(PRUNER_ATTR)
+        spec = current_pruner_spec(attrs.get(PRUNER_ATTR))  # a moved class by its name now
         pruner = instantiate(spec, _execution_whitelist_=PRUNER_TARGETS) if spec else optuna.pruners.NopPruner()
         self.study = optuna.load_study(study_name=study_name, storage=self.storage, pruner=pruner)
         self.trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, trial_number)

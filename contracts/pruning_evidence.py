@@ -30,9 +30,9 @@ from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 from scipy.stats import kendalltau
 
+from contracts.pruning_near_best import cut_steps, near_best
 from storage.heartbeat import chain_origin
 from storage.record import PRUNER_EVIDENCE_ATTR, EvidenceRecord, RungEvidence
-from sweeps.pruning_near_best import cut_steps, near_best
 
 log = logging.getLogger("sweeps.pruning")
 CHECKS = ("agreement", "near_best")  # what backs a rung: the audits' rank agreement, or their near-best kept
@@ -131,7 +131,7 @@ class EvidencePruner(BasePruner):
         self, study: optuna.Study, trials: Sequence[FrozenTrial], audits: Sequence[FrozenTrial]
     ) -> EvidenceRecord:
         """On at a step where >= min_audit audits reported and the wrapped pruner would have cut none of the audits
-        within one eval standard error of their best (sweeps/pruning_near_best.py)."""
+        within one eval standard error of their best (contracts/pruning_near_best.py)."""
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
         best = near_best(audits, maximize, int(self.eval_examples or 1))
         ordered = sorted(trials, key=lambda t: t.number)
