@@ -35,18 +35,23 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # what decides bf16's speed on a CPU (docs/benchmarks.md, Machines)
+
+
 def cpu_facts() -> dict[str, Any]:
-    """CPU model, core counts and load: the context every number in docs/benchmarks.md is read in."""
-    model = "unknown"
+    """CPU model, core counts and load: the context every number in docs/benchmarks.md is read in. A cloud VM's
+    model name is often generic ("Intel(R) Xeon(R) Processor"): the family/model and the bf16 units tell them apart."""
+    info: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())  # the first processor's
     except OSError:
         pass
     return {
-        "cpu_model": model,
+        "cpu_model": info.get("model name", "unknown"),
+        "cpu_family_model": f"{info.get('cpu family', '?')}/{info.get('model', '?')}",
+        "bf16_units": [flag for flag in BF16_FLAGS if flag in info.get("flags", "").split()],
         "logical_cores": os.cpu_count(),
         "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "python": platform.python_version(),
