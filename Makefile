@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup check lint demo demo-pruned test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning bench-table bench-replay bench-check bench-reference ref-given soak clean
+.PHONY: help setup check lint demo demo-unpruned test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning bench-table bench-replay bench-check bench-reference ref-given soak clean
 
 help:                     ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 20
@@ -20,16 +20,17 @@ $(STAMP): pyproject.toml requirements.lock
 	touch $(STAMP)
 
 # A real small study on this machine: SQLite, local processes (2 at once), the tiny CPU preset, model_scaling's
-# sampler and pruner (GP, none: chosen on TRM-Bench-tiny, docs/benchmarks.md). demo-pruned runs the same study
-# with pruner=median_late under its own name (the sampler's later draws follow the values seen, so the two may train
-# other configurations); its last command says whether the two re-evaluated winners agree.
-DEMO := study=model_scaling
-demo: setup               ## a real small study: SQLite, local processes, the tiny CPU preset
+# sampler and pruner (TPE, the median rule from half the trial: chosen on TRM-Bench-tiny, docs/benchmarks.md), 12 of
+# the laptop's 40 trials so that it ends in minutes. demo-unpruned runs the same study with pruner=none under its own
+# name (the sampler's later draws follow the values seen, so the two may train other configurations); its last
+# command says whether the two re-evaluated winners agree.
+DEMO := study=model_scaling n_trials=12
+demo: setup               ## a real small study: SQLite, local processes, the tiny CPU preset, pruning
 	$(PY) -m sweeps.run $(DEMO)
 
-demo-pruned: setup        ## the demo with pruner=median_late; compares its re-evaluated winner with the demo's
-	$(PY) -m sweeps.run $(DEMO) pruner=median_late study.name=model_scaling_pruned
-	$(PY) -m sweeps.best study=model_scaling_pruned paired=model_scaling
+demo-unpruned: setup      ## the demo with pruner=none; compares its re-evaluated winner with the demo's
+	$(PY) -m sweeps.run $(DEMO) pruner=none study.name=model_scaling_unpruned
+	$(PY) -m sweeps.best study=model_scaling_unpruned paired=model_scaling
 
 # What CI enforces before any test: ruff (lint + format) and mypy on the packages (settings in pyproject.toml).
 lint: setup               ## ruff, mypy (strict), the import layers (lint-imports)

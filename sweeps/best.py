@@ -12,7 +12,7 @@ The best is the re-evaluated winner where the study's top trials were evaluated 
 the ranking and its intervals. `reeval=true [reeval.top_k=K] [reeval.examples=N]` runs that re-evaluation now
 (jobs on the sweep's launcher: `site=`, `launcher=`, `output_root=`, `study.seeds=`, `study.value=` as the study
 was run with; defaults from conf/sweep.yaml, examples null = the whole test split). `paired=OTHER` compares the
-study with another of the same draws in the same storage (the demo and `make demo-pruned`): whether they trained
+study with another of the same draws in the same storage (the demo and `make demo-unpruned`): whether they trained
 the same configurations and found the same re-evaluated winner, or winners within one standard error.
 """
 

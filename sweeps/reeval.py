@@ -135,7 +135,7 @@ def ranking_lines(study: optuna.Study) -> list[str]:
 
 
 def paired_lines(study: optuna.Study, other: optuna.Study) -> list[str]:
-    """Whether two studies of the same draws (the demo and its pruned twin, `make demo-pruned`) agree: whether
+    """Whether two studies of the same draws (the demo and its pruned twin, `make demo-unpruned`) agree: whether
     they trained the same configurations, and whether their re-evaluated winners are the same configuration or
     within one standard error of each other (the overlap rule of `overlap_line`)."""
     mine, theirs = trained_params(study), trained_params(other)

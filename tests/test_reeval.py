@@ -127,7 +127,7 @@ def study_of(name: str | None, reported: list[float], stored: list[Reeval], stor
 
 
 def test_paired_studies_agree_on_the_same_winner_or_within_one_standard_error() -> None:
-    """The demo and its pruned twin (make demo-pruned): the same draws, and the same re-evaluated winner or two
+    """The demo and its pruned twin (make demo-unpruned): the same draws, and the same re-evaluated winner or two
     within one standard error agree; winners further apart, or other draws, are said to differ."""
     demo = study_of("demo", [0.9, 0.8, 0.7], [record(0, 0.60, 0.02), record(1, 0.70, 0.02)])
     same_draws = "studies 'demo' and 'twin' trained the same 3 configurations in the same order"
