@@ -104,13 +104,15 @@ bench-pruning: setup      ## the CPU proxy study with and without the Hyperband 
 	$(BENCH_ENV) $(PY) -m bench.pruning
 
 # TRM-Bench-tiny (docs/benchmarks.md, Pruning): hours on 2 cores; the same command resumes, export runs any time.
-bench-table: setup        ## record (or resume) every tiny configuration's curve, 2 seeds; then export the table
+bench-table: setup        ## record (or resume) every tiny configuration's curve, 3 seeds; then export the table
 	$(BENCH_ENV) $(PY) -m bench.trm_bench_tiny record
 	$(PY) -m bench.trm_bench_tiny export
 
-bench-replay: setup       ## every sampler x pruner replayed on the table: seed 0 chooses, seed 1 reports
+bench-replay: setup       ## every sampler x pruner replayed on the table; seeds 0 and 1 choose, seed 2 reports
 	$(PY) -m bench.trm_bench_replay --seed 0
 	$(PY) -m bench.trm_bench_replay --seed 1
+	$(PY) -m bench.trm_bench_replay --seed 2 --only tpe/median_late/blank
+	$(PY) -m bench.trm_bench_choice
 
 bench-check: setup        ## a real study of model_scaling's defaults on the table's held-out seed, beside its replays
 	$(BENCH_ENV) $(PY) -m bench.trm_bench_check run --seed 1
