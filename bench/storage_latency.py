@@ -197,13 +197,20 @@ class ConnectionSampler(threading.Thread):
         super().__init__(daemon=True)
         self.conn, self.db_name, self.peak, self.stop = pg_connect(server_url), db_name, 0, threading.Event()
 
-    def run(self) -> None:
+    def start(self) -> None:
+        """One poll before the thread starts: the clients are ready and hold their connections, and a phase of a
+        few fast ops can end before a thread's first poll on a loaded machine (a peak of 0 was seen)."""
+        self.poll()
+        super().start()
+
+    def poll(self) -> None:
         with self.conn.cursor() as cur:
-            while True:
-                cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (self.db_name,))
-                self.peak = max(self.peak, cur.fetchone()[0])
-                if self.stop.wait(POLL_S):
-                    break
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (self.db_name,))
+            self.peak = max(self.peak, cur.fetchone()[0])
+
+    def run(self) -> None:
+        while not self.stop.wait(POLL_S):
+            self.poll()
 
     def finish(self) -> int:
         self.stop.set()

@@ -143,6 +143,7 @@ class Driver:
             objective_values=self.trials.objective_values,
             ours=self.running.keys(),
             shares_filesystem=self.launcher.shares_filesystem,
+            space=self.space,
         )
 
     def run(self) -> optuna.Study:

@@ -14,12 +14,13 @@ from typing import Any
 
 import optuna
 from optuna.storages import RDBStorage
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from storage import orphaned_trials, retry_callback, trial_id_of
 from storage.heartbeat import NO_FIRST_HEARTBEAT
 from storage.record import (
     CHECKPOINT_URL_ATTR,
+    FAIL_REASON_ATTR,
     NOT_STARTED_ATTR,
     PROGRESS_ATTR,
     RETRIES_NOT_SPENT_ATTR,
@@ -29,6 +30,7 @@ from storage.trial_record import seed_prefix
 from sweeps.outcome import clip_reason, orphan_verdict
 from sweeps.retry import plan_retry, visible_here, with_note
 from sweeps.running import RunningTrial
+from sweeps.space import SearchSpace
 
 log = logging.getLogger("sweeps")
 
@@ -63,11 +65,17 @@ def settle_orphans(
     objective_values: ObjectiveValues,
     ours: Collection[int],
     shares_filesystem: bool,
+    space: SearchSpace,
 ) -> None:
     """Settle trials whose driver died (stale heartbeat, or none at all): tell the outcome their job stored, or
-    fail them and queue them again. `ours` are this driver's running trials: a late beat of ours is no orphan."""
+    fail them and queue them again. `ours` are this driver's running trials: a late beat of ours is no orphan. An
+    orphan whose draw was cut (not all of `space`'s parameters stored) trained nothing and is not queued again: its
+    retry would draw the missing ones anew, under the name of a retry of a configuration that never existed."""
     for orphan, why in orphaned_trials(study, grace_s):
         if orphan.number in ours:
+            continue
+        if not space.drawn_whole(orphan.params):
+            fail_cut_draw(study, storage, orphan, why)
             continue
         verdict = orphan_verdict(orphan.user_attrs, seeds, objective_values, why)
         checkpoints = visible_here(orphan.user_attrs.get(CHECKPOINT_URL_ATTR), shares_filesystem)
@@ -94,6 +102,21 @@ def settle_orphans(
             verdict.state.name,
             f"; {plan.note}" if plan else " (the outcome its job stored)",
         )
+
+
+# Why an orphan whose draw was cut trained nothing (sweeps/draw.py starts no job before the whole draw is stored).
+CUT_DRAW = "its draw was cut before all its parameters were stored (no job started; a new trial is drawn)"
+
+
+def fail_cut_draw(study: optuna.Study, storage: RDBStorage, orphan: FrozenTrial, why: str) -> None:
+    """Fail an orphan whose draw was cut, as untrained (NOT_STARTED_ATTR: no budget, no retry)."""
+    try:
+        storage.set_trial_user_attr(trial_id_of(orphan), NOT_STARTED_ATTR, CUT_DRAW)
+        storage.set_trial_user_attr(trial_id_of(orphan), FAIL_REASON_ATTR, f"{why}; {CUT_DRAW}")
+        study.tell(orphan.number, state=TrialState.FAIL)
+    except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+        return  # another driver settled it first
+    log.warning("trial %d: %s; %s", orphan.number, why, CUT_DRAW)
 
 
 def stop_stalled(storage: RDBStorage, running: Mapping[int, RunningTrial], limit_s: float) -> None:

@@ -53,6 +53,18 @@ class SearchSpace:
                     values[key] = suggest(trial, f"{key}@{cond.choice}", dist)
         return values
 
+    def drawn_whole(self, params: Mapping[str, Any]) -> bool:
+        """Whether a trial's stored parameters are a whole draw of this space (`sample` writes them one by one: a
+        draw cut by a database outage leaves a RUNNING trial with only some of them)."""
+        if any(key not in params for key in self.params):
+            return False
+        return all(
+            f"{key}@{cond.choice}" in params
+            for cond in self.conditionals
+            if params.get(cond.parent) == cond.choice
+            for key in cond.params
+        )
+
     def representative(self) -> list[dict[str, Any]]:
         """One assignment per conditional branch (and one for the plain space), for validation."""
         base = {key: _some_value(dist) for key, dist in self.params.items()}

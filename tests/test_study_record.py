@@ -27,7 +27,8 @@ from storage.trial_record import attempt_attr
 from sweeps.budget import budget_used
 from sweeps.driver import Driver
 from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs
-from sweeps.recovery import settle_orphans
+from sweeps.recovery import CUT_DRAW, settle_orphans
+from sweeps.space import Conditional, SearchSpace
 from sweeps.status import collect
 from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides
@@ -208,9 +209,7 @@ def test_an_orphan_that_never_beat_trained_nothing_and_its_retry_carries_no_mark
     silent, beating = study.ask(lr), study.ask(lr)
     storage.record_heartbeat(trial_id_of(beating))
     time.sleep(1.1)  # the database's clock (SQLite: whole seconds) past the beat
-    settle_orphans(
-        study, storage, grace_s=0.0, max_retry=2, seeds=1, objective_values=values_of, ours=(), shares_filesystem=True
-    )
+    settle(study, storage, SearchSpace(dict(lr)))
     trials = study.get_trials(deepcopy=False)
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.WAITING, TrialState.WAITING]
     assert trials[silent.number].user_attrs[NOT_STARTED_ATTR] == NO_FIRST_HEARTBEAT
@@ -220,6 +219,49 @@ def test_an_orphan_that_never_beat_trained_nothing_and_its_retry_carries_no_mark
     assert [t.number for t in trained_trials(trials)] == [beating.number, 2, 3] and budget_used(trials) == 0
     (shown,) = collect(storage, "never-beat")
     assert shown["counts"] == {"COMPLETE": 0, "PRUNED": 0, "FAIL": 1, "RUNNING": 0, "WAITING": 2}
+
+
+def test_an_orphan_whose_draw_was_cut_trained_nothing_and_is_not_retried(tmp_path: Path) -> None:
+    """The chaos suite's database restart cut a draw: the trial held one of the space's two parameters, was found
+    orphaned, and its retry drew the other anew ("retry 9 of 3 has other parameters"). Such an orphan is FAIL,
+    untrained (no budget), and not queued again; an orphan drawn whole is still retried with its parameters."""
+    storage = _storage(f"sqlite:///{tmp_path}/db.sqlite")
+    study = optuna.create_study(study_name="cut-draw", storage=storage, direction="maximize")
+    dists = {
+        "optim.lr": optuna.distributions.CategoricalDistribution([0.01, 0.02]),
+        "arch.H_cycles": optuna.distributions.CategoricalDistribution([1, 2]),
+    }
+    cut, whole = study.ask({"optim.lr": dists["optim.lr"]}), study.ask(dists)
+    for trial in (cut, whole):
+        storage.record_heartbeat(trial_id_of(trial))
+    time.sleep(1.1)  # the database's clock (SQLite: whole seconds) past the beats
+    settle(study, storage, SearchSpace(dists))
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.WAITING]
+    assert trials[cut.number].user_attrs[NOT_STARTED_ATTR] == CUT_DRAW
+    assert CUT_DRAW in trials[cut.number].user_attrs["fail_reason"]
+    assert trials[2].system_attrs["retry_history"] == [whole.number] and trials[2].params == trials[whole.number].params
+    assert budget_used(trials) == 0
+
+
+def test_a_draw_is_whole_only_with_every_parameter_its_branch_takes() -> None:
+    lr = optuna.distributions.CategoricalDistribution([0.01])
+    mixer = optuna.distributions.CategoricalDistribution(["mlp", "attn"])
+    heads = optuna.distributions.CategoricalDistribution([2, 4])
+    space = SearchSpace(
+        {"optim.lr": lr, "arch.mixer": mixer}, [Conditional("arch.mixer", "attn", {"arch.heads": heads})]
+    )
+    assert space.drawn_whole({"optim.lr": 0.01, "arch.mixer": "mlp"})
+    assert space.drawn_whole({"optim.lr": 0.01, "arch.mixer": "attn", "arch.heads@attn": 2})
+    assert not space.drawn_whole({"optim.lr": 0.01, "arch.mixer": "attn"})
+    assert not space.drawn_whole({"arch.mixer": "mlp"}) and not space.drawn_whole({})
+
+
+def settle(study: optuna.Study, storage: Any, space: SearchSpace) -> None:
+    settle_orphans(
+        study, storage, grace_s=0.0, max_retry=2, seeds=1, objective_values=values_of, ours=(), shares_filesystem=True,
+        space=space,
+    )  # fmt: skip
 
 
 def _dead_driver_trial(url: str, study_name: str, attrs: dict[str, Any], beat: bool) -> int:
