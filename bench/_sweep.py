@@ -22,7 +22,7 @@ from bench._results import ROOT, median
 from storage import open_storage
 from storage.record import DRIVER_TIMING_DETAIL, trial_detail
 from storage.trial_record import TrialLaunch, TrialOutcome
-from sweeps.space import params_to_values
+from sweeps.search.space import params_to_values
 from sweeps.testing import FAST_TRIAL
 
 # A trial that trains for real in seconds (the smoke runs of the sweep benches): the test suite's.

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from bench._results import RESULTS, fmt, median, run_header, write_results
-from sweeps.config import compose_sweep_config
+from sweeps.config.compose import compose_sweep_config
 from trm.data.build import _arrays, build_from_csv
 from trm.data.format import load_split, write_split
 from trm.data.loader import TrainLoader

@@ -8,7 +8,7 @@ Two operation pairs, each op timed with time.perf_counter inside a client proces
                        "pruner" attribute. "optuna-defaults": optuna.load_study(name, storage=<url string>,
                        pruner=HyperbandPruner(100, 500, 3)), optuna.trial.Trial(study, id).report + should_prune.
   ask+tell             the sweep driver. "ours": storage.open_storage(url, heartbeat 5 s, grace 30 s, retry
-                       callback), ask through the driver's own sweeps.draw.draw_within_budget (the budget advisory
+                       callback), ask through the driver's own sweeps.search.draw.draw_within_budget (the budget advisory
                        lock *and* its count over all trials, with a budget never reached), then tell.
                        "optuna-defaults": optuna.load_study(name, storage=<url string>), ask + tell.
                        Both RandomSampler and no suggest calls: what is timed is storage cost.
@@ -58,8 +58,8 @@ from sqlalchemy.engine import make_url
 import storage
 from bench._results import RESULTS, cpu_facts, fmt, percentile, write_results
 from storage.url import driver_url
-from sweeps.draw import draw_within_budget
-from sweeps.space import SearchSpace
+from sweeps.search.draw import draw_within_budget
+from sweeps.search.space import SearchSpace
 from trm.trial_link import TrialLink
 
 OPERATIONS = ("report+should_prune", "ask+tell")
@@ -118,7 +118,7 @@ def build_op(spec: dict[str, Any]) -> tuple[Callable[[int], None], optuna.Study]
             url, heartbeat_interval=5, grace_period=30, failed_trial_callback=storage.retry_callback(2)
         )
         study = optuna.load_study(study_name=name, storage=rdb, sampler=sampler)
-        # The driver's own draw (sweeps/draw.py), with a budget never reached: every ask goes through.
+        # The driver's own draw (sweeps/search/draw.py), with a budget never reached: every ask goes through.
         ask = partial(draw_within_budget, study, rdb, ONE_FLOAT, 10**9)
     else:
         study = optuna.load_study(study_name=name, storage=plain, sampler=sampler)

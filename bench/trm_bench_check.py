@@ -36,7 +36,7 @@ from bench.trm_bench_tiny import DEFAULT_STATE, OUT, TRIAL
 from bench.trm_bench_tiny import storage_url as table_storage_url
 from storage import open_storage
 from storage.trial_record import TrialOutcome
-from sweeps.space import params_to_values
+from sweeps.search.space import params_to_values
 
 STRATEGY = "gp/none/blank"  # model_scaling's defaults (conf/study/model_scaling.yaml), as the replays name them
 REPLAYS = RESULTS / "trm_bench_replay_seed{seed}.json"

@@ -36,10 +36,10 @@ from optuna.trial import TrialState
 from bench._results import RESULTS, ROOT, percentile, run_header, write_results
 from bench.trm_bench_table import EVAL_EXAMPLES, METRICS, Table, config, load, provenance
 from storage.record import DUPLICATE_OF_ATTR
-from sweeps.distinct_draws import DistinctSampler, EnumeratingSampler, trained_configs
-from sweeps.draw import MAX_DUPLICATE_DRAWS
-from sweeps.optuna_parts import build, resolve_steps, resolved_dict
-from sweeps.space import SearchSpace, params_to_values, parse_space
+from sweeps.config.optuna_parts import build, resolve_steps, resolved_dict
+from sweeps.search.distinct_draws import DistinctSampler, EnumeratingSampler, trained_configs
+from sweeps.search.draw import MAX_DUPLICATE_DRAWS
+from sweeps.search.space import SearchSpace, params_to_values, parse_space
 
 CONF = ROOT / "conf"
 TABLE = RESULTS / "trm_bench_tiny.json"
@@ -96,7 +96,7 @@ def build_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     node = OmegaConf.load(CONF / "sampler" / f"{name}.yaml")
     node.seed = seed
     sampler = build(node)
-    # As sweeps.distinct_draws.choose_sampler runs sampler=grid (Optuna's own stops the study: refused under ask/tell).
+    # As sweeps.search.distinct_draws.choose_sampler runs sampler=grid (Optuna's own stops the study: refused under ask/tell).
     return EnumeratingSampler(seed=seed) if isinstance(sampler, optuna.samplers.BruteForceSampler) else sampler
 
 
@@ -105,7 +105,7 @@ def build_pruner(name: str, steps: int) -> optuna.pruners.BasePruner:
     node = OmegaConf.load(CONF / "pruner" / f"{file}.yaml")
     for key, value in keys.items():
         node[key] = value
-    spec = resolve_steps(resolved_dict(node), steps)  # as sweeps.optuna_parts.pruner_spec resolves it
+    spec = resolve_steps(resolved_dict(node), steps)  # as sweeps.config.optuna_parts.pruner_spec resolves it
     return build(spec)
 
 
@@ -143,7 +143,7 @@ def replay(
         trial = study.ask()
         values = params_to_values(space.sample(trial))
         taken = trained_configs(study.get_trials(deepcopy=False), but=trial.number)
-        if config(trial.params) in taken:  # as sweeps.draw: a repeat is recorded, not trained
+        if config(trial.params) in taken:  # as sweeps.search.draw: a repeat is recorded, not trained
             trial.set_user_attr(DUPLICATE_OF_ATTR, taken[config(trial.params)])
             study.tell(trial, state=TrialState.FAIL)
             out.duplicates, repeats = out.duplicates + 1, repeats + 1

@@ -16,7 +16,7 @@ from typing import Any
 
 from contracts.eval_noise import binomial_stderr
 
-Config = frozenset[tuple[str, Any]]  # {training key: value}, order-free (as sweeps.distinct_draws.as_config)
+Config = frozenset[tuple[str, Any]]  # {training key: value}, order-free (as sweeps.search.distinct_draws.as_config)
 EVAL_EXAMPLES = 256  # the table's eval puzzles (bench/trm_bench_tiny.py TRIAL: train.eval_examples)
 METRICS = {"eval/exact_accuracy": "exact", "eval/blank_accuracy": "blank"}  # study metric -> the table's column
 

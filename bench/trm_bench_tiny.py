@@ -43,9 +43,9 @@ from contracts.metrics_log import METRICS_FILE, WALL_TIME_KEY, read_metrics
 from storage import open_storage
 from storage.heartbeat import retry_history
 from storage.trial_record import TrialLaunch, TrialOutcome
-from sweeps.budget import budget_used
-from sweeps.distinct_draws import as_config as config
-from sweeps.space import params_to_values
+from sweeps.search.budget import budget_used
+from sweeps.search.distinct_draws import as_config as config
+from sweeps.search.space import params_to_values
 
 STUDY = "model_scaling"
 SPACE_SIZE = 72  # model_scaling's tiny space: 2 widths x 2 depths x 3 H x 3 L cycles x 2 mixers (checked at export)

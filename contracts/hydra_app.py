@@ -2,7 +2,7 @@
 `TrainJob`, what an entry point's main (trm.train) converts its config to, once, for everything below it.
 
 Kept free of torch so the sweep driver can validate trial overrides without importing the model. Knows only the
-config package and `train.yaml`; the sweep's own config is composed in sweeps/config.py."""
+config package and `train.yaml`; the sweep's own config is composed in sweeps/config/compose.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What `python -m trm.info` prints for one training config, one JSON line each, and how the sweep's dry run
-(sweeps/estimate.py) asks for many at once: `--batch` reads one JSON list of overrides per stdin line and answers
+(sweeps/config/estimate.py) asks for many at once: `--batch` reads one JSON list of overrides per stdin line and answers
 one `ModelInfo` line per request, in order, from one interpreter.
 """
 

@@ -1,6 +1,6 @@
 """Whether a job's error is the device (or the host) running out of memory: a configuration too large for the
 machine. The job does not retry it (trm/run_end.py) and marks its trial infeasible; the driver neither retries
-it nor stops the study on it (sweeps/retry.py), since a smaller configuration fits. One rule, read on the error's
+it nor stops the study on it (sweeps/trials/retry.py), since a smaller configuration fits. One rule, read on the error's
 text, because the driver sees only the line the job stored. Pure text: no torch."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""What a config schema's checks share (contracts/train_config.py, sweeps/schema.py): the range checks a
+"""What a config schema's checks share (contracts/train_config.py, sweeps/config/schema.py): the range checks a
 __post_init__ runs and the one-line refusal they raise, OmegaConf's error as one line naming the key, the value and
 what is accepted, and a block built from its schema.
 
 A schema's dataclass checks ranges and relations in __post_init__ (`require`, `at_least`; `Checks` for another
 error class): Hydra checks the keys, types and choices as it composes, but never constructs the dataclass, so
-`build` (one block) or a config's own check (train_config.check_train_config, sweeps.typed_config) does."""
+`build` (one block) or a config's own check (train_config.check_train_config, sweeps.config.typed_config) does."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def shown(value: Any) -> str:
 class Checks:
     """The range checks of a schema's __post_init__, each refusing in one line, `key=value: expected <what is
     accepted>`, with `error`: a ValueError for the training config's schemas, SweepConfigError for the sweep's
-    (sweeps/schema.py; what the sweep's CLI reports)."""
+    (sweeps/config/schema.py; what the sweep's CLI reports)."""
 
     error: type[ValueError] = ValueError
 

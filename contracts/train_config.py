@@ -317,7 +317,7 @@ WORKER_LOCAL_KEYS = ("out_dir", "checkpoint", "runtime", "hydra")
 # Keys that do not change what a run trains: where it writes, how it is watched, when it pauses, which
 # attempt of a sweep trial it is (a retry resumes its first attempt's checkpoint), and where the data lies
 # on this disk (its content is identified by the dataset fingerprint instead). What a checkpoint must match
-# (trm/fingerprint.py) and what defines a study (sweeps/definition.py) leave them out.
+# (trm/fingerprint.py) and what defines a study (sweeps/search/definition.py) leave them out.
 NOT_TRAINING_KEYS = (
     *WORKER_LOCAL_KEYS,
     "wandb",

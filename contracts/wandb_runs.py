@@ -1,5 +1,5 @@
 """A W&B run's identity and mode, shared by a trial's job (trm/tracking.py) and the driver's study-summary run
-(sweeps/wandb_summary.py), so both sides name the same run the same way.
+(sweeps/trials/wandb_summary.py), so both sides name the same run the same way.
 
 W&B never touches the network unless asked to: `wandb.mode=auto` is `online` only where W&B would find an API key
 (`WANDB_API_KEY`, or the ~/.netrc entry `wandb login` writes) and `WANDB_MODE` does not say offline/disabled, else

@@ -1,12 +1,12 @@
 """The report's re-evaluation section: the top trials' checkpoints evaluated again on a larger eval
-(sweeps/reeval.py), ranked by that value with one standard error, and the line saying when the top two overlap."""
+(sweeps/trials/reeval.py), ranked by that value with one standard error, and the line saying when the top two overlap."""
 
 from __future__ import annotations
 
 import html
 
 from dashboards.report_view import StudyView, fmt_value
-from sweeps.reeval import interval, overlap_line, ranking
+from sweeps.trials.reeval import interval, overlap_line, ranking
 
 
 def reeval_block(view: StudyView) -> str:

@@ -23,7 +23,7 @@ from dashboards.report_view import (
 from storage.record import DUPLICATE_OF_ATTR, FAIL_REASON_ATTR, Reeval, samples_per_s
 from storage.trial_record import TrialLaunch, TrialOutcome
 from sweeps.best import commit_text, describe
-from sweeps.reeval import interval
+from sweeps.trials.reeval import interval
 
 MAX_PARETO_SHOWN = 5  # Pareto trials described in full; the trials table has the rest
 NOTE_CHARS = 160
@@ -94,7 +94,7 @@ def best_block(view: StudyView) -> str:
         rows = "".join(f"<tr><td><code>{html.escape(k)}</code></td><td><code>{html.escape(v)}</code></td></tr>"
                        for k, _, v in (o.partition("=") for o in info["overrides"]))  # fmt: skip
         parts.append(f'<table class="params"><tr><th>parameter (override)</th><th>value</th></tr>{rows}</table>')
-        again = Reeval.of(info["reeval"])  # its re-evaluation on a larger eval (sweeps/reeval.py), if any
+        again = Reeval.of(info["reeval"])  # its re-evaluation on a larger eval (sweeps/trials/reeval.py), if any
         facts = [
             *([("re-evaluated", html.escape(f"{again.metric} = {interval(again)}"))] if again else []),
             ("re-train", f'<code class="cmd">{html.escape(shlex.join(info["retrain"]))}</code>'),

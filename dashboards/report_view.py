@@ -18,8 +18,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from storage.record import trained_trials
 from storage.trial_record import TrialLaunch, TrialOutcome
-from sweeps.reeval import ranking
-from sweeps.space import params_to_values
+from sweeps.search.space import params_to_values
+from sweeps.trials.reeval import ranking
 
 
 @dataclass
@@ -84,7 +84,7 @@ class StudyView:
         return trial.intermediate_values[max(trial.intermediate_values)]
 
     def best(self) -> list[FrozenTrial]:
-        """The best trial (single objective: by the re-evaluation where there is one, sweeps/reeval.py) or the
+        """The best trial (single objective: by the re-evaluation where there is one, sweeps/trials/reeval.py) or the
         Pareto front, best first; empty before any completes."""
         if not self.complete:
             return []

@@ -93,7 +93,7 @@ def orphaned_trials(study: optuna.Study, grace_s: float) -> list[tuple[FrozenTri
     Why not ``optuna.storages.fail_stale_trials``: it skips trials without a heartbeat row, so a driver that
     died between ``ask()`` and its first beat left a trial RUNNING forever, which every later driver counted
     and waited on. And it fails every stale trial, while a trial whose job stored its outcome before the
-    driver died must be told that outcome (the driver decides: sweeps/outcome.py). Heartbeats are compared
+    driver died must be told that outcome (the driver decides: sweeps/trials/outcome.py). Heartbeats are compared
     on the database's clock, as Optuna does; a start without a heartbeat on this machine's (Optuna stamps
     ``datetime_start`` with the client's local time).
     """

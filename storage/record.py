@@ -24,7 +24,7 @@ PRUNE_METRIC_ATTR = "prune_metric"  # what the job reports at each eval (absent:
 STUDY_UID_ATTR = "uid"
 DRIVERS_ATTR = "drivers"  # how many drivers have opened the study: each gets its own sampler seed
 # What the trials of the study trained and how they were judged (space, objectives, trial length, preset, pruner):
-# a driver with another definition is refused (sweeps/definition.py).
+# a driver with another definition is refused (sweeps/search/definition.py).
 DEFINITION_ATTR = "definition"
 
 # The pruners config may build, in the driver and in the job (which rebuilds the stored spec): Optuna's, and the
@@ -59,16 +59,16 @@ class EvidenceRecord(TypedDict):
 # Trial attribute of a draw refused because another trial has exactly its parameters: the other's number.
 DUPLICATE_OF_ATTR = "duplicate_of"
 # Trial attribute of a trial whose job failed on an error it raised: the error's line (`ValueError: ...`), as the
-# driver read it from the job's record or log. The same line in two configurations stops the study (sweeps.retry).
+# driver read it from the job's record or log. The same line in two configurations stops the study (sweeps.trials.retry).
 JOB_ERROR_ATTR = "job_error"
 # Trial attribute: the job failed on its machine (a disk full, missing rights), not its configuration: once fixed,
-# the same sweep command resumes it from its checkpoint (sweeps/rerun.py). True or False beside `error`.
+# the same sweep command resumes it from its checkpoint (sweeps/trials/rerun.py). True or False beside `error`.
 RUN_AGAIN_ATTR = "run_again"
 # Trial attribute of an attempt the driver set aside because its machine went away under it (a TPU slice
 # PREEMPTED, STOPPED or REPAIRING: the launcher's line); it failed through no fault of its configuration.
 PREEMPTED_ATTR = "preempted"
 # Trial attribute a retry copy carries (Optuna copies user attributes): how many attempts of its chain were set
-# aside (PREEMPTED_ATTR) and so spend no retry of heartbeat.max_retry (sweeps.retry.retries_used).
+# aside (PREEMPTED_ATTR) and so spend no retry of heartbeat.max_retry (sweeps.trials.retry.retries_used).
 RETRIES_NOT_SPENT_ATTR = "retries_not_spent"
 # Trial attribute of a trial its machine cannot train (why: contracts/out_of_memory.py's INFEASIBLE_OOM): its job
 # ran out of memory. Not retried, and no reason to stop the study: a smaller configuration fits.
@@ -99,7 +99,7 @@ class ProgressRecord(TypedDict):
     step: int  # the step of the log point
     at: float  # when, in epoch seconds on the job's clock
     # Where this job's steps began (a resumed job starts past 0) and when: the driver's ETA reads the job's own
-    # pace from them (sweeps.progress). Absent in records written before they existed.
+    # pace from them (sweeps.trials.progress). Absent in records written before they existed.
     first_step: NotRequired[int]
     first_at: NotRequired[float]
 
@@ -122,7 +122,7 @@ HEARTBEAT_GRACE_ATTR = "heartbeat_grace_s"
 # finishes (TrialOutcome). Each name is its record's field's (tests/test_record_types.py holds them equal).
 TRAIN_OVERRIDES_ATTR = "train_overrides"
 CHECKPOINT_URL_ATTR = "checkpoint_url"
-SLOT_ATTR = "slot"  # where the driver ran the trial's job (sweeps/slots.py: "pod", "vm-3", "vm-3/chips-0-1")
+SLOT_ATTR = "slot"  # where the driver ran the trial's job (sweeps/launchers/slots.py: "pod", "vm-3", "vm-3/chips-0-1")
 PEAK_MEMORY_ATTR = "peak_memory_mb"  # rank 0's peak device memory in MiB (trm/memory.py: what each device counts)
 CODE_VERSION_ATTR = "code_version"  # the content hash of trm/ (contracts/code_version.py), what resume checks
 # The git commit the job's code is (a str) and whether its work tree differed from it (a bool); both None where the
@@ -163,7 +163,7 @@ def samples_per_s(attrs: Mapping[str, Any]) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-# The re-evaluation of a trial's best checkpoint on a larger eval (trm/reeval.py writes it, sweeps/reeval.py ranks
+# The re-evaluation of a trial's best checkpoint on a larger eval (trm/reeval.py writes it, sweeps/trials/reeval.py ranks
 # by it): a study attribute per trial, `reeval:<trial number>`, since Optuna refuses writes to a finished trial
 # and its value stays what the trial reported. The value is the objective over `examples` test puzzles; `stderr`
 # its binomial standard error sqrt(p(1-p)/examples) (None for an objective that is not a share, such as a loss).

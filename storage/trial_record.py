@@ -98,12 +98,14 @@ class TrialFacts:
 
 @dataclass(frozen=True)
 class TrialLaunch(TrialFacts):
-    """What the driver stores when it launches a trial (sweeps/trial_runner.py start_trial)."""
+    """What the driver stores when it launches a trial (sweeps/trials/trial_runner.py start_trial)."""
 
     overrides: list[str] | None = field(default=None, metadata=FLAT)  # the sampled parameters as overrides
     workdir: str | None = field(default=None, metadata=FLAT)  # the trial's directory: run/ (metrics, W&B) below it
     checkpoint_url: str | None = field(default=None, metadata=FLAT)  # its retry chain's checkpoints (best.pt)
-    slot: str | None = field(default=None, metadata=FLAT)  # where its job ran (sweeps/slots.py: "pod", "vm-3")
+    slot: str | None = field(
+        default=None, metadata=FLAT
+    )  # where its job ran (sweeps/launchers/slots.py: "pod", "vm-3")
     # Every training override the job ran with (pasted after `python -m trm.train` they re-train it, sweeps/best.py).
     train_overrides: list[str] | None = field(default=None, metadata=DETAIL)
 

@@ -8,7 +8,7 @@ checkpoint, its W&B run and the code version that produced it: the git commit (a
 uncommitted changes) where the job ran from a git checkout, and the content hash of trm/. Needs nothing but the
 storage.
 
-The best is the re-evaluated winner where the study's top trials were evaluated again (sweeps/reeval.py), with
+The best is the re-evaluated winner where the study's top trials were evaluated again (sweeps/trials/reeval.py), with
 the ranking and its intervals. `reeval=true [reeval.top_k=K] [reeval.examples=N]` runs that re-evaluation now
 (jobs on the sweep's launcher: `site=`, `launcher=`, `output_root=`, `study.seeds=`, `study.value=` as the study
 was run with; defaults from conf/sweep.yaml, examples null = the whole test split). `paired=OTHER` compares the
@@ -38,9 +38,10 @@ from storage.cli import (
 )
 from storage.record import STUDY_UID_ATTR, Reeval
 from storage.trial_record import TrialLaunch, TrialOutcome
-from sweeps.config_values import UserConfigError
-from sweeps.paths import StudyRoots, url_exists
-from sweeps.reeval import (
+from sweeps.config.config_values import UserConfigError
+from sweeps.search.space import params_to_values, to_overrides
+from sweeps.trials.paths import StudyRoots, url_exists
+from sweeps.trials.reeval import (
     interval,
     overlap_line,
     paired_lines,
@@ -49,7 +50,6 @@ from sweeps.reeval import (
     ranking_rows,
     reevaluate,
 )
-from sweeps.space import params_to_values, to_overrides
 
 USAGE = __doc__.split("\n\n")[0].strip() + "\n\n" + __doc__.split("\n\n", 1)[1].strip()
 SWEEP_KEYS = ("site", "launcher", "output_root", "study.seeds", "study.value")  # passed to the re-eval's sweep config
@@ -124,7 +124,7 @@ def commit_text(info: dict[str, Any]) -> str:
 
 
 def ranking_facts(study: optuna.Study, number: int) -> dict[str, Any]:
-    """The trial's re-evaluation, the study's re-evaluated ranking and the overlap line (sweeps/reeval.py)."""
+    """The trial's re-evaluation, the study's re-evaluated ranking and the overlap line (sweeps/trials/reeval.py)."""
     ranked = ranking(study)
     mine = next((r.reeval for r in ranked if r.trial.number == number), None)
     rows = ranking_rows(ranked)
@@ -157,11 +157,11 @@ def render_text(info: dict[str, Any]) -> str:
 
 
 def run_reeval(args: dict[str, str], study: optuna.Study) -> list[str]:
-    """Re-evaluate the study's top trials now (sweeps/reeval.py) on the launcher the sweep config names; the
+    """Re-evaluate the study's top trials now (sweeps/trials/reeval.py) on the launcher the sweep config names; the
     ranking's lines."""
-    from sweeps.config import compose_sweep_config
-    from sweeps.optuna_parts import build_launcher  # the driver's own check that the config builds a launcher
-    from sweeps.typed_config import typed_sweep
+    from sweeps.config.compose import compose_sweep_config
+    from sweeps.config.typed_config import typed_sweep
+    from sweeps.launchers.base import build_launcher  # the driver's own check that the config builds a launcher
 
     url, _ = storage_from_args(args)
     overrides = [f"study.name={study.study_name}", *(f"{k}={args[k]}" for k in SWEEP_KEYS if k in args)]

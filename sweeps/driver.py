@@ -5,13 +5,13 @@
     read the outcome the job stored on the trial -> tell COMPLETE / PRUNED / FAIL (reason kept)
 
 The driver never imports the model: it talks to the job through its command line and the study record. This
-module is the loop and the end of the study; it holds a TrialRunner (sweeps.trial_runner) that takes one trial
-from start to tell. The rest lives apart: the study (sweeps.study), the budget and the baseline (sweeps.budget),
-outcome decisions (sweeps.outcome), launchers (sweeps.launchers.base.Launcher), progress (sweeps.progress), slots
-(sweeps.slots), drawing within budget (sweeps.draw), orphans and stalled jobs (sweeps.recovery).
+module is the loop and the end of the study; it holds a TrialRunner (sweeps.trials.trial_runner) that takes one trial
+from start to tell. The rest lives apart: the study (sweeps.search.study), the budget and the baseline (sweeps.search.budget),
+outcome decisions (sweeps.trials.outcome), launchers (sweeps.launchers.base.Launcher), progress (sweeps.trials.progress), slots
+(sweeps.launchers.slots), drawing within budget (sweeps.search.draw), orphans and stalled jobs (sweeps.trials.recovery).
 
 Invariant: the loop's trials and its database-outage handling are one state machine over `self.running`; each
-decision in it is a pure function elsewhere (sweeps/outcome.py).
+decision in it is a pure function elsewhere (sweeps/trials/outcome.py).
 """
 
 from __future__ import annotations
@@ -28,35 +28,36 @@ from optuna.trial import TrialState
 from storage import redact, resolve_url, trial_id_of
 from storage.record import RUN_AGAIN_ATTR, SLOT_ATTR
 from storage.url import DEFAULT_SQLITE_PATH
-from sweeps.budget import enqueue_baseline, study_done
-from sweeps.definition import study_definition
-from sweeps.distinct_draws import choose_sampler, exhausted_line
-from sweeps.draw import Draw, draw_within_budget, failed_unless_started
-from sweeps.interrupts import signals_held
-from sweeps.optuna_parts import build_launcher, pruner_spec
-from sweeps.paths import StudyRoots
-from sweeps.preemption import machine_gone, mark_preempted, preempted_reason, queue_copy, set_aside_unstarted
+from sweeps.config.optuna_parts import pruner_spec
+from sweeps.config.schema import SweepConfig
+from sweeps.launchers.base import build_launcher
+from sweeps.launchers.interrupts import signals_held
+from sweeps.launchers.slots import SlotPool
 from sweeps.preflight import check_before_study
-from sweeps.progress import ProgressView, duration, print_best, route_optuna_logging
-from sweeps.queued import log_left_queued
-from sweeps.recovery import abandon, settle_orphans, stop_stalled
-from sweeps.reeval import reevaluate_at_end
-from sweeps.rerun import queue_failed_again
-from sweeps.retry import StudyStoppedByJobError
-from sweeps.running import (
+from sweeps.search.budget import enqueue_baseline, study_done
+from sweeps.search.definition import study_definition
+from sweeps.search.distinct_draws import choose_sampler, exhausted_line
+from sweeps.search.draw import Draw, draw_within_budget, failed_unless_started
+from sweeps.search.queued import log_left_queued
+from sweeps.search.space import SearchSpace, parse_space
+from sweeps.search.study import OpenStudy, open_study, quiet_optuna_warnings
+from sweeps.trials.paths import StudyRoots
+from sweeps.trials.preemption import machine_gone, mark_preempted, preempted_reason, queue_copy, set_aside_unstarted
+from sweeps.trials.progress import ProgressView, duration, print_best, route_optuna_logging
+from sweeps.trials.recovery import abandon, settle_orphans, stop_stalled
+from sweeps.trials.reeval import reevaluate_at_end
+from sweeps.trials.rerun import queue_failed_again
+from sweeps.trials.retry import StudyStoppedByJobError
+from sweeps.trials.running import (
     STORAGE_ERRORS,
     RunningTrial,
     explain_heartbeat_warnings,
     storage_failure,
     storage_fatal,
 )
-from sweeps.schema import SweepConfig
-from sweeps.slots import SlotPool
-from sweeps.space import SearchSpace, parse_space
-from sweeps.study import OpenStudy, open_study, quiet_optuna_warnings
-from sweeps.trial_runner import TrialRunner
-from sweeps.validate import trial_length, validate_sweep
-from sweeps.wandb_summary import log_study_summary
+from sweeps.trials.trial_runner import TrialRunner
+from sweeps.trials.wandb_summary import log_study_summary
+from sweeps.validation.validate import trial_length, validate_sweep
 
 log = logging.getLogger("sweeps")
 
@@ -65,7 +66,7 @@ class Driver:
     """The study's loop over a TrialRunner: what to start, when the study is done, and how it survives outages."""
 
     def __init__(self, sweep: SweepConfig):
-        """`sweep`: the typed config (sweeps.typed_config.typed_sweep, where every block's own checks ran)."""
+        """`sweep`: the typed config (sweeps.config.typed_config.typed_sweep, where every block's own checks ran)."""
         quiet_optuna_warnings()
         self.sweep = sweep
         self.scale = self.sweep.scale
@@ -108,16 +109,16 @@ class Driver:
         return trial_length(self.base_overrides)
 
     def validate(self) -> None:
-        """Everything that can be wrong, before anything runs (see sweeps.validate)."""
+        """Everything that can be wrong, before anything runs (see sweeps.validation.validate)."""
         validate_sweep(self.sweep, self.space, self.base_overrides, self.launcher)
 
     def open_study(self) -> optuna.Study:
-        """Open and check the study (sweeps.study); its uid places the trial directories."""
+        """Open and check the study (sweeps.search.study); its uid places the trial directories."""
         pruner = pruner_spec(self.sweep.pruner, self.train_steps)
         definition = study_definition(self.sweep.study, pruner, self.space, self.train_steps, self.base_overrides)
         opened = open_study(self.sweep, self.storage_url, self.train_steps, definition)
         self.trials = self.runner(opened)
-        seed = self.sweep.seed + opened.driver_index  # repeats are drawn again (sweeps.distinct_draws)
+        seed = self.sweep.seed + opened.driver_index  # repeats are drawn again (sweeps.search.distinct_draws)
         opened.study.sampler = choose_sampler(
             opened.study.sampler, self.space, self.sweep.n_trials, self.sweep.draws, seed
         )
@@ -131,7 +132,7 @@ class Driver:
     # ------------------------------------------------------------------------------------------ the loop
 
     def recover(self) -> None:
-        """Settle trials whose driver died, and stop our jobs that stalled (sweeps/recovery.py)."""
+        """Settle trials whose driver died, and stop our jobs that stalled (sweeps/trials/recovery.py)."""
         if time.time() - self.outage_ended < self.sweep.heartbeat.grace_s:
             return  # right after a database outage every heartbeat looks stale: wait until live drivers beat again
         settle_orphans(
@@ -147,7 +148,7 @@ class Driver:
         )
 
     def run(self) -> optuna.Study:
-        route_optuna_logging()  # Optuna's lines in the driver's format and log file (sweeps/progress.py)
+        route_optuna_logging()  # Optuna's lines in the driver's format and log file (sweeps/trials/progress.py)
         explain_heartbeat_warnings()  # "database unreachable", not Optuna's "invalid data in the commit"
         self.validate()
         self.launcher.prepare()
@@ -155,7 +156,7 @@ class Driver:
         study = self.open_study()
         log.info("study %r in %s: %d trials so far", study.study_name, redact(self.storage_url), len(study.trials))
         self.recover()
-        queue_failed_again(study, self.storage)  # "fix it, then run the same command" (sweeps/rerun.py)
+        queue_failed_again(study, self.storage)  # "fix it, then run the same command" (sweeps/trials/rerun.py)
         self.enqueue_baseline()
         started = time.time()
         self.last_recover = time.time()
@@ -192,7 +193,7 @@ class Driver:
         if self.exhausted:
             log.info(exhausted_line(study.get_trials(deepcopy=False), self.space, self.sweep.n_trials))
         self.log_summary()
-        if self.sweep.reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/reeval.py)
+        if self.sweep.reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/trials/reeval.py)
             reevaluate_at_end(
                 study, self.storage, self.sweep, self.launcher, self.roots, self.trials.study_uid, self.storage_url
             )
@@ -216,7 +217,7 @@ class Driver:
         for number, running in list(self.running.items()):
             code = running.job.poll()
             if code is not None and (gone := machine_gone(self.storage, self.launcher, running, code)) is not None:
-                self.pause(gone)  # its machine was taken: no verdict on the trial (sweeps/preemption.py)
+                self.pause(gone)  # its machine was taken: no verdict on the trial (sweeps/trials/preemption.py)
                 return False
             with signals_held():  # Ctrl-C waits until a trial being told is told and out of self.running
                 if code is not None and self.trials.settle(running, code):
@@ -239,14 +240,14 @@ class Driver:
 
     @functools.cached_property
     def slot_pool(self) -> SlotPool:
-        """Where trials run (sweeps/slots.py): one per slot of launcher.slots, at most max_concurrent at once."""
+        """Where trials run (sweeps/launchers/slots.py): one per slot of launcher.slots, at most max_concurrent at once."""
         return SlotPool(self.launcher.slots(), self.sweep.max_concurrent)
 
     def start_within_budget(self) -> None:
         """Start a trial on every free slot until the budget (or the search space) is spent."""
         gone: str | None = None
         while gone is None and (slot := self.slot_pool.take()) is not None:
-            # Ctrl-C waits until a drawn trial's job is ours to stop (sweeps.interrupts): none is left untracked.
+            # Ctrl-C waits until a drawn trial's job is ours to stop (sweeps.launchers.interrupts): none is left untracked.
             draw: Draw | None = None
             with signals_held():
                 try:  # a failed draw (the database restarting) or launch hands the slot back, or no trial starts again
@@ -283,7 +284,7 @@ class Driver:
             self.pause(gone)  # outside signals_held: Ctrl-C ends a wait that may last hours
 
     def pause(self, line: str) -> None:
-        """The launcher's machine is gone (sweeps/preemption.py): set our running trials aside without a grace
+        """The launcher's machine is gone (sweeps/trials/preemption.py): set our running trials aside without a grace
         (their VMs are gone), wait until it is back and prepared anew, check it as at the start, fresh slots."""
         log.warning("%s: %d running trial(s) set aside: queued again, no retry spent", line, len(self.running))
 
@@ -315,7 +316,7 @@ class Driver:
             running.progress_seen = time.time()
 
     def abandon_running(self, why: str) -> None:
-        """Stop our jobs, then fail their trials, each queued again while it has retries (sweeps.recovery.abandon)."""
+        """Stop our jobs, then fail their trials, each queued again while it has retries (sweeps.trials.recovery.abandon)."""
         reason = f"driver {why}"
 
         def record(running: RunningTrial) -> None:
@@ -330,7 +331,7 @@ class Driver:
 
     @functools.cached_property
     def progress_view(self) -> ProgressView:
-        """The study's progress display (sweeps/progress.py), started at the first pass of the loop."""
+        """The study's progress display (sweeps/trials/progress.py), started at the first pass of the loop."""
         return ProgressView(
             str(self.sweep.study.name),
             self.sweep.n_trials,

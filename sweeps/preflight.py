@@ -1,6 +1,6 @@
 """`python -m sweeps.preflight site=pod launcher.tpu_name=NAME launcher.zone=ZONE [key=value ...]`: first contact.
 
-Runs sweeps/preflight_probe.py on every worker VM at once (one ssh each, all within `preflight.timeout_s`) and
+Runs sweeps/launchers/preflight_probe.py on every worker VM at once (one ssh each, all within `preflight.timeout_s`) and
 prints one table, a row per worker, then one line per problem naming the worker and the fix: the interpreter
 and its version, torch/torch_xla/libtpu as `preflight.expect` says and the same on every VM, the code version
 (this checkout's), the chips visible and not held open, the control-plane port free on worker 0 and reachable
@@ -21,12 +21,12 @@ from omegaconf import DictConfig
 from contracts.wandb_runs import resolve_mode
 from storage import resolve_url
 from storage.url import is_postgres
-from sweeps.config_values import UserConfigError
+from sweeps.config.config_values import UserConfigError
+from sweeps.config.schema import SweepConfig
+from sweeps.launchers.preflight_ask import Answer, ask_workers, go_after
 from sweeps.launchers.remote_shell import VENV_FIX, min_python
+from sweeps.launchers.slots import LIBTPU_PORTS
 from sweeps.launchers.tpu_pod import TpuPodLauncher
-from sweeps.preflight_ask import Answer, ask_workers, go_after
-from sweeps.schema import SweepConfig
-from sweeps.slots import LIBTPU_PORTS
 
 PACKAGES = ("torch", "torch_xla", "libtpu", "trm-sweeps")
 
@@ -57,7 +57,7 @@ def probe_args(sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) 
         "ready_wait_s": go_after(settings.timeout_s, settings.reach_s),
         "peers": len(launcher.worker_ids()) - 1,
         "rank0_workers": rank0_workers(launcher),
-        # A SQLite file is refused before this (sweeps.validate): only a server is asked for, as the job opens it.
+        # A SQLite file is refused before this (sweeps.validation.validate): only a server is asked for, as the job opens it.
         "storage": {
             "url": url,
             "password_env": sweep.storage.password_env or None,
@@ -253,15 +253,15 @@ def check_before_study(sweep: SweepConfig, launcher: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from contracts.hydra_app import compose_train_config
-    from sweeps.config import compose_sweep_config
-    from sweeps.optuna_parts import build_launcher
-    from sweeps.typed_config import typed_sweep
-    from sweeps.validate import storage_out_of_reach
+    from sweeps.config.compose import compose_sweep_config
+    from sweeps.config.typed_config import typed_sweep
+    from sweeps.launchers.base import build_launcher
+    from sweeps.validation.validate import storage_out_of_reach
 
     args = list(sys.argv[1:] if argv is None else argv)
     if {"-h", "--help"} & set(args):  # before composing: Hydra's override grammar refuses `--help` with a traceback
         from contracts.hydra_app import run_app
-        from sweeps.help import sweep_group_lines
+        from sweeps.config.help import sweep_group_lines
 
         run_app(lambda: print("\n".join([(__doc__ or "").strip(), "", *sweep_group_lines()])))  # `| head`: quietly
         return 0

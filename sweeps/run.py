@@ -19,18 +19,18 @@ from storage import StorageError, redact
 from storage.errors import permission_denied
 from storage.heartbeat import retried_numbers
 from storage.record import FAIL_REASON_ATTR, trained_trials
-from sweeps import estimate
-from sweeps.config_values import UserConfigError
+from sweeps.config import estimate
+from sweeps.config.config_values import UserConfigError
+from sweeps.config.help import help_text
+from sweeps.config.typed_config import composition_error_line, typed_sweep
 from sweeps.driver import Driver
-from sweeps.help import help_text
-from sweeps.interrupts import interrupt_once
 from sweeps.launchers.base import JobSpec, MachineUnavailableError
+from sweeps.launchers.interrupts import interrupt_once
+from sweeps.launchers.slots import SLOT_CHOICES, SlotConfigError
 from sweeps.launchers.tpu_pod import TpuPodLauncher
-from sweeps.preemption import PREEMPTED_EXIT
-from sweeps.retry import without_note
-from sweeps.slots import SLOT_CHOICES, SlotConfigError
-from sweeps.space import to_overrides
-from sweeps.typed_config import composition_error_line, typed_sweep
+from sweeps.search.space import to_overrides
+from sweeps.trials.preemption import PREEMPTED_EXIT
+from sweeps.trials.retry import without_note
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
 USERS_FULL_ERROR: dict[str, str | None] = {}  # its value before _entry set it, for main to put back

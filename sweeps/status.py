@@ -20,7 +20,7 @@ from storage import redact
 from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, storage_from_args
 from storage.record import FAIL_REASON_ATTR, trained_trials
 from storage.trial_record import TrialOutcome
-from sweeps.space import params_to_values
+from sweeps.search.space import params_to_values
 
 FORMATS = ("table", "json", "csv")
 

@@ -1,7 +1,7 @@
 """`python -m sweeps.utilization study=NAME [peak_tflops=275] [format=table|json] [storage.url=...]`
 
 The fraction of the chips' peak a study's trials really reached, by per-chip batch: what `estimate.utilization`
-should say before the dry run prices a pod division (sweeps/estimate.py). Every job measures its steady-state
+should say before the dry run prices a pod division (sweeps/config/estimate.py). Every job measures its steady-state
 step speed (trm/throughput.py: after the first log point; evals, checkpoints and logging taken out) and stores
 it in its trial's `details` (`throughput`); this reads the finished trials (complete or pruned) and prints, per
 per-chip batch, the median over trials of flops_per_s / (devices x peak), and the override to paste:
@@ -25,9 +25,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, study_from_args
 from storage.trial_record import TrialOutcome
-from sweeps.config import compose_sweep_config
-from sweeps.config_values import SweepConfigError
-from sweeps.estimate import UTILIZATION_KEY
+from sweeps.config.compose import compose_sweep_config
+from sweeps.config.config_values import SweepConfigError
+from sweeps.config.estimate import UTILIZATION_KEY
 
 FORMATS = ("table", "json")
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -35,7 +35,7 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 def default_peak_tflops() -> float:
     """`estimate.peak_tflops` of conf/sweep.yaml: the one place the chip's peak is configured. Composed with its
-    schema registered (sweeps.config), as `python -m sweeps.run` composes it: a plain compose_config("sweep")
+    schema registered (sweeps.config.compose), as `python -m sweeps.run` composes it: a plain compose_config("sweep")
     failed with "Could not load 'sweep_schema'"; a config that does not compose is one ArgumentError line."""
     try:
         return float(compose_sweep_config([]).estimate.peak_tflops)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig
 
-from sweeps.config import compose_sweep_config
+from sweeps.config.compose import compose_sweep_config
 from sweeps.testing import FAST_TRIAL, sweep_overrides, trial_list
 
 __all__ = ["FAST_TRIAL", "sweep_overrides", "trial_list"]  # the suite imports them from here too

@@ -15,8 +15,8 @@ import optuna
 import pytest
 
 from bench import gpu_profile, pruning, pruning_evidence, pruning_replays
-from sweeps.config import compose_sweep_config
-from sweeps.optuna_parts import build, pruner_spec
+from sweeps.config.compose import compose_sweep_config
+from sweeps.config.optuna_parts import build, pruner_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,9 +16,9 @@ from contracts.hydra_app import compose_train_config, packaged_yaml, to_dict
 from contracts.wandb_runs import default_project
 from storage import StorageConfigError, engine_settings, open_storage
 from storage.engine_config import RULES
-from sweeps.config import compose_sweep_config
-from sweeps.typed_config import typed_sweep
-from sweeps.wandb_summary import trial_wandb_overrides
+from sweeps.config.compose import compose_sweep_config
+from sweeps.config.typed_config import typed_sweep
+from sweeps.trials.wandb_summary import trial_wandb_overrides
 from trm.trial_link import RetryPolicy
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

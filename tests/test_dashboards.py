@@ -21,9 +21,9 @@ from optuna.trial import TrialState
 
 from dashboards import report, serve
 from storage import close_storage, open_storage
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
-from sweeps.typed_config import typed_sweep
 from tests import prereqs
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 

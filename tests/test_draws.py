@@ -1,4 +1,4 @@
-"""No wasted draws (sweeps/distinct_draws.py): a repeated configuration is drawn again instead of being recorded
+"""No wasted draws (sweeps/search/distinct_draws.py): a repeated configuration is drawn again instead of being recorded
 as a FAIL trial, a finite space the budget covers is enumerated, and a study that exhausted its space ends cleanly.
 
 Issue 29: a user study over `optim.lr: choice(0.001, 0.002)` with n_trials=5 recorded 21 FAIL trials beside its
@@ -21,24 +21,24 @@ from dashboards.report_page import summary_line
 from dashboards.report_view import StudyView
 from storage import open_storage
 from storage.record import DUPLICATE_OF_ATTR, NOT_STARTED_ATTR, trained_trials
-from sweeps.budget import budget_used
-from sweeps.config import compose_sweep_config
-from sweeps.config_values import SweepConfigError
-from sweeps.distinct_draws import (
+from sweeps.config.compose import compose_sweep_config
+from sweeps.config.config_values import SweepConfigError
+from sweeps.config.optuna_parts import build
+from sweeps.config.schema import Draws
+from sweeps.config.typed_config import typed_block, typed_sweep
+from sweeps.driver import Driver
+from sweeps.search.budget import budget_used
+from sweeps.search.distinct_draws import (
     DistinctSampler,
     EnumeratingSampler,
     choose_sampler,
     space_size,
 )
-from sweeps.draw import draw_within_budget
-from sweeps.driver import Driver
-from sweeps.optuna_parts import build
-from sweeps.progress import measure
-from sweeps.schema import Draws
-from sweeps.space import parse_space
+from sweeps.search.draw import draw_within_budget
+from sweeps.search.space import parse_space
 from sweeps.status import collect
-from sweeps.typed_config import typed_block, typed_sweep
-from sweeps.wandb_summary import study_summary
+from sweeps.trials.progress import measure
+from sweeps.trials.wandb_summary import study_summary
 from tests.sweep_helpers import sweep_config
 from tests.test_sweeps import with_space
 

@@ -69,8 +69,8 @@ def test_the_best_trial_can_be_reused(tmp_path: Path, capsys: pytest.CaptureFixt
         "study.enqueue_baseline=false",
         "wandb.enabled=false",
     )
+    from sweeps.config.typed_config import typed_sweep
     from sweeps.driver import Driver
-    from sweeps.typed_config import typed_sweep
 
     Driver(
         typed_sweep(with_space(cfg, {"optim": "choice(adamw)"}, {"optim": {"adamw": {"optim.lr": "choice(0.003)"}}}))
@@ -147,8 +147,8 @@ def test_sweeps_best_refuses_a_negative_trial_and_says_when_a_checkpoint_is_not_
 def test_a_plain_postgresql_url_works_in_optuna_and_names_the_metric(pg_url: str, tmp_path: Path) -> None:
     """Issue: the README's postgresql:// URL failed in optuna.load_study, the optuna CLI and optuna-dashboard
     (psycopg v3 missing); the dashboard said "Objective 0"."""
+    from sweeps.config.typed_config import typed_sweep
     from sweeps.driver import Driver
-    from sweeps.typed_config import typed_sweep
 
     cfg = sweep_config(
         pg_url,

@@ -2,7 +2,7 @@
 same error line in two configurations, stops the study at once, spends no retry and ends the driver with the job's
 own error line; a retry stays for what a retry can fix (a killed worker, a lost VM, a stall, a driver gone).
 
-The decisions are pure functions (sweeps/outcome.py job_verdict, sweeps/retry.py stop_reason), tested case by case;
+The decisions are pure functions (sweeps/trials/outcome.py job_verdict, sweeps/trials/retry.py stop_reason), tested case by case;
 two real studies show the whole path: the driver's last line, and how many jobs it launched.
 """
 
@@ -19,9 +19,9 @@ import pytest
 from optuna.trial import TrialState, create_trial
 
 from storage.record import INFEASIBLE_ATTR, JOB_ERROR_ATTR
-from sweeps.outcome import CONFIGURATION_ERRORS, PERMANENT_ERRNOS, job_verdict, raised_line
-from sweeps.retry import stop_reason, without_note
 from sweeps.run import all_failed
+from sweeps.trials.outcome import CONFIGURATION_ERRORS, PERMANENT_ERRNOS, job_verdict, raised_line
+from sweeps.trials.retry import stop_reason, without_note
 from tests.sweep_helpers import FAST_TRIAL, sweep_overrides
 
 NO_GPU = "ValueError: runtime.device=cuda but torch sees no GPU (torch.cuda.is_available() is False)"
@@ -233,8 +233,8 @@ exec {python} "$@"
 def test_an_out_of_memory_trial_is_infeasible_not_retried_and_the_study_goes_on(tmp_path: Path) -> None:
     """A 16384-wide model cannot be built under the cap (its set-up fails, as a device check would): it was retried,
     and its error before the first step would have stopped the study. It is the configuration's own fault."""
+    from sweeps.config.typed_config import typed_sweep
     from sweeps.driver import Driver
-    from sweeps.typed_config import typed_sweep
     from tests.sweep_helpers import sweep_config
     from tests.test_sweeps import with_space
 

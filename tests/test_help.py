@@ -18,7 +18,7 @@ import pytest
 
 from contracts import train_config
 from contracts.hydra_app import compose_config, train_group_lines
-from sweeps.help import SWEEP_GROUPS
+from sweeps.config.help import SWEEP_GROUPS
 
 ROOT = Path(__file__).resolve().parents[1]
 WHERE_USERS_LOOK = ("README.md", "docs/usage.md", "Makefile")

@@ -14,15 +14,15 @@ import yaml
 from optuna.trial import TrialState
 
 from storage.record import TRAIN_OVERRIDES_ATTR, trial_detail
-from sweeps.config import compose_sweep_config
+from sweeps.config.compose import compose_sweep_config
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import LauncherConfigError
 from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu_slice import SliceShape, check_configured, parse_node
 from sweeps.preflight import main as preflight_main
 from sweeps.run import dry_run
-from sweeps.typed_config import typed_sweep
-from sweeps.validate import SweepConfigError
+from sweeps.validation.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_dir, trial_list
 
 # Batches every slice here divides: 32 examples over 4 to 32 chips and 1 to 8 processes.

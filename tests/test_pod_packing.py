@@ -19,11 +19,11 @@ import pytest
 from optuna.trial import TrialState
 
 from storage.record import SLOT_ATTR, trial_detail
-from sweeps.config import compose_sweep_config
+from sweeps.config.compose import compose_sweep_config
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
-from sweeps.slots import SlotConfigError, SlotPool, device_slots, tpu_slots
-from sweeps.typed_config import typed_sweep
-from sweeps.validate import SweepConfigError
+from sweeps.launchers.slots import SlotConfigError, SlotPool, device_slots, tpu_slots
+from sweeps.validation.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, fake_pod, trial_list
 
 FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
@@ -278,7 +278,7 @@ def test_a_batch_that_does_not_divide_over_a_slots_chips_is_refused(
 def test_the_dry_run_prices_the_study_on_each_division_of_the_pod(
     pod8: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fresh_pg_url: str
 ) -> None:
-    from sweeps import estimate
+    from sweeps.config import estimate
     from sweeps.run import print_packings
 
     costs = [estimate.Cost(params=1, flops_per_sample_step=10**9, global_batch=768, steps=1000) for _ in range(16)]

@@ -1,4 +1,4 @@
-"""A preempted slice is a pause, not a failure (sweeps/preemption.py), on the stand-in gcloud's pod: its slice
+"""A preempted slice is a pause, not a failure (sweeps/trials/preemption.py), on the stand-in gcloud's pod: its slice
 states, a preemption that kills every process of its VMs, and a recreate that gives fresh, empty VMs."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import torch
 from optuna.trial import TrialState
 
 from storage.record import PREEMPTED_ATTR, RETRIES_NOT_SPENT_ATTR
-from sweeps.config import compose_sweep_config
+from sweeps.config.compose import compose_sweep_config
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import LauncherConfigError, MachineUnavailableError
 from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu_pod import TpuPodLauncher
-from sweeps.recovery import requeue
-from sweeps.retry import plan_retry, retries_used
-from sweeps.typed_config import typed_sweep
+from sweeps.trials.recovery import requeue
+from sweeps.trials.retry import plan_retry, retries_used
 from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_list
 
 

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from sweeps.config import compose_sweep_config
-from sweeps.launchers.base import JobSpec
+from sweeps.config.compose import compose_sweep_config
+from sweeps.launchers.base import JobSpec, build_launcher
 from sweeps.launchers.tpu_pod import TpuPodLauncher
-from sweeps.optuna_parts import build_launcher
 from tests.sweep_helpers import fake_pod
 
 FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"

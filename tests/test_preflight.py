@@ -13,11 +13,11 @@ import pytest
 import torch
 
 import trm
-from sweeps.config import compose_sweep_config
+from sweeps.config.compose import compose_sweep_config
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
 from sweeps.preflight import PreflightError, main
-from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_list
 
 pytestmark = pytest.mark.slow  # every test here starts processes or trains

@@ -1,4 +1,4 @@
-"""The study progress view (sweeps/progress.py): its numbers from real Optuna studies, its quiet log lines and
+"""The study progress view (sweeps/trials/progress.py): its numbers from real Optuna studies, its quiet log lines and
 terminal line, and what a real two-trial study logs."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from contracts.wandb_runs import summary_run_id, trial_run_id
 from storage.record import DUPLICATE_OF_ATTR, PROGRESS_ATTR, STUDY_UID_ATTR
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
-from sweeps.progress import ProgressView, duration, measure, route_optuna_logging
-from sweeps.typed_config import typed_sweep
+from sweeps.trials.progress import ProgressView, duration, measure, route_optuna_logging
 from tests.sweep_helpers import sweep_config
 from tests.wandb_offline import find_runs, read_offline_run
 

@@ -16,10 +16,10 @@ from dashboards.report_page import write_report
 from storage import open_storage
 from storage.heartbeat import retry_callback
 from storage.record import OBJECTIVE_ATTR, PRUNER_ATTR, PRUNER_EVIDENCE_ATTR
-from sweeps.config import compose_sweep_config
+from sweeps.config.compose import compose_sweep_config
+from sweeps.config.optuna_parts import build, pruner_spec
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
-from sweeps.optuna_parts import build, pruner_spec
-from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from tests.test_sweeps import with_space
 from trm.trial_link import TrialLink
@@ -142,6 +142,7 @@ def test_the_job_builds_the_stored_evidence_pruner_and_prunes_with_it(tmp_path: 
     assert study.user_attrs[PRUNER_EVIDENCE_ATTR]["rungs"]["100"]["on"] is True
 
 
+@pytest.mark.slow
 def test_a_study_stored_before_the_wrapper_moved_is_the_same_study_and_its_jobs_never_load_the_platform(
     tmp_path: Path,
 ) -> None:
@@ -152,7 +153,7 @@ def test_a_study_stored_before_the_wrapper_moved_is_the_same_study_and_its_jobs_
     import sys
 
     from storage.record import current_pruner_spec
-    from sweeps.definition import PARTS, study_changes
+    from sweeps.search.definition import PARTS, study_changes
 
     old = {**SPEC, "_target_": "sweeps.pruning_evidence.EvidencePruner"}
     assert current_pruner_spec(old) == SPEC and current_pruner_spec({"wrapped": old})["wrapped"] == SPEC

@@ -128,7 +128,7 @@ LAUNCH = TrialLaunch(
 
 
 def launched(study: optuna.Study) -> optuna.Trial:
-    """A trial with what the driver stores at launch (sweeps/trial_runner.py start_trial)."""
+    """A trial with what the driver stores at launch (sweeps/trials/trial_runner.py start_trial)."""
     trial = study.ask()
     for key, value in LAUNCH.as_attrs().items():
         trial.set_user_attr(key, value)

@@ -1,4 +1,4 @@
-"""The winner decided beyond the eval's noise (sweeps/reeval.py, trm/reeval.py): the top trials' checkpoints
+"""The winner decided beyond the eval's noise (sweeps/trials/reeval.py, trm/reeval.py): the top trials' checkpoints
 evaluated again on the whole test split, each value stored with its standard error, ranked by it, and one line
 when the top two are within one standard error. A real tiny study with real checkpoints and real re-eval jobs."""
 
@@ -34,12 +34,12 @@ from storage.record import (
     reevals,
 )
 from sweeps import best
-from sweeps.config_values import SweepConfigError
+from sweeps.config.config_values import SweepConfigError
+from sweeps.config.schema import ReevalSettings
+from sweeps.config.typed_config import typed_block, typed_sweep
 from sweeps.driver import Driver
-from sweeps.reeval import interval, overlap_line, paired_lines, ranking, ranking_lines, reevaluate_at_end
-from sweeps.schema import ReevalSettings
-from sweeps.typed_config import typed_block, typed_sweep
-from sweeps.wandb_summary import log_study_summary, study_summary
+from sweeps.trials.reeval import interval, overlap_line, paired_lines, ranking, ranking_lines, reevaluate_at_end
+from sweeps.trials.wandb_summary import log_study_summary, study_summary
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from tests.test_sweeps import with_space
 from tests.wandb_offline import find_runs, read_offline_run

@@ -1,4 +1,4 @@
-"""Fix it, then run the same command (sweeps/rerun.py, issue 45.2): a failure the study was told the same command
+"""Fix it, then run the same command (sweeps/trials/rerun.py, issue 45.2): a failure the study was told the same command
 would run again is queued again, first, by that command, and resumes from its checkpoint; no other failure is."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from optuna.trial import TrialState, create_trial
 from contracts.metrics_log import read_metrics
 from storage import open_storage
 from storage.record import DUPLICATE_OF_ATTR, JOB_ERROR_ATTR, NOT_STARTED_ATTR, RUN_AGAIN_ATTR
-from sweeps.budget import budget_used
-from sweeps.rerun import queue_failed_again, to_run_again
+from sweeps.search.budget import budget_used
+from sweeps.trials.rerun import queue_failed_again, to_run_again
 from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_overrides, trial_dir, trial_file_exists
 from trm.run_end import Outcome
 

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_module
 from contracts import train_config
 from contracts.hydra_app import CONFIG_MODULE, HYDRA_CALLBACKS
 from contracts.hydra_run_dir import CheckRunDir
-from sweeps import schema
+from sweeps.config import schema
 
 
 @pytest.mark.parametrize("app", ["sweep", "train"])

@@ -28,7 +28,7 @@ from storage.secrets import (
     redact_credentials,
 )
 from storage.url import redact
-from sweeps import schema
+from sweeps.config import schema
 from tests.sweep_helpers import FAST_TRIAL, trial_list
 
 SECRET = "Zq9-s3cr3t-w0rd-7781"

@@ -20,11 +20,11 @@ from sqlalchemy.orm import scoped_session, sessionmaker
 
 from storage import HeartbeatThread
 from storage.record import DETAILS_ATTR, THROUGHPUT_DETAIL
-from sweeps.config import compose_sweep_config
+from sweeps.config.compose import compose_sweep_config
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
-from sweeps.progress import ProgressView
-from sweeps.running import explain_heartbeat_warnings
-from sweeps.typed_config import typed_sweep
+from sweeps.trials.progress import ProgressView
+from sweeps.trials.running import explain_heartbeat_warnings
 from tests.sweep_helpers import sweep_config
 
 MEASURED = {"flops_per_s": 2e9, "devices": 1, "examples_per_device": 8, "samples_per_s": 100.0}

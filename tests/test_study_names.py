@@ -14,9 +14,9 @@ import sqlalchemy
 from dashboards import report
 from storage.locks import _lock_file
 from sweeps import best, status
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
-from sweeps.typed_config import typed_sweep
-from sweeps.validate import SweepConfigError
+from sweeps.validation.validate import SweepConfigError
 from tests.sweep_helpers import sweep_config, sweep_overrides
 
 LONG = "x" * 300

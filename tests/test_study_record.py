@@ -1,6 +1,6 @@
 """The study record stays true when a driver dies: no trial stuck RUNNING, no finished work thrown away.
 
-Orphaned trials are settled by a pure function of their record (sweeps/outcome.py), tested branch by branch,
+Orphaned trials are settled by a pure function of their record (sweeps/trials/outcome.py), tested branch by branch,
 and by a real driver on a real PostgreSQL study (the states a dead driver leaves, made by hand).
 """
 
@@ -24,13 +24,13 @@ from storage import open_storage, orphaned_trials, retry_callback, trial_id_of
 from storage.heartbeat import NO_FIRST_HEARTBEAT
 from storage.record import HEARTBEAT_GRACE_ATTR, NOT_STARTED_ATTR, trained_trials
 from storage.trial_record import attempt_attr
-from sweeps.budget import budget_used
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
-from sweeps.outcome import job_verdict, orphan_verdict, seed_attrs
-from sweeps.recovery import CUT_DRAW, settle_orphans
-from sweeps.space import Conditional, SearchSpace
+from sweeps.search.budget import budget_used
+from sweeps.search.space import Conditional, SearchSpace
 from sweeps.status import collect
-from sweeps.typed_config import typed_sweep
+from sweeps.trials.outcome import job_verdict, orphan_verdict, seed_attrs
+from sweeps.trials.recovery import CUT_DRAW, settle_orphans
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides
 
 WHY = "its driver died"

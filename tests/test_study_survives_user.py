@@ -19,15 +19,15 @@ from optuna.trial import TrialState, create_trial
 
 from storage import open_storage, retry_callback, trial_id_of
 from storage.record import CHECKPOINT_URL_ATTR, DEFINITION_ATTR, NOT_STARTED_ATTR, PRUNER_ATTR
-from sweeps.budget import budget_used
-from sweeps.definition import StudyDefinitionError
-from sweeps.draw import draw_within_budget
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
-from sweeps.interrupts import interrupt_once, signals_held
-from sweeps.retry import RESUMABLE, plan_retry, retry_of, visible_here
-from sweeps.space import parse_space
+from sweeps.launchers.interrupts import interrupt_once, signals_held
+from sweeps.search.budget import budget_used
+from sweeps.search.definition import StudyDefinitionError
+from sweeps.search.draw import draw_within_budget
+from sweeps.search.space import parse_space
 from sweeps.status import collect
-from sweeps.typed_config import typed_sweep
+from sweeps.trials.retry import RESUMABLE, plan_retry, retry_of, visible_here
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides, trial_file_exists
 from tests.test_study_record import _run_driver
 from tests.test_sweeps import with_space
@@ -174,7 +174,7 @@ def test_log_to_linear_is_refused_in_one_line_with_no_trial_left_running(tmp_pat
 
 
 def test_a_trial_asked_and_not_sampled_is_failed_not_left_running(tmp_path: Path) -> None:
-    """A study from before definitions were stored, drawn with an incompatible space (what sweeps/definition.py
+    """A study from before definitions were stored, drawn with an incompatible space (what sweeps/search/definition.py
     refuses earlier): the asked trial is FAIL with the reason, uses no budget, and the error is one line."""
     storage = open_storage(f"sqlite:///{tmp_path}/db.sqlite")
     study = optuna.create_study(study_name="old", storage=storage, direction="maximize")
@@ -501,7 +501,7 @@ def test_a_trial_another_driver_settles_before_it_starts_is_drawn_again_not_a_cr
     """Between a draw and its start another driver may settle the trial (it saw no heartbeat within its grace,
     on a loaded machine): writing the start then raised UpdateFinishedTrialError and ended this driver."""
     import sweeps.driver as driver_module
-    from sweeps.draw import Draw
+    from sweeps.search.draw import Draw
 
     db = f"sqlite:///{tmp_path}/db.sqlite"
     driver = Driver(typed_sweep(sweep_config(db, tmp_path, "study=halting", "n_trials=2")))

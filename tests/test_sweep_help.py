@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.help import SWEEP_GROUPS, group_options, help_text
+from sweeps.config.help import SWEEP_GROUPS, group_options, help_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,5 @@
-"""Two small parts of the sweep driver on their own: where a trial's jobs write (sweeps/paths.py) and what counts
-against a study's budget, which draw repeats a configuration, the baseline's parameter names (sweeps/budget.py).
+"""Two small parts of the sweep driver on their own: where a trial's jobs write (sweeps/trials/paths.py) and what counts
+against a study's budget, which draw repeats a configuration, the baseline's parameter names (sweeps/search/budget.py).
 The driver's tests cover them end to end; these pin the contract case by case, on real Optuna trials."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from optuna.trial import TrialState, create_trial
 
 from storage import retry_callback
 from storage.record import DUPLICATE_OF_ATTR
-from sweeps.budget import FINISHED, TRAINS, baseline_params, budget_used, twin_of
-from sweeps.paths import StudyRoots, TrialPaths
-from sweeps.space import Conditional, parse_space
+from sweeps.search.budget import FINISHED, TRAINS, baseline_params, budget_used, twin_of
+from sweeps.search.space import Conditional, parse_space
+from sweeps.trials.paths import StudyRoots, TrialPaths
 
 ROOT = Path(__file__).resolve().parents[1]
 UID = "0123456789abcdef"  # a study uid: its first 8 characters name the study's directory
 
-# ------------------------------------------------------------------------------------- sweeps/paths.py
+# ------------------------------------------------------------------------------------- sweeps/trials/paths.py
 
 
 def test_local_roots_are_absolute_and_runs_and_checkpoints_follow_them(
@@ -111,7 +111,7 @@ def test_each_seed_has_its_own_run_checkpoint_and_work_directories(tmp_path: Pat
     assert roots.trial(8, 4, seed_index=1, seeds=3).checkpoint_url == seeds[1].checkpoint_url
 
 
-# ------------------------------------------------------------------------------------ sweeps/budget.py
+# ------------------------------------------------------------------------------------ sweeps/search/budget.py
 
 
 def fresh_study() -> optuna.Study:
@@ -135,7 +135,7 @@ def add(study: optuna.Study, state: TrialState, params: dict[str, float] | None 
 
 def stale(study: optuna.Study, number: int, max_retry: int = 3) -> None:
     """What the driver does with a trial whose heartbeat went stale: FAIL, then a WAITING copy queued as a retry
-    (Optuna's retry callback, as sweeps/recovery.py's requeue and the storage's stale-trial callback use it)."""
+    (Optuna's retry callback, as sweeps/trials/recovery.py's requeue and the storage's stale-trial callback use it)."""
     study.tell(number, state=TrialState.FAIL)
     retry_callback(max_retry)(study, study.trials[number])
 
@@ -289,7 +289,7 @@ def test_the_baseline_names_its_conditional_parameters_under_its_choice() -> Non
 
 @pytest.mark.parametrize("optimizer", ["adamw", "lion"])
 def test_the_enqueued_baseline_is_what_the_first_trial_samples(optimizer: str) -> None:
-    """The contract with sweeps/space.py: enqueued under these names, the baseline's values are the ones the
+    """The contract with sweeps/search/space.py: enqueued under these names, the baseline's values are the ones the
     trial's suggest calls return (under another name Optuna would sample the parameter instead)."""
     space = optimizer_space()
     baseline = {
@@ -331,7 +331,7 @@ def test_a_root_with_a_trailing_slash_gives_the_same_paths(tmp_path: Path) -> No
 def test_a_warmup_given_as_a_share_of_the_trial_is_resolved_in_steps() -> None:
     """conf/pruner/median_late.yaml: no verdict before half of train.steps, whatever a study's trial length; an
     integer warmup stays steps, and a wrapped pruner's lengths resolve too."""
-    from sweeps.optuna_parts import pruner_spec, resolve_steps
+    from sweeps.config.optuna_parts import pruner_spec, resolve_steps
 
     late = OmegaConf.load(Path(__file__).parents[1] / "conf/pruner/median_late.yaml")
     assert pruner_spec(late, 500)["n_warmup_steps"] == 250

@@ -17,14 +17,14 @@ from omegaconf import MissingMandatoryValue, open_dict
 from optuna.trial import TrialState
 
 from storage import open_storage
-from sweeps.config import compose_sweep_config
+from sweeps.config.compose import compose_sweep_config
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import LauncherConfigError
 from sweeps.run import dry_run
-from sweeps.space import SearchSpaceError
-from sweeps.study import StudyMismatchError
-from sweeps.typed_config import typed_sweep
-from sweeps.validate import SweepConfigError
+from sweeps.search.space import SearchSpaceError
+from sweeps.search.study import StudyMismatchError
+from sweeps.validation.validate import SweepConfigError
 from tests.sweep_helpers import (
     FAST_TRIAL,
     fake_pod,

@@ -1,5 +1,5 @@
 """Step speed and utilization: what a job measures (trm/throughput.py), how the dry run uses it
-(sweeps/estimate.py: `estimate.utilization` per per-chip batch) and what `sweeps.utilization` reads back."""
+(sweeps/config/estimate.py: `estimate.utilization` per per-chip batch) and what `sweeps.utilization` reads back."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeps.estimate import Utilization, UtilizationError
+from sweeps.config.estimate import Utilization, UtilizationError
 from sweeps.utilization import measured, override
-from sweeps.validate import SweepConfigError
+from sweeps.validation.validate import SweepConfigError
 from tests.sweep_helpers import sweep_config
 from trm.compile_counters import CompileWatch
 from trm.throughput import StepTimer
@@ -114,8 +114,8 @@ def test_a_bad_utilization_is_one_error_naming_the_key(value: object, expected: 
 
 
 def test_the_sweep_refuses_a_bad_utilization_before_any_trial(tmp_path: Path) -> None:
+    from sweeps.config.typed_config import typed_sweep
     from sweeps.driver import Driver
-    from sweeps.typed_config import typed_sweep
 
     cfg = sweep_config(f"sqlite:///{tmp_path}/s.db", tmp_path, "estimate.utilization={24:0.1,192:40}")
     with pytest.raises(SweepConfigError, match=r"estimate\.utilization=40 at per-chip batch 192"):

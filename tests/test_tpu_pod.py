@@ -19,12 +19,12 @@ import yaml
 from optuna.trial import TrialState
 
 from storage.record import reevals
-from sweeps.config import compose_sweep_config
+from sweeps.config.compose import compose_sweep_config
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, LauncherConfigError
 from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu_pod import TpuPodLauncher
-from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_dir, trial_list
 
 NOTE = """a b "c" [e,f] $HOME `x` ; end"""  # spaces, quotes, brackets, $, backticks: must arrive unchanged
@@ -210,7 +210,7 @@ def test_missing_tpu_name_or_zone_and_unknown_workers_are_config_errors(pod: Pat
 def test_a_sqlite_study_on_a_pod_is_refused_before_anything_runs(pod: Path, tmp_path: Path) -> None:
     """The VMs' rank 0 would open another, empty file of that name on its own disk (the stand-in pod shares this
     machine's disk, so only the check stands between a researcher and trials failing at their first report)."""
-    from sweeps.validate import SweepConfigError
+    from sweeps.validation.validate import SweepConfigError
 
     db = tmp_path / "optuna.db"
     cfg = compose_sweep_config(
@@ -297,7 +297,7 @@ def test_deploy_from_an_installed_copy_asks_for_the_wheel(
 def test_the_legacy_xla_dist_launcher_is_gone() -> None:
     """launcher=xla_dist drove torch_xla < 2.1, whose runtime trm/runtime/xla.py cannot run on: removed, so the
     launcher group offers only launchers that can train here (Hydra names the ones it has)."""
-    from sweeps.config_values import SweepConfigError  # Hydra's MissingConfigException, as one line
+    from sweeps.config.config_values import SweepConfigError  # Hydra's MissingConfigException, as one line
 
     with pytest.raises(
         SweepConfigError, match=r"Could not find 'launcher/xla_dist' Available options in 'launcher': _base local"
@@ -374,7 +374,7 @@ def test_the_control_plane_keeps_off_libtpus_ports_and_names_the_key_when_its_po
     runtime.port is not one of them, and a port that is taken fails the job in one line naming runtime.port and
     what the network must allow."""
     from contracts.hydra_app import compose_train_config
-    from sweeps.slots import LIBTPU_PORTS
+    from sweeps.launchers.slots import LIBTPU_PORTS
 
     assert compose_train_config([]).runtime.port not in LIBTPU_PORTS
     spec = job(tmp_path)

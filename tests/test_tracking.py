@@ -25,10 +25,10 @@ from contracts.wandb_runs import (
 )
 from storage import redact
 from storage.record import STUDY_UID_ATTR
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
-from sweeps.typed_config import typed_sweep
-from sweeps.wandb_summary import log_study_summary, trial_wandb_overrides
+from sweeps.trials.wandb_summary import log_study_summary, trial_wandb_overrides
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, trial_dir
 from tests.wandb_offline import find_runs, read_offline_run
 from trm import tracking

@@ -26,9 +26,9 @@ from bench.trm_bench_table import EVAL_EXAMPLES, config, load
 from bench.trm_bench_tiny import curve, record_command
 from contracts.eval_noise import binomial_stderr
 from contracts.metrics_log import WALL_TIME_KEY, read_metrics
-from sweeps.distinct_draws import EnumeratingSampler, choose_sampler
-from sweeps.schema import Draws
-from sweeps.space import parse_space
+from sweeps.config.schema import Draws
+from sweeps.search.distinct_draws import EnumeratingSampler, choose_sampler
+from sweeps.search.space import parse_space
 from trm.run_end import RunLog
 from trm.tracking import Tracker
 
@@ -403,7 +403,7 @@ def test_model_scaling_ships_the_strategy_the_choice_rule_picks() -> None:
     replays of its choice seeds (the least worst-seed compute at which 90% of studies hold a configuration within
     one SE of the best), and the laptop's n_trials is the choice's (finds one in 9 of 10 on every choice seed)."""
     from bench import trm_bench_choice
-    from sweeps.config import compose_sweep_config
+    from sweeps.config.compose import compose_sweep_config
 
     choice = trm_bench_choice.choose({s: trm_bench_choice.load_rows(s) for s in trm_bench_choice.CHOICE_SEEDS})
     cfg = compose_sweep_config(["study=model_scaling"])

@@ -18,14 +18,14 @@ from optuna.trial import TrialState
 from contracts.hydra_app import compose_train_config
 from contracts.metric_names import EVAL_METRICS, LOGGED_METRICS, METRIC_KEYS, TRIAL_NUMBERS
 from storage.trial_record import ATTEMPT_ATTRS
+from sweeps.config.optuna_parts import pruner_spec
+from sweeps.config.schema import Objective
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
-from sweeps.job_command import job_name
 from sweeps.launchers.base import JobSpec, quote_literals
+from sweeps.launchers.job_command import job_name
 from sweeps.launchers.tpu_pod import TpuPodLauncher
-from sweeps.optuna_parts import pruner_spec
-from sweeps.schema import Objective
-from sweeps.typed_config import typed_sweep
-from sweeps.validate import SweepConfigError
+from sweeps.validation.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir
 
 
@@ -42,7 +42,7 @@ def refused(cfg: DictConfig, expected: str) -> None:
 
 
 def refused_composing(tmp_path: Path, expected: str, *extra: str, trial: list[str] | None = None) -> None:
-    """As `refused`, for input the schema refuses already while the config is composed (sweeps/schema.py)."""
+    """As `refused`, for input the schema refuses already while the config is composed (sweeps/config/schema.py)."""
     with pytest.raises(SweepConfigError, match=expected):
         Driver(typed_sweep(config(tmp_path, *extra, trial=trial))).validate()
     assert not (tmp_path / "out").exists() and not (tmp_path / "db.sqlite").exists()
@@ -241,7 +241,7 @@ def test_train_choices_are_refused_before_the_first_trial(trial: list[str], expe
 @pytest.mark.slow
 def test_the_sweep_driver_does_not_import_torch() -> None:
     """The driver process stays light (start-up, memory beside the trials); torch is the trials' business."""
-    code = "import sys, sweeps.run, sweeps.driver, sweeps.validate; print('torch' in sys.modules)"
+    code = "import sys, sweeps.run, sweeps.driver, sweeps.validation.validate; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -541,8 +541,8 @@ def test_the_trial_length_is_train_steps_in_trial_overrides(tmp_path: Path) -> N
 def test_the_hints_examples_of_trial_overrides_compose_as_written() -> None:
     """The refusal of a training key suggested `'trial.overrides=[experiment=tiny_cpu,...]'`, which Hydra's grammar
     refuses ("no viable alternative"): each example a hint gives is composed here as a user would paste it."""
-    from sweeps.config import compose_sweep_config
-    from sweeps.typed_config import GONE, IGNORED_HINT
+    from sweeps.config.compose import compose_sweep_config
+    from sweeps.config.typed_config import GONE, IGNORED_HINT
 
     for hint in (IGNORED_HINT, *GONE.values()):
         (example,) = re.findall(r"'(trial\.overrides=\[.*?\])'", hint)
@@ -584,7 +584,7 @@ def test_a_gp_sampler_without_torch_in_the_driver_is_refused_before_any_trial(
     without torch (the package does not require it) would fail there. Refused at validation, naming the fix."""
     import importlib.util
 
-    from sweeps.validate_optuna import check_optuna
+    from sweeps.validation.validate_optuna import check_optuna
 
     cfg = typed_sweep(config(tmp_path, "sampler=gp"))
     check_optuna(cfg, 500)  # torch is here: accepted

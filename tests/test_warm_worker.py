@@ -11,10 +11,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec
 from sweeps.launchers.local import LocalLauncher
-from sweeps.typed_config import typed_sweep
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, trial_list
 
 pytestmark = pytest.mark.slow  # every test here starts processes or trains

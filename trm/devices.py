@@ -1,6 +1,6 @@
 """Which torch device a `single` or `torch` job trains on: `runtime.device` = auto | cpu | cuda.
 
-`auto` takes the GPU when torch sees one (a slot's CUDA_VISIBLE_DEVICES decides which: sweeps/slots.py), the
+`auto` takes the GPU when torch sees one (a slot's CUDA_VISIBLE_DEVICES decides which: sweeps/launchers/slots.py), the
 CPU otherwise, so the same study config runs on a laptop and on a GPU box. With several processes per job
 (torchrun), process `LOCAL_RANK` takes visible GPU `LOCAL_RANK`: one GPU per process, as DDP expects. The `xla`
 backend picks its devices itself (trm/runtime/xla.py) and ignores this key. Used by trm/runtime/__init__.py.

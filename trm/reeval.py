@@ -2,7 +2,7 @@
 [reeval.examples=N] [reeval.checkpoint=best.pt]` (conf/train.yaml, `reeval`).
 
 Why: a study's trials are ranked by an eval of a few hundred puzzles, whose binomial noise is as large as the gaps
-between its best trials. This job is a real one, started by the sweep's launcher like a trial (sweeps/reeval.py):
+between its best trials. This job is a real one, started by the sweep's launcher like a trial (sweeps/trials/reeval.py):
 the trainer's data, model and `trm.step.evaluate` on the trial's runtime, run on the checkpoint the trial wrote.
 A checkpoint whose identity is not this config's is refused (trm.checkpoint.check_identity), so the value always
 belongs to the trial's training. Rank 0 prints the result and, for a sweep trial, stores it on the study

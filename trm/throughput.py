@@ -1,7 +1,7 @@
 """How fast the training steps ran, in steady state: the measurement behind `estimate.utilization`.
 
 A sweep prices a pod division by the fraction of the chips' peak a trial reaches at its per-chip batch
-(sweeps/estimate.py). That fraction is only known from real steps on the real chips, so every job measures it:
+(sweeps/config/estimate.py). That fraction is only known from real steps on the real chips, so every job measures it:
 the wall time of its training steps between log points (the metrics read there waits for the device, so on XLA,
 where a step is only dispatched, the time is still the device's), without
 

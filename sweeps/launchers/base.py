@@ -15,18 +15,19 @@ import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from hydra.errors import HydraException
 
 from contracts.overrides import parse_override
-from sweeps.config_values import UserConfigError
-from sweeps.interrupts import signals_held
-from sweeps.job_command import LITERAL_KEYS
-from sweeps.slots import WHOLE, Slot
+from sweeps.config.config_values import UserConfigError
+from sweeps.config.optuna_parts import build
+from sweeps.launchers.interrupts import signals_held
+from sweeps.launchers.job_command import LITERAL_KEYS
+from sweeps.launchers.slots import WHOLE, Slot
 
 TERMINATE_GRACE_S = 10.0  # launcher.kill_grace_s's default (conf/launcher/*.yaml): SIGTERM to SIGKILL
 
@@ -82,7 +83,7 @@ class JobSpec:
     overrides: list[str]  # Hydra overrides for `python -m trm.train`
     workdir: Path  # local directory for this job's logs (and, for local workers, their cwd)
     env: dict[str, str] = field(default_factory=dict)  # extra environment for the workers
-    slot: Slot = WHOLE  # where it runs (sweeps/slots.py): which workers, confined to which chips
+    slot: Slot = WHOLE  # where it runs (sweeps/launchers/slots.py): which workers, confined to which chips
 
 
 class Launcher(Protocol):
@@ -119,7 +120,7 @@ class Launcher(Protocol):
 
     def unavailable(self) -> str | None:
         """None while the machine can run jobs; else one line saying why it cannot (a TPU slice PREEMPTED): the
-        driver asks when a job fails and before each launch (sweeps/preemption.py)."""
+        driver asks when a job fails and before each launch (sweeps/trials/preemption.py)."""
         ...
 
     def wait_until_available(self, line: str) -> None:
@@ -247,7 +248,7 @@ class JobHandle:
 
     def _stop_all(self, grace_s: float | None = None) -> None:
         """SIGTERM to every worker (and the remote cancel), SIGKILL to those still there after `grace_s`. Ctrl-C or
-        SIGTERM to the driver waits until this is done (sweeps.interrupts.signals_held): a stop left half-way
+        SIGTERM to the driver waits until this is done (sweeps.launchers.interrupts.signals_held): a stop left half-way
         left a job training in its own session, its trial RUNNING with nothing recorded."""
         with signals_held():
             self._stop_workers(self.grace_s if grace_s is None else grace_s)
@@ -291,3 +292,13 @@ def worker_env(spec: JobSpec, with_slot: bool = True) -> dict[str, str]:
     """A local worker's environment: ours, the slot's confinement (unless the worker is only a remote shell's
     client: ssh does not carry its environment to the VM), then the job's own."""
     return machine_env({**(spec.slot.env if with_slot else {}), **spec.env})
+
+
+def build_launcher(node: Mapping[str, Any]) -> Launcher:
+    """The configured launcher, refused here unless it has the interface the driver uses (sweeps.launchers.base)."""
+    launcher: Launcher = build(node)
+    # Looked up on the class: reading world_size on the instance would evaluate config that prepare() checks later.
+    missing = [name for name in LAUNCHER_MEMBERS if not hasattr(type(launcher), name)]
+    if missing:
+        raise LauncherConfigError(f"launcher._target_={node.get('_target_')!r}: not a launcher (it lacks {missing})")
+    return launcher

@@ -23,8 +23,8 @@ from sweeps.launchers.base import (
     start_worker,
     worker_env,
 )
+from sweeps.launchers.slots import Slot, device_slots
 from sweeps.launchers.warm import WarmWorker
-from sweeps.slots import Slot, device_slots
 
 
 class LocalLauncher(AlwaysAvailable):

@@ -20,7 +20,7 @@ from sweeps.launchers.base import (
     start_worker,
     worker_env,
 )
-from sweeps.slots import Slot, device_slots
+from sweeps.launchers.slots import Slot, device_slots
 
 
 def free_port() -> int:

@@ -27,7 +27,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sweeps.job_command import JOB_TAG_KEY
 from sweeps.launchers.base import (
     JobHandle,
     JobSpec,
@@ -37,6 +36,7 @@ from sweeps.launchers.base import (
     start_worker,
     worker_env,
 )
+from sweeps.launchers.job_command import JOB_TAG_KEY
 from sweeps.launchers.remote_shell import (
     chips_free_check,
     job_command,
@@ -46,6 +46,7 @@ from sweeps.launchers.remote_shell import (
     shell_path,
     stop_command,
 )
+from sweeps.launchers.slots import Slot, tpu_slots
 from sweeps.launchers.tpu_pod_gcloud import check_flags, scp_flags_of, track_args
 from sweeps.launchers.tpu_slice import (
     ON_PREEMPTED,
@@ -55,7 +56,6 @@ from sweeps.launchers.tpu_slice import (
     slice_unavailable,
     wait_for_ready,
 )
-from sweeps.slots import Slot, tpu_slots
 
 log = logging.getLogger(__name__)
 

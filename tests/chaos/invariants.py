@@ -12,7 +12,7 @@ from pathlib import Path
 from optuna.trial import TrialState
 
 from storage.record import DUPLICATE_OF_ATTR, trial_detail
-from sweeps.space import params_to_values
+from sweeps.search.space import params_to_values
 from tests.chaos.faults import Fault
 from tests.chaos.injector import Soaked
 from tests.chaos.record import FINISHED, StudyRecord, eval_values, first_line, reason, resumed_from

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sweeps.space import params_to_values
+from sweeps.search.space import params_to_values
 from tests.chaos.faults import FAULT_KINDS, Fault
 from tests.chaos.injector import DriverRun, Soaked
 from tests.chaos.invariants import Check

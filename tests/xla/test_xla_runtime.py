@@ -10,7 +10,7 @@ import pytest
 import torch
 from _lane import run_python, xla_env
 
-from sweeps.slots import LIBTPU_PORTS
+from sweeps.launchers.slots import LIBTPU_PORTS
 from tests.config_blocks import runtime_config
 from trm.runtime import xla_available
 from trm.runtime.base import Runtime, resolve_control_plane

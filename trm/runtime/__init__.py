@@ -41,7 +41,7 @@ def compile_cache_dir(cfg: RuntimeConfig, create: bool) -> str | None:
         )
     path = os.path.abspath(os.path.expanduser(value))
     subdir = cfg.compile_cache_subdir
-    if subdir is not None:  # a slot's own cache (sweeps/slots.py): processes on one VM never share its files
+    if subdir is not None:  # a slot's own cache (sweeps/launchers/slots.py): processes on one VM never share its files
         if not isinstance(subdir, str) or not subdir.strip() or "/" in subdir or subdir in (".", ".."):
             raise ValueError(f"runtime.compile_cache_subdir={subdir!r}: expected one directory name, or null")
         path = os.path.join(path, subdir)

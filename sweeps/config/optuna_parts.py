@@ -1,0 +1,53 @@
+"""The Optuna objects config may build (sampler, pruner, launcher), built one way for the driver and validation.
+
+Its own module so that sweeps.validation.validate can build them exactly as the driver does without importing the driver.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from storage.record import PRUNER_TARGETS
+
+# What config may instantiate: `_target_` is code execution, so only these classes.
+TARGETS = ["optuna.samplers.*", *PRUNER_TARGETS, "sweeps.launchers.*"]
+
+
+def build(node: DictConfig | Mapping[str, Any]) -> Any:
+    """Instantiate a `_target_` node, refusing any class outside TARGETS."""
+    return instantiate(node, _convert_="all", _execution_whitelist_=TARGETS)
+
+
+def resolved_dict(node: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """A mapping node as a plain dict with its interpolations resolved (a dict of the typed config: a deep copy,
+    which the caller may change)."""
+    out = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else copy.deepcopy(dict(node))
+    if not isinstance(out, dict):
+        raise TypeError(f"expected a mapping, got {type(out).__name__}")
+    return {str(key): value for key, value in out.items()}
+
+
+def pruner_spec(pruner: DictConfig | Mapping[str, Any], train_steps: int) -> dict[str, Any]:
+    """The `pruner` node as a resolved `_target_` dict: stored on the study so every job builds the same one, with
+    its lengths in steps (resolve_steps)."""
+    return resolve_steps(resolved_dict(pruner), train_steps)
+
+
+def resolve_steps(spec: dict[str, Any], train_steps: int) -> dict[str, Any]:
+    """`spec` (a pruner's `_target_` dict, changed in place) with its lengths in the trial's steps, also in a
+    wrapped pruner (contracts/pruning_evidence.py): `max_resource: auto` is the trial length, and an
+    `n_warmup_steps` between 0 and 1 a share of it (no verdict before it, whatever train.steps a study has)."""
+    for node in (spec, spec.get("wrapped")):
+        if not isinstance(node, dict):
+            continue
+        if node.get("max_resource") == "auto":
+            node["max_resource"] = train_steps
+        warmup = node.get("n_warmup_steps")
+        if isinstance(warmup, float) and 0 < warmup < 1:
+            node["n_warmup_steps"] = round(warmup * train_steps)
+    return spec

@@ -1,0 +1,124 @@
+"""A trial this driver runs: its job, heartbeat and what the loop has seen of it (seeds, progress, timings).
+
+The driver's per-trial state, kept apart from the loop that moves it along; and what its heartbeat's warnings say
+when the study database fails (`storage_failure`: the cause, not Optuna's wrapper).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy
+
+from storage import HeartbeatThread, StorageGoneError, database_gone, redact
+from storage.errors import StoragePermissionError, permission_denied
+from sweeps.launchers.base import JobHandle
+from sweeps.launchers.slots import WHOLE, Slot
+
+# What a storage call raises while the database is restarting, unreachable, or gone (storage_fatal tells which).
+STORAGE_ERRORS = (
+    optuna.exceptions.StorageInternalError,
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+)
+
+
+class JobNotLaunchedError(RuntimeError):
+    """A running trial's job was asked for before it was launched."""
+
+
+@dataclass
+class RunningTrial:
+    trial: optuna.Trial
+    handle: JobHandle | None
+    heartbeat: HeartbeatThread
+    workdir: Path
+    sampled: dict[str, Any] = field(default_factory=dict)  # the sampled values: {override key: value}
+    origin: int = 0  # first trial of its retry chain: owner of the checkpoints
+    earlier: tuple[int, ...] = ()  # the attempts before it in its retry chain, first first
+    slot: Slot = WHOLE  # where its jobs run (sweeps/launchers/slots.py); every seed of the trial runs there
+    seed_index: int = 0
+    seed_objectives: list[list[float]] = field(default_factory=list)  # each finished seed's objective value(s)
+    started: float = field(default_factory=time.time)
+    # Epoch seconds at which each seed's job was launched and seen to exit (bench/sweep_overhead.py): with
+    # the job's own stamps (`timing` attribute) they split a trial's wall time into set-up, training, teardown.
+    launched_at: list[float] = field(default_factory=list)
+    exited_at: list[float] = field(default_factory=list)
+    # The job's last reported progress and when this driver saw it change (its own clock: a pod VM's may differ).
+    progress: Any = None
+    progress_seen: float = field(default_factory=time.time)
+    stall_reason: str | None = None  # set when the driver stopped the job for showing no progress
+
+    @property
+    def job(self) -> JobHandle:
+        """The current seed's job (launch_seed sets it before the trial joins the loop)."""
+        if self.handle is None:
+            raise JobNotLaunchedError(f"trial {self.trial.number}: no job launched yet")
+        return self.handle
+
+
+DBAPI_PREFIX = re.compile(r"^\([\w.]+\) ")  # SQLAlchemy's "(psycopg2.OperationalError) "
+HEARTBEAT_LOGGER = "storage.heartbeat"  # storage/heartbeat.py's: "heartbeat for trial id %s failed: %s"
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    """`err`, then what caused it (`__cause__` / `__context__`), each once."""
+    chain: list[BaseException] = []
+    current: BaseException | None = err
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def storage_failure(err: BaseException) -> str:
+    """What a failed storage call met, in one line. Optuna wraps every database error in a StorageInternalError
+    whose words ("invalid data in the commit, e.g. exceeding max length") blame the data: the cause is said instead
+    (a database gone or refused: storage.errors; a connection that failed: "the study database is unreachable")."""
+    gone = database_gone(err)
+    if gone:
+        return f"the study database is gone: {gone}"
+    denied = permission_denied(err)
+    if denied:
+        return denied
+    for cause in _causes(err):
+        if isinstance(cause, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+            text = " ".join(str(cause.orig or cause).split()).split(" (Background on this error", 1)[0]
+            return f"the study database is unreachable: {DBAPI_PREFIX.sub('', text)}"
+    last = _causes(err)[-1]
+    return f"{type(last).__name__}: {last}"
+
+
+def storage_fatal(err: BaseException, storage_url: str) -> Exception | None:
+    """The error to end the study on when `err` says the database is gone (dropped, its tables deleted) or not ours to
+    write, where waiting will not help; None for an outage to wait out. The caller stops its running jobs first."""
+    why, denied = database_gone(err), permission_denied(err)
+    if denied:
+        return StoragePermissionError(f"{denied}; its running jobs were stopped")
+    if why:
+        return StorageGoneError(
+            f"the study database {redact(storage_url)} is gone: {why}; its running jobs were stopped"
+        )
+    return None
+
+
+class HeartbeatWords(logging.Filter):
+    """On the heartbeat's logger: an exception in a warning's arguments is shown as `storage_failure` says."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(storage_failure(a) if isinstance(a, BaseException) else a for a in record.args)
+        return True
+
+
+def explain_heartbeat_warnings() -> None:
+    """Install HeartbeatWords on the heartbeat's logger (once: the driver calls it at each run)."""
+    logger = logging.getLogger(HEARTBEAT_LOGGER)
+    if not any(isinstance(f, HeartbeatWords) for f in logger.filters):
+        logger.addFilter(HeartbeatWords())
