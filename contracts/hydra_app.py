@@ -17,7 +17,7 @@ import yaml
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from contracts import train_config
@@ -100,6 +100,31 @@ def compose_train_config(overrides: list[str]) -> DictConfig:
         raise ConfigSchemaError(line) from err
     train_config.check_train_config(cfg)
     return cfg
+
+
+def train_values(overrides: list[str]) -> dict[str, Any]:
+    """compose_train_config's result as plain data for the sweep's checks, which read a trial's training config
+    without a Hydra run (its errors, the same). Every value resolved that resolves there; one that cannot (`out_dir`
+    needs the run, and what is built on it) is None; a mapping is a dict, so a config group's node reads as one."""
+    cfg = compose_train_config(overrides)
+
+    def values(node: DictConfig, prefix: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in node:
+            key = str(name)  # a config read from YAML has string keys
+            value = OmegaConf.select(cfg, f"{prefix}{key}", default=None, throw_on_resolution_failure=False)
+            if isinstance(value, DictConfig):
+                out[key] = values(value, f"{prefix}{key}.")
+            elif isinstance(value, ListConfig):
+                try:
+                    out[key] = OmegaConf.to_container(value, resolve=True)
+                except OmegaConfBaseException:
+                    out[key] = None
+            else:
+                out[key] = value
+        return out
+
+    return values(cfg, "")
 
 
 def typed_train_config(cfg: DictConfig) -> TrainApp:

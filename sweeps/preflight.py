@@ -13,10 +13,8 @@ study starts trials and refuses to start on a problem (`preflight.enabled=false`
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
-
-from omegaconf import DictConfig
 
 from contracts.wandb_runs import resolve_mode
 from storage import resolve_url
@@ -41,18 +39,18 @@ def rank0_workers(launcher: TpuPodLauncher) -> list[int]:
     return sorted({(slot.workers or tuple(launcher.worker_ids()))[0] for slot in launcher.slots()})
 
 
-def probe_args(sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) -> dict[str, Any]:
+def probe_args(sweep: SweepConfig, launcher: TpuPodLauncher, train: Mapping[str, Any]) -> dict[str, Any]:
     """What the probe checks on each VM. `train` is the trials' training config as composed (conf/train.yaml):
-    its data block depends on the dataset chosen, which no one schema types."""
-    data, settings, trial = train.data, sweep.preflight, sweep.trial
+    its data block depends on the dataset chosen, which no one schema types (contracts.hydra_app.train_values)."""
+    data, settings, trial = train["data"], sweep.preflight, sweep.trial
     url = resolve_url(sweep.storage.url, create_dir=False)
     return {
         "packages": list(PACKAGES),
         "chips_glob": settings.chips_glob,
-        "data_path": None if data.get("source") == "generate" else str(data.path),  # generated: built on the VM
+        "data_path": None if data.get("source") == "generate" else str(data.get("path")),  # generated: built on the VM
         "splits": ["train", "test"],
         "checkpoint_url": trial.checkpoint_root or trial.run_root or "runs",
-        "port": int(train.runtime.port),
+        "port": int(train["runtime"]["port"]),
         "reach_s": settings.reach_s,
         "ready_wait_s": go_after(settings.timeout_s, settings.reach_s),
         "peers": len(launcher.worker_ids()) - 1,
@@ -70,7 +68,9 @@ def probe_args(sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) 
     }
 
 
-def problems(answers: list[Answer], sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig) -> list[str]:  # noqa: C901, PLR0915 (a check per problem it names, in the table's order)
+def problems(  # noqa: C901, PLR0915 (a check per problem it names, in the table's order)
+    answers: list[Answer], sweep: SweepConfig, launcher: TpuPodLauncher, train: Mapping[str, Any]
+) -> list[str]:
     """One line per problem: `worker N: what is wrong: the fix`. `train` as in probe_args."""
     from contracts.code_version import code_fingerprint
 
@@ -85,7 +85,7 @@ def problems(answers: list[Answer], sweep: SweepConfig, launcher: TpuPodLauncher
         )
     expect = {k: v for k, v in (settings.expect or {}).items() if v is not None}
     ours = code_fingerprint()
-    port = int(train.runtime.port)
+    port = int(train["runtime"]["port"])
     first = next((a.facts for a in answers if a.facts), None)
     # The others whose connection to "worker 0" succeeded: worker 0 should have seen each of them.
     reached_zero = sum(
@@ -163,11 +163,13 @@ def problems(answers: list[Answer], sweep: SweepConfig, launcher: TpuPodLauncher
             missing = [s for s, fp in f["data"].items() if fp is None]
             if missing:
                 out.append(
-                    f"worker {w}: no dataset at {train.data.path} ({', '.join(missing)}) under launcher.remote_dir: "
-                    f"build it on every VM (python -m trm.data.build ... --out {train.data.path}, same arguments on each)"
+                    f"worker {w}: no dataset at {train['data']['path']} ({', '.join(missing)}) under launcher.remote_dir: "
+                    f"build it on every VM (python -m trm.data.build ... --out {train['data']['path']}, same arguments on each)"
                 )
             elif first and first["data"] and f["data"] != first["data"]:
-                out.append(f"worker {w}: the dataset at {train.data.path} differs from worker 0's: build it again")
+                out.append(
+                    f"worker {w}: the dataset at {train['data']['path']} differs from worker 0's: build it again"
+                )
         if f.get("checkpoint"):
             out.append(
                 f"worker {w}: cannot write the checkpoint location {trial.checkpoint_root!r} "
@@ -226,12 +228,14 @@ def table(answers: list[Answer], described: Sequence[str]) -> str:
     return "\n".join("  ".join(c.ljust(n) for c, n in zip(r, widths)).rstrip() for r in rows)
 
 
-def preflight(sweep: SweepConfig, launcher: TpuPodLauncher, train: DictConfig | None = None) -> tuple[str, list[str]]:
+def preflight(
+    sweep: SweepConfig, launcher: TpuPodLauncher, train: Mapping[str, Any] | None = None
+) -> tuple[str, list[str]]:
     """The table and the problems of the pod `sweep` names (its launcher already validated); `train` the trials'
     training config, composed here when not given."""
-    from contracts.hydra_app import compose_train_config
+    from contracts.hydra_app import train_values
 
-    train = compose_train_config(list(sweep.trial.overrides)) if train is None else train
+    train = train_values(list(sweep.trial.overrides)) if train is None else train
     answers = ask_workers(launcher, probe_args(sweep, launcher, train), sweep.preflight.timeout_s)
     shape = launcher.shape()
     return shape.line() + "\n" + table(answers, shape.worker_ips), problems(answers, sweep, launcher, train)

@@ -36,3 +36,17 @@ def test_what_the_doc_says_of_the_preflight_probe_and_bench_holds() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not any(n == "tests" or n.startswith("tests.") for n in names), f"{path} imports tests"
+
+
+def test_a_dictconfig_stops_where_the_doc_says() -> None:
+    """trm/: only the entry point's `main`; sweeps/: config/ and run.py (docs/architecture.md, "The training
+    config")."""
+    allowed = {"trm/train.py", "sweeps/run.py"}
+    found = {
+        str(path.relative_to(ROOT))
+        for package in ("trm", "sweeps")
+        for path in (ROOT / package).rglob("*.py")
+        if re.search(r"\bDictConfig\b", path.read_text())
+    }
+    stray = sorted(p for p in found - allowed if not p.startswith("sweeps/config/"))
+    assert stray == [], f"a DictConfig below main in {stray}: take the typed config (or train_values' plain values)"

@@ -154,8 +154,6 @@ def test_worker_0_seeing_fewer_peers_than_reached_it_is_a_problem(monkeypatch: p
     """Peers that connected to "worker 0" but not to the VM that is: the first host they were given is another."""
     from types import SimpleNamespace
 
-    from omegaconf import OmegaConf
-
     from sweeps.launchers.tpu_slice import SliceShape
     from sweeps.preflight import Answer, problems
 
@@ -167,7 +165,7 @@ def test_worker_0_seeing_fewer_peers_than_reached_it_is_a_problem(monkeypatch: p
     settings = SimpleNamespace(expect={}, chips_glob="/dev/accel*", min_free_gb=1)
     shape = SliceShape("t", "v4-24", "READY", "", ("a", "b", "c"), 12)
     launcher = SimpleNamespace(python="python3", shape=lambda: shape)
-    train = OmegaConf.create({"runtime": {"port": 12355}, "data": {"path": "data"}})
+    train = {"runtime": {"port": 12355}, "data": {"path": "data"}}
     answers = [Answer(0, facts(0, {"bind": None, "peers": 1})), *(Answer(w, facts(w, {"reach": None})) for w in (1, 2))]
     monkeypatch.setattr("contracts.code_version.code_fingerprint", lambda: "c")
     sweep = SimpleNamespace(preflight=settings, trial=SimpleNamespace(checkpoint_root=None),

@@ -179,7 +179,7 @@ def test_a_study_stored_before_the_wrapper_moved_is_the_same_study_and_its_jobs_
 
 @pytest.mark.parametrize("study_name", ["curriculum", "halting"])
 def test_studies_of_recursion_depth_ship_the_evidence_pruner(study_name: str) -> None:
-    spec = pruner_spec(compose_sweep_config([f"study={study_name}"]).pruner, train_steps=500)
+    spec = pruner_spec(typed_sweep(compose_sweep_config([f"study={study_name}"])).pruner, train_steps=500)
     assert spec["_target_"] == "contracts.pruning_evidence.EvidencePruner"
     assert spec["wrapped"]["max_resource"] == 500  # `auto` resolved inside the wrapper too
     assert isinstance(build(spec), EvidencePruner)

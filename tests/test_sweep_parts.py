@@ -9,6 +9,7 @@ from typing import Any
 
 import optuna
 import pytest
+import yaml
 from omegaconf import OmegaConf
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
@@ -333,7 +334,7 @@ def test_a_warmup_given_as_a_share_of_the_trial_is_resolved_in_steps() -> None:
     integer warmup stays steps, and a wrapped pruner's lengths resolve too."""
     from sweeps.config.optuna_parts import pruner_spec, resolve_steps
 
-    late = OmegaConf.load(Path(__file__).parents[1] / "conf/pruner/median_late.yaml")
+    late = yaml.safe_load((Path(__file__).parents[1] / "conf/pruner/median_late.yaml").read_text())
     assert pruner_spec(late, 500)["n_warmup_steps"] == 250
     assert pruner_spec(late, 1200)["n_warmup_steps"] == 600
     assert resolve_steps({"n_warmup_steps": 150}, 500)["n_warmup_steps"] == 150

@@ -15,7 +15,7 @@ import pytest
 from omegaconf import DictConfig, open_dict
 from optuna.trial import TrialState
 
-from contracts.hydra_app import compose_train_config
+from contracts.hydra_app import compose_train_config, train_values
 from contracts.metric_names import EVAL_METRICS, LOGGED_METRICS, METRIC_KEYS, TRIAL_NUMBERS
 from storage.trial_record import ATTEMPT_ATTRS
 from sweeps.config.optuna_parts import pruner_spec
@@ -595,3 +595,14 @@ def test_a_gp_sampler_without_torch_in_the_driver_is_refused_before_any_trial(
     ):
         check_optuna(cfg, 500)
     check_optuna(typed_sweep(config(tmp_path, "sampler=tpe")), 500)  # another sampler needs no torch
+
+
+def test_a_trials_training_config_reads_as_plain_values_outside_a_hydra_run() -> None:
+    """What the sweep's checks read (contracts.hydra_app.train_values): plain dicts, every value resolved that
+    resolves without Hydra's run; `out_dir` (the run's directory) and what is built on it are None, as is a value
+    nobody gave (`???`)."""
+    values = train_values(["experiment=tiny_cpu", "arch.hidden_size=32", "data.num_train=300"])
+    assert values["arch"]["hidden_size"] == 32 and type(values["optim"]) is dict
+    assert values["out_dir"] is None and values["checkpoint"]["url"] is None
+    assert "_n300_" in values["data"]["path"]  # the generated dataset's name, resolved from its recipe
+    assert train_values(["data=sudoku_extreme"])["data"] == {"source": "path", "path": None}

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from contracts.hydra_app import to_dict
 from contracts.overrides import override_values
@@ -74,12 +74,24 @@ def _mask_env(node: Any) -> Any:
 def safe_config(written: Mapping[str, Any]) -> dict[str, Any]:
     """The training config as written (contracts.hydra_app.TrainJob), resolved without secrets: env values masked
     before resolving, storage URL redacted."""
-    masked = OmegaConf.create(_mask_env(dict(written)))
+    masked = OmegaConf.create(_mask_env(dict(written)))  # OmegaConf only as the interpolation engine
+
+    def resolve_key(key: str) -> Any:
+        """One top-level key resolved; what does not resolve is kept as written (an interpolation string)."""
+        try:
+            node = masked[key]
+            return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+        except Exception:  # noqa: BLE001
+            node = masked._get_node(key)
+            if node is None:  # not a key of masked (the caller iterates its own keys)
+                raise KeyError(key) from None
+            return OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else str(node._value())
+
     resolved: dict[str, Any]
     try:
         resolved = to_dict(masked)
     except Exception:  # noqa: BLE001 - e.g. ${hydra:...} outside a Hydra app: resolve key by key
-        resolved = {str(key): _resolve_key(masked, str(key)) for key in masked}
+        resolved = {str(key): resolve_key(str(key)) for key in masked}
     resolved.pop("wandb", None)  # the tracker's own settings are not a property of the trial
     sweep = resolved.get("sweep")
     if isinstance(sweep, dict) and sweep.get("storage"):
@@ -87,19 +99,6 @@ def safe_config(written: Mapping[str, Any]) -> dict[str, Any]:
 
         sweep["storage"] = redact(str(sweep["storage"]))
     return resolved
-
-
-def _resolve_key(cfg: DictConfig, key: str) -> Any:
-    """One top-level key of safe_config's masked copy resolved (OmegaConf's interpolations: the one DictConfig
-    here); what does not resolve is kept as written (an interpolation string)."""
-    try:
-        node = cfg[key]
-        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-    except Exception:  # noqa: BLE001
-        node = cfg._get_node(key)
-        if node is None:  # not a key of cfg (the caller iterates cfg's own keys)
-            raise KeyError(key) from None
-        return OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else str(node._value())
 
 
 def trial_record(sweep: SweepLink) -> tuple[dict[str, Any], dict[str, Any]]:

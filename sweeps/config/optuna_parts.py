@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
 
 from storage.record import PRUNER_TARGETS
 
@@ -18,21 +17,17 @@ from storage.record import PRUNER_TARGETS
 TARGETS = ["optuna.samplers.*", *PRUNER_TARGETS, "sweeps.launchers.*"]
 
 
-def build(node: DictConfig | Mapping[str, Any]) -> Any:
+def build(node: Mapping[str, Any]) -> Any:
     """Instantiate a `_target_` node, refusing any class outside TARGETS."""
     return instantiate(node, _convert_="all", _execution_whitelist_=TARGETS)
 
 
-def resolved_dict(node: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
-    """A mapping node as a plain dict with its interpolations resolved (a dict of the typed config: a deep copy,
-    which the caller may change)."""
-    out = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else copy.deepcopy(dict(node))
-    if not isinstance(out, dict):
-        raise TypeError(f"expected a mapping, got {type(out).__name__}")
-    return {str(key): value for key, value in out.items()}
+def resolved_dict(node: Mapping[str, Any]) -> dict[str, Any]:
+    """A `_target_` node of the typed config (resolved when it was typed) as a deep copy the caller may change."""
+    return {str(key): value for key, value in copy.deepcopy(dict(node)).items()}
 
 
-def pruner_spec(pruner: DictConfig | Mapping[str, Any], train_steps: int) -> dict[str, Any]:
+def pruner_spec(pruner: Mapping[str, Any], train_steps: int) -> dict[str, Any]:
     """The `pruner` node as a resolved `_target_` dict: stored on the study so every job builds the same one, with
     its lengths in steps (resolve_steps)."""
     return resolve_steps(resolved_dict(pruner), train_steps)

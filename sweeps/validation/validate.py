@@ -128,7 +128,7 @@ def _check_near_best_eval(sweep: SweepConfig, base_overrides: list[str]) -> None
     puzzles: a count other than the trials' eval would misjudge which audits are near the best."""
     if sweep.pruner.get("check") != "near_best":
         return
-    examples = compose_trial(base_overrides, {}, "trial.overrides").train.eval_examples
+    examples = compose_trial(base_overrides, {}, "trial.overrides")["train"]["eval_examples"]
     if sweep.pruner.get("eval_examples") != examples:
         raise SweepConfigError(
             f"pruner.eval_examples={sweep.pruner.get('eval_examples')!r} with pruner.check=near_best: expected the "

@@ -5,16 +5,15 @@ splits over the launcher's world, a dataset given by path exists where it can be
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from contracts.hydra_app import compose_train_config
+from contracts.hydra_app import compose_train_config, train_values
 from contracts.overrides import parse_override
 from sweeps.config.config_values import SweepConfigError, is_a, is_int, kind_of, type_name
 from sweeps.config.schema import SweepConfig
@@ -23,13 +22,13 @@ from sweeps.search.definition import describe, optuna_params
 from sweeps.search.space import SearchSpace, takes, to_overrides
 
 
-def compose_trial(base: list[str], values: dict[str, Any], where: str) -> DictConfig:
-    """The training config one trial would get; if Hydra refuses it, its error naming whose setting it is: the
+def compose_trial(base: list[str], values: dict[str, Any], where: str) -> dict[str, Any]:
+    """The training config one trial would get, as plain values (contracts.hydra_app.train_values); if Hydra refuses it, its error naming whose setting it is: the
     first of the trials' own overrides (`base`: trial.overrides, study.fixed) that fails, else the searched value
     that fails on top of them."""
     overrides = [*base, *to_overrides(values)]
     try:
-        return compose_train_config(overrides)
+        return train_values(overrides)
     except (HydraException, OmegaConfBaseException) as err:
         message = str(err).strip().splitlines()[0]
     # Composed again, a piece at a time, only on this error path: a word of the message may name another key
@@ -93,20 +92,18 @@ def check_range_types(sweep: SweepConfig, space: SearchSpace, base: list[str]) -
     """Every value a range can give must have the type the key has in the training config: a float for an integer
     key (`interval(2, 7)` for arch.L_layers) or a string for a number composes today and fails the trial that
     draws it. A choice of a config group (optim: choice(adamw, lion)) must name existing options, each of them."""
-    configs: dict[tuple[tuple[str, Any], ...], DictConfig] = {}
+    configs: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = {}
 
-    def config_with(choice: dict[str, Any], where: str) -> DictConfig:
+    def config_with(choice: dict[str, Any], where: str) -> dict[str, Any]:
         key = tuple(choice.items())
         if key not in configs:
             configs[key] = compose_trial(base, choice, where)
         return configs[key]
 
     for where, key, spec, dist, condition in _ranges(sweep, space):
-        reference = OmegaConf.select(
-            config_with(condition, where), key, default=None, throw_on_resolution_failure=False
-        )
+        reference = lookup(config_with(condition, where), key)
         named = f"{where}[{key!r}]={spec!r}"
-        if isinstance(reference, DictConfig):  # a config group: each choice must be one of its options
+        if isinstance(reference, dict):  # a config group: each choice must be one of its options
             for choice in dist.choices if isinstance(dist, CategoricalDistribution) else ():
                 config_with({**condition, key: choice}, where)
             continue
@@ -138,12 +135,22 @@ def check_range_types(sweep: SweepConfig, space: SearchSpace, base: list[str]) -
             )
 
 
+def lookup(values: Mapping[str, Any], key: str) -> Any:
+    """The value at a dotted `key` of compose_trial's values; None where the config has no such key."""
+    node: Any = values
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
 def check_trial_config(
-    train_cfg: DictConfig, world_size: int, launcher_name: str, local_data: bool, slot_chips: int | None
+    train_cfg: Mapping[str, Any], world_size: int, launcher_name: str, local_data: bool, slot_chips: int | None
 ) -> None:
     """The checks that span the composed training config and the sweep (its types, choices and ranges were checked
     composing it: contracts/train_config.py)."""
-    batch = train_cfg.train.global_batch_size
+    batch = train_cfg["train"]["global_batch_size"]
     if batch % world_size:
         raise SweepConfigError(
             f"train.global_batch_size={batch} is not divisible by the world size {world_size} of launcher "
@@ -155,9 +162,9 @@ def check_trial_config(
             f"(launcher.slots): the global batch stays what the study says and each chip takes an equal share; "
             f"use a multiple of {slot_chips} or other slots"
         )
-    if local_data and train_cfg.data.source == "path":
-        path = OmegaConf.select(train_cfg, "data.path", throw_on_missing=False)
-        if path in (None, "???") or not (Path(path) / "train" / "dataset.json").exists():
+    if local_data and train_cfg["data"]["source"] == "path":
+        path = train_cfg["data"].get("path")
+        if path is None or not (Path(path) / "train" / "dataset.json").exists():
             raise SweepConfigError(
                 f"data.path={path!r}: no dataset there (expected train/dataset.json); build one with "
                 f"`python -m trm.data.build --source csv ...` or use data=sudoku_generated"
@@ -167,7 +174,7 @@ def check_trial_config(
 def trial_length(base_overrides: list[str]) -> int:
     """train.steps of every trial: the training config that trial.overrides (and the study's fixed overrides) make.
     It is the pruner's max resource and the progress display's 100%."""
-    steps = compose_trial(base_overrides, {}, "trial.overrides").train.steps
+    steps = compose_trial(base_overrides, {}, "trial.overrides")["train"]["steps"]
     if not is_int(steps) or steps < 1:
         raise SweepConfigError(f"train.steps={steps!r} (in trial.overrides): expected an integer >= 1")
     return int(steps)
