@@ -149,11 +149,12 @@ class TrainJob:
 
     app: TrainApp
     written: Mapping[str, Any]
+    overrides: tuple[str, ...] = ()  # the job's own command line (Hydra's task overrides); () where composed here
 
     @classmethod
-    def of(cls, cfg: DictConfig) -> TrainJob:
+    def of(cls, cfg: DictConfig, overrides: tuple[str, ...] = ()) -> TrainJob:
         """`cfg` composed (Hydra's `main`, compose_train_config) as a job: typed_train_config's errors."""
-        return cls(typed_train_config(cfg), to_dict(cfg, resolve=False))
+        return cls(typed_train_config(cfg), to_dict(cfg, resolve=False), overrides)
 
 
 def packaged_yaml(relative: str) -> dict[str, Any]:

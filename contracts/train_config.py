@@ -257,6 +257,7 @@ class SweepLink:
     password_env: str | None = MISSING
     seed_index: int = MISSING
     job: str | None = MISSING
+    sampled: list[str] | None = MISSING  # the override keys the study sampled (sweeps' job command line)
     report_retry: RetryPolicy = field(default_factory=RetryPolicy)
     storage_engine: Any = MISSING  # conf/storage/engine/default.yaml, shared with the sweep: storage/engine_config.py
 
@@ -329,6 +330,7 @@ NOT_TRAINING_KEYS = (
     "train.profile_steps",
     "sweep.trial_number",
     "sweep.job",
+    "sweep.sampled",  # names the keys whose values are in the config already
     "sweep.password_env",
     "sweep.report_retry",  # how the job talks to the study storage, not what it trains
     "sweep.storage_engine",

@@ -440,3 +440,20 @@ def test_finishing_one_run_leaves_another_active_run_of_the_process_logging(
     (two,) = find_runs(tmp_path / "second")
     assert read_offline_run(one).series("x") == {1: 1.0}
     assert read_offline_run(two).series("x") == {2: 2.0} and read_offline_run(two).exit_code == 0
+
+
+def test_a_jobs_trial_params_come_from_its_own_command_line() -> None:
+    """The driver names the sampled keys on the job's command line (sweep.sampled); the job's W&B run takes their
+    values from its own overrides, as Hydra read them, not from the database (a later fixed override of another
+    key, and keys nobody sampled, stay out)."""
+    from sweeps.launchers.job_command import StudyLink
+    from trm.wandb_run_config import sampled_params
+
+    link = StudyLink("s", "0123456789ab", 3, "sqlite:///x.db", sampled=("arch.hidden_size", "optim"))
+    assert "sweep.sampled=[arch.hidden_size,optim]" in link.overrides()
+    overrides = ["out_dir=/tmp/o", "arch.hidden_size=32", "optim=lion", *link.overrides()]
+    job = TrainJob.of(compose_train_config(overrides), tuple(overrides))
+    assert job.app.sweep.sampled == ["arch.hidden_size", "optim"]
+    assert sampled_params(job) == {"arch.hidden_size": 32, "optim": "lion"}
+    plain = ["out_dir=/tmp/o", "arch.hidden_size=32"]
+    assert sampled_params(TrainJob.of(compose_train_config(plain), tuple(plain))) == {}

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from contracts.hydra_app import TrainJob
 from contracts.wandb_runs import default_project, finish_run, resolve_mode, run_settings
-from trm.wandb_run_config import run_identity, run_summary, run_tags, safe_config, trial_record
+from trm.wandb_run_config import run_identity, run_summary, run_tags, safe_config, sampled_params, study_attributes
 
 if TYPE_CHECKING:  # a type only: trm.precision imports torch, which this module does not need
     from trm.precision import Precision
@@ -107,14 +107,14 @@ def make_tracker(
         return Tracker()
     if mode == "disabled":
         return Tracker()
-    params: dict[str, Any] = {}
+    params = sampled_params(job)
     study_attrs: dict[str, Any] = {}
     if cfg.sweep.study is not None and cfg.sweep.storage:
         try:
-            params, study_attrs = trial_record(cfg.sweep)
+            study_attrs = study_attributes(cfg.sweep)
         except Exception as err:  # noqa: BLE001 - the run is still worth having without them
             print(
-                f"warning: W&B run without trial parameters (cannot read the trial: {type(err).__name__}: {err})",
+                f"warning: W&B run without the study's tags (cannot read the study: {type(err).__name__}: {err})",
                 file=sys.stderr,
                 flush=True,
             )

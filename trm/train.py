@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import hydra
 import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from tqdm import tqdm
 
@@ -277,7 +278,8 @@ def main(cfg: DictConfig) -> float | None:
     """Train; return the run's objective (`train.objective`, best over its evals) and nothing else, so that Hydra's
     own sweepers (hydra-optuna-sweeper: `python -m trm.train -m hydra/sweeper=optuna ...`) can optimize it.
     With reeval.run=true: evaluate the run's checkpoint again instead (trm/reeval.py, which imports this module)."""
-    job = TrainJob.of(cfg)  # typed once (the ranges too: Hydra checked keys, types and choices as it composed)
+    # Typed once (the ranges too: Hydra checked keys, types and choices as it composed), with its command line.
+    job = TrainJob.of(cfg, tuple(HydraConfig.get().overrides.task))
     if job.app.reeval.run:
         from trm import reeval
 

@@ -5,8 +5,8 @@ A sweep trial's run is named `<study>-<trial number>` in group `<study>` (job ty
 run is `manual-<out_dir name>` in group `manual` (job type `train`). The run's config is the resolved training
 config (storage URL redacted, values read from environment variables replaced by `<env:NAME>`; `train.precision`
 the mode the job resolved, `train.precision_reason` why: trm/precision.py), the trial's sampled parameters as
-`trial_params`, and the model size; tags name the study, sampler, pruner and launcher (read from the study
-record) plus `wandb.tags`.
+`trial_params` (from the job's own command line: `sweep.sampled` names them), and the model size; tags name the
+study, sampler, pruner and launcher (read from the study record) plus `wandb.tags`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 
 from omegaconf import OmegaConf
 
-from contracts.hydra_app import to_dict
+from contracts.hydra_app import TrainJob, to_dict
 from contracts.overrides import override_values
 from contracts.train_config import SweepLink, TrainApp
 
@@ -101,16 +101,21 @@ def safe_config(written: Mapping[str, Any]) -> dict[str, Any]:
     return resolved
 
 
-def trial_record(sweep: SweepLink) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the trial's sampled parameters, the study's user attributes), read from the study storage.
+def sampled_params(job: TrainJob) -> dict[str, Any]:
+    """The trial's sampled parameters, as the job read them: the values its own command line gives the keys the
+    study sampled (`sweep.sampled`, passed by the driver); {} for a plain run."""
+    given = override_values(list(job.overrides))
+    keys = [str(key).lstrip("+") for key in job.app.sweep.sampled or []]
+    return {key: given[key] for key in keys if key in given}
 
-    The driver stores the trial's sampled overrides in its TrialLaunch (storage/trial_record.py), and the
-    sampler, pruner and launcher as study attributes; a job needs only its sweep.* keys to find them."""
+
+def study_attributes(sweep: SweepLink) -> dict[str, Any]:
+    """The study's user attributes (its sampler, pruner and launcher, for the run's tags), read from the study
+    storage; a job needs only its sweep.* keys to find them."""
     from storage import close_storage, engine_settings, open_storage
-    from storage.trial_record import TrialLaunch
 
-    if sweep.study is None or sweep.trial_number is None:  # link_from_config refused the job already
-        raise ValueError(f"sweep.study={sweep.study!r}, sweep.trial_number={sweep.trial_number!r}: not a trial")
+    if sweep.study is None:  # link_from_config refused the job already
+        raise ValueError(f"sweep.study={sweep.study!r}: not a trial")
     # The driver created the schema: no table creation or version check here (storage.open_storage).
     storage = open_storage(
         str(sweep.storage),
@@ -119,15 +124,7 @@ def trial_record(sweep: SweepLink) -> tuple[dict[str, Any], dict[str, Any]]:
         **engine_settings(sweep.storage_engine, "sweep.storage_engine"),
     )
     try:
-        study_id = storage.get_study_id_from_name(sweep.study)
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, sweep.trial_number)
-        trial = storage.get_trial(trial_id)
-        overrides = TrialLaunch.of(trial.user_attrs).overrides
-        if overrides:
-            params = override_values(list(overrides))  # as the job read them: Hydra's grammar
-        else:  # a trial not started by our driver: Optuna's names (`key@choice` for conditionals)
-            params = {name.split("@", 1)[0]: value for name, value in trial.params.items()}
-        return params, dict(storage.get_study_user_attrs(study_id))
+        return dict(storage.get_study_user_attrs(storage.get_study_id_from_name(sweep.study)))
     finally:
         close_storage(storage)
 

@@ -57,6 +57,7 @@ class StudyLink:
     storage: str  # a URL without a password: the job finds that in password_env or ~/.pgpass
     password_env: str | None = None
     seed_index: int | None = None  # set only when a trial trains several seeds (seed 0 alone reports to the pruner)
+    sampled: tuple[str, ...] = ()  # the override keys the study sampled: the job's W&B run reads their values
 
     def overrides(self) -> list[str]:
         out = [
@@ -67,6 +68,8 @@ class StudyLink:
         ]
         if self.password_env:
             out.append(f"sweep.password_env={self.password_env}")
+        if self.sampled:
+            out.append("sweep.sampled=[" + ",".join(self.sampled) + "]")
         if self.seed_index is not None:
             out += [f"seed={self.seed_index}", f"sweep.seed_index={self.seed_index}"]
         return out

@@ -147,6 +147,7 @@ class TrialRunner:
             storage=self.storage_url,
             password_env=self.sweep.storage.password_env or None,
             seed_index=seed_index if self.sweep.study.seeds > 1 else None,
+            sampled=tuple(sampled),
         )
         return JobCommand(
             training=self.training_overrides(sampled),
