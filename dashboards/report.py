@@ -12,7 +12,7 @@ apply is left out with a one-line note saying why.
 
 `study=a,b` compares studies on one page: a side-by-side summary, each study's best value so far against trial
 number, hours or chip-hours, then each study's own report. `chips=N`: the chips one trial trains on, for the
-chip-hour axes (default: a trial's `runtime.expected_devices` override, where it has one).
+chip-hour axes (default: the chips its slot gave the trial, TrialLaunch.chips, where the launcher counts them).
 
 Every figure is a `<div id="fig-...">` (the ids in FIGURES; `s1-fig-...`, `s2-fig-...` when comparing). Needs
 nothing but the storage (and, for the curves beyond the reported metric, the trials' metrics files where this

@@ -133,7 +133,7 @@ def axes_available(view: StudyView, curves: list[Curve]) -> tuple[list[str], str
     if len(timed) < len(trials):
         words += f" {len(trials) - len(timed)} of {len(trials)} trials recorded no timing (still running or failed early) and are left out of the time views."
     if chipped:
-        words += " Chip-hours: those seconds times the trial's chips (`chips=N`, else its `runtime.expected_devices` override)."
+        words += " Chip-hours: those seconds times the trial's chips (`chips=N`, else the chips its slot gave it)."
     else:
         words += " No chip-hour axis: the trials' chip count is not recorded (pass chips=N)."
     return axes, words

@@ -10,7 +10,7 @@ and optuna-dashboard have them; the other names of the study record live in stor
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeVar, cast
 
 from storage.record import (
@@ -40,7 +40,7 @@ FLAT: dict[str, bool] = {"detail": False, "when_set": False}
 DETAIL: dict[str, bool] = {"detail": True, "when_set": False}
 WHEN_SET: dict[str, bool] = {"detail": False, "when_set": True}
 DETAIL_WHEN_SET: dict[str, bool] = {"detail": True, "when_set": True}
-CHIPS_OVERRIDE = "runtime.expected_devices="  # the device count a pod trial trains on (conf/site/pod.yaml)
+CHIPS_OVERRIDE = "runtime.expected_devices="  # an older record's only word of its chips (TrialLaunch.of)
 R = TypeVar("R", bound="TrialFacts")
 
 
@@ -109,16 +109,25 @@ class TrialLaunch(TrialFacts):
     # Every training override the job ran with (pasted after `python -m trm.train` they re-train it, sweeps/best.py).
     train_overrides: list[str] | None = field(default=None, metadata=DETAIL)
 
-    @property
-    def chips(self) -> int | None:
-        """The chips the trial trained on where its overrides say (a pod's CHIPS_OVERRIDE); None elsewhere."""
-        for item in self.train_overrides if isinstance(self.train_overrides, list) else []:
-            if str(item).startswith(CHIPS_OVERRIDE):
-                try:
-                    return int(str(item)[len(CHIPS_OVERRIDE) :])
-                except ValueError:
-                    return None
-        return None
+    # The chips its job trains on (its slot's: sweeps/launchers/slots.py); None on a launcher that counts none.
+    chips: int | None = field(default=None, metadata=DETAIL_WHEN_SET)
+
+    @classmethod
+    def of(cls, user_attrs: Mapping[str, Any], prefix: str = "") -> TrialLaunch:
+        """TrialFacts.of; a record written before `chips` was stored gives its device-count override's value."""
+        launch = super().of(user_attrs, prefix)
+        return launch if launch.chips is not None else replace(launch, chips=legacy_chips(launch.train_overrides))
+
+
+def legacy_chips(train_overrides: list[str] | None) -> int | None:
+    """The chips an older pod trial trained on, from its device-count override (CHIPS_OVERRIDE); None elsewhere."""
+    for item in train_overrides if isinstance(train_overrides, list) else []:
+        if str(item).startswith(CHIPS_OVERRIDE):
+            try:
+                return int(str(item)[len(CHIPS_OVERRIDE) :])
+            except ValueError:
+                return None
+    return None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import pytest
 from optuna.trial import TrialState
 
 from storage.record import SLOT_ATTR, trial_detail
+from storage.trial_record import TrialLaunch
 from sweeps.config.compose import compose_sweep_config
 from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
@@ -195,6 +196,7 @@ def test_slots_vm_runs_eight_trials_at_once_each_confined_to_its_vm(
         (t.number, t.state, t.user_attrs.get("fail_reason")) for t in trials
     ]
     assert sorted(t.user_attrs[SLOT_ATTR] for t in trials) == [f"vm-{w}" for w in range(8)]
+    assert {TrialLaunch.of(t.user_attrs).chips for t in trials} == {4}  # its slot's chips, a fact of the record
     timing = [trial_detail(t.user_attrs, "driver_timing") for t in trials]
     assert max(t["launched_at"][0] for t in timing) < min(t["exited_at"][-1] for t in timing)  # all 8 at once
     for trial in trials:

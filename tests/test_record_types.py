@@ -123,7 +123,8 @@ LAUNCH = TrialLaunch(
     workdir="/runs/records/abcd1234/trial-3",
     checkpoint_url="/ckpt/records/abcd1234/trial-1/checkpoints",
     slot="vm-3/chips-0-1",
-    train_overrides=["arch.hidden_size=64", "optim.lr=0.001", "runtime.expected_devices=4"],
+    train_overrides=["arch.hidden_size=64", "optim.lr=0.001", "runtime.expected_devices=2"],
+    chips=2,
 )
 
 
@@ -176,7 +177,7 @@ def test_records_round_trip_through_a_study_under_each_seed(tmp_path: Path) -> N
     attrs = study.trials[0].user_attrs
     assert TrialOutcome.of(attrs) == first
     assert TrialOutcome.of(attrs, seed_prefix(1)) == second
-    assert TrialLaunch.of(attrs) == LAUNCH and TrialLaunch.of(attrs).chips == 4
+    assert TrialLaunch.of(attrs) == LAUNCH and TrialLaunch.of(attrs).chips == 2
     assert "seed1/outcome" in attrs and "seed1/params_count" in attrs  # seed i > 0 under its prefix
     assert attrs[DETAILS_ATTR][TRAIN_OVERRIDES_ATTR] == LAUNCH.train_overrides  # seed 0's merged into the launch's
 
@@ -197,6 +198,8 @@ def test_an_older_record_reads_with_its_newer_facts_missing() -> None:
         None,
     )
     assert launch.chips is None
+    # Before `chips` was a fact: a pod trial's device-count override says how many it trained on.
+    assert TrialLaunch.of({**old, DETAILS_ATTR: {TRAIN_OVERRIDES_ATTR: ["runtime.expected_devices=32"]}}).chips == 32
     assert TrialOutcome.of({}) == TrialOutcome() and TrialOutcome().final_metrics == {}
     assert TrialOutcome.of({"final_metrics": None, DETAILS_ATTR: None}).final_metrics == {}  # cleared on a retry
 

@@ -173,6 +173,7 @@ class TrialRunner:
             checkpoint_url=self.checkpoint_url(origin),
             slot=slot.name,
             train_overrides=[*self.training_overrides(sampled), *(slot.overrides if slot.whole else ())],
+            chips=slot.chips,
         )
         # A fresh `details` (a retry's predecessor's belong to its own attempt): the job and finish() add theirs.
         for key, value in launch.as_attrs().items():
