@@ -94,6 +94,17 @@ def print_packings(driver: Driver, costs: list[estimate.Cost], utilization: esti
         print("\n".join(estimate.describe_packings(rows, utilization)))
 
 
+def exit_for(err: Exception) -> tuple[int, str] | None:
+    """The exit code and error line a study's driver ends with on `err`; None where it is not one of ours (Hydra's
+    handler prints its traceback)."""
+    if isinstance(err, MachineUnavailableError):  # launcher.on_preempted=exit: the trials were queued again
+        return PREEMPTED_EXIT, str(err)
+    if isinstance(err, CONFIG_ERRORS):
+        return 2, str(err)
+    denied = permission_denied(err)  # a role without a privilege the study needs: Optuna's error names neither
+    return None if denied is None else (2, denied)
+
+
 def describe_command(driver: Driver, spec: JobSpec) -> str:
     return driver.launcher.describe(spec)
 
@@ -111,18 +122,12 @@ def main(cfg: DictConfig) -> None:
             dry_run(driver)
             return
         study = driver.run()
-    except CONFIG_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    except Exception as err:  # a role without a privilege the study needs: Optuna's error names neither
-        denied = permission_denied(err)
-        if denied is None:
+    except Exception as err:
+        ended = exit_for(err)
+        if ended is None:
             raise
-        print(f"error: {denied}", file=sys.stderr)
-        sys.exit(2)
-    except MachineUnavailableError as err:  # launcher.on_preempted=exit: the trials were queued again
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(PREEMPTED_EXIT)
+        print(f"error: {ended[1]}", file=sys.stderr)
+        sys.exit(ended[0])
     except KeyboardInterrupt as why:  # the driver stopped its jobs and recorded their trials: one line, no traceback
         print(
             f"interrupted ({why or 'SIGINT'}): every job stopped; run the same command to continue the study",

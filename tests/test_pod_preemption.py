@@ -57,6 +57,21 @@ def test_the_launcher_reads_the_slice_state_afresh_and_exit_leaves_the_study_to_
         launcher(on_preempted="later").validate()
 
 
+def test_a_study_stopped_for_a_preempted_slice_exits_75_in_one_line() -> None:
+    """`launcher.on_preempted=exit` ended `python -m sweeps.run` with a traceback and exit 1: the handler of every
+    other error came first and passed it on. EX_TEMPFAIL (75) is the scheduler's sign to run the command again."""
+    from sweeps.config.config_values import SweepConfigError
+    from sweeps.run import exit_for
+    from sweeps.trials.preemption import PREEMPTED_EXIT
+
+    gone = MachineUnavailableError(
+        "slice test-pod (v4-16) is PREEMPTED (launcher.on_preempted=exit): run the same command"
+    )
+    assert exit_for(gone) == (PREEMPTED_EXIT, str(gone)) and PREEMPTED_EXIT == 75
+    assert exit_for(SweepConfigError("n_trials=0: expected >= 1")) == (2, "n_trials=0: expected >= 1")
+    assert exit_for(RuntimeError("a bug")) is None  # not ours: Hydra prints its traceback
+
+
 def test_an_attempt_set_aside_spends_no_retry_and_the_cap_still_holds(tmp_path: Path) -> None:
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db")
     study = optuna.create_study(storage=storage, study_name="s")
