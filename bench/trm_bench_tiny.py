@@ -219,12 +219,16 @@ def curve(
     ]
 
 
-def export(state: Path, seeds: list[int]) -> dict[str, Any]:
+def export(state: Path, seeds: list[int], committed: Path | None = None) -> dict[str, Any]:
+    """The table of `seeds` from the studies under `state`. A seed this state never recorded keeps the rows of the
+    `committed` table, and its recording sessions stay: exporting seed 2's state on a fresh machine wrote seeds 0
+    and 1 as empty."""
+    saved = json.loads(committed.read_text()) if committed is not None and committed.exists() else {}
     tables: dict[str, list[dict[str, Any]]] = {}
     for seed in seeds:
         url = storage_url(state, seed)
         if not (state / f"seed{seed}.db").exists():
-            tables[str(seed)] = []
+            tables[str(seed)] = saved.get("seeds", {}).get(str(seed), [])
             continue
         study = optuna.load_study(study_name=study_name(seed), storage=open_storage(url))
         trials = study.get_trials(deepcopy=False)
@@ -259,7 +263,8 @@ def export(state: Path, seeds: list[int]) -> dict[str, Any]:
         rows.sort(key=lambda r: sorted(r["params"].items()))
         tables[str(seed)] = rows
     provenance = state / "provenance.jsonl"
-    lines = provenance.read_text().splitlines() if provenance.exists() else []
+    lines = [json.dumps(s) for s in saved.get("recording_sessions", [])]
+    lines += provenance.read_text().splitlines() if provenance.exists() else []
     sessions = list({line: json.loads(line) for line in lines}.values())  # a carried session once
     return {
         "benchmark": "trm_bench_tiny",
@@ -287,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "record":
         argv_used = sys.argv[1:] if argv is None else argv
         return record(args.state, seeds, args.jobs, argv_used, args.n_trials, args.trial_override)
-    table = export(args.state, seeds)
+    table = export(args.state, seeds, args.out)
     args.out.write_text(json.dumps(table, separators=(",", ":")) + "\n")
     counts = {s: len(rows) for s, rows in table["seeds"].items()}
     print(f"{args.out}: complete curves per seed {counts} of {SPACE_SIZE}")

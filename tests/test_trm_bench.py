@@ -310,6 +310,18 @@ def test_a_lost_state_carries_the_committed_curves_and_queues_only_the_rest(tmp_
         trm_bench_tiny.carry_committed(tmp_path / "other", 0, table, size=71)
 
 
+def test_an_export_keeps_the_committed_seeds_its_state_never_recorded(tmp_path: Path) -> None:
+    """On a fresh machine only seed 2 had a state; its export wrote seeds 0 and 1 with 0 curves."""
+    table = tmp_path / "committed.json"
+    saved = synthetic_table(table)
+    saved["recording_sessions"] = [{"benchmark": "trm_bench_tiny", "commit": "abc", "seeds": [0]}]
+    table.write_text(json.dumps(saved))
+    exported = trm_bench_tiny.export(tmp_path / "state", [0, 1], table)
+    assert exported["seeds"]["0"] == saved["seeds"]["0"] and len(exported["seeds"]["0"]) == 72
+    assert exported["seeds"]["1"] == saved["seeds"].get("1", [])
+    assert exported["recording_sessions"] == saved["recording_sessions"]
+
+
 def test_a_seed_the_committed_table_completes_is_not_run_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
