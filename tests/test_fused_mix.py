@@ -6,14 +6,16 @@ run of the same comparisons is bench/gpu_candidates.py's (docs/benchmarks.md, "F
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
 
 from contracts.choices import KERNEL_CHOICES
 from trm.fused_mix import mix_sublayer, mix_sublayer_backward
-from trm.kernels import AUTO_CUDA, BF16_TOL, apply_kernels, resolve_kernels
+from trm.kernels import AUTO_CUDA, BF16_TOL, MEASURED_CAPABILITIES, apply_kernels, resolve_kernels
 from trm.model import ACTModel, Block, SwiGLU, TRMConfig
 from trm.step import autocast
 
@@ -178,6 +180,15 @@ def test_a_training_step_with_a_fused_choice_is_the_torch_step(choice: str, prec
         assert relative_error(grads[name], fp32_grads[name]) < max(2 * rounding, BF16_TOL), name
 
 
+def test_auto_fuses_on_exactly_the_capabilities_bench_results_measured() -> None:
+    measured = set()
+    for path in (Path(__file__).resolve().parents[1] / "bench" / "results").glob("gpu_candidates_*.json"):
+        gpu = json.loads(path.read_text())["machine"]["gpu"]
+        if gpu.get("capability"):
+            measured.add(tuple(gpu["capability"]))
+    assert measured and set(MEASURED_CAPABILITIES) == measured
+
+
 def test_the_kernel_refuses_weights_of_another_shape() -> None:
     h = torch.randn(1, 10, 8, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"gate_up \[2\*inner, seq\]"):
@@ -186,10 +197,12 @@ def test_the_kernel_refuses_weights_of_another_shape() -> None:
 
 def test_auto_fuses_only_on_a_cuda_gpu_in_bf16_with_mlp_t() -> None:
     assert resolve_kernels("auto", "cuda", "bf16_reference", shape(), (9, 0)).choice == AUTO_CUDA == "fused_mix_swiglu"
-    assert resolve_kernels("auto", "cuda", "bf16", shape(), (10, 0)).choice == AUTO_CUDA
-    # Below Hopper (no TMA) and where the capability is unknown: torch's, the kernels unmeasured there.
-    ampere = resolve_kernels("auto", "cuda", "bf16", shape(), (8, 0))
-    assert ampere.choice == "torch" and "sm_80: the fused kernels are measured from sm_90" in ampere.reason
+    # Every other GPU is unmeasured: Ampere (no TMA), datacenter Blackwell (sm_100), and consumer Blackwell (sm_120,
+    # about 100 KB of shared memory: no mix-backward tile fits) take torch's, and name why.
+    for capability in ((8, 0), (8, 9), (10, 0), (12, 0)):
+        kernels = resolve_kernels("auto", "cuda", "bf16", shape(), capability)
+        sm = "sm_{}{}".format(*capability)
+        assert kernels.choice == "torch" and f"{sm}: the fused kernels are measured on sm_90 only" in kernels.reason
     unknown = resolve_kernels("auto", "cuda", "bf16", shape())
     assert unknown.choice == "torch" and "compute capability unknown" in unknown.reason
     assert resolve_kernels("fused_mix_nograd", "cuda", "bf16", shape(), (8, 0)).choice == "fused_mix_nograd"

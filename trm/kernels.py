@@ -10,12 +10,13 @@
   forward and backward, in every call.
 - `fused_mix_nograd`: the kernel only in the calls without gradients (TRM's H_cycles - 1 no-grad cycles, and eval);
   the calls with gradients keep the torch path.
-- `auto` (the default): `AUTO_CUDA` on a CUDA GPU of compute capability 9.0 or more (Hopper: the kernels' copies
-  are TMA copies; the fastest on a lent H100, docs/benchmarks.md, "Fused kernels") with Triton, when the precision
+- `auto` (the default): `AUTO_CUDA` on a CUDA GPU of a compute capability the kernels were measured on
+  (MEASURED_CAPABILITIES: sm_90, the lent H100; docs/benchmarks.md, "Fused kernels") with Triton, when the precision
   is bf16, the mixer mlp_t, the sequence within the kernels' TMA blocks and arch.hidden_size a multiple of 8 (rows
-  a TMA copy can take); else `torch`. Below Hopper (or where the capability is unknown) the fused choices are
-  unmeasured, and Triton compiles their copies to plain loads that spill registers in every tile (bench/triton_sm90.py
-  --capability 80): they stay explicit choices there.
+  a TMA copy can take); else `torch`. Elsewhere the fused choices are unmeasured: below Hopper Triton compiles their
+  TMA copies to plain loads that spill registers in every tile (bench/triton_sm90.py --capability 80), and a newer
+  GPU may lack the shared memory the mix-backward tiles take (consumer Blackwell, sm_120, has about 100 KB); they
+  stay explicit choices there.
 
 The kernel computes in bf16 (its dots take bf16 operands as autocast's do), so an explicit fused choice with fp32,
 without Triton, or on XLA is refused with the reason before the model is built. On a CPU a fused choice needs Triton's
@@ -39,7 +40,9 @@ AUTO_CUDA = "fused_mix_swiglu"  # the fastest on an H100 (docs/benchmarks.md, "F
 # How far a fused choice's values may be from the torch path's (relative to the largest): bf16 keeps 8 bits, and
 # two computations of the same function differ by a few units of 2^-8 (the tests and bench/gpu_candidates.py).
 BF16_TOL = 2e-2
-HOPPER = (9, 0)
+# The compute capabilities the fused kernels were measured on (bench/results/gpu_candidates_*.json: test_fused_mix
+# keeps the two equal); `auto` picks them only there.
+MEASURED_CAPABILITIES = ((9, 0),)
 BF16_PRECISIONS = ("bf16", "bf16_reference")
 
 
@@ -80,10 +83,13 @@ def resolve_kernels(
     ]
     if choice == AUTO:
         sm = "sm_{}{}".format(*capability) if capability else "compute capability unknown"
-        if device_type == "cuda" and not blockers and capability is not None and capability >= HOPPER:
+        if device_type == "cuda" and not blockers and capability in MEASURED_CAPABILITIES:
             return Kernels(AUTO_CUDA, f"auto: CUDA {sm}, Triton, {precision}, mlp_t")
         if device_type == "cuda" and not blockers:
-            return Kernels("torch", f"auto: CUDA {sm}: the fused kernels are measured from sm_90 (TMA) on")
+            measured = ", ".join("sm_{}{}".format(*c) for c in MEASURED_CAPABILITIES)
+            return Kernels(
+                "torch", f"auto: CUDA {sm}: the fused kernels are measured on {measured} only (train.kernels picks one)"
+            )
         return Kernels("torch", f"auto: {'; '.join(blockers) or f'the device is {device_type}'}")
     if choice in FUSED and blockers:
         raise ValueError(f"train.kernels={choice}: not possible here: {'; '.join(blockers)}")
