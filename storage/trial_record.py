@@ -103,9 +103,8 @@ class TrialLaunch(TrialFacts):
     overrides: list[str] | None = field(default=None, metadata=FLAT)  # the sampled parameters as overrides
     workdir: str | None = field(default=None, metadata=FLAT)  # the trial's directory: run/ (metrics, W&B) below it
     checkpoint_url: str | None = field(default=None, metadata=FLAT)  # its retry chain's checkpoints (best.pt)
-    slot: str | None = field(
-        default=None, metadata=FLAT
-    )  # where its job ran (sweeps/launchers/slots.py: "pod", "vm-3")
+    # Where its job ran (sweeps/launchers/slots.py: "pod", "vm-3").
+    slot: str | None = field(default=None, metadata=FLAT)
     # Every training override the job ran with (pasted after `python -m trm.train` they re-train it, sweeps/best.py).
     train_overrides: list[str] | None = field(default=None, metadata=DETAIL)
 
