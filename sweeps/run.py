@@ -25,7 +25,7 @@ from sweeps.config.help import help_text
 from sweeps.config.typed_config import composition_error_line, typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, MachineUnavailableError
-from sweeps.launchers.interrupts import interrupt_once
+from sweeps.launchers.interrupts import ignore_stop_signals, interrupt_once
 from sweeps.launchers.slots import SLOT_CHOICES, SlotConfigError
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.search.space import to_overrides
@@ -129,6 +129,7 @@ def main(cfg: DictConfig) -> None:
         print(f"error: {ended[1]}", file=sys.stderr)
         sys.exit(ended[0])
     except KeyboardInterrupt as why:  # the driver stopped its jobs and recorded their trials: one line, no traceback
+        ignore_stop_signals()  # the stop is done: another Ctrl-C must not turn exit 130 into death by SIGINT
         print(
             f"interrupted ({why or 'SIGINT'}): every job stopped; run the same command to continue the study",
             file=sys.stderr,

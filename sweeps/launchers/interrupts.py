@@ -9,6 +9,9 @@ own, would train on and its trial stay RUNNING with nothing recorded. Two guards
 - `signals_held`: SIGINT and SIGTERM wait until a block ends, then are delivered to the handler that was in
   place before it. A job's stop (sweeps.launchers.base.JobHandle) runs inside one, so it always finishes:
   every worker gets SIGTERM, and SIGKILL after the grace.
+- `ignore_stop_signals`: once the stop is done and the driver exits, later ones are ignored. Python puts back
+  the default action for a handled signal while it finalizes, so a Ctrl-C then would kill the driver (exit -2)
+  after it had stopped and recorded everything, and a script would read that as a crash, not as 130.
 
 Signal handlers belong to the main thread: in any other thread both are no-ops (no signal is delivered there).
 """
@@ -57,6 +60,13 @@ def interrupt_once() -> InterruptOnce | None:
     for sig in STOP_SIGNALS:
         signal.signal(sig, handler)
     return handler
+
+
+def ignore_stop_signals() -> None:
+    """Ignore SIGINT and SIGTERM from here to the exit (SIG_IGN survives Python's finalization); main thread only."""
+    if _in_main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 @contextmanager
