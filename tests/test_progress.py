@@ -300,6 +300,7 @@ def test_a_study_logs_one_line_per_trial_state_change_and_quiet_progress_lines(
         tmp_path,
         "study=halting",
         "study.name=progress",
+        "wandb.enabled=true",  # sweep_overrides turns W&B off: this test reads the runs
         "n_trials=2",
         "pruner=none",
         "progress_interval_s=1",

@@ -297,7 +297,12 @@ def test_the_wandb_summary_run_ranks_by_the_reevaluation(tmp_path: Path, monkeyp
     )
     for r in (record(0, 0.62, 0.02), record(1, 0.65, 0.02)):
         study.set_user_attr(reeval_attr(r.trial), r.as_dict())
-    assert log_study_summary(study, typed_sweep(sweep_config(storage, tmp_path, "study.name=ranked"))) is not None
+    assert (
+        log_study_summary(
+            study, typed_sweep(sweep_config(storage, tmp_path, "study.name=ranked", "wandb.enabled=true"))
+        )
+        is not None
+    )
     (run,) = [read_offline_run(p) for p in find_runs(tmp_path)]
     assert run.summary["best/number"] == 1 and run.summary["count/fail"] == 0 and run.summary["count/total"] == 2
     assert run.summary["reeval/winner"] == "trial 1: 0.6500 ± 0.0200 (512 puzzles)"

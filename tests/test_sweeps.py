@@ -432,6 +432,7 @@ def test_a_password_appears_nowhere(pg_url: str, tmp_path: Path) -> None:
         "n_trials=1",
         "pruner=none",
         "storage.password_env=TRM_TEST_DB_PASSWORD",
+        "wandb.enabled=true",  # the W&B files are among the places it must not appear
     )
     env = {**os.environ, "TRM_TEST_DB_PASSWORD": SECRET}
     log = tmp_path / "driver.log"

@@ -66,6 +66,7 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(
         tmp_path,
         "study=halting",
         "study.name=wandb_halting",
+        "wandb.enabled=true",  # sweep_overrides turns W&B off: this test reads its files
         "n_trials=1",
         f"storage.password_env={PASSWORD_ENV}",
         trial=TRIAL,
@@ -288,7 +289,12 @@ def test_a_failing_run_is_recorded_as_fail(tmp_path: Path, offline_env: None) ->
 
 def test_sweep_wandb_block_becomes_trial_overrides(tmp_path: Path) -> None:
     cfg = sweep_config(
-        f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.project=trm-x", "wandb.mode=offline", "wandb.tags=[a,b]"
+        f"sqlite:///{tmp_path}/db.sqlite",
+        tmp_path,
+        "wandb.enabled=true",
+        "wandb.project=trm-x",
+        "wandb.mode=offline",
+        "wandb.tags=[a,b]",
     )
     overrides = trial_wandb_overrides(typed_sweep(cfg).wandb)
     assert overrides == [
@@ -324,7 +330,7 @@ def test_run_ids_are_deterministic_per_study_retry_chain_and_seed() -> None:
 
 def test_the_driver_gives_every_attempt_of_a_trial_its_chains_run_id(tmp_path: Path) -> None:
     """A retry (a new trial number resuming its chain's checkpoint) gets the run id of the chain's first attempt."""
-    cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path)
+    cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.enabled=true")
     runner = Driver(typed_sweep(cfg)).runner(study_uid="abcdef0123456789abcdef0123456789")
     first = runner.job_command(3, {}, origin=3).overrides()
     retry = runner.job_command(7, {}, origin=3).overrides()
@@ -353,7 +359,7 @@ def test_a_retry_is_told_the_last_step_its_chain_logged(tmp_path: Path) -> None:
     from storage.heartbeat import retry_history
     from storage.record import PROGRESS_ATTR
 
-    driver = Driver(typed_sweep(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path)))
+    driver = Driver(typed_sweep(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.enabled=true")))
     study = driver.open_study()
     dist = {"x": FloatDistribution(0, 1)}
 
@@ -402,7 +408,7 @@ def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: No
 @pytest.mark.slow
 def test_a_restarted_driver_updates_the_one_study_summary_run(tmp_path: Path, offline_env: None) -> None:
     storage = f"sqlite:///{tmp_path}/db.sqlite"
-    sweep = typed_sweep(sweep_config(storage, tmp_path, "study.name=summary_twice"))
+    sweep = typed_sweep(sweep_config(storage, tmp_path, "study.name=summary_twice", "wandb.enabled=true"))
     study = optuna.create_study(study_name="summary_twice", storage=storage, direction="maximize")
     uid = "feedfacefeedfacefeedfacefeedface"
     study.set_user_attr(STUDY_UID_ATTR, uid)
