@@ -1,9 +1,13 @@
 """TRM-Bench-tiny: the whole learning curve of every configuration of `model_scaling`'s tiny space, per seed,
 recorded once by the platform itself, so that any sampler x pruner can be replayed on it (bench/trm_bench_replay.py).
+`--table long` records the longer table: 2,000 steps, evals every 100 steps on 512 puzzles, every MLP-t
+configuration and 8 attention ones spread over width, layers and recursion depth (LONG below).
 
     python -m bench.trm_bench_tiny record                   # every seed, one after the other (hours: see below)
     python -m bench.trm_bench_tiny record --seeds 1 --jobs 2 --state /var/tmp/trm-bench
     python -m bench.trm_bench_tiny export                   # the studies -> bench/results/trm_bench_tiny.json
+    python -m bench.trm_bench_tiny record --table long --seeds 0 --jobs 1   # one seed of the longer table
+    python -m bench.trm_bench_tiny export --table long      # -> bench/results/trm_bench_long.json
 
 `record` runs, per training seed S, one real study: `python -m sweeps.run study=model_scaling sampler=grid
 pruner=none n_trials=<the space's size>` with the trial settings below and `seed=S` in every trial, on its own
@@ -13,6 +17,10 @@ enumerates only what is not trained yet. --state defaults to a directory outside
 fresh checkout of the repository finds the studies where the previous one left them. Where the state is gone
 (a fresh machine), `record` carries the committed table's curves of that seed into the new state and trains only
 the configurations it lacks, queued in a study of their own (carry_committed); `export` puts the two together.
+
+A table that records a subset of the space (the longer one) queues its configurations in the study before the
+first `sweeps.run`, in one fixed shuffled order shared by every seed, so that seeds recorded side by side hold the
+same configurations at any moment and a partial table is spread over the space.
 
 `export` reads the studies back: per trial its parameters and, per eval, exact and blank accuracy, the cumulative
 training FLOPs (trm.flops per sample step x batch x step) and the wall seconds since the job's first step (from
@@ -27,10 +35,12 @@ import argparse
 import itertools
 import json
 import os
+import random
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -62,12 +72,72 @@ TRIAL = [
     "train.progress=false",
     "train.precision=fp32",
 ]
-DEFAULT_STATE = Path(os.environ.get("TRM_BENCH_STATE", Path.home() / ".cache" / "trm-bench-tiny"))
-OUT = RESULTS / "trm_bench_tiny.json"
+Params = dict[str, Any]
 
 
-def study_name(seed: int) -> str:
-    return f"trm_bench_tiny_seed{seed}"
+@dataclass(frozen=True)
+class Table:
+    """One table of learning curves: what each trial runs, which configurations, on which training seeds."""
+
+    name: str  # the studies' prefix, the results file's stem and the default state directory's name
+    trial: tuple[str, ...]  # overrides of every trial (the training seed and the data root are added per seed)
+    seeds: tuple[int, ...]
+    configurations: tuple[Params, ...] | None  # None: the whole tiny space, in the grid sampler's order
+    state_env: str  # the environment variable that moves the default state directory
+    run: tuple[str, ...] = ()  # sweeps.run overrides beyond the recorder's own
+
+    @property
+    def size(self) -> int:
+        return SPACE_SIZE if self.configurations is None else len(self.configurations)
+
+    @property
+    def out(self) -> Path:
+        return RESULTS / f"{self.name}.json"
+
+    @property
+    def default_state(self) -> Path:
+        return Path(os.environ.get(self.state_env, Path.home() / ".cache" / self.name.replace("_", "-")))
+
+
+def long_configurations() -> tuple[Params, ...]:
+    """The longer table's 44 configurations: every MLP-t one of the tiny space (36), and the 8 attention ones at
+    either width and layer count with the least and the most recursion (1/1 and 3/3 cycles), so that the table says
+    whether attention wakes up later and at which depth. One fixed shuffle (seed 0), shared by every seed."""
+    keys = ("arch.hidden_size", "arch.L_layers", "arch.H_cycles", "arch.L_cycles", "arch.mixer")
+    mlp = [(h, n, hc, lc, "mlp_t") for h in (32, 64) for n in (1, 2) for hc in (1, 2, 3) for lc in (1, 2, 3)]
+    att = [(h, n, c, c, "attention") for h in (32, 64) for n in (1, 2) for c in (1, 3)]
+    rows = [dict(zip(keys, values)) for values in mlp + att]
+    random.Random(0).shuffle(rows)
+    return tuple(rows)
+
+
+TINY = Table("trm_bench_tiny", tuple(TRIAL), SEEDS, None, "TRM_BENCH_STATE")
+# 4x the steps: the audit found the 500-step ranking moves by 1,000 steps (issue 54). Evals every 100 steps on 512
+# puzzles (the eval SE at 0.9 is 0.013); fp32 like TINY. A job logs every 50 steps, and a 2-core machine shared
+# with other work can take minutes between logs on the deepest configurations, hence the longer stall timeout.
+LONG = Table(
+    "trm_bench_long",
+    (
+        "experiment=tiny_cpu",
+        "train.steps=2000",
+        "train.eval_interval=100",
+        "train.log_interval=50",
+        "train.eval_examples=512",
+        "train.progress=false",
+        "train.precision=fp32",
+    ),
+    (0, 1),
+    long_configurations(),
+    "TRM_BENCH_LONG_STATE",
+    ("stall_timeout_s=1800",),
+)
+TABLES = {"tiny": TINY, "long": LONG}
+DEFAULT_STATE = TINY.default_state
+OUT = TINY.out
+
+
+def study_name(seed: int, table: Table = TINY) -> str:
+    return f"{table.name}_seed{seed}"
 
 
 def storage_url(state: Path, seed: int) -> str:
@@ -75,26 +145,46 @@ def storage_url(state: Path, seed: int) -> str:
 
 
 def record_command(
-    state: Path, seed: int, jobs: int, n_trials: int = SPACE_SIZE, extra: Sequence[str] = ()
+    state: Path,
+    seed: int,
+    jobs: int,
+    n_trials: int | None = None,
+    extra: Sequence[str] = (),
+    table: Table = TINY,
 ) -> list[str]:
-    """The sweeps.run overrides that record (or resume) one seed's table; `n_trials` and `extra` trial overrides
-    only for a smoke run (tests/test_trm_bench.py)."""
-    trial = [*TRIAL, f"seed={seed}", f"data.root={state.resolve() / 'data'}", *extra]
+    """The sweeps.run overrides that record (or resume) one seed's table; `n_trials` (default: the table's size)
+    and `extra` trial overrides only for a smoke run (tests/test_trm_bench.py)."""
+    trial = [*table.trial, f"seed={seed}", f"data.root={state.resolve() / 'data'}", *extra]
     return [
         f"study={STUDY}",
         "sampler=grid",
         "pruner=none",
-        f"n_trials={n_trials}",
+        f"n_trials={table.size if n_trials is None else n_trials}",
         "seed=1",  # the grid's order (the sampler seed); the training seed is in the trials' overrides
-        f"study.name={study_name(seed)}",
+        f"study.name={study_name(seed, table)}",
         f"storage.url={storage_url(state, seed)}",
         f"output_root={state.resolve() / 'runs'}",
         f"max_concurrent={jobs}",
         "reeval.at_end=false",
         "wandb.enabled=false",
         f"hydra.run.dir={state.resolve() / 'hydra' / f'seed{seed}'}",
+        *table.run,
         "trial.overrides=" + hydra_list(trial),
     ]
+
+
+def queue_configurations(state: Path, seed: int, table: Table) -> bool:
+    """Create seed `seed`'s study of a table that records a subset of the space, with its configurations queued in
+    the table's order (the baseline is queued only into an empty study, so it keeps its place). True if created."""
+    if table.configurations is None or (state / f"seed{seed}.db").exists():
+        return False
+    state.mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(
+        study_name=study_name(seed, table), storage=open_storage(storage_url(state, seed)), direction="maximize"
+    )
+    for params in table.configurations:
+        study.enqueue_trial(dict(params))
+    return True
 
 
 def git_commit() -> str | None:
@@ -138,13 +228,13 @@ def carry_committed(state: Path, seed: int, table: Path = OUT, size: int = SPACE
     return len(missing)
 
 
-def rerun_failed(state: Path, seed: int, configurations: int) -> int:
+def rerun_failed(state: Path, seed: int, configurations: int, table: Table = TINY) -> int:
     """The n_trials that trains every configuration still missing from seed `seed`'s study: a configuration whose
     every trial failed for good is queued again (the grid counts a failed configuration as tried, and its final
     failure counts against n_trials), and the budget is what the study used plus what is missing."""
     if not (state / f"seed{seed}.db").exists():
         return configurations
-    study = optuna.load_study(study_name=study_name(seed), storage=open_storage(storage_url(state, seed)))
+    study = optuna.load_study(study_name=study_name(seed, table), storage=open_storage(storage_url(state, seed)))
     trials = study.get_trials(deepcopy=False)
     done = {config(t.params) for t in trials if t.state == TrialState.COMPLETE}
     # A queued trial holds its parameters as Optuna's fixed_params until it is asked (a driver's retry: in params).
@@ -160,23 +250,31 @@ def rerun_failed(state: Path, seed: int, configurations: int) -> int:
 
 
 def record(
-    state: Path, seeds: list[int], jobs: int, argv: list[str], n_trials: int = SPACE_SIZE, extra: Sequence[str] = ()
+    state: Path,
+    seeds: list[int],
+    jobs: int,
+    argv: list[str],
+    n_trials: int | None = None,
+    extra: Sequence[str] = (),
+    table: Table = TINY,
 ) -> int:
     """Run (or resume) each seed's study; every call appends its provenance to <state>/provenance.jsonl."""
     state.mkdir(parents=True, exist_ok=True)
-    session = {**run_header("trm_bench_tiny", argv), "commit": git_commit(), "seeds": seeds, "jobs": jobs}
+    size = table.size if n_trials is None else n_trials
+    session = {**run_header(table.name, argv), "commit": git_commit(), "seeds": seeds, "jobs": jobs}
     with open(state / "provenance.jsonl", "a") as f:
         f.write(json.dumps(session) + "\n")
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     for seed in seeds:
-        if n_trials == SPACE_SIZE and not extra:  # the table's own recording (not a smoke run): a lost state
-            carry_committed(state, seed)  # carries the committed curves and queues the rest
+        if table is TINY and size == SPACE_SIZE and not extra:  # the table's own recording (not a smoke run): a
+            carry_committed(state, seed)  # lost state carries the committed curves and queues the rest
+        queue_configurations(state, seed, table)
         carried = json.loads(carried_path(state, seed).read_text()) if carried_path(state, seed).exists() else []
-        budget = rerun_failed(state, seed, n_trials - len(carried))
+        budget = rerun_failed(state, seed, size - len(carried), table)
         if budget == 0:  # every configuration carried: sweeps.run refuses n_trials=0, and there is nothing to train
             print(f"seed {seed}: complete, nothing to train", flush=True)
             continue
-        cmd = [sys.executable, "-m", "sweeps.run", *record_command(state, seed, jobs, budget, extra)]
+        cmd = [sys.executable, "-m", "sweeps.run", *record_command(state, seed, jobs, budget, extra, table)]
         print("$ " + " ".join(cmd[1:]), flush=True)
         with open(state / f"seed{seed}.log", "a") as log:
             code = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
@@ -219,7 +317,7 @@ def curve(
     ]
 
 
-def export(state: Path, seeds: list[int], committed: Path | None = None) -> dict[str, Any]:
+def export(state: Path, seeds: list[int], committed: Path | None = None, table: Table = TINY) -> dict[str, Any]:
     """The table of `seeds` from the studies under `state`. A seed this state never recorded keeps the rows of the
     `committed` table, and its recording sessions stay: exporting seed 2's state on a fresh machine wrote seeds 0
     and 1 as empty."""
@@ -230,7 +328,7 @@ def export(state: Path, seeds: list[int], committed: Path | None = None) -> dict
         if not (state / f"seed{seed}.db").exists():
             tables[str(seed)] = saved.get("seeds", {}).get(str(seed), [])
             continue
-        study = optuna.load_study(study_name=study_name(seed), storage=open_storage(url))
+        study = optuna.load_study(study_name=study_name(seed, table), storage=open_storage(url))
         trials = study.get_trials(deepcopy=False)
         rows = []
         for t in trials:
@@ -267,12 +365,15 @@ def export(state: Path, seeds: list[int], committed: Path | None = None) -> dict
     lines += provenance.read_text().splitlines() if provenance.exists() else []
     sessions = list({line: json.loads(line) for line in lines}.values())  # a carried session once
     return {
-        "benchmark": "trm_bench_tiny",
-        "command": "python -m bench.trm_bench_tiny record --seeds " + ",".join(map(str, seeds)),
+        "benchmark": table.name,
+        "command": "python -m bench.trm_bench_tiny record"
+        + ("" if table is TINY else " --table long")
+        + " --seeds "
+        + ",".join(map(str, seeds)),
         "recording_sessions": sessions,  # each `record` call: its commit, machine and start (a row's finished_at
         # falls in one of them)
-        "sweeps_run": record_command(Path("<state>"), 0, 2),
-        "space_size": SPACE_SIZE,
+        "sweeps_run": record_command(Path("<state>"), 0, 2, table=table),
+        "space_size": table.size,
         "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seeds": tables,
     }
@@ -281,21 +382,25 @@ def export(state: Path, seeds: list[int], committed: Path | None = None) -> dict
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("what", choices=("record", "export"))
-    p.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="training seeds, comma-separated")
-    p.add_argument("--state", type=Path, default=DEFAULT_STATE, help="the studies' SQLite files and runs")
+    p.add_argument("--table", choices=tuple(TABLES), default="tiny", help="tiny: 500 steps; long: 2,000 steps")
+    p.add_argument("--seeds", default=None, help="training seeds, comma-separated (default: the table's)")
+    p.add_argument("--state", type=Path, default=None, help="the studies' SQLite files and runs")
     p.add_argument("--jobs", type=int, default=2, help="trials at once (each with OMP_NUM_THREADS=1 by default)")
-    p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--n-trials", type=int, default=SPACE_SIZE, help="fewer only for a smoke run")
+    p.add_argument("--out", type=Path, default=None, help="the exported table (default: bench/results/<table>.json)")
+    p.add_argument("--n-trials", type=int, default=None, help="fewer only for a smoke run")
     p.add_argument("--trial-override", action="append", default=[], help="appended to every trial (smoke runs)")
     args = p.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",")]
+    table = TABLES[args.table]
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(table.seeds)
+    state = args.state or table.default_state
+    out = args.out or table.out
     if args.what == "record":
         argv_used = sys.argv[1:] if argv is None else argv
-        return record(args.state, seeds, args.jobs, argv_used, args.n_trials, args.trial_override)
-    table = export(args.state, seeds, args.out)
-    args.out.write_text(json.dumps(table, separators=(",", ":")) + "\n")
-    counts = {s: len(rows) for s, rows in table["seeds"].items()}
-    print(f"{args.out}: complete curves per seed {counts} of {SPACE_SIZE}")
+        return record(state, seeds, args.jobs, argv_used, args.n_trials, args.trial_override, table)
+    exported = export(state, seeds, out, table)
+    out.write_text(json.dumps(exported, separators=(",", ":")) + "\n")
+    counts = {s: len(rows) for s, rows in exported["seeds"].items()}
+    print(f"{out}: complete curves per seed {counts} of {table.size}")
     return 0
 
 

@@ -452,3 +452,37 @@ def test_the_choice_rule_takes_the_best_worst_seed_among_shipped_strategies() ->
     assert (choice.strategy, choice.n_trials, choice.worst_p90) == ("tpe/median_late/blank", 39, 0.34)
     by_seed[1]["tpe/median_late/blank"]["compute_to_find_p90"] = math.inf  # never found on one seed: worst is inf
     assert choose(by_seed).strategy == "gp/none/blank"
+
+
+def test_the_long_table_queues_its_configurations_in_one_order_for_every_seed(tmp_path: Path) -> None:
+    """`--table long` records a subset of the space: every MLP-t configuration and 8 attention ones, queued before
+    the first sweeps.run in one shuffled order shared by the seeds (so seeds recorded side by side hold the same
+    configurations), at 2,000 steps with evals every 100 steps on 512 puzzles."""
+    long = trm_bench_tiny.LONG
+    assert trm_bench_tiny.queue_configurations(tmp_path, 0, long)
+    assert trm_bench_tiny.queue_configurations(tmp_path, 1, long)
+    assert not trm_bench_tiny.queue_configurations(tmp_path, 0, long)  # an existing study keeps its own queue
+    assert not trm_bench_tiny.queue_configurations(tmp_path, 2, trm_bench_tiny.TINY)  # the grid's table: no queue
+    orders = []
+    for seed in (0, 1):
+        study = optuna.load_study(
+            study_name=trm_bench_tiny.study_name(seed, long), storage=f"sqlite:///{tmp_path}/seed{seed}.db"
+        )
+        waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        orders.append([t.system_attrs["fixed_params"] for t in waiting])
+    assert orders[0] == orders[1] and len(orders[0]) == 44
+    assert len({config(p) for p in orders[0]}) == 44  # no configuration twice
+    mixers = [p["arch.mixer"] for p in orders[0]]
+    assert mixers.count("mlp_t") == 36 and mixers.count("attention") == 8
+    attention = {
+        (p["arch.hidden_size"], p["arch.L_layers"], p["arch.H_cycles"])
+        for p in orders[0]
+        if p["arch.mixer"] == "attention"
+    }
+    assert attention == set(itertools.product((32, 64), (1, 2), (1, 3)))  # both widths, layer counts, depth ends
+    assert mixers[:8] != sorted(mixers[:8])  # shuffled: a partial table is spread over the space
+    command = record_command(tmp_path, 1, 1, table=long)
+    assert "n_trials=44" in command and f"study.name={trm_bench_tiny.study_name(1, long)}" in command
+    trial = command[-1]
+    for override in ("'train.steps=2000'", "'train.eval_interval=100'", "'train.eval_examples=512'", "'seed=1'"):
+        assert override in trial
