@@ -56,7 +56,7 @@ def test_a_described_slice_gives_workers_chips_per_vm_and_devices(kind: str, vms
 def test_a_slice_this_cannot_size_is_refused_naming_its_type() -> None:
     by_topology = parse_node("t", node(None, 4, acceleratorConfig={"type": "V4", "topology": "2x2x4"}))
     assert (by_topology.chips, by_topology.chips_per_vm, by_topology.accelerator_type) == (16, 4, "V4 2x2x4")
-    with pytest.raises(LauncherConfigError, match=r"^launcher.tpu_name='t': its acceleratorType 'v3-8' is not one"):
+    with pytest.raises(LauncherConfigError, match=r"^launcher.tpu_name='t': its accelerator type 'v3-8' is not one"):
         parse_node("t", node("v3-8", 1))  # one torch_xla device per TensorCore there: not sized here
     with pytest.raises(LauncherConfigError, match=r"slice v4-32 in state CREATING lists 0 worker endpoint\(s\)"):
         parse_node("t", {**node("v4-32", 0), "state": "CREATING"})

@@ -51,8 +51,9 @@ def test_the_launcher_reads_the_slice_state_afresh_and_exit_leaves_the_study_to_
     assert pod.unavailable() is None
     monkeypatch.setenv("FAKE_TPU_ROOT", str(tmp_path / "nowhere"))
     monkeypatch.setenv("PATH", "/nonexistent")
-    gone = launcher(gcloud="/nonexistent/gcloud").unavailable()
-    assert gone is not None and "cannot be described" in gone  # no answer is no READY: the study waits
+    unknown = launcher(gcloud="/nonexistent/gcloud", describe_backoff_s=0)
+    assert unknown.unavailable() is None  # no answer says nothing of the slice: the study goes on ...
+    assert "could not be described" in str(unknown.not_ready())  # ... and a waiting one waits on
     with pytest.raises(LauncherConfigError, match=r"launcher.on_preempted='later'.*wait, exit"):
         launcher(on_preempted="later").validate()
 

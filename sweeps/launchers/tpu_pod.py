@@ -47,15 +47,16 @@ from sweeps.launchers.remote_shell import (
     stop_command,
 )
 from sweeps.launchers.slots import Slot, tpu_slots
-from sweeps.launchers.tpu_pod_gcloud import check_flags, scp_flags_of, track_args
-from sweeps.launchers.tpu_slice import (
+from sweeps.launchers.tpu_describe import (
     ON_PREEMPTED,
-    SliceShape,
-    check_configured,
-    describe_slice,
-    slice_unavailable,
+    Answer,
+    describe,
+    refuse_unknown,
+    unknown_line,
     wait_for_ready,
 )
+from sweeps.launchers.tpu_pod_gcloud import check_flags, scp_flags_of, track_args
+from sweeps.launchers.tpu_slice import SliceShape, check_configured, parse_node
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,8 @@ class TpuPodLauncher:
         setup: str | None = None,
         on_preempted: str = "wait",
         state_poll_s: float = 60.0,
+        describe_attempts: int = 4,
+        describe_backoff_s: float = 5.0,
     ):
         self.tpu_name, self.zone, self.project = tpu_name, zone, project
         self.num_workers, self.workers = num_workers, workers
@@ -107,17 +110,21 @@ class TpuPodLauncher:
         self.scp_flags = None if scp_flags is None else [str(f) for f in scp_flags]
         self.gcloud_track = str(gcloud_track)
         self.setup, self.on_preempted, self.state_poll_s = setup, on_preempted, state_poll_s
+        self.describe_attempts, self.describe_backoff_s = describe_attempts, describe_backoff_s
         self._shape: SliceShape | None = None
 
     # ------------------------------------------------------------------------------------------- the slice
 
     def shape(self) -> SliceShape:
-        """The slice as `tpu-vm describe` gives it (asked once): its workers, chips per VM and device count are
-        the launcher's. A configured launcher.num_workers or launcher.chips_per_vm must agree with it."""
+        """The slice as `tpu-vm describe` gives it (asked once): its workers, chips per VM and device count are the
+        launcher's. A configured launcher.num_workers or launcher.chips_per_vm must agree with it."""
         if self._shape is None:
             require(self.tpu_name, "launcher.tpu_name", "the TPU VM name, as in `gcloud compute tpus tpu-vm list`")
             require(self.zone, "launcher.zone", "the TPU's zone, e.g. us-central2-b")
-            shape = describe_slice(self.describe_argv(), str(self.tpu_name), self.ssh_timeout_s)
+            answer = self.ask()
+            if answer.node is None:
+                refuse_unknown(str(self.tpu_name), answer, self.describe_attempts)
+            shape = parse_node(str(self.tpu_name), answer.node or {})
             check_configured(
                 shape, {"launcher.num_workers": self.num_workers, "launcher.chips_per_vm": self.chips_per_vm}
             )
@@ -127,14 +134,32 @@ class TpuPodLauncher:
     def describe_argv(self) -> list[str]:
         return [*self.base_args("describe"), str(self.tpu_name), *self._location_flags("describe"), "--format=json"]
 
+    def ask(self) -> Answer:
+        """One `tpu-vm describe`, its errors retried (sweeps/launchers/tpu_describe.py)."""
+        return describe(self.describe_argv(), self.ssh_timeout_s, self.describe_attempts, self.describe_backoff_s)
+
+    def not_ready(self) -> str | None:
+        """None once the slice is usable; else why not: its state or health, NOT_FOUND, or no answer at all."""
+        answer = self.ask()
+        if answer.error is not None:
+            return unknown_line(str(self.tpu_name), answer, self.describe_attempts)
+        return answer.gone(str(self.tpu_name))
+
     def unavailable(self) -> str | None:
-        """The slice's state, asked afresh: None when READY (a spot slice may be PREEMPTED at any time)."""
-        return slice_unavailable(self.describe_argv(), str(self.tpu_name), self.ssh_timeout_s)
+        """Whether the slice is gone, asked afresh: a state other than READY, an unhealthy `health` or NOT_FOUND
+        (a spot slice may be PREEMPTED at any time). A describe that fails otherwise (5xx, 429, a timeout, a
+        reauth) says nothing about the slice: logged, and None, so the study goes on."""
+        answer = self.ask()
+        if answer.error is not None:
+            log.warning("%s: taken as still usable", unknown_line(str(self.tpu_name), answer, self.describe_attempts))
+            return None
+        return answer.gone(str(self.tpu_name))
 
     def wait_until_available(self, line: str) -> None:
         """Wait for READY (launcher.on_preempted), then prepare the slice anew: a recreated one has fresh VMs, new
         addresses, and none of the setup, venv or code the old ones had."""
-        wait_for_ready(line, self.unavailable, self.on_preempted, self.state_poll_s)
+        wait_for_ready(line, self.not_ready, self.on_preempted, self.state_poll_s)
+        log.warning("the slice is READY again: setting up its VMs anew (launcher.setup, the Python check, deploy)")
         self._shape = None
         self.prepare()
 
@@ -166,6 +191,11 @@ class TpuPodLauncher:
             raise LauncherConfigError(
                 f"launcher.on_preempted={self.on_preempted!r}, launcher.state_poll_s={self.state_poll_s!r}: expected "
                 f"one of {', '.join(ON_PREEMPTED)} and seconds > 0"
+            )
+        if not (isinstance(self.describe_attempts, int) and self.describe_attempts >= 1) or self.describe_backoff_s < 0:
+            raise LauncherConfigError(
+                f"launcher.describe_attempts={self.describe_attempts!r}, launcher.describe_backoff_s="
+                f"{self.describe_backoff_s!r}: expected an integer >= 1 and seconds >= 0"
             )
         if self.slot_kind == "pod" and self.worker_ids() != list(range(self.shape().workers)):
             # libtpu takes the slice's topology from the TPU's metadata: a job on some VMs waits for the rest.
