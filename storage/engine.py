@@ -161,7 +161,7 @@ def _check_heartbeat(interval: int | None, grace: int | None) -> None:
             )
 
 
-def _sqlite_path(url: URL) -> Path | None:
+def sqlite_path(url: URL) -> Path | None:
     """The file of a SQLite URL; None for PostgreSQL, an in-memory database or a ``file:`` URI."""
     if is_postgres(url):
         return None
@@ -172,7 +172,7 @@ def _sqlite_path(url: URL) -> Path | None:
 
 
 def _check_sqlite_exists(url: URL, shown: str) -> None:
-    path = _sqlite_path(url)
+    path = sqlite_path(url)
     if path is not None and not path.is_file():
         raise StorageConfigError(
             f"storage.url = {shown!r}: the database {str(path)!r} does not exist (nothing was created): "
@@ -249,7 +249,7 @@ def _sqlite_schema_lock(url: URL, shown: str) -> Iterator[None]:
 
     A location that cannot be written (a read-only filesystem or directory, a parent that is a file) is one
     :class:`StorageConfigError` naming the path, not the OSError's traceback."""
-    path = _sqlite_path(url)
+    path = sqlite_path(url)
     if path is None:
         yield
         return

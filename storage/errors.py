@@ -2,12 +2,17 @@
 
 Two kinds, because callers react differently: a config mistake is fixed by the user
 (exit with a clear message), an unavailable server may be retried or waited for. A database that is
-gone (dropped) is neither: :func:`database_gone` tells it from an outage, :class:`StorageGoneError` says so.
+gone (dropped) is neither: :func:`database_gone` tells it from an outage, :class:`StorageGoneError` says so; nor is a
+SQLite file moved, deleted, replaced or made read-only under an open connection (:func:`sqlite_file_lost`).
+:func:`storage_failure` says what a failed storage call met, in one line, instead of Optuna's wrapper.
 """
 
 from __future__ import annotations
 
 import re
+
+import optuna
+import sqlalchemy
 
 
 class StorageError(Exception):
@@ -101,6 +106,56 @@ def database_gone(error: BaseException) -> str | None:
         if any(p in lowered for p in _GONE_PHRASES) and any(s in lowered for s in _GONE_SUBJECTS):
             return _first_clause(text)
     return None
+
+
+# SQLite's extended result codes (Python 3.11's `sqlite_errorname`) that no wait or retry on this connection gets
+# past: the file it opened was unlinked or renamed (a new file at the path is not the one it holds), or it cannot
+# be written. Their words ("attempt to write a readonly database", "unable to open database file") do not say which.
+_SQLITE_LOST = {
+    "SQLITE_READONLY_DBMOVED": "the SQLite file was moved, deleted or replaced after it was opened",
+    "SQLITE_READONLY": "the SQLite file is read-only",
+    "SQLITE_READONLY_DIRECTORY": "the SQLite file's directory is read-only",
+    "SQLITE_READONLY_CANTINIT": "the SQLite file is read-only",
+    "SQLITE_READONLY_CANTLOCK": "the SQLite file is read-only",
+    "SQLITE_READONLY_ROLLBACK": "the SQLite file is read-only",
+    "SQLITE_READONLY_RECOVERY": "the SQLite file is read-only",
+    # A write's journal cannot be created beside the file: its directory was made read-only, or removed.
+    "SQLITE_CANTOPEN": "the SQLite file's journal cannot be created (its directory read-only or gone)",
+}
+
+
+def sqlite_file_lost(error: BaseException) -> str | None:
+    """Why a storage call on a SQLite file failed for good, in one line (`the SQLite file was moved, deleted or
+    replaced after it was opened (SQLITE_READONLY_DBMOVED)`); None for any other error. Which file is not in the
+    error: storage.sqlite_file.SqliteFile names it where the caller knows the URL."""
+    for err in _causes(error):
+        name = getattr(err, "sqlite_errorname", None)
+        if name in _SQLITE_LOST:
+            return f"{_SQLITE_LOST[name]} ({name})"
+    return None
+
+
+def storage_failure(error: BaseException) -> str:
+    """What a failed storage call met, in one line. Optuna wraps every database error in a StorageInternalError
+    whose words ("invalid data in the commit, e.g. exceeding max length") blame the data: the cause is said instead
+    (a SQLite file lost, a database gone or refused, or a connection that failed: "the study database is
+    unreachable: ..."). The driver's heartbeat and loop lines and a job's storage errors all read this."""
+    if isinstance(error, StorageError):  # this package's own words already say it
+        return str(error)
+    if lost := sqlite_file_lost(error):
+        return f"the study database cannot be written: {lost}"
+    if gone := database_gone(error):
+        return f"the study database is gone: {gone}"
+    if denied := permission_denied(error):
+        return denied
+    causes = _causes(error)
+    for cause in causes:
+        if isinstance(cause, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):  # not the data's
+            text = " ".join(str(getattr(cause, "orig", None) or cause).split())
+            return f"the study database is unreachable: {_first_clause(text)}"
+    wrapper = optuna.exceptions.StorageInternalError  # its words are never the cause
+    deepest = next((c for c in reversed(causes) if not isinstance(c, wrapper)), causes[0])
+    return f"{type(deepest).__name__}: {_first_clause(' '.join(str(deepest).split()))}"
 
 
 def _first_clause(text: str) -> str:

@@ -20,13 +20,16 @@ import functools
 import logging
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from storage import redact, resolve_url, trial_id_of
+from storage.errors import storage_failure
 from storage.record import RUN_AGAIN_ATTR, SLOT_ATTR
+from storage.sqlite_file import SqliteFile
 from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.config.optuna_parts import pruner_spec
 from sweeps.config.schema import SweepConfig
@@ -48,13 +51,7 @@ from sweeps.trials.recovery import abandon, settle_orphans, stop_stalled
 from sweeps.trials.reeval import reevaluate_at_end
 from sweeps.trials.rerun import queue_failed_again
 from sweeps.trials.retry import StudyStoppedByJobError
-from sweeps.trials.running import (
-    STORAGE_ERRORS,
-    RunningTrial,
-    explain_heartbeat_warnings,
-    storage_failure,
-    storage_fatal,
-)
+from sweeps.trials.running import STORAGE_ERRORS, RunningTrial, explain_heartbeat_warnings, storage_fatal
 from sweeps.trials.trial_runner import TrialRunner
 from sweeps.trials.wandb_summary import log_study_summary
 from sweeps.validation.validate import trial_length, validate_sweep
@@ -84,6 +81,7 @@ class Driver:
         self.outage_ended = 0.0  # when the database last came back after an outage (epoch seconds)
         self.last_recover = 0.0  # when recover() last ran (epoch seconds)
         self.timed_out: str | None = None  # set when `timeout` stopped new trials: what the last lines say
+        self.storage_file: SqliteFile | None = None  # a SQLite study's file as opened: checked every pass
 
     def runner(self, opened: OpenStudy | None = None, study_uid: str | None = None) -> TrialRunner:
         """A TrialRunner over `opened` (None: commands only, under `study_uid` or a stand-in uid)."""
@@ -117,6 +115,7 @@ class Driver:
         pruner = pruner_spec(self.sweep.pruner, self.train_steps)
         definition = study_definition(self.sweep.study, pruner, self.space, self.train_steps, self.base_overrides)
         opened = open_study(self.sweep, self.storage_url, self.train_steps, definition)
+        self.storage_file = SqliteFile.of(self.storage_url)
         self.trials = self.runner(opened)
         seed = self.sweep.seed + opened.driver_index  # repeats are drawn again (sweeps.search.distinct_draws)
         opened.study.sampler = choose_sampler(
@@ -165,18 +164,15 @@ class Driver:
         try:
             while True:
                 try:
+                    self.check_storage()
                     if self.loop_once(started):
                         break
                     if outage:
                         self.after_outage()
                     outage = 0.0
                 except STORAGE_ERRORS as err:
-                    if fatal := storage_fatal(err, self.storage_url):  # waiting will not help: stop our jobs
-                        for running in self.running.values():
-                            running.job.cancel()
-                            running.heartbeat.stop()
-                        self.running.clear()
-                        raise fatal from None
+                    if fatal := storage_fatal(err, self.storage_url, self.storage_file):
+                        self.stop_on(fatal)
                     # The database is restarting or unreachable: keep the jobs running (they retry their own
                     # reports) and come back with backoff; pool_pre_ping reconnects once it answers.
                     outage = min(max(2 * outage, float(backoff.first_s)), float(backoff.max_s))
@@ -199,6 +195,24 @@ class Driver:
             )
         log_study_summary(study, self.sweep)
         return study
+
+    def check_storage(self) -> None:
+        """End the study (stop_on) when its storage is lost for good: a SQLite file gone, replaced or read-only
+        (a stat per pass: reads still answer from a moved file, so only the heartbeats' writes would fail), or a
+        heartbeat's last error that no wait gets past. An outage is waited out where the loop meets it."""
+        beats = [r.heartbeat.last_error for r in self.running.values() if r.heartbeat.last_error is not None]
+        if fatal := storage_fatal(beats[0] if beats else None, self.storage_url, self.storage_file):
+            self.stop_on(fatal)
+
+    def stop_on(self, fatal: Exception) -> NoReturn:
+        """Waiting will not help: stop our jobs, each with the launcher's grace (a checkpoint), and end on `fatal`
+        (sweeps.run: its one line, exit 2). Their trials stay RUNNING where they were stored: the same command, on
+        the study's storage again, finds them orphaned and queues them to resume (sweeps/trials/recovery.py)."""
+        for running in self.running.values():
+            running.job.cancel()
+            running.heartbeat.stop()
+        self.running.clear()
+        raise fatal from None
 
     def loop_once(self, started: float) -> bool:
         """One pass of the driver loop: start trials within budget, collect finished jobs, recover stale

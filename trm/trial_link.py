@@ -25,6 +25,7 @@ from contracts.code_version import git_commit
 from contracts.out_of_memory import INFEASIBLE_OOM, out_of_memory
 from contracts.train_config import RetryPolicy, SweepLink
 from storage import EngineSettings, StorageError, engine_settings, open_storage
+from storage.errors import sqlite_file_lost, storage_failure
 from storage.record import (
     OBJECTIVE_ATTR,
     PROGRESS_ATTR,
@@ -51,14 +52,20 @@ DEFAULT_RETRY = RetryPolicy()
 
 
 def retry(action: Callable[[], T], what: str, policy: RetryPolicy = DEFAULT_RETRY) -> T:
-    """Run a storage call, retrying with exponential backoff: a database restart must not lose a report."""
+    """Run a storage call, retrying with exponential backoff: a database restart must not lose a report. A SQLite
+    file lost under this process's connection (moved, deleted, replaced, read-only) is not retried: no write on it
+    can succeed again. The error says the cause (storage.errors.storage_failure), never Optuna's "invalid data"."""
     delay = policy.first_delay_s
     for attempt in range(policy.attempts):
         try:
             return action()
         except (StorageError, optuna.exceptions.StorageInternalError, OSError) as err:
+            if sqlite_file_lost(err):
+                raise TrialLinkError(f"{what} failed: {storage_failure(err)}") from None
             if attempt == policy.attempts - 1:
-                raise TrialLinkError(f"{what} failed after {policy.attempts} attempts: {err}") from err
+                raise TrialLinkError(
+                    f"{what} failed after {policy.attempts} attempts: {storage_failure(err)}"
+                ) from None
             time.sleep(delay)
             delay = min(delay * 2, policy.max_delay_s)
     raise AssertionError("unreachable")
@@ -137,7 +144,7 @@ class TrialLink:
         try:
             self.storage.set_trial_user_attr(self.trial_id, self.prefix + PROGRESS_ATTR, record)
         except Exception as err:  # noqa: BLE001 (the trial finished elsewhere, or the database is briefly away)
-            log.warning("could not record progress at step %d: %s", step, err)
+            log.warning("could not record progress at step %d: %s", step, storage_failure(err))
 
     def record_outcome(self, outcome: str, summary: dict[str, Any]) -> None:
         """Store the outcome on the trial as a TrialOutcome (the driver reads it and tells Optuna); only the first

@@ -1,13 +1,12 @@
 """A trial this driver runs: its job, heartbeat and what the loop has seen of it (seeds, progress, timings).
 
 The driver's per-trial state, kept apart from the loop that moves it along; and what its heartbeat's warnings say
-when the study database fails (`storage_failure`: the cause, not Optuna's wrapper).
+when the study database fails (storage.errors.storage_failure: the cause, not Optuna's wrapper).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,8 @@ import optuna
 import sqlalchemy
 
 from storage import HeartbeatThread, StorageGoneError, database_gone, redact
-from storage.errors import StoragePermissionError, permission_denied
+from storage.errors import StoragePermissionError, permission_denied, sqlite_file_lost, storage_failure
+from storage.sqlite_file import SqliteFile
 from sweeps.launchers.base import JobHandle
 from sweeps.launchers.slots import WHOLE, Slot
 
@@ -63,45 +63,21 @@ class RunningTrial:
         return self.handle
 
 
-DBAPI_PREFIX = re.compile(r"^\([\w.]+\) ")  # SQLAlchemy's "(psycopg2.OperationalError) "
 HEARTBEAT_LOGGER = "storage.heartbeat"  # storage/heartbeat.py's: "heartbeat for trial id %s failed: %s"
 
 
-def _causes(err: BaseException) -> list[BaseException]:
-    """`err`, then what caused it (`__cause__` / `__context__`), each once."""
-    chain: list[BaseException] = []
-    current: BaseException | None = err
-    while current is not None and all(current is not seen for seen in chain):
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-    return chain
-
-
-def storage_failure(err: BaseException) -> str:
-    """What a failed storage call met, in one line. Optuna wraps every database error in a StorageInternalError
-    whose words ("invalid data in the commit, e.g. exceeding max length") blame the data: the cause is said instead
-    (a database gone or refused: storage.errors; a connection that failed: "the study database is unreachable")."""
-    gone = database_gone(err)
-    if gone:
-        return f"the study database is gone: {gone}"
-    denied = permission_denied(err)
-    if denied:
-        return denied
-    for cause in _causes(err):
-        if isinstance(cause, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
-            text = " ".join(str(cause.orig or cause).split()).split(" (Background on this error", 1)[0]
-            return f"the study database is unreachable: {DBAPI_PREFIX.sub('', text)}"
-    last = _causes(err)[-1]
-    return f"{type(last).__name__}: {last}"
-
-
-def storage_fatal(err: BaseException, storage_url: str) -> Exception | None:
-    """The error to end the study on when `err` says the database is gone (dropped, its tables deleted) or not ours to
-    write, where waiting will not help; None for an outage to wait out. The caller stops its running jobs first."""
-    why, denied = database_gone(err), permission_denied(err)
-    if denied:
+def storage_fatal(err: BaseException | None, storage_url: str, file: SqliteFile | None = None) -> Exception | None:
+    """The error to end the study on, where waiting will not help: the study's SQLite `file` gone, replaced or
+    read-only (checked whatever `err` is: None checks the file alone), `err` saying the database is gone (dropped,
+    its tables deleted, a SQLite file lost under its connection) or not ours to write; None for an outage to wait
+    out. The caller stops its running jobs first."""
+    if file is not None and (lost := file.problem("its running jobs were stopped")) is not None:
+        return lost
+    if err is None:
+        return None
+    if denied := permission_denied(err):
         return StoragePermissionError(f"{denied}; its running jobs were stopped")
-    if why:
+    if why := database_gone(err) or sqlite_file_lost(err):
         return StorageGoneError(
             f"the study database {redact(storage_url)} is gone: {why}; its running jobs were stopped"
         )
