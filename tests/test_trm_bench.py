@@ -486,3 +486,97 @@ def test_the_long_table_queues_its_configurations_in_one_order_for_every_seed(tm
     trial = command[-1]
     for override in ("'train.steps=2000'", "'train.eval_interval=100'", "'train.eval_examples=512'", "'seed=1'"):
         assert override in trial
+
+
+# ----------------------------------------------------------------------------- replays that count a pod's cost
+
+
+def _synthetic_seeds(path: Path, shifts: dict[int, float]) -> None:
+    """synthetic_table's curves for several seeds, each seed's exact accuracy moved by its shift (the training
+    seed's effect), its wall seconds stretched by the seed (a recording machine shared with other work)."""
+    rows = synthetic_table(path)["seeds"]["0"]
+    seeds = {}
+    for seed, shift in shifts.items():
+        seeds[str(seed)] = [
+            {
+                "params": r["params"],
+                "curve": [
+                    p
+                    | {"exact": max(0.0, p["exact"] + shift) if p["exact"] else 0.0, "wall_s": p["wall_s"] * (1 + seed)}
+                    for p in r["curve"]
+                ],
+            }
+            for r in rows
+        ]
+    path.write_text(json.dumps({"benchmark": "trm_bench_tiny", "seeds": seeds}))
+
+
+def test_the_seed_mean_truth_pools_the_training_seed_sd_over_the_top(tmp_path: Path) -> None:
+    from bench.trm_bench_table import seed_truth
+
+    _synthetic_seeds(tmp_path / "t.json", {0: 0.0, 1: 0.1, 2: -0.1})
+    tables = [load(tmp_path / "t.json", s) for s in (0, 1, 2)]
+    truth = seed_truth(tables, pooled_over=4)
+    best = config(dict(zip(KEYS, (64, 2, 3, 3, "mlp_t"))))
+    assert truth.means[best] == pytest.approx(tables[0].curves[best].value) == pytest.approx(truth.best)
+    assert truth.seed_sd == pytest.approx(0.1)  # every top configuration moves by -0.1, 0, +0.1 across the seeds
+    assert truth.se == pytest.approx(0.1 / math.sqrt(3)) and truth.target == pytest.approx(truth.best - truth.se)
+    assert truth.near_best(best) and not truth.near_best(config(dict(zip(KEYS, (32, 1, 1, 1, "mlp_t")))))
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        seed_truth(tables[:1])
+
+
+def test_one_trial_at_a_time_with_no_start_up_is_the_sequential_replay(tmp_path: Path) -> None:
+    """The pod replay's event loop stands in for bench/trm_bench_replay's loop at W=1: the same trials, pruned at
+    the same evals, the same best after each."""
+    from bench import trm_bench_pod as pod
+
+    synthetic_table(tmp_path / "t.json")
+    table = load(tmp_path / "t.json", 0)
+    space, baseline = replay_bench.study_conf()
+    strategy = replay_bench.Strategy("tpe", "median_late")
+    sequential = replay_bench.replay(table, strategy, 3, space, baseline)
+    n = len(sequential.best)
+    study = pod.replay_pod(table, strategy, 3, space, baseline, workers=1, n_trials=n, startup_s=0.0)
+    assert [e.reported_value for e in study.ends] == sequential.best
+    assert study.pruned == sequential.pruned > 0
+    # one at a time: the slice's time is the sum of the trials' own, and it pays no idle worker
+    assert study.paid_s == pytest.approx(study.ends[-1].used_s)
+
+
+def test_trials_at_once_pay_their_start_up_and_the_idle_workers(tmp_path: Path) -> None:
+    from bench import trm_bench_pod as pod
+
+    synthetic_table(tmp_path / "t.json")
+    table = load(tmp_path / "t.json", 0)
+    space, baseline = replay_bench.study_conf()
+    strategy = replay_bench.Strategy("random", "none")
+    one = pod.replay_pod(table, strategy, 5, space, baseline, workers=1, n_trials=12, startup_s=7.0)
+    eight = pod.replay_pod(table, strategy, 5, space, baseline, workers=8, n_trials=12, startup_s=7.0)
+    assert len(one.ends) == len(eight.ends) == 12  # the study's own budget
+    assert one.pruned == 0 and one.ends[-1].used_s == pytest.approx(12 * (500.0 + 7.0))  # synthetic: 1 s a step
+    assert eight.wall_s < one.wall_s  # 8 at once end sooner ...
+    assert eight.paid_s > eight.ends[-1].used_s  # ... and pay for workers idle once fewer than 8 trials are left
+    assert all(a.at_s <= b.at_s for a, b in zip(eight.ends, eight.ends[1:]))
+    grid = pod.grid_cost_s(table, 7.0)
+    assert grid == pytest.approx(sum(500.0 + 7.0 for _ in table.curves))  # synthetic wall_s: one per step
+
+
+def test_seconds_are_the_median_over_the_seeds_recordings(tmp_path: Path) -> None:
+    from bench import trm_bench_pod as pod
+
+    _synthetic_seeds(tmp_path / "t.json", {0: 0.0, 1: 0.0, 2: 0.0})  # wall stretched x1, x2, x3 by the seed
+    tables = [load(tmp_path / "t.json", s) for s in (0, 1, 2)]
+    steadied = pod.with_median_seconds(tables[2], tables)
+    for c, steady in steadied.curves.items():
+        assert [p.wall_s for p in steady.points] == [p.wall_s * 2 for p in tables[0].curves[c].points]
+        assert [p.exact for p in steady.points] == [p.exact for p in tables[2].curves[c].points]  # only time moves
+
+
+def test_the_pod_replay_reads_the_platforms_measured_start_up() -> None:
+    from bench import trm_bench_pod as pod
+
+    saved = json.loads(pod.SWEEP_OVERHEAD.read_text())
+    local = next(r for r in saved["launchers"] if r["launcher"] == "local")
+    assert pod.measured_startup_s() == local["summary"]["median_outside_per_trial_s"] > 0
+    assert OmegaConf.load(ROOT / "conf" / "site" / "laptop.yaml").n_trials == pod.SHIPPED_N_TRIALS
