@@ -258,6 +258,9 @@ class SweepLink:
     seed_index: int = MISSING
     job: str | None = MISSING
     sampled: list[str] | None = MISSING  # the override keys the study sampled (sweeps' job command line)
+    # A confirm job (sweeps/trials/confirm.py): trial_number's configuration trained again on `seed`; it stores a
+    # storage.confirm_record.ConfirmSeed on the study and never reports to the finished trial (trm/confirm_link.py).
+    confirm: bool = MISSING
     report_retry: RetryPolicy = field(default_factory=RetryPolicy)
     storage_engine: Any = MISSING  # conf/storage/engine/default.yaml, shared with the sweep: storage/engine_config.py
 
@@ -331,6 +334,7 @@ NOT_TRAINING_KEYS = (
     "sweep.trial_number",
     "sweep.job",
     "sweep.sampled",  # names the keys whose values are in the config already
+    "sweep.confirm",  # where a confirm job stores its end; what it trains again differs by `seed`
     "sweep.password_env",
     "sweep.report_retry",  # how the job talks to the study storage, not what it trains
     "sweep.storage_engine",

@@ -15,6 +15,7 @@ from dashboards import report_compare as compare
 from dashboards import report_curves as curves
 from dashboards import report_optuna as study_views
 from dashboards import report_project as project_views
+from dashboards.report_confirm import confirm_block
 from dashboards.report_evidence import evidence_paragraph
 from dashboards.report_reeval import reeval_block
 from dashboards.report_tables import best_block, trial_table
@@ -142,7 +143,7 @@ def study_body(view: StudyView, heading: str | None = None) -> list[str]:
     nav = " ".join(f'<a href="#sec-{s.fig_id}">{html.escape(s.title)}</a>' for s in sections if s.figure is not None)
     parts = [heading or "", f'<p class="meta">{html.escape(summary_line(view))}</p>', evidence_paragraph(view),
              f'<nav><a href="#{view.prefix}best-params">Best trial</a> {nav} <a href="#sec-{view.prefix}trials">Trials</a></nav>',
-             best_block(view), reeval_block(view)]  # fmt: skip
+             best_block(view), confirm_block(view) or reeval_block(view)]  # fmt: skip
     parts += [render_section(s) for s in sections]
     parts.append(f'<section id="sec-{view.prefix}trials"><h2>Trials</h2>{trial_table(view)}</section>')
     return parts

@@ -95,7 +95,10 @@ def best_block(view: StudyView) -> str:
                        for k, _, v in (o.partition("=") for o in info["overrides"]))  # fmt: skip
         parts.append(f'<table class="params"><tr><th>parameter (override)</th><th>value</th></tr>{rows}</table>')
         again = Reeval.of(info["reeval"])  # its re-evaluation on a larger eval (sweeps/trials/reeval.py), if any
+        mine = info["confirmed"]  # its mean over fresh training seeds (sweeps/trials/confirm.py), if confirmed
+        confirmed = f"{mine['mean']:.4f} ± {mine['se']:.4f} ({mine['se_kind']} SE, {mine['n']} seeds)" if mine else ""
         facts = [
+            *([("confirmed", html.escape(confirmed))] if mine else []),
             *([("re-evaluated", html.escape(f"{again.metric} = {interval(again)}"))] if again else []),
             ("re-train", f'<code class="cmd">{html.escape(shlex.join(info["retrain"]))}</code>'),
             (

@@ -19,6 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 from storage.record import trained_trials
 from storage.trial_record import TrialLaunch, TrialOutcome
 from sweeps.search.space import params_to_values
+from sweeps.trials.confirmed import confirmed_ranking
 from sweeps.trials.reeval import ranking
 
 
@@ -84,12 +85,16 @@ class StudyView:
         return trial.intermediate_values[max(trial.intermediate_values)]
 
     def best(self) -> list[FrozenTrial]:
-        """The best trial (single objective: by the re-evaluation where there is one, sweeps/trials/reeval.py) or the
+        """The best trial (single objective: the confirmed winner where the top configurations were trained again,
+        sweeps/trials/confirm.py, else by the re-evaluation where there is one, sweeps/trials/reeval.py) or the
         Pareto front, best first; empty before any completes."""
         if not self.complete:
             return []
         if self.multi:
             return list(self.study.best_trials)
+        confirmed = confirmed_ranking(self.study)
+        if confirmed:
+            return [self.study.get_trials(deepcopy=False)[confirmed[0].trial]]
         ranked = ranking(self.study)  # the re-evaluated winner where the top trials were evaluated again
         return [ranked[0].trial if ranked else self.study.best_trial]
 

@@ -1,5 +1,5 @@
-"""`python -m sweeps.best study=NAME [trial=N] [format=text|json] [storage.url=...] [reeval=true ...] [paired=OTHER]`:
-reuse what a study found.
+"""`python -m sweeps.best study=NAME [trial=N] [format=text|json] [storage.url=...] [reeval=true ...] [confirm=true ...]
+[paired=OTHER]`: reuse what a study found.
 
 Prints the best trial (or trial N) as things a user can paste: its parameters as `trm.train` overrides (plain
 keys: a conditional `optim.lr@adamw` becomes `optim.lr`), the whole command that re-trains it (append
@@ -8,8 +8,12 @@ checkpoint, its W&B run and the code version that produced it: the git commit (a
 uncommitted changes) where the job ran from a git checkout, and the content hash of trm/. Needs nothing but the
 storage.
 
-The best is the re-evaluated winner where the study's top trials were evaluated again (sweeps/trials/reeval.py), with
-the ranking and its intervals. `reeval=true [reeval.top_k=K] [reeval.examples=N]` runs that re-evaluation now
+The best is the confirmed winner where the study's top configurations were trained again on fresh seeds
+(sweeps/trials/confirm.py: the best mean over seeds, with its eval + seed standard error and each seed's checkpoint),
+else the re-evaluated winner where its top trials were evaluated again (sweeps/trials/reeval.py), with the ranking
+and its intervals. `confirm=true [confirm.top_k=K] [confirm.seeds=N] [confirm.first_seed=S]` runs the confirm stage
+now, or resumes it (jobs on the sweep's launcher, up to `max_concurrent` at once, none started after `timeout`
+seconds); with `dry_run=true` it prints what the stage would train and its cost, and runs nothing. `reeval=true [reeval.top_k=K] [reeval.examples=N]` runs that re-evaluation now
 (jobs on the sweep's launcher: `site=`, `launcher=`, `output_root=`, `study.seeds=`, `study.value=` as the study
 was run with; defaults from conf/sweep.yaml, examples null = the whole test split). `paired=OTHER` compares the
 study with another of the same draws in the same storage (the demo and `make demo-unpruned`): whether they trained
@@ -21,6 +25,8 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -36,10 +42,16 @@ from storage.cli import (
     storage_from_args,
     study_from_args,
 )
+from storage.confirm_record import COMPLETE, confirmations
 from storage.record import STUDY_UID_ATTR, Reeval
 from storage.trial_record import TrialLaunch, TrialOutcome
 from sweeps.config.config_values import UserConfigError
+from sweeps.config.schema import SweepConfig
+from sweeps.launchers.base import Launcher
 from sweeps.search.space import params_to_values, to_overrides
+from sweeps.trials.confirm import ConfirmStageRun, cost_lines
+from sweeps.trials.confirm_rank import tie_line
+from sweeps.trials.confirmed import confirmed_lines, confirmed_ranking, confirmed_rows, trials_winner
 from sweeps.trials.paths import StudyRoots, url_exists
 from sweeps.trials.reeval import (
     interval,
@@ -52,8 +64,20 @@ from sweeps.trials.reeval import (
 )
 
 USAGE = __doc__.split("\n\n")[0].strip() + "\n\n" + __doc__.split("\n\n", 1)[1].strip()
-SWEEP_KEYS = ("site", "launcher", "output_root", "study.seeds", "study.value")  # passed to the re-eval's sweep config
+# Passed to the re-eval's and the confirm stage's sweep config.
+SWEEP_KEYS = (
+    "site",
+    "launcher",
+    "output_root",
+    "study.seeds",
+    "study.value",
+    "max_concurrent",
+    "timeout",
+    "wandb.enabled",
+)
 REEVAL_KEYS = {"reeval": "false", "reeval.top_k": None, "reeval.examples": None, **dict.fromkeys(SWEEP_KEYS)}
+CONFIRM_SETTINGS = ("top_k", "seeds", "first_seed", "own_variance_at")
+CONFIRM_KEYS = {"confirm": "false", "dry_run": "false", **{f"confirm.{k}": None for k in CONFIRM_SETTINGS}}
 KNOWN: dict[str, str | None] = {
     "study": None,
     "trial": None,
@@ -61,6 +85,7 @@ KNOWN: dict[str, str | None] = {
     "paired": None,
     **STORAGE_KEYS,
     **REEVAL_KEYS,
+    **CONFIRM_KEYS,
 }
 FORMATS = ("text", "json")
 
@@ -82,8 +107,11 @@ def pick(study: optuna.Study, number: str | None) -> FrozenTrial:
         )
     if not any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)):
         raise ArgumentError(f"study {study.study_name!r} has no completed trial yet")
+    confirmed = confirmed_ranking(study)  # the confirmed winner, else the re-evaluated one, else Optuna's best
+    if confirmed:
+        return study.get_trials(deepcopy=False)[confirmed[0].trial]
     ranked = ranking(study)
-    return ranked[0].trial if ranked else study.best_trial  # the re-evaluated winner where there is one
+    return ranked[0].trial if ranked else study.best_trial
 
 
 def describe(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
@@ -113,6 +141,7 @@ def describe(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
         "code_commit": outcome.code_commit,  # None: not a git checkout's code, or not recorded
         "code_dirty": outcome.code_dirty,
         **ranking_facts(study, trial.number),
+        **confirmed_facts(study, trial.number),
     }
 
 
@@ -129,6 +158,27 @@ def ranking_facts(study: optuna.Study, number: int) -> dict[str, Any]:
     mine = next((r.reeval for r in ranked if r.trial.number == number), None)
     rows = ranking_rows(ranked)
     return {"reeval": mine.as_dict() if mine else None, "ranking": rows, "overlap": overlap_line(ranked)}
+
+
+def confirmed_facts(study: optuna.Study, number: int) -> dict[str, Any]:
+    """The trial's configuration confirmed on fresh seeds (sweeps/trials/confirm.py): its mean and error bar, each
+    confirm seed's checkpoints, the confirmed ranking and the line when its top two cannot be told apart."""
+    rows = confirmed_rows(study)
+    mine = next((row for row in rows if row["trial"] == number), None)
+    seeds = confirmations(study.user_attrs).get(number, {})
+    checkpoints = {
+        str(seed): f"{record.checkpoint_url.rstrip('/')}/best.pt"
+        for seed, record in sorted(seeds.items())
+        if record.outcome == COMPLETE and record.checkpoint_url
+    }
+    own = trials_winner(study)
+    return {
+        "confirmed": mine,
+        "confirm_checkpoints": checkpoints,  # {seed: its best.pt}
+        "confirmed_ranking": rows,
+        "confirmed_tie": tie_line(confirmed_ranking(study)),
+        "trials_winner": own.number if own is not None else None,  # without confirmation: re-evaluated, or best
+    }
 
 
 def render_text(info: dict[str, Any]) -> str:
@@ -153,19 +203,41 @@ def render_text(info: dict[str, Any]) -> str:
     ]
     if info["reeval"]:
         lines.insert(1, f"reeval:     {info['reeval']['metric']} = {interval(Reeval(**info['reeval']))}")
+    mine = info["confirmed"]
+    if mine:
+        shown_se = f"{mine['mean']:.4f} ± {mine['se']:.4f} ({mine['se_kind']} SE, {mine['n']} seeds)"
+        differs = (
+            "the trials' own winner too"
+            if info["trials_winner"] == info["trial"]
+            else f"differs from the trials' own winner, trial {info['trials_winner']}"
+        )
+        lines.insert(1, f"confirmed:  {info['objective']} = {shown_se}, rank {mine['rank']}; {differs}")
+        lines += [f"seed {seed}:    {url}" for seed, url in info["confirm_checkpoints"].items()]
+        if info["confirmed_tie"]:
+            lines.append(info["confirmed_tie"])
     return "\n".join(lines)
 
 
-def run_reeval(args: dict[str, str], study: optuna.Study) -> list[str]:
-    """Re-evaluate the study's top trials now (sweeps/trials/reeval.py) on the launcher the sweep config names; the
-    ranking's lines."""
+@dataclass(frozen=True)
+class Stage:
+    """What a stage run on demand needs: the sweep config as the study was run with, its launcher, roots and link."""
+
+    sweep: SweepConfig
+    launcher: Launcher
+    roots: StudyRoots
+    uid: str
+    url: str
+
+
+def stage_of(args: dict[str, str], study: optuna.Study, extra: list[str]) -> Stage:
+    """The sweep config (SWEEP_KEYS from the command line, and `extra`), its launcher (prepared) and the study's
+    roots, for a stage run after the study."""
     from sweeps.config.compose import compose_sweep_config
     from sweeps.config.typed_config import typed_sweep
     from sweeps.launchers.base import build_launcher  # the driver's own check that the config builds a launcher
 
     url, _ = storage_from_args(args)
-    overrides = [f"study.name={study.study_name}", *(f"{k}={args[k]}" for k in SWEEP_KEYS if k in args)]
-    overrides += [f"reeval.{k}={args[f'reeval.{k}']}" for k in ("top_k", "examples") if f"reeval.{k}" in args]
+    overrides = [f"study.name={study.study_name}", *(f"{k}={args[k]}" for k in SWEEP_KEYS if k in args), *extra]
     overrides += [f"storage.password_env={args['storage.password_env']}"] if args.get("storage.password_env") else []
     try:
         cfg = compose_sweep_config(overrides)
@@ -178,8 +250,31 @@ def run_reeval(args: dict[str, str], study: optuna.Study) -> list[str]:
     if not uid:
         raise ArgumentError(f"study {study.study_name!r} has no uid: it was not written by sweeps.run")
     roots = StudyRoots.of(sweep.output_root, sweep.trial.run_root, sweep.trial.checkpoint_root, study.study_name, uid)
-    reevaluate(study, sweep, launcher, roots, uid, url)
+    return Stage(sweep, launcher, roots, uid, url)
+
+
+def run_reeval(args: dict[str, str], study: optuna.Study) -> list[str]:
+    """Re-evaluate the study's top trials now (sweeps/trials/reeval.py) on the launcher the sweep config names; the
+    ranking's lines."""
+    extra = [f"reeval.{k}={args[f'reeval.{k}']}" for k in ("top_k", "examples") if f"reeval.{k}" in args]
+    stage = stage_of(args, study, extra)
+    reevaluate(study, stage.sweep, stage.launcher, stage.roots, stage.uid, stage.url)
     return ranking_lines(study)
+
+
+def run_confirm(args: dict[str, str], study: optuna.Study, dry: bool) -> list[str]:
+    """Run (or resume) the confirm stage now (sweeps/trials/confirm.py) on the launcher the sweep config names, or
+    with `dry` print what it would train and its cost; the lines to show."""
+    if len(study.directions) != 1:
+        raise ArgumentError(f"study {study.study_name!r} has {len(study.directions)} objectives: confirm ranks one")
+    extra = [f"confirm.{k}={args[f'confirm.{k}']}" for k in CONFIRM_SETTINGS if f"confirm.{k}" in args]
+    stage = stage_of(args, study, extra)
+    if dry:
+        return cost_lines(study, stage.sweep.confirm)
+    timeout = stage.sweep.timeout
+    run = ConfirmStageRun(study, stage.sweep, stage.launcher, stage.roots, stage.uid, stage.url)
+    run.run(deadline=time.time() + timeout if timeout else None)
+    return confirmed_lines(study)
 
 
 def main_body(argv: list[str]) -> int:
@@ -188,9 +283,18 @@ def main_body(argv: list[str]) -> int:
         raise ArgumentError(f"format={args['format']!r}: expected one of {list(FORMATS)}")
     study = study_from_args(args)
     other = study_from_args({**args, "study": args["paired"]}) if args.get("paired") else None  # missing: refused first
+    out = sys.stderr if args["format"] == "json" else sys.stdout
     if parse_bool("reeval", args["reeval"]):
         for line in run_reeval(args, study):
-            print(line, file=sys.stderr if args["format"] == "json" else sys.stdout)
+            print(line, file=out)
+    dry = parse_bool("dry_run", args["dry_run"])
+    if dry and not parse_bool("confirm", args["confirm"]):
+        raise ArgumentError("dry_run=true: prints the confirm stage's plan and cost, so it goes with confirm=true")
+    if parse_bool("confirm", args["confirm"]):  # after a re-evaluation: it chooses the configurations
+        for line in run_confirm(args, study, dry):
+            print(line, file=out)
+        if dry:
+            return 0
     info = describe(study, pick(study, args.get("trial")))
     print(json.dumps(info) if args["format"] == "json" else render_text(info))
     if other is not None:

@@ -44,6 +44,7 @@ from sweeps.search.draw import Draw, draw_within_budget, failed_unless_started
 from sweeps.search.queued import log_left_queued
 from sweeps.search.space import SearchSpace, parse_space
 from sweeps.search.study import OpenStudy, open_study, quiet_optuna_warnings
+from sweeps.trials.confirm import ConfirmStageRun, confirm_at_end
 from sweeps.trials.paths import StudyRoots
 from sweeps.trials.preemption import machine_gone, mark_preempted, preempted_reason, queue_copy, set_aside_unstarted
 from sweeps.trials.progress import ProgressView, duration, print_best, route_optuna_logging
@@ -192,6 +193,13 @@ class Driver:
         if self.sweep.reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/trials/reeval.py)
             reevaluate_at_end(
                 study, self.storage, self.sweep, self.launcher, self.roots, self.trials.study_uid, self.storage_url
+            )
+        if self.sweep.confirm.at_end:  # the top configurations on fresh seeds (sweeps/trials/confirm.py)
+            stage = ConfirmStageRun(
+                study, self.sweep, self.launcher, self.roots, self.trials.study_uid, self.storage_url
+            )
+            confirm_at_end(
+                study, self.storage, stage, deadline=started + self.sweep.timeout if self.sweep.timeout else None
             )
         log_study_summary(study, self.sweep)
         return study

@@ -22,6 +22,7 @@ from storage.record import FAIL_REASON_ATTR, trained_trials
 from sweeps.config import estimate
 from sweeps.config.config_values import UserConfigError
 from sweeps.config.help import help_text
+from sweeps.config.schema import SweepConfig
 from sweeps.config.typed_config import composition_error_line, typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, MachineUnavailableError
@@ -77,6 +78,27 @@ def dry_run(driver: Driver) -> None:
     if costs:
         print("# study cost: " + estimate.describe_total(costs, pods, sweep.estimate.peak_tflops, utilization))
         print_packings(driver, costs, utilization)
+    if sweep.confirm.at_end:  # the top configurations trained again after the study (sweeps/trials/confirm.py)
+        print(confirm_cost_line(sweep, costs, pods, utilization))
+
+
+def confirm_cost_line(
+    sweep: SweepConfig, costs: list[estimate.Cost], pods: dict[str, int], utilization: estimate.Utilization
+) -> str:
+    """The confirm stage's cost: top_k x seeds trainings like trials, priced (where the trials were) as the costliest
+    trials of the study, an upper bound: which configurations it confirms is known only at the end."""
+    settings = sweep.confirm
+    jobs = settings.top_k * settings.seeds
+    line = (
+        f"# confirm stage (confirm.at_end): top {settings.top_k} configurations x {settings.seeds} fresh seed(s) = "
+        f"{jobs} training job(s) after the study, {jobs / sweep.n_trials:.0%} of its n_trials={sweep.n_trials}"
+    )
+    if not costs:
+        return line
+    costliest = sorted(costs, key=lambda c: c.flops_per_sample_step * c.global_batch * c.steps, reverse=True)
+    priced = [costliest[i % len(costliest)] for i in range(jobs)]
+    hours = estimate.describe_hours(priced, pods, sweep.estimate.peak_tflops, utilization)
+    return f"{line}; at most {hours} (priced as the study's costliest trials)"
 
 
 def print_packings(driver: Driver, costs: list[estimate.Cost], utilization: estimate.Utilization) -> None:

@@ -21,6 +21,7 @@ from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, storag
 from storage.record import FAIL_REASON_ATTR, trained_trials
 from storage.trial_record import TrialOutcome
 from sweeps.search.space import params_to_values
+from sweeps.trials.confirmed import confirmed_lines, confirmed_rows
 
 FORMATS = ("table", "json", "csv")
 
@@ -45,6 +46,16 @@ def trial_row(trial: FrozenTrial) -> dict[str, Any]:
     }
 
 
+def confirmed_cells(row: dict[str, Any] | None) -> dict[str, Any]:
+    """A trial's confirmed mean over seeds and its standard error (eval + seed, or eval: `confirmed_se_kind`), beside
+    its own value; None where its configuration was not confirmed."""
+    return {
+        "confirmed_mean": row["mean"] if row else None,
+        "confirmed_se": row["se"] if row else None,
+        "confirmed_se_kind": row["se_kind"] if row else None,
+    }
+
+
 def collect(storage: optuna.storages.BaseStorage, study_name: str | None) -> list[dict[str, Any]]:
     names = (
         [study_name]
@@ -62,6 +73,8 @@ def collect(storage: optuna.storages.BaseStorage, study_name: str | None) -> lis
         best = None
         if len(study.directions) == 1 and counts["COMPLETE"]:
             best = {"number": study.best_trial.number, "value": study.best_value}
+        confirmed = confirmed_rows(study)  # the top configurations on fresh seeds (sweeps/trials/confirm.py)
+        by_trial = {row["trial"]: row for row in confirmed}
         studies.append(
             {
                 "study": name,
@@ -69,7 +82,9 @@ def collect(storage: optuna.storages.BaseStorage, study_name: str | None) -> lis
                 "objective": study.user_attrs.get("objective"),
                 "counts": counts,
                 "best": best,
-                "trials": [trial_row(t) for t in trials],
+                "confirmed": confirmed,
+                "confirmed_lines": confirmed_lines(study) if confirmed else [],
+                "trials": [trial_row(t) | confirmed_cells(by_trial.get(t.number)) for t in trials],
             }
         )
     return studies
@@ -83,7 +98,11 @@ def render_table(studies: list[dict[str, Any]]) -> str:
         lines.append(
             f"study {s['study']} ({s['objective']}, {'/'.join(s['directions'])}): {counts or 'no trials'}{best}"
         )
-        lines.append(f"  {'#':>4} {'state':<9} {'value':>10} {'best step':>9} {'dur s':>7} {'peak MiB':>8}  params")
+        confirmed = bool(s["confirmed"])
+        head = f" {'confirmed':>15}" if confirmed else ""
+        lines.append(
+            f"  {'#':>4} {'state':<9} {'value':>10}{head} {'best step':>9} {'dur s':>7} {'peak MiB':>8}  params"
+        )
         for t in s["trials"]:
             value = t["value"]
             shown = (
@@ -93,10 +112,14 @@ def render_table(studies: list[dict[str, Any]]) -> str:
             )
             params = " ".join(f"{k}={v}" for k, v in t["params"].items())
             extra = f"  ({t['reason']})" if t["reason"] else ""
+            mean, spread = t["confirmed_mean"], t["confirmed_se"]
+            confirmed_text = f"{mean:.4f}±{spread:.4f}" if mean is not None else ""
+            cell = f" {confirmed_text:>15}" if confirmed else ""
             lines.append(
-                f"  {t['number']:>4} {t['state']:<9} {shown:>10} {str(t['best_step'] or ''):>9} {str(t['duration_s'] or ''):>7} "
+                f"  {t['number']:>4} {t['state']:<9} {shown:>10}{cell} {str(t['best_step'] or ''):>9} {str(t['duration_s'] or ''):>7} "
                 f"{str(t['peak_memory_mb'] or ''):>8}  {params}{extra}"
             )
+        lines += [f"  {line}" for line in s["confirmed_lines"]]
     return "\n".join(lines)
 
 
@@ -114,6 +137,9 @@ def render_csv(studies: list[dict[str, Any]]) -> str:
         "steps",
         "peak_memory_mb",
         "reason",
+        "confirmed_mean",
+        "confirmed_se",
+        "confirmed_se_kind",
         *params,
     ]
     out = io.StringIO()
@@ -122,7 +148,7 @@ def render_csv(studies: list[dict[str, Any]]) -> str:
     for s in studies:
         for t in s["trials"]:
             value = t["value"]
-            row = {**{k: t[k] for k in columns[1:9]}, "study": s["study"], **t["params"]}
+            row = {**{k: t[k] for k in columns[1:12]}, "study": s["study"], **t["params"]}
             row["value"] = ";".join(map(str, value)) if isinstance(value, list) else value
             writer.writerow(row)
     return out.getvalue().rstrip("\n")

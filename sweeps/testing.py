@@ -47,6 +47,7 @@ def sweep_overrides(storage_url: str, out: Path, *extra: str, trial: list[str] |
         "poll_s=0.2",
         "progress_interval_s=2",
         "reeval.at_end=false",  # a job per top trial at each study's end: tests/test_reeval.py turns it on
+        "confirm.at_end=false",  # trainings of the top configurations at the end: tests/test_confirm.py turns it on
         "max_concurrent=1",  # one trial at a time unless a test asks for more (the laptop site runs 2)
         # No W&B run per trial and none for the study: W&B's start-up is a large share of a fast trial's. A test
         # that reads the W&B files (tests/test_tracking.py and the others that import tests/wandb_offline.py)

@@ -88,7 +88,7 @@ def test_the_top_two_within_one_standard_error_say_so_in_one_line() -> None:
     study = study_with([0.90, 0.80, 0.5], [record(0, 0.61, 0.02), record(1, 0.64, 0.02), record(2, 0.1, 0.01)])
     line = overlap_line(ranking(study))
     assert line == (
-        "trials 1 and 0 overlap within one standard error (0.6400 ± 0.0200 (512 puzzles) vs 0.6100 ± 0.0200 "
+        "trials 1 and 0 overlap within one eval standard error (0.6400 ± 0.0200 (512 puzzles) vs 0.6100 ± 0.0200 "
         "(512 puzzles)): this eval cannot tell them apart"
     )
     assert ranking_lines(study)[-1] == line
@@ -111,7 +111,7 @@ def test_the_standard_error_is_wilsons_and_never_zero_at_a_share_of_zero_or_one(
     assert fisher_exact([[32, 0], [31, 1]]).pvalue == pytest.approx(1.0)
     stored = [record(0, 1.0, binomial_stderr(1.0, 32), 32), record(1, 31 / 32, binomial_stderr(31 / 32, 32), 32)]
     assert (line := overlap_line(ranking(study_with([0.9, 0.8], stored)))) is not None
-    assert line.startswith("trials 0 and 1 overlap within one standard error (1.0000 ± 0.0152 (32 puzzles)")
+    assert line.startswith("trials 0 and 1 overlap within one eval standard error (1.0000 ± 0.0152 (32 puzzles)")
     wald = [record(0, 1.0, 0.0, 32), record(1, 31 / 32, math.sqrt(31 / 32 / 32 / 32), 32)]
     assert overlap_line(ranking(study_with([0.9, 0.8], wald))) is None  # what the old error said
 
@@ -139,10 +139,10 @@ def test_paired_studies_agree_on_the_same_winner_or_within_one_standard_error() 
     ]
     close = study_of("twin", [0.9, 0.8, 0.7], [record(0, 0.73, 0.02), record(1, 0.69, 0.02)])  # 0.03 <= 0.02 + 0.02
     assert paired_lines(demo, close)[1].startswith(
-        "different re-evaluated winners, within one standard error of each other (agree): trial 1 0.7000"
+        "different re-evaluated winners, within one eval standard error of each other (agree): trial 1 0.7000"
     )
     apart = study_of("twin", [0.9, 0.8, 0.7], [record(0, 0.80, 0.01), record(1, 0.69, 0.01)])  # 0.10 > 0.02 + 0.01
-    assert "further apart than one standard error (disagree)" in paired_lines(demo, apart)[1]
+    assert "further apart than one eval standard error (disagree)" in paired_lines(demo, apart)[1]
     other = study_of("twin", [0.9, 0.5, 0.7], [record(0, 0.70, 0.02)])
     assert paired_lines(demo, other)[0] == (
         "studies 'demo' and 'twin' trained different configurations: 1 of the 3 of the first not in the second"
@@ -306,7 +306,7 @@ def test_the_wandb_summary_run_ranks_by_the_reevaluation(tmp_path: Path, monkeyp
     (run,) = [read_offline_run(p) for p in find_runs(tmp_path)]
     assert run.summary["best/number"] == 1 and run.summary["count/fail"] == 0 and run.summary["count/total"] == 2
     assert run.summary["reeval/winner"] == "trial 1: 0.6500 ± 0.0200 (512 puzzles)"
-    assert run.summary["reeval/overlap"].startswith("trials 1 and 0 overlap within one standard error")
+    assert run.summary["reeval/overlap"].startswith("trials 1 and 0 overlap within one eval standard error")
 
 
 def test_drivers_ending_together_reevaluate_each_trial_once(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from contracts.train_config import TrainApp
 from trm import writer_lock
 from trm.checkpoint import check_url
 from trm.clock import PhaseClock
+from trm.confirm_link import ConfirmLink
 from trm.job_inputs import out_dir as job_out_dir
 from trm.losses import normalize_metrics
 from trm.memory import peak_memory_mb
@@ -60,8 +61,11 @@ def run(job: TrainJob, reporter: Reporter | None = None) -> dict[str, Any]:
     runtime = init_runtime(cfg.runtime)
     clean = False
     try:
-        if reporter is None and runtime.is_main:
-            reporter = link_from_config(cfg.sweep)
+        if reporter is None and runtime.is_main:  # a confirm job stores on the study, a trial's job on its trial
+            confirming = cfg.sweep.confirm and cfg.sweep.study is not None
+            reporter = (
+                ConfirmLink(cfg.sweep, cfg.seed, cfg.checkpoint.url) if confirming else link_from_config(cfg.sweep)
+            )
         with writer_lock.held(cfg.checkpoint.url, cfg.checkpoint.lock_wait_s, runtime.is_main):  # one writer
             summary = train_loop(setup(job, runtime), reporter)
         clean = True

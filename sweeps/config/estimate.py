@@ -148,12 +148,16 @@ def describe(cost: Cost, pods: Mapping[str, int], peak_tflops: float, util: Util
 def describe_total(costs: list[Cost], pods: Mapping[str, int], peak_tflops: float, util: Utilization) -> str:
     """The whole study if no trial is pruned (an upper bound): what launching it commits to (arguments as in
     describe)."""
+    return f"{len(costs)} trials, none pruned: {describe_hours(costs, pods, peak_tflops, util)}"
+
+
+def describe_hours(costs: list[Cost], pods: Mapping[str, int], peak_tflops: float, util: Utilization) -> str:
+    """The trainings' hours on each pod, one after another (`v4-8 1.2 h, v4-32 0.3 h`)."""
     peak = peak_tflops * 1e12
-    per_pod = ", ".join(
+    return ", ".join(
         f"{name} {_hours(sum(c.hours(chips, peak, util.at(c.global_batch / chips)) for c in costs))}"
         for name, chips in pods.items()
     )
-    return f"{len(costs)} trials, none pruned: {per_pod}"
 
 
 @dataclass(frozen=True)

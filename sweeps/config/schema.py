@@ -169,6 +169,23 @@ class ReevalSettings:
 
 
 @dataclass
+class ConfirmSettings:
+    """The top configurations trained again on fresh training seeds (sweeps/trials/confirm.py)."""
+
+    at_end: bool = MISSING
+    top_k: int = MISSING
+    seeds: int = MISSING
+    first_seed: int = MISSING
+    own_variance_at: int = MISSING
+
+    def __post_init__(self) -> None:
+        check.at_least("confirm.top_k", self.top_k, 1)
+        check.at_least("confirm.seeds", self.seeds, 1)
+        check.at_least("confirm.first_seed", self.first_seed, 0)
+        check.at_least("confirm.own_variance_at", self.own_variance_at, 2)
+
+
+@dataclass
 class Estimate:
     """The dry run's pricing inputs (sweeps/config/estimate.py)."""
 
@@ -254,6 +271,7 @@ class SweepConfig:
     heartbeat: Heartbeat = MISSING
     draws: Draws = MISSING
     reeval: ReevalSettings = MISSING
+    confirm: ConfirmSettings = MISSING
     estimate: Estimate = MISSING
     storage_outage_backoff: Backoff = MISSING
     preflight: Preflight = MISSING

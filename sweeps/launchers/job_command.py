@@ -58,6 +58,8 @@ class StudyLink:
     password_env: str | None = None
     seed_index: int | None = None  # set only when a trial trains several seeds (seed 0 alone reports to the pruner)
     sampled: tuple[str, ...] = ()  # the override keys the study sampled: the job's W&B run reads their values
+    # A confirm job (sweeps/trials/confirm.py): the trial's configuration on this training seed, stored on the study.
+    confirm_seed: int | None = None
 
     def overrides(self) -> list[str]:
         out = [
@@ -72,6 +74,8 @@ class StudyLink:
             out.append("sweep.sampled=[" + ",".join(self.sampled) + "]")
         if self.seed_index is not None:
             out += [f"seed={self.seed_index}", f"sweep.seed_index={self.seed_index}"]
+        if self.confirm_seed is not None:
+            out += [f"seed={self.confirm_seed}", "sweep.confirm=true"]
         return out
 
 

@@ -93,7 +93,7 @@ def interval(record: Reeval) -> str:
 
 
 def overlap_line(ranked: Sequence[Ranked]) -> str | None:
-    """One line when the top two re-evaluations are within one standard error of each other (their value ± one
+    """One line when the top two re-evaluations are within one eval standard error of each other (their value ± one
     standard error overlap): the eval cannot tell which is better. None otherwise."""
     if len(ranked) < 2:
         return None
@@ -103,7 +103,7 @@ def overlap_line(ranked: Sequence[Ranked]) -> str | None:
     if abs(first.value - second.value) > first.stderr + second.stderr:
         return None
     return (
-        f"trials {first.trial} and {second.trial} overlap within one standard error "
+        f"trials {first.trial} and {second.trial} overlap within one eval standard error "
         f"({interval(first)} vs {interval(second)}): this eval cannot tell them apart"
     )
 
@@ -161,9 +161,9 @@ def paired_lines(study: optuna.Study, other: optuna.Study) -> list[str]:
         return [draws, f"the same re-evaluated winner ({shown}): {both}"]
     a, b = first.reeval, second.reeval
     if a.stderr is not None and b.stderr is not None and abs(a.value - b.value) <= a.stderr + b.stderr:
-        verdict = "different re-evaluated winners, within one standard error of each other (agree)"
+        verdict = "different re-evaluated winners, within one eval standard error of each other (agree)"
     else:
-        verdict = "different re-evaluated winners, further apart than one standard error (disagree)"
+        verdict = "different re-evaluated winners, further apart than one eval standard error (disagree)"
     return [draws, f"{verdict}: {both}"]
 
 

@@ -2,9 +2,10 @@
 
     log_study_summary(study, sweep) one run (group = study name, job type `study-summary`) holding a
                                     wandb.Table of every trial: number, state, value, parameters, best step,
-                                    model size, compute and its re-evaluation; the summary has the counts of
-                                    trained trials and the best trial, ranked by the re-evaluation where
-                                    there is one (sweeps/trials/reeval.py: `reeval/ranking`, `reeval/overlap`).
+                                    model size, compute, its re-evaluation and its confirmed mean; the summary
+                                    has the counts of trained trials and the best trial: the confirmed winner
+                                    where the stage ran (sweeps/trials/confirmed.py: `confirm/ranking`,
+                                    `confirm/tie`), else the re-evaluated one (`reeval/ranking`, `reeval/overlap`).
                                     Its id comes from the study's uid (`summary_run_id`) with resume="allow",
                                     so each driver start of the study updates the same run.
     trial_wandb_overrides(sweep.wandb, uid, origin, seed_index)
@@ -47,6 +48,9 @@ from storage.record import (
 )
 from storage.trial_record import TrialOutcome
 from sweeps.config.schema import SweepConfig, Wandb
+from sweeps.trials.confirm_rank import interval as confirm_interval
+from sweeps.trials.confirm_rank import tie_line
+from sweeps.trials.confirmed import confirmed_ranking, confirmed_rows, trials_winner
 from sweeps.trials.reeval import interval, overlap_line, ranking, ranking_rows
 
 JOB_TYPE = "study-summary"
@@ -66,6 +70,8 @@ BASE_COLUMNS = [
     "reeval_value",  # the re-evaluation's value, standard error and test puzzles (sweeps/trials/reeval.py)
     "reeval_stderr",
     "reeval_examples",
+    "confirmed_mean",  # the configuration's mean over seeds and its standard error (sweeps/trials/confirmed.py)
+    "confirmed_se",
 ]
 
 
@@ -116,11 +122,13 @@ def _finite(value: Any) -> Any:
 
 
 def trial_rows(
-    trials: list[FrozenTrial], reevaluated: dict[int, Reeval] | None = None
+    trials: list[FrozenTrial],
+    reevaluated: dict[int, Reeval] | None = None,
+    confirmed: dict[int, dict[str, Any]] | None = None,
 ) -> tuple[list[str], list[list[Any]]]:
     """Table columns and rows: fixed columns, then one `param/<name>` column per parameter seen in the study."""
     names = sorted({name for t in trials for name in t.params})
-    reevaluated = reevaluated or {}
+    reevaluated, confirmed = reevaluated or {}, confirmed or {}
     rows = []
     for t in trials:
         duration = (
@@ -144,6 +152,8 @@ def trial_rows(
         row.append(_finite(samples_per_s(attrs)))  # the job's measured step speed (details: throughput)
         again = reevaluated.get(t.number)
         row += [again.value, again.stderr, again.examples] if again else [None, None, None]
+        mine = confirmed.get(t.number)
+        row += [mine["mean"], mine["se"]] if mine else [None, None]
         rows.append(row)
     param_columns = [_column([t.params.get(n) for t in trials]) for n in names]
     for i, row in enumerate(rows):
@@ -162,8 +172,9 @@ def trial_rows(
 
 
 def study_summary(study: optuna.Study) -> dict[str, Any]:
-    """Counts of the trials that trained (storage.record.trained_trials), and the best trial: the re-evaluated winner
-    where the study's top trials were evaluated again, with the ranking and its intervals."""
+    """Counts of the trials that trained (storage.record.trained_trials), and the best trial: the confirmed winner
+    where the top configurations were trained again on fresh seeds (sweeps/trials/confirm.py), else the re-evaluated
+    winner where the study's top trials were evaluated again, with each ranking and its intervals."""
     trials = trained_trials(study.get_trials(deepcopy=False))
     out: dict[str, Any] = {f"count/{s.name.lower()}": sum(t.state == s for t in trials) for s in TrialState}
     out["count/total"] = len(trials)
@@ -173,15 +184,23 @@ def study_summary(study: optuna.Study) -> dict[str, Any]:
             out["reeval/ranking"] = ranking_rows(ranked)
             out["reeval/winner"] = f"trial {ranked[0].trial.number}: {interval(ranked[0].reeval)}"
             out["reeval/overlap"] = overlap_line(ranked)
+        confirmed = confirmed_ranking(study)
+        if confirmed:
+            own = trials_winner(study)
+            out["confirm/ranking"] = confirmed_rows(study)
+            out["confirm/winner"] = f"trial {confirmed[0].trial}: {confirm_interval(confirmed[0])}"
+            out["confirm/tie"] = tie_line(confirmed)
+            out["confirm/differs_from_trials_winner"] = own is not None and own.number != confirmed[0].trial
         try:
-            best = ranked[0].trial if ranked else study.best_trial
+            numbers = {t.number: t for t in study.get_trials(deepcopy=False)}
+            best = numbers[confirmed[0].trial] if confirmed else ranked[0].trial if ranked else study.best_trial
             out.update(
                 {
                     "best/number": best.number,
                     "best/value": best.value,
                     "best/params": best.params,
                     "best/step": TrialOutcome.of(best.user_attrs).best_step,
-                    "best/reeval": ranked[0].reeval.as_dict() if ranked else None,
+                    "best/reeval": next((r.reeval.as_dict() for r in ranked if r.trial.number == best.number), None),
                 }
             )
         except ValueError:
@@ -205,7 +224,8 @@ def log_study_summary(study: optuna.Study, sweep: SweepConfig) -> Path | None:
         root = Path(w.dir or Path(sweep.output_root) / study.study_name).resolve()
         root.mkdir(parents=True, exist_ok=True)
         trials = trained_trials(study.get_trials(deepcopy=False))
-        columns, rows = trial_rows(trials, reevals(study.user_attrs))
+        confirmed_by_trial = {row["trial"]: row for row in confirmed_rows(study)}
+        columns, rows = trial_rows(trials, reevals(study.user_attrs), confirmed_by_trial)
         attrs = study.user_attrs
         config: dict[str, Any] = {
             "study": study.study_name,

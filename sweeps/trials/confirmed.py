@@ -1,0 +1,177 @@
+"""The confirmed ranking of a study, read from its records: every reader's one ranking where the confirm stage ran
+(sweeps/trials/confirm.py trains, storage/confirm_record.py holds, sweeps/trials/confirm_rank.py computes).
+
+A confirmed configuration's values are its trial's own (each seed it trained: the value the trial reported, or with
+study.seeds > 1 each seed's) and its confirm seeds' (their best or last eval, as study.value says), all on the
+trials' own eval, so one mean compares like with like; each carries that eval's binomial standard error. Where
+the study was also re-evaluated on more puzzles (sweeps/trials/reeval.py), that value is shown beside the
+confirmed mean and it chose which configurations were confirmed; the winner is the confirmed one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from contracts.eval_noise import binomial_stderr
+from contracts.metric_names import HALTED_EXAMPLES, MAXIMIZED
+from storage.confirm_record import (
+    COMPLETE,
+    CONFIRM_STAGE_ATTR,
+    ConfirmSeed,
+    ConfirmStage,
+    confirmations,
+)
+from storage.record import DEFINITION_ATTR, OBJECTIVE_ATTR, SEED_VALUES_ATTR, reevals
+from storage.trial_record import TrialOutcome
+from sweeps.search.space import params_to_values, to_overrides
+from sweeps.trials.confirm_rank import Confirmed, SeedValue, interval, rank, tie_line
+from sweeps.trials.reeval import interval as reeval_interval
+from sweeps.trials.reeval import maximizing, ranking
+
+SHARES = tuple(f"eval/{name}" for name in MAXIMIZED)  # objectives that are a share of puzzles: binomial noise
+POOL_ALWAYS = 1 << 30  # no ConfirmStage stored: every configuration takes the pooled seed variance
+
+
+def study_rule(study: optuna.Study) -> tuple[bool, int]:
+    """How the study measures a trial (its definition, sweeps/search/definition.py): (its best eval's value rather
+    than its last, how many seeds each trial trained); a study stored before they were recorded: (best, 1)."""
+    definition = study.user_attrs.get(DEFINITION_ATTR)
+    definition = definition if isinstance(definition, dict) else {}
+    return definition.get("value", "best") != "last", int(definition.get("seeds") or 1)
+
+
+def eval_se(metric: str, value: float, examples: Any) -> float | None:
+    """The eval's standard error of a value measured on `examples` puzzles; None for a metric that is no share, or
+    a count not recorded."""
+    if metric not in SHARES or not isinstance(examples, (int, float)) or examples < 1:
+        return None
+    return binomial_stderr(value, int(examples))
+
+
+def own_values(trial: FrozenTrial, metric: str) -> list[SeedValue]:
+    """The trial's own trainings: each seed's value where it trained several (SEED_VALUES_ATTR), else its value."""
+    examples = TrialOutcome.of(trial.user_attrs).final_metrics.get(f"eval/{HALTED_EXAMPLES}")
+    per_seed = trial.user_attrs.get(SEED_VALUES_ATTR)
+    values = [float(v) for v in per_seed] if isinstance(per_seed, list) and per_seed else [float(trial.value or 0.0)]
+    return [SeedValue(v, eval_se(metric, v, examples), None, "trial") for v in values]
+
+
+def confirm_value(record: ConfirmSeed, use_best: bool) -> SeedValue | None:
+    """A confirm seed's value as the study measures a trial's; None for a failure or no finite value."""
+    value = record.value(use_best)
+    if record.outcome != COMPLETE or value is None or not math.isfinite(value):
+        return None
+    return SeedValue(float(value), eval_se(record.metric, float(value), record.examples), record.seed, "confirm")
+
+
+def configuration_values(study: optuna.Study) -> dict[int, list[SeedValue]]:
+    """{trial number: its values} for every COMPLETE trial with at least one confirm seed done."""
+    use_best, _ = study_rule(study)
+    metric = str(study.user_attrs.get(OBJECTIVE_ATTR) or "")
+    trials = {t.number: t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    out: dict[int, list[SeedValue]] = {}
+    for number, seeds in sorted(confirmations(study.user_attrs).items()):
+        trial = trials.get(number)
+        done = [v for s in sorted(seeds) if (v := confirm_value(seeds[s], use_best)) is not None]
+        if trial is None or trial.value is None or not done:
+            continue
+        out[number] = [*own_values(trial, metric), *done]
+    return out
+
+
+def confirmed_ranking(study: optuna.Study) -> list[Confirmed]:
+    """The confirmed configurations, best mean over seeds first; [] where the stage has not confirmed any."""
+    if len(study.directions) != 1:
+        return []
+    stage = ConfirmStage.of(study.user_attrs.get(CONFIRM_STAGE_ATTR))
+    own_at = stage.own_variance_at if stage else POOL_ALWAYS
+    return rank(configuration_values(study), maximizing(study), own_at)
+
+
+def trials_winner(study: optuna.Study) -> FrozenTrial | None:
+    """The winner without confirmation: the re-evaluated one where there is one, else Optuna's best."""
+    if len(study.directions) != 1:
+        return None
+    ranked = ranking(study)
+    if ranked:
+        return ranked[0].trial
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return study.best_trial if done else None
+
+
+def failed_seeds(study: optuna.Study) -> list[ConfirmSeed]:
+    """Confirm seeds whose job failed (the next run of the stage trains them again)."""
+    records = confirmations(study.user_attrs)
+    return [r for seeds in records.values() for r in seeds.values() if r.outcome != COMPLETE]
+
+
+def confirmed_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """The confirmed ranking as plain rows (sweeps.best's JSON, sweeps.status, the W&B summary): the mean, both
+    standard errors and which the interval is, the seeds' values, and beside them the trial's own values."""
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    again = reevals(study.user_attrs)
+    rows = []
+    for place, c in enumerate(confirmed_ranking(study), 1):
+        trial = trials[c.trial]
+        reeval = again.get(c.trial)
+        rows.append(
+            {
+                "rank": place,
+                "trial": c.trial,
+                "mean": c.mean,
+                "se": c.se,
+                "se_kind": c.se_kind,
+                "eval_se": c.eval_se,
+                "seed_sd": c.seed_sd,
+                "seed_sd_from": c.seed_sd_from,
+                "n": c.n,
+                "values": [v.value for v in c.values],
+                "confirm_seeds": [v.seed for v in c.values if v.source == "confirm"],
+                "reported": trial.value,
+                "reeval": reeval.value if reeval is not None and reeval.failed is None else None,
+            }
+        )
+    return rows
+
+
+def confirmed_lines(study: optuna.Study) -> list[str]:
+    """The confirmed ranking as text lines (sweeps.best, the driver's log); [] where nothing was confirmed."""
+    ranked = confirmed_ranking(study)
+    failed = [
+        f"trial {r.trial} seed {r.seed} failed: {(r.error or 'no error recorded').splitlines()[0][:200]} "
+        "(the same command trains it again)"
+        for r in failed_seeds(study)
+    ]
+    if not ranked:
+        return failed
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    again = reevals(study.user_attrs)
+    metric = study.user_attrs.get(OBJECTIVE_ATTR)
+    winner = trials[ranked[0].trial]
+    shown = " ".join(to_overrides(params_to_values(winner.params)))
+    lines = [f"confirmed winner: trial {winner.number} ({shown}), {metric} = {interval(ranked[0])} (mean over seeds)"]
+    own = trials_winner(study)
+    if own is not None and own.number != winner.number:
+        lines.append(f"it differs from the trials' own winner, trial {own.number}")
+    elif own is not None:
+        lines.append("it is the trials' own winner")
+    for place, c in enumerate(ranked, 1):
+        trial = trials[c.trial]
+        seeds = ", ".join(f"{v.value:.4f}" + (f" (seed {v.seed})" if v.seed is not None else "") for v in c.values)
+        reported = f"{trial.value:.4f}" if trial.value is not None else "none"
+        reeval = again.get(c.trial)
+        beside = f", re-evaluated {reeval_interval(reeval)}" if reeval is not None and reeval.failed is None else ""
+        lines.append(f"  {place}. trial {c.trial}: {interval(c)}; values {seeds}; reported {reported}{beside}")
+    sd = ranked[0]
+    if sd.seed_sd is not None:
+        lines.append(f"training-seed SD {sd.seed_sd:.4f} ({sd.seed_sd_from}), eval SE of the mean {sd.eval_se:.4f}")
+    else:
+        lines.append("training-seed SD unknown (no configuration has two values): the interval is the eval's alone")
+    tie = tie_line(ranked)
+    if tie:
+        lines.append(tie)
+    return lines + failed

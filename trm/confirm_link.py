@@ -1,0 +1,92 @@
+"""Rank 0's link to the study for a confirm job (`sweep.confirm=true`): a finished trial's configuration trained again
+on a fresh `seed` (sweeps/trials/confirm.py starts it).
+
+The trial is finished, so nothing is written to it and no pruner is asked: the job trains to its end. Its progress
+and its end go to study attributes (storage/confirm_record.py): the end once, COMPLETE or FAIL; a stopped job
+(PREEMPTED by a SIGTERM, ABANDONED) stores nothing, and the same command resumes it from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from typing import Any
+
+from contracts.code_version import git_commit
+from contracts.metric_names import HALTED_EXAMPLES
+from contracts.train_config import SweepLink
+from storage import engine_settings, open_storage
+from storage.confirm_record import COMPLETE, FAIL, ConfirmSeed, confirm_attr, confirm_progress_attr
+from storage.record import OBJECTIVE_ATTR, STUDY_UID_ATTR, ProgressRecord
+from storage.trial_record import TrialOutcome
+from trm.fingerprint import code_fingerprint
+from trm.trial_link import TrialLinkError, retry
+
+log = logging.getLogger(__name__)
+
+
+class ConfirmLink:
+    """Implements trm.run_end.Reporter for rank 0 of a confirm job."""
+
+    def __init__(self, sweep: SweepLink, seed: int, checkpoint_url: str | None) -> None:
+        if sweep.study is None or sweep.trial_number is None or sweep.storage is None:
+            raise ValueError(
+                f"sweep.confirm=true needs sweep.study, sweep.trial_number and sweep.storage (got study={sweep.study!r}, "
+                f"trial_number={sweep.trial_number!r}, storage set: {sweep.storage is not None})"
+            )
+        self.policy = sweep.report_retry
+        self.trial, self.seed, self.checkpoint_url = sweep.trial_number, seed, checkpoint_url
+        engine = engine_settings(sweep.storage_engine, "sweep.storage_engine")
+        self.storage = retry(
+            functools.partial(
+                open_storage, str(sweep.storage), password_env=sweep.password_env, create_schema=False, **engine
+            ),
+            "opening the study storage",
+            self.policy,
+        )
+        name = str(sweep.study)
+        self.study_id = retry(lambda: self.storage.get_study_id_from_name(name), "finding the study", self.policy)
+        attrs = retry(lambda: self.storage.get_study_user_attrs(self.study_id), "reading the study", self.policy)
+        if sweep.study_uid is not None and attrs.get(STUDY_UID_ATTR) != sweep.study_uid:
+            raise TrialLinkError(
+                f"sweep.study={name!r} has uid {attrs.get(STUDY_UID_ATTR)!r}, not sweep.study_uid={sweep.study_uid!r}: "
+                "another study of that name; the confirm job does not train for it"
+            )
+        self.metric = str(attrs.get(OBJECTIVE_ATTR))
+        self.finished = False
+        self.first_progress: tuple[int, float] | None = None
+
+    def report(self, step: int, metrics: dict[str, float]) -> str:
+        """Never pruned: a confirm seed is trained to its end (its trial was judged already)."""
+        return "continue"
+
+    def progress(self, step: int) -> None:
+        """Show the stage this job is moving: one write, never retried (the next log point writes again)."""
+        now = time.time()
+        first_step, first_at = self.first_progress = self.first_progress or (step, now)
+        record = ProgressRecord(step=step, at=now, first_step=first_step, first_at=first_at)
+        try:
+            self.storage.set_study_user_attr(self.study_id, confirm_progress_attr(self.trial, self.seed), record)
+        except Exception as err:  # noqa: BLE001 (the database briefly away: the next log point writes again)
+            log.warning("could not record progress at step %d: %s", step, err)
+
+    def record_outcome(self, outcome: str, summary: dict[str, Any]) -> None:
+        """Store the job's end as a ConfirmSeed (COMPLETE or FAIL only; the first call counts)."""
+        if self.finished or outcome not in (COMPLETE, FAIL):
+            return
+        self.finished = True
+        git = git_commit()
+        ended = TrialOutcome.from_summary(
+            outcome, summary, code=(code_fingerprint(), git.commit if git else None, git.dirty if git else None)
+        )
+        record = ConfirmSeed.from_outcome(
+            self.trial, self.seed, self.metric, ended, self.checkpoint_url, f"eval/{HALTED_EXAMPLES}"
+        )
+        retry(
+            lambda: self.storage.set_study_user_attr(
+                self.study_id, confirm_attr(self.trial, self.seed), record.as_dict()
+            ),
+            f"storing trial {self.trial}'s confirm seed {self.seed}",
+            self.policy,
+        )
