@@ -310,7 +310,9 @@ def merged_rows(paths: Iterable[Path]) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--table", type=Path, default=TABLE)
-    p.add_argument("--seed", type=int, default=0, help="whose curves: choose on one seed, report on the other")
+    p.add_argument(
+        "--seed", type=int, default=None, help="whose curves (default 0): choose on one seed, report on the other"
+    )
     p.add_argument("--reps", type=int, default=100, help="replays per strategy (sampler seeds 0..reps-1)")
     p.add_argument("--only", help="comma list of strategies sampler/pruner/metric (e.g. tpe/evidence/blank)")
     p.add_argument("--jobs", type=int, default=2)
@@ -322,6 +324,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--out-name", default=None, help="default: trm_bench_replay_seed<seed>")
     p.add_argument("--merge", nargs="+", type=Path, help="instead of replaying: the rows of these runs' JSON files")
     args = p.parse_args(argv)
+    if args.merge and args.seed is None:  # the merged rows were replayed on some seed: a default would mislabel them
+        p.error("--merge needs --seed: the seed whose curves the merged rows were replayed on")
+    args.seed = 0 if args.seed is None else args.seed
     if args.merge:
         rows = merged_rows(args.merge)
     else:

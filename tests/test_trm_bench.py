@@ -396,7 +396,7 @@ def test_the_real_study_check_judges_its_answer_by_the_table_and_counts_pruned_c
     study.enqueue_trial(best)  # waiting: not settled, not counted
     replays = tmp_path / "replays.json"
     row = {
-        "strategy": trm_bench_check.STRATEGY,
+        "strategy": trm_bench_check.shipped_strategy(),
         "found_with_n_trials": {"3": 0.5},
         "compute_with_n_trials_median": {"3": 0.2},
     }
@@ -580,3 +580,26 @@ def test_the_pod_replay_reads_the_platforms_measured_start_up() -> None:
     local = next(r for r in saved["launchers"] if r["launcher"] == "local")
     assert pod.measured_startup_s() == local["summary"]["median_outside_per_trial_s"] > 0
     assert OmegaConf.load(ROOT / "conf" / "site" / "laptop.yaml").n_trials == pod.SHIPPED_N_TRIALS
+
+
+def test_the_real_study_check_follows_the_shipped_strategy_and_a_merge_names_its_seed(tmp_path: Path) -> None:
+    """The check compared the real study with gp/none/blank's replays after the default moved to TPE; the seed-1
+    replay files said "Seed 0" because `--merge` took the default seed."""
+    from bench import trm_bench_check
+
+    cfg = OmegaConf.load(ROOT / "conf" / "study" / "model_scaling.yaml")
+    chosen = {k.split("/")[-1].split("@")[0]: v for e in cfg.defaults if not isinstance(e, str) for k, v in e.items()}
+    sampler, pruner, metric = trm_bench_check.shipped_strategy().split("/")
+    assert (sampler, pruner, metric) == (
+        chosen["sampler"],
+        chosen["pruner"],
+        cfg.prune_metric.split("/")[1].split("_")[0],
+    )
+    with pytest.raises(SystemExit) as refused:
+        replay_bench.main(["--merge", str(tmp_path / "rows.json")])
+    assert refused.value.code == 2
+    for seed in (0, 1, 2):
+        saved = json.loads((ROOT / "bench" / "results" / f"trm_bench_replay_seed{seed}.json").read_text())
+        assert saved["seed"] == seed
+        header = (ROOT / "bench" / "results" / f"trm_bench_replay_seed{seed}.md").read_text().splitlines()[0]
+        assert header.startswith(f"Seed {seed}:")
