@@ -306,8 +306,10 @@ class Driver:
             self.pause(gone)  # outside signals_held: Ctrl-C ends a wait that may last hours
 
     def pause(self, line: str) -> None:
-        """The launcher's machine is gone (sweeps/trials/preemption.py): set our running trials aside without a grace
-        (their VMs are gone), wait until it is back and prepared anew, check it as at the start, fresh slots."""
+        """The launcher's machine is gone (sweeps/trials/preemption.py): stop our running jobs with the launcher's kill
+        grace (SIGTERM: a job still running, as under a maintenance event or a spot notice, saves and uploads its
+        checkpoint; on VMs already gone the stop ends at once), set their trials aside, wait until the machine is
+        back and prepared anew, check it as at the start, fresh slots."""
         log.warning("%s: %d running trial(s) set aside: queued again, no retry spent", line, len(self.running))
 
         def record(running: RunningTrial) -> None:
@@ -315,7 +317,7 @@ class Driver:
             self.trials.tell_outcome(running, TrialState.FAIL, preempted_reason(line))
             queue_copy(self.study, self.storage, running.trial)
 
-        abandon(self.running, record, grace_s=0)
+        abandon(self.running, record)
         self.running.clear()
         self.launcher.wait_until_available(line)
         check_before_study(self.sweep, self.launcher)  # a tpu_pod study: the preflight on the new VMs
