@@ -128,7 +128,7 @@ def replay_pod(
         storage=optuna.storages.InMemoryStorage(),
         study_name="model_scaling",  # Hyperband places trials in brackets by a hash of the name and number
         sampler=DistinctSampler(build_sampler(strategy.sampler, seed), space, MAX_REDRAWS, seed),
-        pruner=build_pruner(strategy.pruner, table.steps),
+        pruner=build_pruner(strategy.pruner, table.steps, table.eval_examples),
         direction="maximize",
     )
     if baseline is not None:

@@ -54,11 +54,25 @@ PRUNERS = (
     "evidence_near_best",
     "median_late",
     "median_40",
+    "median_near_best",
+    "median_agreement",
 )
+TABLE_EVAL = "<the table's eval puzzles>"  # a VARIANTS value set from the replayed table (build_pruner)
+MEDIAN_ANY = {
+    "_target_": "optuna.pruners.MedianPruner",
+    "n_startup_trials": 3,
+    "n_warmup_steps": 0,
+    "interval_steps": 1,
+}
 # A replayed pruner that is a shipped conf/pruner/ file with some keys set: name -> (file, {key: value}).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "evidence_near_best": ("evidence", {"check": "near_best", "eval_examples": EVAL_EXAMPLES}),
+    "evidence_near_best": ("evidence", {"check": "near_best", "eval_examples": TABLE_EVAL}),
     "median_40": ("median_late", {"n_warmup_steps": 0.4}),  # median_late as first shipped: loses 1,000-step winners
+    # The median rule with its warm-up read from the study's own evidence, not a share of train.steps (issue 54):
+    # no verdict at a step where it would have cut an audit trial that ended within one eval SE of the audits'
+    # best (near_best), or where the audits' values there rank them unlike their ends (agreement).
+    "median_near_best": ("evidence", {"check": "near_best", "eval_examples": TABLE_EVAL, "wrapped": MEDIAN_ANY}),
+    "median_agreement": ("evidence", {"wrapped": MEDIAN_ANY}),
 }
 BUDGETS = (0.10, 0.25, 0.40, 0.50, 1.00)  # shares of the grid's compute the regret and the hit rate are read at
 TRIAL_BUDGETS = (6, 8, 12, 16, 24, 36)  # n_trials a study may be given: its hit rate and compute are read there
@@ -100,11 +114,11 @@ def build_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     return EnumeratingSampler(seed=seed) if isinstance(sampler, optuna.samplers.BruteForceSampler) else sampler
 
 
-def build_pruner(name: str, steps: int) -> optuna.pruners.BasePruner:
+def build_pruner(name: str, steps: int, eval_examples: int = EVAL_EXAMPLES) -> optuna.pruners.BasePruner:
     file, keys = VARIANTS.get(name, (name, {}))
     node = OmegaConf.load(CONF / "pruner" / f"{file}.yaml")
     for key, value in keys.items():
-        node[key] = value
+        node[key] = eval_examples if value == TABLE_EVAL else value
     spec = resolve_steps(resolved_dict(node), steps)  # as sweeps.config.optuna_parts.pruner_spec resolves it
     return build(spec)
 
@@ -130,7 +144,7 @@ def replay(
         storage=optuna.storages.InMemoryStorage(),
         study_name="model_scaling",  # Hyperband places trials in brackets by a hash of the name and number
         sampler=sampler,
-        pruner=build_pruner(strategy.pruner, table.steps),
+        pruner=build_pruner(strategy.pruner, table.steps, table.eval_examples),
         direction="maximize",
     )
     if baseline is not None:
