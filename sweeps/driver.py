@@ -44,7 +44,6 @@ from sweeps.search.draw import Draw, draw_within_budget, failed_unless_started
 from sweeps.search.queued import log_left_queued
 from sweeps.search.space import SearchSpace, parse_space
 from sweeps.search.study import OpenStudy, open_study, quiet_optuna_warnings
-from sweeps.trials.confirm import ConfirmStageRun, confirm_at_end
 from sweeps.trials.paths import StudyRoots
 from sweeps.trials.preemption import machine_gone, mark_preempted, preempted_reason, queue_copy, set_aside_unstarted
 from sweeps.trials.progress import ProgressView, duration, print_best, route_optuna_logging
@@ -156,7 +155,7 @@ class Driver:
         study = self.open_study()
         log.info("study %r in %s: %d trials so far", study.study_name, redact(self.storage_url), len(study.trials))
         self.recover()
-        queue_failed_again(study, self.storage)  # "fix it, then run the same command" (sweeps/trials/rerun.py)
+        queue_failed_again(study, self.storage, self.launcher.shares_filesystem)  # "fix it, then run the same command"
         self.enqueue_baseline()
         started = time.time()
         self.last_recover = time.time()
@@ -185,7 +184,8 @@ class Driver:
             why = "interrupted" if isinstance(err, KeyboardInterrupt) else f"ending on {type(err).__name__}"
             if self.running:
                 log.warning("%s: stopping %d running trial(s), then recording them", why, len(self.running))
-            self.abandon_running(why)
+            # Ctrl-C, and a job's error every configuration meets, are run again by the same command (once fixed).
+            self.abandon_running(why, run_again=isinstance(err, (KeyboardInterrupt, StudyStoppedByJobError)))
             raise
         if self.exhausted:
             log.info(exhausted_line(study.get_trials(deepcopy=False), self.space, self.sweep.n_trials))
@@ -193,13 +193,6 @@ class Driver:
         if self.sweep.reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/trials/reeval.py)
             reevaluate_at_end(
                 study, self.storage, self.sweep, self.launcher, self.roots, self.trials.study_uid, self.storage_url
-            )
-        if self.sweep.confirm.at_end:  # the top configurations on fresh seeds (sweeps/trials/confirm.py)
-            stage = ConfirmStageRun(
-                study, self.sweep, self.launcher, self.roots, self.trials.study_uid, self.storage_url
-            )
-            confirm_at_end(
-                study, self.storage, stage, deadline=started + self.sweep.timeout if self.sweep.timeout else None
             )
         log_study_summary(study, self.sweep)
         return study
@@ -248,7 +241,13 @@ class Driver:
                     self.exhausted = False  # it may have queued a retry: the next draw decides again
         if self.trials.stopped_by is not None:  # a job's error every configuration meets: nothing more is started
             number, line, why = self.trials.stopped_by
-            log.error("the study stops on trial %d's error, spending no retry (%s): %s", number, why, line)
+            log.error(
+                "the study stops on trial %d's error, spending no retry (%s); fix it, then run the same command: it "
+                "runs the configurations that failed on it again, first: %s",
+                number,
+                why,
+                line,
+            )
             raise StudyStoppedByJobError(line)
         if not self.running and (out_of_time or self.exhausted or study_done(self.study, self.sweep.n_trials)):
             return True
@@ -306,10 +305,8 @@ class Driver:
             self.pause(gone)  # outside signals_held: Ctrl-C ends a wait that may last hours
 
     def pause(self, line: str) -> None:
-        """The launcher's machine is gone (sweeps/trials/preemption.py): stop our running jobs with the launcher's kill
-        grace (SIGTERM: a job still running, as under a maintenance event or a spot notice, saves and uploads its
-        checkpoint; on VMs already gone the stop ends at once), set their trials aside, wait until the machine is
-        back and prepared anew, check it as at the start, fresh slots."""
+        """The launcher's machine is gone (sweeps/trials/preemption.py): set our running trials aside without a grace
+        (their VMs are gone), wait until it is back and prepared anew, check it as at the start, fresh slots."""
         log.warning("%s: %d running trial(s) set aside: queued again, no retry spent", line, len(self.running))
 
         def record(running: RunningTrial) -> None:
@@ -317,7 +314,7 @@ class Driver:
             self.trials.tell_outcome(running, TrialState.FAIL, preempted_reason(line))
             queue_copy(self.study, self.storage, running.trial)
 
-        abandon(self.running, record)
+        abandon(self.running, record, grace_s=0)
         self.running.clear()
         self.launcher.wait_until_available(line)
         check_before_study(self.sweep, self.launcher)  # a tpu_pod study: the preflight on the new VMs
@@ -339,12 +336,13 @@ class Driver:
         for running in self.running.values():
             running.progress_seen = time.time()
 
-    def abandon_running(self, why: str) -> None:
-        """Stop our jobs, then fail their trials, each queued again while it has retries (sweeps.trials.recovery.abandon)."""
+    def abandon_running(self, why: str, run_again: bool = False) -> None:
+        """Stop our jobs, then fail their trials, each queued again while it has retries (sweeps.trials.recovery.abandon);
+        `run_again`: the driver's last line says to run the same command, which then runs them again first."""
         reason = f"driver {why}"
 
         def record(running: RunningTrial) -> None:
-            if why == "interrupted":  # its line says "run the same command to continue": that command resumes it
+            if run_again:  # sweeps/trials/rerun.py queues it at the next start, retries left or not
                 running.trial.set_user_attr(RUN_AGAIN_ATTR, True)
             self.trials.tell_outcome(running, TrialState.FAIL, reason, True)
 

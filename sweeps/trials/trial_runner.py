@@ -32,6 +32,7 @@ from storage.record import (
     JOB_ERROR_ATTR,
     NOT_STARTED_ATTR,
     PROGRESS_ATTR,
+    RUN_AGAIN_ATTR,
     SEED_STD_ATTR,
     SEED_VALUES_ATTR,
     merged_details,
@@ -265,7 +266,8 @@ class TrialRunner:
 
     def tell_job_error(self, running: RunningTrial, verdict: Verdict, line: str) -> TrialState:
         """A FAIL on an error the job raised: its line stored (JOB_ERROR_ATTR), and the study stopped (no retry:
-        `stopped_by`, which the loop acts on) when sweeps.trials.retry.stop_reason says every configuration meets it."""
+        `stopped_by`, which the loop acts on; `run_again` for the same command once fixed) when
+        sweeps.trials.retry.stop_reason says every configuration meets it."""
         trial = running.trial
         failed = self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
         others = [t for t in failed if t.number != trial.number]
@@ -274,7 +276,11 @@ class TrialRunner:
         if why is None:
             return self.tell_outcome(running, TrialState.FAIL, verdict.reason, retry=verdict.requeue)
         self.stopped_by = (trial.number, line, why)
-        return self.tell_outcome(running, TrialState.FAIL, with_note(verdict.reason, f"not queued again: {why}"))
+        # The user fixes what every configuration meets (a device, a path, a package): the same command then runs
+        # this configuration again, first, and every other that failed with this line (sweeps/trials/rerun.py).
+        trial.set_user_attr(RUN_AGAIN_ATTR, True)
+        note = f"not queued again: {why}; fix it, then the same command runs it again"
+        return self.tell_outcome(running, TrialState.FAIL, with_note(verdict.reason, note))
 
     def tell_outcome(
         self, running: RunningTrial, state: TrialState, reason: str = "", retry: bool = False
