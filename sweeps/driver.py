@@ -44,6 +44,7 @@ from sweeps.search.draw import Draw, draw_within_budget, failed_unless_started
 from sweeps.search.queued import log_left_queued
 from sweeps.search.space import SearchSpace, parse_space
 from sweeps.search.study import OpenStudy, open_study, quiet_optuna_warnings
+from sweeps.trials.confirm import ConfirmStageRun, confirm_at_end
 from sweeps.trials.paths import StudyRoots
 from sweeps.trials.preemption import machine_gone, mark_preempted, preempted_reason, queue_copy, set_aside_unstarted
 from sweeps.trials.progress import ProgressView, duration, print_best, route_optuna_logging
@@ -194,6 +195,13 @@ class Driver:
             reevaluate_at_end(
                 study, self.storage, self.sweep, self.launcher, self.roots, self.trials.study_uid, self.storage_url
             )
+        if self.sweep.confirm.at_end:  # the top configurations on fresh seeds (sweeps/trials/confirm.py)
+            stage = ConfirmStageRun(
+                study, self.sweep, self.launcher, self.roots, self.trials.study_uid, self.storage_url
+            )
+            confirm_at_end(
+                study, self.storage, stage, deadline=started + self.sweep.timeout if self.sweep.timeout else None
+            )
         log_study_summary(study, self.sweep)
         return study
 
@@ -305,8 +313,10 @@ class Driver:
             self.pause(gone)  # outside signals_held: Ctrl-C ends a wait that may last hours
 
     def pause(self, line: str) -> None:
-        """The launcher's machine is gone (sweeps/trials/preemption.py): set our running trials aside without a grace
-        (their VMs are gone), wait until it is back and prepared anew, check it as at the start, fresh slots."""
+        """The launcher's machine is gone (sweeps/trials/preemption.py): stop our running jobs with the launcher's kill
+        grace (SIGTERM: a job still running, as under a maintenance event or a spot notice, saves and uploads its
+        checkpoint; on VMs already gone the stop ends at once), set their trials aside, wait until the machine is
+        back and prepared anew, check it as at the start, fresh slots."""
         log.warning("%s: %d running trial(s) set aside: queued again, no retry spent", line, len(self.running))
 
         def record(running: RunningTrial) -> None:
@@ -314,7 +324,7 @@ class Driver:
             self.trials.tell_outcome(running, TrialState.FAIL, preempted_reason(line))
             queue_copy(self.study, self.storage, running.trial)
 
-        abandon(self.running, record, grace_s=0)
+        abandon(self.running, record)
         self.running.clear()
         self.launcher.wait_until_available(line)
         check_before_study(self.sweep, self.launcher)  # a tpu_pod study: the preflight on the new VMs
