@@ -17,7 +17,8 @@ Built for a lease of a few minutes (docs/benchmarks.md, "Fused kernels"): one pr
    to bf16 rounding).
    Then, with fused_mix_swiglu among them, every tile of its kernels (trm/swiglu_kernels.py TILES) launched at
    that tile at the timed shape: outputs against torch's products, a persistent tile's bits against its twin's
-   with a program per tile, and the median ms of a call (the autotuner picks one tile per shape).
+   with a program per tile, and the median ms of a call (the autotuner picks one tile per shape):
+   bench/tile_check.py.
 3. One block alone (the mix sublayer and the channel SwiGLU) at the timed steps' shape (eager, autocast,
    --precision): each candidate's forward without gradients and forward + backward, median ms over
    --sublayer-calls calls: which part a kernel saves.
@@ -47,6 +48,8 @@ import torch
 
 from bench._common import StepRunner, arch_of, train_config
 from bench._results import RESULTS, fmt, median, run_header, write_results
+from bench.tile_check import markdown_rows as tile_markdown
+from bench.tile_check import tile_check
 from bench.trainer import measure, paired_ratio, summarize, variant_row, warm_up
 from bench.trainer_vs_reference import (
     ReferenceRunner,
@@ -56,12 +59,11 @@ from bench.trainer_vs_reference import (
     load_same_start,
 )
 from contracts.choices import KERNEL_CHOICES
-from trm import fused_swiglu, swiglu_kernels
 from trm.flops import flops_per_sample_step
 from trm.fused_mix import tuned_tile
 from trm.fused_mix_backward import tuned_grad_tile
 from trm.fused_swiglu import tuned_tiles
-from trm.kernels import BF16_TOL, apply_kernels
+from trm.kernels import apply_kernels
 from trm.losses import act_loss
 from trm.model import ACTModel, Block
 from trm.step import autocast, carry_dtype
@@ -171,78 +173,6 @@ def gradient_check(args: argparse.Namespace, state_path: Path) -> list[dict[str,
     return rows
 
 
-def tile_check(args: argparse.Namespace, arch: Any) -> list[dict[str, Any]]:
-    """Part 1b: every tile of the channel SwiGLU's kernels (trm/swiglu_kernels.py TILES), launched at that tile at the
-    timed steps' shape (the autotuner picks one per shape, so part 1's batch may not run the timed one): its outputs
-    against the same products through torch (cuBLAS, bf16 rounding where the torch path rounds), relative error
-    within BF16_TOL; a persistent tile also bit for bit against the same tile with one program per tile."""
-    device = torch.device(args.device)
-    dim = arch.hidden_size
-    inner = Block(arch).mlp.down.weight.shape[1]
-    tokens = (args.check_batch if args.device == "cpu" else args.batch) * arch.total_len  # the interpreter: small
-    torch.manual_seed(0)
-    x, dy = (torch.randn(tokens, dim, device=device, dtype=torch.bfloat16) for _ in range(2))
-    x_stream = x.to(carry_dtype(args.precision))  # what the forward takes in training: bf16, or fp32 (ROUND_X)
-    gate_up = (torch.randn(2 * inner, dim, device=device) * dim**-0.5).bfloat16()
-    down = (torch.randn(dim, inner, device=device) * inner**-0.5).bfloat16()
-    gu = (x.float() @ gate_up.float().t()).bfloat16()  # what autocast's bf16 Linear returns, to its rounding
-    gate, up = gu.float().chunk(2, dim=1)
-    silu = (gate * torch.sigmoid(gate)).bfloat16().float()
-    act = (silu * up).bfloat16()
-    d_act = (dy.float() @ down.float()).bfloat16().float()
-    sig = torch.sigmoid(gate)
-    d_gu = torch.cat([d_act * up * sig * (1 + gate * (1 - sig)), d_act * silu], dim=1).bfloat16()
-    expected = {"forward": (act.float() @ down.float().t(), gu, act), "backward": (d_gu,)}
-    rows, outputs = [], {}
-    for kernel, tiles in swiglu_kernels.TILES.items():
-        for tile in tiles:
-            try:
-                if kernel == "forward":
-                    got = fused_swiglu.launch_forward(x_stream, gate_up, down, save_gu=True, tile=tile)
-                else:
-                    got = (fused_swiglu.launch_backward(dy, gu, down, tile=tile),)
-            except Exception as err:  # noqa: BLE001 - a failing tile is a result; the others still run
-                traceback.print_exc(limit=5)
-                rows.append({"kernel": kernel, "tile": list(tile), "error": f"{type(err).__name__}: {err}"[:500]})
-                continue
-            if not tile.per_sm:  # a persistent tile's twin (at the timed shape, each output set is ~1 GB)
-                outputs[kernel, tile] = got
-            errors = [relative_error(g, e) for g, e in zip(got, expected[kernel])]
-            twin = outputs.get((kernel, tile._replace(per_sm=0)))
-            same_as_twin = None if not tile.per_sm or twin is None else all(map(torch.equal, got, twin))
-            rows.append(
-                {
-                    "kernel": kernel,
-                    "tile": list(tile),
-                    "max_relative_error": max(errors),
-                    "same_bits_as_one_program_per_tile": same_as_twin,
-                    "passes": max(errors) < BF16_TOL and same_as_twin is not False,
-                    **tile_times(kernel, tile, x_stream, gate_up, down, dy, gu, args.device),
-                }
-            )
-            print(f"  tile {kernel} {tuple(tile)}: {rows[-1]}", flush=True)
-    return rows
-
-
-def tile_times(
-    kernel: str, tile: swiglu_kernels.Tile, x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, dy: torch.Tensor,
-    gu: torch.Tensor, device: str,
-) -> dict[str, float | None]:  # fmt: skip
-    """Median ms of one call at `tile` (triton.testing.do_bench, CUDA events; None on a CPU): the forward as the
-    calls without gradients run it (its kernel and the down GEMM) and as those with them (also saving gate/up),
-    or the backward's kernel."""
-    if device != "cuda":
-        return {"ms": None, "saving_ms": None} if kernel == "forward" else {"ms": None}
-    from triton.testing import do_bench
-
-    if kernel == "backward":
-        return {"ms": do_bench(lambda: fused_swiglu.launch_backward(dy, gu, down, tile=tile), return_mode="median")}
-    return {
-        "ms": do_bench(lambda: fused_swiglu.launch_forward(x, gate_up, down, False, tile), return_mode="median"),
-        "saving_ms": do_bench(lambda: fused_swiglu.launch_forward(x, gate_up, down, True, tile), return_mode="median"),
-    }
-
-
 def sublayer_times(args: argparse.Namespace, arch: Any) -> list[dict[str, Any]]:
     """Part 3: one Block, [batch, seq, hidden] of the timed steps, per candidate: median ms of a forward without
     gradients and of a forward + backward (after 2 unmeasured calls: Triton's autotuning)."""
@@ -318,8 +248,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for runner in ours.values():
                 load_same_start(runner, state_path)
         result["gradient_check"] = gradient_check(args, state_path)
-        if "fused_mix_swiglu" in args.candidates:
-            result["tile_check"] = tile_check(args, arch)
+        if "fused_mix_swiglu" in args.candidates:  # bench/tile_check.py; the interpreter: part 1's small batch
+            tokens = (args.check_batch if args.device == "cpu" else args.batch) * arch.total_len
+            result["tile_check"] = tile_check(args.device, arch, tokens, args.precision)
         result["sublayer"] = sublayer_times(args, arch)
         runners = [r for r in (ref, *ours.values()) if r is not None]
         for runner in runners:
@@ -404,18 +335,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {c['worst_ratio_to_torch_rounding']:.2f} ({c['worst_parameter']}) | {'yes' if c['passes'] else 'NO'} |"
         )
     if "tile_check" in result:
-        lines += ["", "| fused_swiglu kernel | tile (m, n, k, warps, stages, per SM) | max relative error | "
-                  "bits as one program per tile | passes | ms (saving gate/up) |", "|---|---|---:|---|---|---:|"]  # fmt: skip
-        for t in result["tile_check"]:
-            if "error" in t:
-                lines.append(f"| {t['kernel']} | {tuple(t['tile'])} | failed: {t['error'][:200]} ||||")
-                continue
-            same = {None: "-", True: "same", False: "DIFFER"}[t["same_bits_as_one_program_per_tile"]]
-            saving = f" ({fmt(t['saving_ms'], '.3f')})" if "saving_ms" in t else ""
-            lines.append(
-                f"| {t['kernel']} | {tuple(t['tile'])} | {t['max_relative_error']:.4f} | {same} "
-                f"| {'yes' if t['passes'] else 'NO'} | {fmt(t['ms'], '.3f')}{saving} |"
-            )
+        lines += ["", *tile_markdown(result["tile_check"])]
     lines += ["", "| candidate: one block, eager | forward, no grad (ms) | forward + backward (ms) |"]
     lines.append("|---|---:|---:|")
     for c in result["sublayer"]:

@@ -25,15 +25,16 @@ from typing import Any, NamedTuple
 
 import triton
 from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 from triton.compiler import ASTSource
 
 from bench._results import RESULTS, run_header, write_results
 from trm import fused_mix, fused_mix_backward, swiglu_kernels
+from trm.kernels import MIX_BACKWARD, MIX_FORWARD, MIX_SAVING, SWIGLU_BACKWARD, SWIGLU_FORWARD, SWIGLU_SAVING
 from trm.model import SwiGLU
 
 NAME = "triton_sm90"
 HOPPER = 90  # compute capability x 10 of the lent H100/H200
-PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 
 
 def _descriptor(*block: int, dtype: str = "bf16") -> str:
@@ -71,7 +72,7 @@ def swiglu_cases(dim: int, inner: int, stream: str = "bf16") -> list[Case]:
             values: dict[str, Any] = {"dim": dim, "inner": inner}
             values |= {"ROUND_X": stream == "fp32", "SAVE_GU": save_gu} if name == "forward" else {}
             values |= {"INTERPRET": False, **swiglu_kernels.constexprs(name, tile)}
-            label = f"fused_swiglu {name}" + (" (saving gate/up)" if save_gu else "")
+            label = {"backward": SWIGLU_BACKWARD, "forward": SWIGLU_SAVING if save_gu else SWIGLU_FORWARD}[name]
             signature = {**blocks, "tokens": "i32", **_constexprs(*values)}
             cases.append(
                 Case(
@@ -106,7 +107,7 @@ def mix_cases(seq: int, inner: int, stream: str = "bf16") -> list[Case]:
                 "wd_desc": _descriptor(seq_pad, i),
             }
             signature |= {"out_desc": stream_block, "sum_desc": stream_block, **scalars, **_constexprs(*values)}
-            label = "fused_mix forward" + (" (saving the sum)" if save else "")
+            label = MIX_SAVING if save else MIX_FORWARD
             cases.append(Case(label, fused_mix._mix_kernel, (c, i), warps, stages, signature, values))
     for c, i, warps in fused_mix_backward.BWD_TILES:
         values = {"seq": seq, "inner": inner, "ROUND_SUM": rounds, "INTERPRET": False}
@@ -116,9 +117,7 @@ def mix_cases(seq: int, inner: int, stream: str = "bf16") -> list[Case]:
         signature |= {"wgu_desc": _descriptor(i, seq_pad), "wd_desc": _descriptor(seq_pad, i), "dx_desc": stream_block}
         signature |= {"act_desc": _descriptor(1, c, i), "dgu_desc": _descriptor(1, c, i), "xt_desc": rows_block}
         signature |= {"dout_desc": rows_block, **scalars, **_constexprs(*values)}
-        cases.append(
-            Case("fused_mix backward", fused_mix_backward._mix_grad_kernel, (c, i), warps, 3, signature, values)
-        )
+        cases.append(Case(MIX_BACKWARD, fused_mix_backward._mix_grad_kernel, (c, i), warps, 3, signature, values))
     return cases
 
 
@@ -134,7 +133,14 @@ def compile_report(case: Case, capability: int = HOPPER) -> dict[str, Any]:
         f.write(ptx)
         f.flush()
         info = subprocess.run(
-            [str(PTXAS), f"-arch=sm_{capability}{'a' if capability == HOPPER else ''}", "-v", f.name, "-o", os.devnull],
+            [
+                get_ptxas(capability).path,
+                f"-arch={sm_arch_from_capability(capability)}",
+                "-v",
+                f.name,
+                "-o",
+                os.devnull,
+            ],
             capture_output=True,
             text=True,
             check=True,

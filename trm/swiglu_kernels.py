@@ -103,12 +103,17 @@ def _swiglu_kernel(
         m0, n0 = _tile_origin(tile, inner, BLOCK_M, BLOCK_N)
         gate, up = _gate_up(x_desc, w_desc, m0, n0, dim, ROUND_X, INTERPRET, BLOCK_M, BLOCK_N, BLOCK_K)
         _store_act(act_desc, gu_desc, gate, up, m0, n0, inner, SAVE_GU, INTERPRET)
-    elif INTERPRET:  # the same tiles; the interpreter's tl.range cannot start at a program id
-        while tile < tiles:
-            m0, n0 = _tile_origin(tile, inner, BLOCK_M, BLOCK_N)
+    elif INTERPRET:  # the loop below as a while loop, on the same index lines (bench/tile_check.py runs it on a
+        # CPU): the interpreter's tl.range cannot start at a program id (a 1-element array there, not an index)
+        stored = tile - tl.num_programs(0)  # the epilogue's own count: no dependency on the next tile's copies
+        loaded = tile
+        while loaded < tiles:
+            m0, n0 = _tile_origin(loaded, inner, BLOCK_M, BLOCK_N)
             gate, up = _gate_up(x_desc, w_desc, m0, n0, dim, ROUND_X, INTERPRET, BLOCK_M, BLOCK_N, BLOCK_K)
+            stored += tl.num_programs(0)
+            m0, n0 = _tile_origin(stored, inner, BLOCK_M, BLOCK_N)
             _store_act(act_desc, gu_desc, gate, up, m0, n0, inner, SAVE_GU, INTERPRET)
-            tile += tl.num_programs(0)
+            loaded += tl.num_programs(0)
     else:
         stored = tile - tl.num_programs(0)  # the epilogue's own count: no dependency on the next tile's copies
         for loaded in tl.range(tile, tiles, tl.num_programs(0), flatten=True):

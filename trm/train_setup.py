@@ -24,7 +24,7 @@ from trm.data.loader import EvalBatches, TrainLoader, eval_batches
 from trm.fingerprint import code_fingerprint, config_fingerprint, training_identity
 from trm.flops import flops_per_sample_step
 from trm.job_inputs import check_batch, load_data, out_dir
-from trm.kernels import apply_kernels, resolve_kernels
+from trm.kernels import apply_kernels, launchable, resolve_kernels
 from trm.losses import METRIC_KEYS
 from trm.model import ACTModel, TRMConfig, count_params
 from trm.optim import build_ema, build_optimizers
@@ -66,7 +66,7 @@ def setup(job: TrainJob, runtime: Runtime) -> Trainer:
     is_main = runtime.is_main
     cfg = job.app
     train = cfg.train
-    check_batch(train, runtime)
+    local_batch = check_batch(train, runtime)
     # train.precision=auto: bf16 where this device has bf16 units, else fp32 (trm/precision.py); checked by every
     # worker below (they must agree), held by the checkpoint's identity, shown on the start line and the summary.
     facts = device_facts(runtime.device)
@@ -82,6 +82,10 @@ def setup(job: TrainJob, runtime: Runtime) -> Trainer:
     kernels = resolve_kernels(  # trm/kernels.py
         train.kernels, runtime.device.type, chosen.mode, arch, facts.cuda_capability
     )
+    # A fused choice that cannot launch on this GPU keeps torch's kernels from here, with one warning (on a GPU the
+    # trial runs the step's batch: Triton tunes its tiles for it; the interpreter's trial, one row).
+    trial_batch = local_batch if runtime.device.type == "cuda" else 1
+    kernels = launchable(kernels, arch, runtime.device, chosen.mode, trial_batch)
     check_agreement(
         runtime,
         {
@@ -89,6 +93,7 @@ def setup(job: TrainJob, runtime: Runtime) -> Trainer:
             "code": code_fingerprint(),
             "data": train_meta.fingerprint,
             "precision": chosen.mode,
+            "kernels": kernels.choice,  # a trial launch may fall back on one worker's GPU
         },
     )
     model = ACTModel(arch).to(runtime.device)
