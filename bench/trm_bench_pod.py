@@ -81,6 +81,7 @@ class PodStudy:
 
     workers: int
     ends: list[Finished] = field(default_factory=list)
+    completed: list[tuple[Config, float]] = field(default_factory=list)  # each complete trial and its value, in order
     pruned: int = 0
     duplicates: int = 0
 
@@ -167,6 +168,7 @@ def replay_pod(
         if last:
             value = event.curve.value
             study.tell(event.trial, value)
+            out.completed.append((config(event.curve.params), value))
             if value > reported[0]:
                 reported = (value, config(event.curve.params))
         else:

@@ -603,3 +603,40 @@ def test_the_real_study_check_follows_the_shipped_strategy_and_a_merge_names_its
         assert saved["seed"] == seed
         header = (ROOT / "bench" / "results" / f"trm_bench_replay_seed{seed}.md").read_text().splitlines()[0]
         assert header.startswith(f"Seed {seed}:")
+
+
+# ------------------------------------------------------------------------------ confirm stages replayed
+
+
+def test_a_replayed_confirm_stage_ranks_the_top_by_their_mean_over_fresh_seeds(tmp_path: Path) -> None:
+    """The study's own seed favours a lucky configuration; trained again on the fresh seeds, the configuration
+    best in the mean wins, through the platform's own ranking (sweeps.trials.confirm_rank)."""
+    from bench import trm_bench_confirm as bench_confirm
+    from bench.trm_bench_pod import PodStudy, trial_seconds
+    from bench.trm_bench_table import seed_truth
+
+    _synthetic_seeds(tmp_path / "t.json", {0: 0.0, 1: 0.0, 2: 0.0})
+    tables = [load(tmp_path / "t.json", s) for s in (0, 1, 2)]
+    good = config(dict(zip(KEYS, (64, 2, 3, 3, "mlp_t"))))  # the synthetic best on every seed
+    lucky = config(dict(zip(KEYS, (32, 1, 1, 1, "mlp_t"))))
+    study = PodStudy(1, completed=[(lucky, 0.99), (good, tables[0].curves[good].value)])
+    winner, seconds = bench_confirm.confirm(study, tables[0], tables[1:], top_k=2, startup_s=5.0)
+    assert winner == good
+    fresh_s = sum(trial_seconds(t.curves[c], 5.0) for c in (lucky, good) for t in tables[1:])
+    assert seconds == pytest.approx(fresh_s)
+    assert bench_confirm.confirm(study, tables[0], tables[1:], top_k=1, startup_s=5.0)[0] == lucky  # top 1: kept
+    assert [t.seed for t in bench_confirm.fresh_seeds(tables, 2, 2)] == [0, 1]  # wraps around
+    truth = seed_truth(tables)
+    assert bench_confirm.judge(truth, [good, lucky, None]) == pytest.approx(1 / 3)
+
+
+def test_study_seeds_is_replayed_on_the_mean_curve_at_its_summed_cost(tmp_path: Path) -> None:
+    from bench import trm_bench_confirm as bench_confirm
+
+    _synthetic_seeds(tmp_path / "t.json", {0: 0.0, 1: 0.1, 2: -0.1})
+    tables = [load(tmp_path / "t.json", s) for s in (0, 1, 2)]
+    mean = bench_confirm.mean_table(tables[:2])
+    c = config(dict(zip(KEYS, (64, 2, 3, 3, "mlp_t"))))
+    a, b, m = tables[0].curves[c].points[-1], tables[1].curves[c].points[-1], mean.curves[c].points[-1]
+    assert m.exact == pytest.approx((a.exact + b.exact) / 2) and m.gflops == pytest.approx(a.gflops + b.gflops)
+    assert m.wall_s == pytest.approx(a.wall_s + b.wall_s) and mean.seed == 0
