@@ -9,7 +9,7 @@ import html
 
 from dashboards.report_view import StudyView, fmt_value
 from sweeps.trials.confirm_rank import interval, tie_line
-from sweeps.trials.confirmed import confirmed_ranking, trials_winner
+from sweeps.trials.confirmed import confirmed_ranking, ranking_eval, trials_winner
 from sweeps.trials.reeval import interval as reeval_interval
 from sweeps.trials.reeval import ranking
 
@@ -25,7 +25,15 @@ def confirm_block(view: StudyView) -> str | None:
     trials = {t.number: t for t in view.study.get_trials(deepcopy=False)}
     again = {r.trial.number: r.reeval for r in ranking(view.study)}
     metric = view.objectives[0]
-    head = ["rank", "trial", f"{metric}: mean over seeds (± 1 s.e.)", "values (seed)", "reported", "re-evaluated"]
+    on = ranking_eval(view.study)  # one eval for every value: the re-evaluation's where each value has one
+    head = [
+        "rank",
+        "trial",
+        f"{metric}: mean over seeds on {on} (± 1 s.e.)",
+        "values (seed)",
+        "reported",
+        "re-evaluated",
+    ]
     rows = []
     for place, c in enumerate(confirmed, 1):
         values = ", ".join(f"{v.value:.4f}" + (f" ({v.seed})" if v.seed is not None else " (trial)") for v in c.values)

@@ -5,7 +5,9 @@ Each seed's job stores one `ConfirmSeed` as a study attribute, `confirm:<trial>:
 finished trial, and the trial's own value stays what it reported), and rewrites its progress under
 `confirm-progress:<trial>:<seed>` (a storage.record.ProgressRecord: the stage stops a job that stops moving). The
 record is written once, when the job ends COMPLETE or FAIL: a stopped job (Ctrl-C, a stall) writes none, and the
-same command resumes it from its checkpoint. A COMPLETE record is never trained again (`trained_seeds`).
+same command resumes it from its checkpoint. A COMPLETE record is never trained again (`trained_seeds`). Where the
+study was re-evaluated on more puzzles, a second job evaluates the seed's checkpoint the same way and adds its
+`reeval_*` fields to the record.
 """
 
 from __future__ import annotations
@@ -50,6 +52,11 @@ class ConfirmSeed:
     train_seconds: float | None = None
     checkpoint_url: str | None = None  # its checkpoints (best.pt, latest.pt), as the job wrote them
     error: str | None = None  # a FAIL's error (its last 2000 characters)
+    # Its checkpoint evaluated again on the study's larger eval (trm/reeval.py with sweep.confirm=true), as its
+    # trial's was (storage.record.Reeval): the value, the puzzles counted and the checkpoint's step. None: not yet.
+    reeval_value: float | None = None
+    reeval_examples: int | None = None
+    reeval_step: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -22,14 +22,22 @@ from optuna.trial import TrialState, create_trial
 from contracts.eval_noise import binomial_stderr
 from dashboards.report_page import write_report
 from storage.confirm_record import ConfirmSeed, confirm_attr, confirmations
-from storage.record import CHECKPOINT_URL_ATTR, DETAILS_ATTR, SEED_VALUES_ATTR, TRAIN_OVERRIDES_ATTR
+from storage.record import (
+    CHECKPOINT_URL_ATTR,
+    DETAILS_ATTR,
+    SEED_VALUES_ATTR,
+    TRAIN_OVERRIDES_ATTR,
+    Reeval,
+    reeval_attr,
+    reevals,
+)
 from sweeps import best, status
 from sweeps.config.config_values import SweepConfigError
 from sweeps.config.schema import ConfirmSettings
 from sweeps.config.typed_config import typed_block, typed_sweep
 from sweeps.driver import Driver
 from sweeps.testing import LAUNCHER_ENV
-from sweeps.trials.confirm import fresh_seeds
+from sweeps.trials.confirm import cost_lines, fresh_seeds, plan
 from sweeps.trials.confirm_rank import (
     EVAL,
     EVAL_AND_SEED,
@@ -41,7 +49,7 @@ from sweeps.trials.confirm_rank import (
     seed_variance,
     tie_line,
 )
-from sweeps.trials.confirmed import confirmed_lines, confirmed_ranking
+from sweeps.trials.confirmed import configuration_values, confirmed_lines, confirmed_ranking, ranking_eval
 from sweeps.trials.wandb_summary import study_summary
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from tests.test_sweeps import with_space
@@ -199,6 +207,45 @@ def test_the_sweeps_dry_run_prints_the_confirm_stages_cost(tmp_path: Path) -> No
     )
 
 
+def seed_record(trial: int, seed: int, value: float, again: float | None = None, examples: int = 32) -> ConfirmSeed:
+    return ConfirmSeed(trial, seed, "COMPLETE", "eval/accuracy", value, 20, value, 16, 20, 9.0, "/c",
+                       reeval_value=again, reeval_examples=examples if again is not None else None)  # fmt: skip
+
+
+def trial_reeval(trial: int, value: float, examples: int = 32) -> Reeval:
+    return Reeval(trial, "eval/accuracy", value, binomial_stderr(value, examples), examples, 20, f"/ckpt-{trial}")
+
+
+def test_the_ranking_takes_the_reevaluations_values_only_once_every_value_has_one_on_one_count(
+    tmp_path: Path,
+) -> None:
+    """A subset and the whole split differ in difficulty: one eval for the whole ranking. Until each confirmed
+    configuration's values (its trial's and its seeds') are all re-evaluated on one count, every value is the
+    trials' own eval; and a trained seed not yet re-evaluated is what the stage plans next (no training)."""
+    db, study = stored_study(tmp_path, "evals", [0.30, 0.32])
+    for r in (trial_reeval(0, 0.50), trial_reeval(1, 0.55)):
+        study.set_user_attr(reeval_attr(r.trial), r.as_dict())
+    study.set_user_attr(confirm_attr(0, 1000), seed_record(0, 1000, 0.28, again=0.48).as_dict())
+    study.set_user_attr(confirm_attr(1, 1000), seed_record(1, 1000, 0.34).as_dict())  # not re-evaluated yet
+    assert configuration_values(study)[1] == [SeedValue(0.32, binomial_stderr(0.32, 16)),
+                                              SeedValue(0.34, binomial_stderr(0.34, 16), 1000, "confirm")]  # fmt: skip
+    assert ranking_eval(study) == "the trials' own eval (not every value was re-evaluated on one count)"
+    settings = ConfirmSettings(at_end=False, top_k=2, seeds=1, first_seed=1000, own_variance_at=5)
+    planned = plan(study, settings)
+    assert [(j.trial.number, j.seed, j.train) for j in planned.jobs] == [(1, 1000, False)] and planned.examples == 32
+    assert cost_lines(study, settings)[0] == (
+        "confirm stage: top 2 configurations x 1 fresh seed(s): 0 training job(s) to run, 1 done already, each "
+        "re-evaluated on 32 puzzles as its trial was (1 re-evaluation job(s))"
+    )
+    study.set_user_attr(confirm_attr(1, 1000), seed_record(1, 1000, 0.34, again=0.52, examples=24).as_dict())
+    assert ranking_eval(study).startswith("the trials' own eval")  # another count: still not one eval
+    study.set_user_attr(confirm_attr(1, 1000), seed_record(1, 1000, 0.34, again=0.52).as_dict())
+    assert ranking_eval(study) == "the re-evaluation's 32 puzzles"
+    ranked = confirmed_ranking(study)
+    assert [c.trial for c in ranked] == [1, 0] and [v.value for v in ranked[0].values] == [0.55, 0.52]
+    assert plan(study, settings).jobs == []
+
+
 def confirm_records(db: str, name: str) -> dict[tuple[int, int], dict]:
     study = optuna.load_study(study_name=name, storage=db)
     return {(t, s): r.as_dict() for t, seeds in confirmations(study.user_attrs).items() for s, r in seeds.items()}
@@ -285,11 +332,13 @@ def test_a_study_ends_with_its_winner_confirmed_on_a_fresh_seed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """confirm.at_end: the driver's end trains the top configuration again on a job of its launcher, after the
-    study's own trials, and logs the confirmed winner and whether it is the trials' own."""
+    study's own trials and their re-evaluation, re-evaluates the seed's checkpoint on the same 32 puzzles, and logs
+    the confirmed winner (ranked on the re-evaluation's values) and whether it is the trials' own."""
     db = f"sqlite:///{tmp_path}/db.sqlite"
     cfg = sweep_config(
         db, tmp_path, "study.name=ended", "n_trials=2", "pruner=none", "study.enqueue_baseline=false",
-        "confirm.at_end=true", "confirm.top_k=1", "confirm.seeds=1", "study.objective=eval/accuracy", trial=TRIAL,
+        "confirm.at_end=true", "confirm.top_k=1", "confirm.seeds=1", "study.objective=eval/accuracy",
+        "reeval.at_end=true", "reeval.top_k=1", trial=TRIAL,
     )  # fmt: skip
     with caplog.at_level(logging.INFO, logger="sweeps"):
         Driver(typed_sweep(with_space(cfg, {"optim.lr": "choice(0.001, 0.003)"}))).run()
@@ -297,7 +346,14 @@ def test_a_study_ends_with_its_winner_confirmed_on_a_fresh_seed(
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
     top = max(study.trials, key=lambda t: float(t.value or 0)).number
     assert list(confirmations(study.user_attrs)) == [top] and list(confirmations(study.user_attrs)[top]) == [1000]
+    record = confirmations(study.user_attrs)[top][1000]
+    trial_reeval = reevals(study.user_attrs)[top]
+    assert record.reeval_examples == 32 == trial_reeval.examples and record.reeval_value is not None
+    assert ranking_eval(study) == "the re-evaluation's 32 puzzles"
+    (confirmed,) = confirmed_ranking(study)
+    assert [v.value for v in confirmed.values] == [trial_reeval.value, record.reeval_value]
     messages = [r.getMessage() for r in caplog.records]
     assert f"confirming trial {top} on seed 1000" in messages
+    assert f"re-evaluating trial {top}'s seed 1000 on 32 puzzles" in messages
     assert any(m.startswith(f"confirmed winner: trial {top} ") for m in messages)
     assert "it is the trials' own winner" in messages

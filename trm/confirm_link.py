@@ -11,14 +11,17 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from dataclasses import replace
 from typing import Any
+
+from optuna.storages import RDBStorage
 
 from contracts.code_version import git_commit
 from contracts.metric_names import HALTED_EXAMPLES
 from contracts.train_config import SweepLink
 from storage import engine_settings, open_storage
 from storage.confirm_record import COMPLETE, FAIL, ConfirmSeed, confirm_attr, confirm_progress_attr
-from storage.record import OBJECTIVE_ATTR, STUDY_UID_ATTR, ProgressRecord
+from storage.record import OBJECTIVE_ATTR, STUDY_UID_ATTR, ProgressRecord, Reeval
 from storage.trial_record import TrialOutcome
 from trm.fingerprint import code_fingerprint
 from trm.trial_link import TrialLinkError, retry
@@ -26,33 +29,41 @@ from trm.trial_link import TrialLinkError, retry
 log = logging.getLogger(__name__)
 
 
+def open_study(sweep: SweepLink) -> tuple[RDBStorage, int, dict[str, Any]]:
+    """The study's storage, id and attributes (retried through a database outage), refusing a study of the same
+    name that is not the one whose trial is confirmed (another uid)."""
+    if sweep.study is None or sweep.trial_number is None or sweep.storage is None:
+        raise ValueError(
+            f"sweep.confirm=true needs sweep.study, sweep.trial_number and sweep.storage (got study={sweep.study!r}, "
+            f"trial_number={sweep.trial_number!r}, storage set: {sweep.storage is not None})"
+        )
+    policy = sweep.report_retry
+    engine = engine_settings(sweep.storage_engine, "sweep.storage_engine")
+    storage = retry(
+        functools.partial(
+            open_storage, str(sweep.storage), password_env=sweep.password_env, create_schema=False, **engine
+        ),
+        "opening the study storage",
+        policy,
+    )
+    name = str(sweep.study)
+    study_id = retry(lambda: storage.get_study_id_from_name(name), "finding the study", policy)
+    attrs = retry(lambda: storage.get_study_user_attrs(study_id), "reading the study", policy)
+    if sweep.study_uid is not None and attrs.get(STUDY_UID_ATTR) != sweep.study_uid:
+        raise TrialLinkError(
+            f"sweep.study={name!r} has uid {attrs.get(STUDY_UID_ATTR)!r}, not sweep.study_uid={sweep.study_uid!r}: "
+            "another study of that name; the confirm job does not write to it"
+        )
+    return storage, study_id, attrs
+
+
 class ConfirmLink:
     """Implements trm.run_end.Reporter for rank 0 of a confirm job."""
 
     def __init__(self, sweep: SweepLink, seed: int, checkpoint_url: str | None) -> None:
-        if sweep.study is None or sweep.trial_number is None or sweep.storage is None:
-            raise ValueError(
-                f"sweep.confirm=true needs sweep.study, sweep.trial_number and sweep.storage (got study={sweep.study!r}, "
-                f"trial_number={sweep.trial_number!r}, storage set: {sweep.storage is not None})"
-            )
+        self.storage, self.study_id, attrs = open_study(sweep)
         self.policy = sweep.report_retry
-        self.trial, self.seed, self.checkpoint_url = sweep.trial_number, seed, checkpoint_url
-        engine = engine_settings(sweep.storage_engine, "sweep.storage_engine")
-        self.storage = retry(
-            functools.partial(
-                open_storage, str(sweep.storage), password_env=sweep.password_env, create_schema=False, **engine
-            ),
-            "opening the study storage",
-            self.policy,
-        )
-        name = str(sweep.study)
-        self.study_id = retry(lambda: self.storage.get_study_id_from_name(name), "finding the study", self.policy)
-        attrs = retry(lambda: self.storage.get_study_user_attrs(self.study_id), "reading the study", self.policy)
-        if sweep.study_uid is not None and attrs.get(STUDY_UID_ATTR) != sweep.study_uid:
-            raise TrialLinkError(
-                f"sweep.study={name!r} has uid {attrs.get(STUDY_UID_ATTR)!r}, not sweep.study_uid={sweep.study_uid!r}: "
-                "another study of that name; the confirm job does not train for it"
-            )
+        self.trial, self.seed, self.checkpoint_url = int(sweep.trial_number or 0), seed, checkpoint_url
         self.metric = str(attrs.get(OBJECTIVE_ATTR))
         self.finished = False
         self.first_progress: tuple[int, float] | None = None
@@ -90,3 +101,19 @@ class ConfirmLink:
             f"storing trial {self.trial}'s confirm seed {self.seed}",
             self.policy,
         )
+
+
+def store_reeval(sweep: SweepLink, seed: int, record: Reeval) -> None:
+    """Add a confirm seed's re-evaluation (trm/reeval.py run with sweep.confirm=true) to its ConfirmSeed record; a
+    seed without a COMPLETE record has no checkpoint of this stage to evaluate: refused."""
+    storage, study_id, attrs = open_study(sweep)
+    key = confirm_attr(int(sweep.trial_number or 0), seed)
+    stored = ConfirmSeed.of(attrs.get(key))
+    if stored is None or stored.outcome != COMPLETE:
+        raise TrialLinkError(f"trial {sweep.trial_number} has no finished confirm seed {seed}: nothing to add to")
+    again = replace(stored, reeval_value=record.value, reeval_examples=record.examples, reeval_step=record.step)
+    retry(
+        lambda: storage.set_study_user_attr(study_id, key, again.as_dict()),
+        f"storing trial {sweep.trial_number}'s confirm seed {seed}'s re-evaluation",
+        sweep.report_retry,
+    )

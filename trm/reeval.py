@@ -22,6 +22,7 @@ from contracts.train_config import SweepLink
 from storage import engine_settings, open_storage
 from storage.record import STUDY_UID_ATTR, Reeval, reeval_attr
 from trm import checkpoint
+from trm.confirm_link import store_reeval
 from trm.data.loader import eval_batches
 from trm.fingerprint import training_identity
 from trm.job_inputs import check_batch, load_data, out_dir
@@ -48,7 +49,9 @@ def run(job: TrainJob) -> Reeval:
             print(json.dumps({"event": "reeval", **record.as_dict()}), flush=True)
             out_dir(cfg).mkdir(parents=True, exist_ok=True)
             (out_dir(cfg) / "reeval.json").write_text(json.dumps(record.as_dict()))
-            if cfg.sweep.study is not None:
+            if cfg.sweep.study is not None and cfg.sweep.confirm:  # a confirm seed's checkpoint (trm/confirm_link.py)
+                store_reeval(cfg.sweep, cfg.seed, record)
+            elif cfg.sweep.study is not None:
                 store(cfg.sweep, record)
         clean = True
         return record

@@ -2,10 +2,11 @@
 (sweeps/trials/confirm.py trains, storage/confirm_record.py holds, sweeps/trials/confirm_rank.py computes).
 
 A confirmed configuration's values are its trial's own (each seed it trained: the value the trial reported, or with
-study.seeds > 1 each seed's) and its confirm seeds' (their best or last eval, as study.value says), all on the
-trials' own eval, so one mean compares like with like; each carries that eval's binomial standard error. Where
-the study was also re-evaluated on more puzzles (sweeps/trials/reeval.py), that value is shown beside the
-confirmed mean and it chose which configurations were confirmed; the winner is the confirmed one.
+study.seeds > 1 each seed's) and its confirm seeds' (their best or last eval, as study.value says), each with its
+eval's binomial standard error. Where the study was re-evaluated on more puzzles (sweeps/trials/reeval.py), the
+stage re-evaluates each confirm seed the same way and the ranking takes those values, once every value of every
+confirmed configuration has one on the same count; until then all are the trials' own eval: one eval for the
+whole ranking. The re-evaluation chose which configurations were confirmed; the winner is the confirmed one.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from storage.confirm_record import (
     ConfirmStage,
     confirmations,
 )
-from storage.record import DEFINITION_ATTR, OBJECTIVE_ATTR, SEED_VALUES_ATTR, reevals
+from storage.record import DEFINITION_ATTR, OBJECTIVE_ATTR, SEED_VALUES_ATTR, Reeval, reevals
 from storage.trial_record import TrialOutcome
 from sweeps.search.space import params_to_values, to_overrides
 from sweeps.trials.confirm_rank import Confirmed, SeedValue, interval, rank, tie_line
@@ -68,19 +69,62 @@ def confirm_value(record: ConfirmSeed, use_best: bool) -> SeedValue | None:
     return SeedValue(float(value), eval_se(record.metric, float(value), record.examples), record.seed, "confirm")
 
 
-def configuration_values(study: optuna.Study) -> dict[int, list[SeedValue]]:
-    """{trial number: its values} for every COMPLETE trial with at least one confirm seed done."""
-    use_best, _ = study_rule(study)
+def reevaluated_values(
+    trial: FrozenTrial, reeval: Reeval | None, seeds: list[ConfirmSeed], study_seeds: int
+) -> tuple[list[SeedValue], int] | None:
+    """The configuration's values on the re-evaluation's larger eval, and its puzzles: its trial's (one seed) and each
+    confirm seed's, all on one count; None where any of them lacks one (or a count differs)."""
+    if study_seeds > 1 or reeval is None or reeval.failed is not None:
+        return None  # a trial's later seeds are never re-evaluated
+    if any(r.reeval_value is None or r.reeval_examples != reeval.examples for r in seeds):
+        return None
+    values = [SeedValue(reeval.value, reeval.stderr, None, "trial")]
+    values += [
+        SeedValue(float(r.reeval_value or 0.0), eval_se(r.metric, float(r.reeval_value or 0.0), r.reeval_examples),
+                  r.seed, "confirm")
+        for r in seeds
+    ]  # fmt: skip
+    return values, reeval.examples
+
+
+def _values(study: optuna.Study) -> tuple[dict[int, list[SeedValue]], int | None]:
+    """{trial number: its values} for every COMPLETE trial with a confirm seed done, and the eval they are on: the
+    re-evaluation's puzzles where every value of every configuration has one on the same count (one eval for the
+    whole ranking: a subset and the whole split differ in difficulty), else None: the trials' own eval."""
+    use_best, study_seeds = study_rule(study)
     metric = str(study.user_attrs.get(OBJECTIVE_ATTR) or "")
     trials = {t.number: t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
-    out: dict[int, list[SeedValue]] = {}
+    again = reevals(study.user_attrs)
+    own: dict[int, list[SeedValue]] = {}
+    larger: dict[int, tuple[list[SeedValue], int] | None] = {}
     for number, seeds in sorted(confirmations(study.user_attrs).items()):
         trial = trials.get(number)
-        done = [v for s in sorted(seeds) if (v := confirm_value(seeds[s], use_best)) is not None]
+        done = [seeds[s] for s in sorted(seeds) if confirm_value(seeds[s], use_best) is not None]
         if trial is None or trial.value is None or not done:
             continue
-        out[number] = [*own_values(trial, metric), *done]
-    return out
+        own[number] = [*own_values(trial, metric), *(v for r in done if (v := confirm_value(r, use_best)) is not None)]
+        larger[number] = reevaluated_values(trial, again.get(number), done, study_seeds)
+    counts = {found[1] for found in larger.values() if found is not None}
+    if own and all(found is not None for found in larger.values()) and len(counts) == 1:
+        return {n: found[0] for n, found in larger.items() if found is not None}, counts.pop()
+    return own, None
+
+
+def configuration_values(study: optuna.Study) -> dict[int, list[SeedValue]]:
+    """{trial number: its values} for every COMPLETE trial with at least one confirm seed done (`_values`)."""
+    return _values(study)[0]
+
+
+def ranking_eval(study: optuna.Study) -> str:
+    """Which eval the confirmed ranking's values are on, as a phrase for its lines."""
+    examples = _values(study)[1]
+    if examples is not None:
+        return f"the re-evaluation's {examples} puzzles"
+    return (
+        "the trials' own eval (not every value was re-evaluated on one count)"
+        if reevals(study.user_attrs)
+        else ("the trials' own eval")
+    )
 
 
 def confirmed_ranking(study: optuna.Study) -> list[Confirmed]:
@@ -114,6 +158,7 @@ def confirmed_rows(study: optuna.Study) -> list[dict[str, Any]]:
     standard errors and which the interval is, the seeds' values, and beside them the trial's own values."""
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     again = reevals(study.user_attrs)
+    on = ranking_eval(study)
     rows = []
     for place, c in enumerate(confirmed_ranking(study), 1):
         trial = trials[c.trial]
@@ -133,6 +178,7 @@ def confirmed_rows(study: optuna.Study) -> list[dict[str, Any]]:
                 "confirm_seeds": [v.seed for v in c.values if v.source == "confirm"],
                 "reported": trial.value,
                 "reeval": reeval.value if reeval is not None and reeval.failed is None else None,
+                "on": on,  # which eval the values are on (ranking_eval)
             }
         )
     return rows
@@ -167,10 +213,13 @@ def confirmed_lines(study: optuna.Study) -> list[str]:
         beside = f", re-evaluated {reeval_interval(reeval)}" if reeval is not None and reeval.failed is None else ""
         lines.append(f"  {place}. trial {c.trial}: {interval(c)}; values {seeds}; reported {reported}{beside}")
     sd = ranked[0]
+    on = ranking_eval(study)
     if sd.seed_sd is not None:
-        lines.append(f"training-seed SD {sd.seed_sd:.4f} ({sd.seed_sd_from}), eval SE of the mean {sd.eval_se:.4f}")
+        lines.append(
+            f"values on {on}; training-seed SD {sd.seed_sd:.4f} ({sd.seed_sd_from}), eval SE of the mean {sd.eval_se:.4f}"
+        )
     else:
-        lines.append("training-seed SD unknown (no configuration has two values): the interval is the eval's alone")
+        lines.append(f"values on {on}; training-seed SD unknown (no configuration has two values): eval SE alone")
     tie = tie_line(ranked)
     if tie:
         lines.append(tie)
