@@ -17,7 +17,7 @@ seconds); with `dry_run=true` it prints what the stage would train and its cost,
 (jobs on the sweep's launcher: `site=`, `launcher=`, `output_root=`, `study.seeds=`, `study.value=` as the study
 was run with; defaults from conf/sweep.yaml, examples null = the whole test split). `paired=OTHER` compares the
 study with another of the same draws in the same storage (the demo and `make demo-unpruned`): whether they trained
-the same configurations and found the same re-evaluated winner, or winners within one standard error.
+the same configurations and found the same re-evaluated winner, or winners within one eval standard error.
 """
 
 from __future__ import annotations
