@@ -262,10 +262,12 @@ class SweepLink:
     # storage.confirm_record.ConfirmSeed on the study and never reports to the finished trial (trm/confirm_link.py).
     confirm: bool = MISSING
     report_retry: RetryPolicy = field(default_factory=RetryPolicy)
+    memory_sample_s: float = MISSING  # rank 0's host memory sampled this often onto its trial (trm/memory_watch.py)
     storage_engine: Any = MISSING  # conf/storage/engine/default.yaml, shared with the sweep: storage/engine_config.py
 
     def __post_init__(self) -> None:
         at_least("sweep.seed_index", self.seed_index, 0)
+        seconds("sweep.memory_sample_s", self.memory_sample_s)
         at_least("sweep.trial_number", self.trial_number, 0, none="not a trial")
 
 
@@ -337,6 +339,7 @@ NOT_TRAINING_KEYS = (
     "sweep.confirm",  # where a confirm job stores its end; what it trains again differs by `seed`
     "sweep.password_env",
     "sweep.report_retry",  # how the job talks to the study storage, not what it trains
+    "sweep.memory_sample_s",  # how often it samples its memory onto the trial
     "sweep.storage_engine",
     "reeval",  # evaluating a trained checkpoint again reads it, never trains it (trm/reeval.py)
 )

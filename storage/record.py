@@ -104,6 +104,22 @@ class ProgressRecord(TypedDict):
     first_at: NotRequired[float]
 
 
+# Trial attribute: what a job's rank 0 samples of its host memory while it runs (trm/memory_watch.py), from before
+# its set-up: the record a job the kernel's OOM killer ended leaves (it stores no outcome). The driver reads it to
+# tell such a kill from another SIGKILL (contracts/out_of_memory.py killed_for_memory).
+MEMORY_ATTR = "memory"
+
+
+class MemoryRecord(TypedDict):
+    peak_mb: float  # the job's peak resident set so far, in MiB (the kernel's high-water mark at the last sample)
+    at: float  # when it was sampled, in epoch seconds on the job's clock
+    limit_mb: NotRequired[float]  # the job's memory limit: its cgroup's, else the machine's RAM
+    # Its memory cgroup's OOM kill count file on the job's machine (memory.events or memory.oom_control) and the
+    # count when the job started: a count risen by the time the job is found killed is the OOM killer's evidence.
+    cgroup_events: NotRequired[str]
+    oom_kills: NotRequired[int]
+
+
 # Trial attributes the driver stores per attempt, beside the job's TrialOutcome (storage/trial_record.py): why it
 # failed, and with several seeds each seed's objective and their standard deviation; and in `details` its own launch
 # and exit times. The driver clears them on a retry with the job's (storage.trial_record.ATTEMPT_ATTRS).

@@ -18,6 +18,7 @@ from storage.record import (
     DRIVER_TIMING_DETAIL,
     FAIL_REASON_ATTR,
     JOB_ERROR_ATTR,
+    MEMORY_ATTR,
     PREEMPTED_ATTR,
     PROGRESS_ATTR,
     SEED_STD_ATTR,
@@ -205,6 +206,7 @@ class TrialOutcome(TrialFacts):
 # The driver's own attributes of one attempt (storage/record.py names them).
 DRIVER_ATTEMPT_ATTRS = (
     PROGRESS_ATTR,
+    MEMORY_ATTR,
     FAIL_REASON_ATTR,
     JOB_ERROR_ATTR,
     PREEMPTED_ATTR,

@@ -255,4 +255,7 @@ def test_an_out_of_memory_trial_is_infeasible_not_retried_and_the_study_goes_on(
     assert large.user_attrs["retryable"] is False
     assert large.user_attrs["fail_reason"].startswith("infeasible (out of memory"), large.user_attrs["fail_reason"]
     assert "can't allocate memory" in large.user_attrs[JOB_ERROR_ATTR]
+    # Issue 57.3: its peak was unset (the status table's column empty) where the set-up ran out; now it is stored.
+    peak = large.user_attrs["peak_memory_mb"]
+    assert isinstance(peak, float) and peak > 0 and f"peak {peak:.0f} MiB" in large.user_attrs["fail_reason"]
     assert by_width[16].state == TrialState.COMPLETE  # the study went on: a smaller configuration fits

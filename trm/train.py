@@ -74,8 +74,16 @@ def run(job: TrainJob, reporter: Reporter | None = None) -> dict[str, Any]:
         # Failures before the loop (bad data, workers that disagree) reach the trial too.
         if reporter is not None:
             (failed := Outcome()).failed(err)  # retryable and run_again as for a failure in the loop
+            # The peak too: a model too large for the machine fails in its set-up, and its peak says how far it got.
+            peak = peak_memory_mb(runtime.device)
             reporter.record_outcome(
-                FAIL, {"error": failed.error, "retryable": failed.retryable, "run_again": failed.run_again}
+                FAIL,
+                {
+                    "error": failed.error,
+                    "retryable": failed.retryable,
+                    "run_again": failed.run_again,
+                    "peak_memory_mb": peak,
+                },
             )
         raise
     finally:

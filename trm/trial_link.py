@@ -27,16 +27,19 @@ from contracts.train_config import RetryPolicy, SweepLink
 from storage import EngineSettings, StorageError, engine_settings, open_storage
 from storage.errors import sqlite_file_lost, storage_failure
 from storage.record import (
+    MEMORY_ATTR,
     OBJECTIVE_ATTR,
     PROGRESS_ATTR,
     PRUNE_METRIC_ATTR,
     PRUNER_ATTR,
     PRUNER_TARGETS,
+    MemoryRecord,
     ProgressRecord,
     current_pruner_spec,
 )
 from storage.trial_record import TrialOutcome, seed_prefix
 from trm.fingerprint import code_fingerprint
+from trm.memory_watch import MemoryWatch
 
 __all__ = ["RetryPolicy", "TrialLink", "TrialLinkError", "link_from_config", "retry"]  # RetryPolicy: the schema's
 
@@ -83,6 +86,7 @@ class TrialLink:
         seed_index: int = 0,
         retry_policy: RetryPolicy = DEFAULT_RETRY,
         engine: EngineSettings | None = None,
+        memory_sample_s: float | None = None,
     ):
         # `retry_policy` and `engine`: the job's sweep.report_retry and sweep.storage_engine (link_from_config).
         self.retry_policy = retry_policy
@@ -93,6 +97,12 @@ class TrialLink:
         self.seed_index = seed_index
         self.prefix = seed_prefix(seed_index)
         self.first_progress: tuple[int, float] | None = None  # this job's first log point: its own rate from there
+        # The host memory sampled from here on, set-up included (sweep.memory_sample_s; None: not sampled): what a
+        # job the kernel's OOM killer ends leaves on its trial (trm/memory_watch.py).
+        self.memory = None if memory_sample_s is None else MemoryWatch(self._store_memory, memory_sample_s).start()
+
+    def _store_memory(self, record: MemoryRecord) -> None:
+        self.storage.set_trial_user_attr(self.trial_id, self.prefix + MEMORY_ATTR, record)
 
     def _attach(self, study_name: str, trial_number: int, storage_url: str, password_env: str | None) -> None:
         # The driver created the schema and checked its version: the job skips both (storage.open_storage).
@@ -152,6 +162,8 @@ class TrialLink:
         if self.finished:
             return
         self.finished = True
+        if self.memory is not None:
+            self.memory.stop()  # the outcome carries the peak from here (trm/memory.py)
         trial = self._retry(lambda: self.storage.get_trial(self.trial_id), "reading the trial")
         if trial.state != TrialState.RUNNING:
             return  # already finished by the driver: nothing may be written to a finished trial
@@ -186,4 +198,5 @@ def link_from_config(sweep: SweepLink) -> TrialLink | None:
         sweep.seed_index,
         retry_policy=sweep.report_retry,
         engine=engine_settings(sweep.storage_engine, "sweep.storage_engine"),
+        memory_sample_s=sweep.memory_sample_s,
     )

@@ -21,8 +21,8 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from contracts.out_of_memory import out_of_memory
-from storage.record import PROGRESS_ATTR
+from contracts.out_of_memory import INFEASIBLE_OOM, out_of_memory
+from storage.record import MEMORY_ATTR, PROGRESS_ATTR
 from storage.trial_record import TrialOutcome, seed_prefix
 
 # The exception classes whose failure a retry repeats: trm/run_end.py NOT_RETRYABLE by name (the platform does not
@@ -98,6 +98,10 @@ class Verdict:
     # was raised before the job's first step (sweeps/trials/retry.py stop_reason decides whether the study goes on).
     error_line: str | None = None
     before_first_step: bool = False
+    # FAIL by the kernel's OOM killer (the job could store nothing): what the driver stores for it, as the job does
+    # for an out-of-memory error it raised (TrialOutcome.infeasible and peak_memory_mb).
+    infeasible: str | None = None
+    peak_memory_mb: float | None = None
 
 
 def orphan_verdict(
@@ -137,12 +141,15 @@ def job_verdict(
     exit_code: int,
     launcher_failure: str | None,
     cancelled: bool,
+    memory_killed: str | None = None,
 ) -> Verdict:
     """The verdict for one seed's job that ended, from what it stored (`attrs`, unprefixed).
 
     `values`: its objective value(s) when it stored COMPLETE (None if missing or not finite); `launcher_failure`:
     the launcher's account of a failing worker (its name, exit code, last log lines); `cancelled`: we stopped it
-    (a stall, an interrupt), so a missing outcome is not the job's fault but is already being handled."""
+    (a stall, an interrupt), so a missing outcome is not the job's fault but is already being handled;
+    `memory_killed`: the kernel's OOM killer's evidence when it ended the job (contracts.out_of_memory
+    killed_for_memory), which makes a job that stored no outcome infeasible, not worth a retry."""
     record = TrialOutcome.of(attrs)
     outcome = record.outcome
     if outcome == "COMPLETE":
@@ -173,6 +180,21 @@ def job_verdict(
             requeue=bool(record.retryable) and not cancelled,
             error_line=error.splitlines()[0] if record.error else None,
             before_first_step=not first_step_done(attrs),
+        )
+    # No outcome, killed by the kernel for its memory: the configuration's own (a retry is killed again), with the
+    # peak its job sampled; the study goes on (sweeps/trials/retry.py stop_reason: out of memory never stops it).
+    if memory_killed is not None and not cancelled:
+        sampled = attrs.get(MEMORY_ATTR)
+        peak = sampled.get("peak_mb") if isinstance(sampled, dict) else None
+        reached = f", peak {peak:.0f} MiB" if isinstance(peak, (int, float)) else ""
+        tail = f"\n{launcher_failure}" if launcher_failure else ""
+        return Verdict(
+            TrialState.FAIL,
+            reason=f"infeasible ({INFEASIBLE_OOM}{reached}), not retried: {memory_killed}{tail}",
+            error_line=memory_killed,
+            before_first_step=not isinstance(attrs.get(PROGRESS_ATTR), dict),
+            infeasible=INFEASIBLE_OOM,
+            peak_memory_mb=float(peak) if isinstance(peak, (int, float)) else None,
         )
     # No outcome, and an exception in the job's log: it raised before it reached the study (a device or config
     # check before its trial link): its line leads the reason (what a summary counts), and it is retried only

@@ -13,15 +13,18 @@ Invariant: the heartbeat of a trial stops only once its state is stored (a datab
 from __future__ import annotations
 
 import logging
+import signal
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from contracts.out_of_memory import killed_for_memory, oom_kills
 from storage import HeartbeatThread, trial_id_of
 from storage.heartbeat import chain_origin, retry_history
 from storage.record import (
@@ -29,8 +32,11 @@ from storage.record import (
     DRIVER_TIMING_DETAIL,
     FAIL_REASON_ATTR,
     HEARTBEAT_GRACE_ATTR,
+    INFEASIBLE_ATTR,
     JOB_ERROR_ATTR,
+    MEMORY_ATTR,
     NOT_STARTED_ATTR,
+    PEAK_MEMORY_ATTR,
     PROGRESS_ATTR,
     RUN_AGAIN_ATTR,
     SEED_STD_ATTR,
@@ -253,6 +259,7 @@ class TrialRunner:
             exit_code=exit_code,
             launcher_failure=running.job.failure,
             cancelled=running.job.cancelled,
+            memory_killed=self.memory_killed(attrs, exit_code, running.job.failure),
         )
         if verdict.state == TrialState.COMPLETE:
             if len(running.seed_objectives) == running.seed_index:  # not twice after a database outage
@@ -264,6 +271,23 @@ class TrialRunner:
             return self.tell_job_error(running, verdict, verdict.error_line)
         return self.tell_outcome(running, verdict.state, verdict.reason, retry=verdict.requeue)
 
+    def memory_killed(self, attrs: Mapping[str, Any], exit_code: int, failure: str | None) -> str | None:
+        """The kernel's OOM killer's evidence for a job that ended by SIGKILL (contracts.out_of_memory
+        killed_for_memory) from the memory record its job sampled (storage.record.MemoryRecord, `attrs` unprefixed):
+        its cgroup's OOM kill count read again here where its jobs run on this machine, else its peak at its limit."""
+        sampled = attrs.get(MEMORY_ATTR)
+        if TrialOutcome.of(attrs).outcome is not None or not isinstance(sampled, dict):
+            return None
+        sigkill = exit_code in (-signal.SIGKILL, 128 + signal.SIGKILL) or "SIGKILL" in (failure or "")
+        events = sampled.get("cgroup_events") if self.launcher.shares_filesystem else None
+        return killed_for_memory(
+            sigkill,
+            sampled.get("peak_mb"),
+            sampled.get("limit_mb"),
+            sampled.get("oom_kills"),
+            oom_kills(Path(events)) if events else None,
+        )
+
     def tell_job_error(self, running: RunningTrial, verdict: Verdict, line: str) -> TrialState:
         """A FAIL on an error the job raised: its line stored (JOB_ERROR_ATTR), and the study stopped (no retry:
         `stopped_by`, which the loop acts on; `run_again` for the same command once fixed) when
@@ -273,6 +297,11 @@ class TrialRunner:
         others = [t for t in failed if t.number != trial.number]
         why = stop_reason(line, verdict.before_first_step, verdict.requeue, trial.params, others)
         trial.set_user_attr(JOB_ERROR_ATTR, line)
+        prefix = seed_prefix(running.seed_index)
+        if verdict.infeasible:  # the kernel killed it: the driver stores what the job could not
+            trial.set_user_attr(prefix + INFEASIBLE_ATTR, verdict.infeasible)
+            if verdict.peak_memory_mb is not None:
+                trial.set_user_attr(prefix + PEAK_MEMORY_ATTR, verdict.peak_memory_mb)
         if why is None:
             return self.tell_outcome(running, TrialState.FAIL, verdict.reason, retry=verdict.requeue)
         self.stopped_by = (trial.number, line, why)
