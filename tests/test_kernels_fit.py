@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -18,9 +21,17 @@ from tests.test_train import config
 from trm import fused_mix, fused_swiglu, swiglu_kernels
 from trm.kernels import (
     BF16_TOL,
+    KB,
+    KERNELS_OF,
+    MIX_BACKWARD,
+    SHARED_MEMORY_PER_BLOCK,
+    SWIGLU_BACKWARD,
     Kernels,
+    TileNeed,
     launchable,
     resolve_kernels,
+    shared_memory_blocker,
+    unfit_kernels,
 )
 from trm.model import TRMConfig
 from trm.train import run
@@ -33,10 +44,65 @@ CPU = torch.device("cpu")
 UNLAUNCHABLE_MIX_TILE = (64, 4, 4, 3)
 
 
+def compiled_needs(capability: tuple[int, int], stream: str) -> list[TileNeed]:
+    """Every shipped tile's shared memory as Triton compiled it for sm_<capability> (bench/triton_sm90.py
+    --capability, committed in bench/results), the stream bf16 (bf16_reference) or fp32 (bf16)."""
+    name = "triton_sm{}{}".format(*capability) + ("_fp32" if stream == "fp32" else "")
+    kernels = json.loads((RESULTS / f"{name}.json").read_text())["kernels"]
+    return [TileNeed(k["kernel"], (*k["tile"], k["per_sm"]), k["shared_bytes"]) for k in kernels]
+
+
 def tiny_mlp_t() -> TRMConfig:
     cfg = TRMConfig(hidden_size=16, num_heads=2, expansion=4, L_layers=1, H_cycles=1, L_cycles=1, mixer="mlp_t")
     cfg.seq_len, cfg.puzzle_emb_len = 19, 4
     return cfg
+
+
+# The mix-backward tiles (channels, chunk, warps, stages, per SM) that fit each capability's shared memory per block,
+# as Triton 3.6 compiles them for it with the bf16 stream (bench/results/triton_sm<N>.json).
+ALL_MIX_BACKWARD = [(64, 32, 4, 3, 0), (64, 64, 4, 3, 0), (128, 32, 8, 3, 0), (128, 64, 8, 3, 0)]
+MIX_BACKWARD_FITTING = {
+    (8, 0): ALL_MIX_BACKWARD,  # no TMA: 56-112 KB, in 163
+    (8, 6): ALL_MIX_BACKWARD[:3],  # the same sizes, in 99
+    (9, 0): ALL_MIX_BACKWARD,  # 108-224 KB, in 227
+    (10, 0): ALL_MIX_BACKWARD[:3],  # 116-240 KB
+    (12, 0): [(64, 32, 4, 3, 0), (128, 32, 8, 3, 0)],  # 76-144 KB, in 99
+}
+
+
+@pytest.mark.parametrize("stream", ["bf16", "fp32"])
+def test_every_capability_fits_a_tile_of_every_kernel_but_not_every_tile(stream: str) -> None:
+    """What Triton compiles for each target against the CUDA guide's shared memory per block: every capability has a
+    tile of every kernel that fits (none fits no mix-backward tile), but which ones fit differs by target, and sm_90's
+    sizes do not carry over: there every mix-backward tile needs >= 108 KB, over consumer GPUs' 99 KB, yet sm_120's
+    compile of the two smaller ones fits; sm_100's needs more than sm_90's. The fp32 stream (train.precision=bf16)
+    where its compile is committed."""
+    suffix = "_fp32" if stream == "fp32" else ""
+    compiled = [c for c in SHARED_MEMORY_PER_BLOCK if (RESULTS / "triton_sm{}{}{}.json".format(*c, suffix)).exists()]
+    assert stream == "fp32" or set(compiled) == set(MIX_BACKWARD_FITTING)  # sm_89's compile is not committed yet
+    unread = {SWIGLU_BACKWARD} if stream == "fp32" else set()  # its inputs are bf16 in either stream: compiled once
+    for capability in compiled:
+        limit, needs = SHARED_MEMORY_PER_BLOCK[capability], compiled_needs(capability, stream)
+        assert {n.kernel for n in needs} == set(KERNELS_OF["fused_mix_swiglu"]) - unread
+        assert unfit_kernels("fused_mix_swiglu", needs, limit) == {}, capability
+        assert shared_memory_blocker("fused_mix_swiglu", capability, needs) == ""
+        fitting = sorted(n.tile for n in needs if n.kernel == MIX_BACKWARD and n.shared_bytes <= limit)
+        assert fitting == MIX_BACKWARD_FITTING[capability], capability
+    sm90 = [n.shared_bytes for n in compiled_needs((9, 0), stream) if n.kernel == MIX_BACKWARD]
+    assert min(sm90) // KB == (108 if stream == "bf16" else 92)
+
+
+def test_a_kernel_with_no_tile_in_the_limit_is_named_with_its_smallest_need() -> None:
+    """The capability and the needs as inputs: sm_90's compile of the mix backward (bf16 stream) on a GPU with 99 KB
+    per block leaves that kernel no tile; a capability whose limit is unknown blocks nothing."""
+    needs = compiled_needs((9, 0), "bf16")
+    assert unfit_kernels("fused_mix_swiglu", needs, 99 * KB) == {MIX_BACKWARD: 108 * KB + 24}  # and its barriers
+    assert unfit_kernels("fused_mix_nograd", needs, 99 * KB) == {}  # it launches no mix backward
+    assert shared_memory_blocker("fused_mix_bwd", (12, 0), needs) == (
+        "no tile fits sm_120's 99 KB of shared memory per block (the fused_mix backward's smallest needs 108 KB)"
+    )
+    assert unfit_kernels("fused_mix_swiglu", needs, 227 * KB) == {}
+    assert shared_memory_blocker("fused_mix_bwd", (7, 5), needs) == "" == shared_memory_blocker("torch", (12, 0), needs)
 
 
 def test_a_fused_choice_whose_trial_launch_fails_keeps_torchs_kernels_with_one_warning(
@@ -129,3 +195,19 @@ def test_an_off_by_one_in_the_persistent_loops_index_fails_the_tile_check(
     persistent = next(t for t in result["tiles"] if t["tile"][5])
     assert persistent["same_bits_as_one_program_per_tile"] is False
     assert not persistent["max_relative_error"] < BF16_TOL  # NaN too: the tile never stored holds what memory held
+
+
+@pytest.mark.slow
+def test_the_committed_sm120_needs_are_what_triton_compiles(tmp_path: Path) -> None:
+    """bench/results/triton_sm120.json, which the fit above reads, against a fresh compile for sm_120 (the target
+    where sm_90's sizes would mislead most)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.triton_sm90", "--capability", "120", "--out-dir", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    fresh = json.loads((tmp_path / "triton_sm90.json").read_text())["kernels"]
+    assert [TileNeed(k["kernel"], (*k["tile"], k["per_sm"]), k["shared_bytes"]) for k in fresh] == compiled_needs(
+        (12, 0), "bf16"
+    )
