@@ -231,6 +231,7 @@ class Driver:
             self.start_within_budget()
         elif self.timed_out is None:  # said once, when it first stops the study drawing
             self.timed_out = f"stopped by timeout={self.sweep.timeout:g}s"
+            self.progress_view.stopped = self.timed_out  # no ETA from here: the running trials are the last
             log.warning(
                 "timeout=%gs reached after %s: no new trial starts; %s",
                 self.sweep.timeout,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from collections import Counter
 
@@ -30,6 +31,7 @@ from sweeps.launchers.interrupts import ignore_stop_signals, interrupt_once
 from sweeps.launchers.slots import SLOT_CHOICES, SlotConfigError
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.search.space import to_overrides
+from sweeps.trials.outcome import clip_line
 from sweeps.trials.preemption import PREEMPTED_EXIT
 from sweeps.trials.retry import without_note
 
@@ -127,6 +129,15 @@ def exit_for(err: Exception) -> tuple[int, str] | None:
     return None if denied is None else (2, denied)
 
 
+def interrupted_exit(signal_name: str) -> int:
+    """The shell's convention for a process its signal stopped: 128 + the signal's number (130 for SIGINT, 143 for
+    SIGTERM: a scheduler or `timeout` reads which); 130 for an interrupt that names none."""
+    try:
+        return 128 + signal.Signals[signal_name].value
+    except KeyError:
+        return 128 + signal.SIGINT.value
+
+
 def describe_command(driver: Driver, spec: JobSpec) -> str:
     return driver.launcher.describe(spec)
 
@@ -156,7 +167,7 @@ def main(cfg: DictConfig) -> None:
             f"interrupted ({why or 'SIGINT'}): every job stopped; run the same command to continue the study",
             file=sys.stderr,
         )
-        sys.exit(130)
+        sys.exit(interrupted_exit(str(why)))
     failure = all_failed(study)
     if failure:
         print(f"error: {failure}", file=sys.stderr)
@@ -179,7 +190,10 @@ def all_failed(study: optuna.Study) -> str | None:
         return None
     retried = retried_numbers(trials)  # an attempt whose retry stands for it: each chain counts once
     reasons = Counter(
-        without_note(next(iter(str(t.user_attrs.get(FAIL_REASON_ATTR) or "no reason recorded").splitlines()), ""))[:200]
+        clip_line(
+            without_note(next(iter(str(t.user_attrs.get(FAIL_REASON_ATTR) or "no reason recorded").splitlines()), "")),
+            200,
+        )
         for t in ran
         if t.state == TrialState.FAIL and t.number not in retried
     )

@@ -22,6 +22,7 @@ from storage.record import FAIL_REASON_ATTR, trained_trials
 from storage.trial_record import TrialOutcome
 from sweeps.search.space import params_to_values
 from sweeps.trials.confirmed import confirmed_lines, confirmed_rows
+from sweeps.trials.outcome import clip_line
 
 FORMATS = ("table", "json", "csv")
 
@@ -42,7 +43,7 @@ def trial_row(trial: FrozenTrial) -> dict[str, Any]:
         "best_step": record.best_step,
         "steps": record.steps,
         "peak_memory_mb": record.peak_memory_mb,
-        "reason": next(iter((trial.user_attrs.get(FAIL_REASON_ATTR) or "").splitlines()), "")[:120] or None,
+        "reason": clip_line(next(iter((trial.user_attrs.get(FAIL_REASON_ATTR) or "").splitlines()), ""), 120) or None,
     }
 
 

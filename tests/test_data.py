@@ -253,6 +253,8 @@ def test_build_from_csv(tmp_path, small_set):
         (lambda r: r.__setitem__(2, r[2][:40] + "a" + r[2][41:]), "bad character 'a'"),
         (lambda r: r.pop(0), "expected 4 columns"),
         (lambda r: r.__setitem__(3, "hard"), "'hard'"),
+        (lambda r: r.__setitem__(3, "-3"), "rating must be an integer >= 0, got '-3'"),  # issue 57.5
+        (lambda r: r.__setitem__(0, "book\x00one"), "source has a control character (a NUL byte?): 'book\\x00one'"),
         (lambda r: r.__setitem__(2, r[2][1] + r[2][0] + r[2][2:]), "solution"),
     ],
 )

@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -38,7 +39,15 @@ from sweeps.config.config_values import SweepConfigError
 from sweeps.config.schema import ReevalSettings
 from sweeps.config.typed_config import typed_block, typed_sweep
 from sweeps.driver import Driver
-from sweeps.trials.reeval import interval, overlap_line, paired_lines, ranking, ranking_lines, reevaluate_at_end
+from sweeps.trials.reeval import (
+    failure_line,
+    interval,
+    overlap_line,
+    paired_lines,
+    ranking,
+    ranking_lines,
+    reevaluate_at_end,
+)
 from sweeps.trials.wandb_summary import log_study_summary, study_summary
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from tests.test_sweeps import with_space
@@ -82,6 +91,22 @@ def test_a_trial_whose_latest_reevaluation_failed_is_left_out_of_the_ranking_and
     assert Reeval.of(record(1, 0.6, 0.02).as_dict() | {"failed": None}) == record(1, 0.6, 0.02)
     older = {k: v for k, v in record(1, 0.6, 0.02).as_dict().items() if k != "failed"}
     assert Reeval.of(older) == record(1, 0.6, 0.02)  # a record from before the field reads back
+
+
+def test_a_failed_reevaluation_is_told_by_the_jobs_own_error_line() -> None:
+    """Issue 57.5: a left-out re-evaluation quoted the launcher's line and the Hydra traceback after it."""
+    log = (
+        "worker-0 exited with code 1; last log lines:\nError executing job with overrides: ['reeval.run=true']\n"
+        'Traceback (most recent call last):\n  File "/work/main/trm/reeval.py", line 79, in run\n'
+        "trm.checkpoint.CheckpointError: no checkpoint at /out/trial-0/checkpoints: nothing to evaluate again"
+    )
+    assert failure_line(log, 1, 60) == (
+        "trm.checkpoint.CheckpointError: no checkpoint at /out/trial-0/checkpoints: nothing to evaluate again"
+    )
+    assert (
+        failure_line("worker-0 exited with code -9; last log lines:\nstep 3", -9, 60) == "worker-0 exited with code -9"
+    )
+    assert failure_line(None, None, 60) == "no result in 60 s" and failure_line(None, 2, 60) == "exit code 2"
 
 
 def test_the_top_two_within_one_standard_error_say_so_in_one_line() -> None:
@@ -256,7 +281,11 @@ def test_a_study_reevaluates_its_top_trials_on_the_whole_test_split(
     text = capsys.readouterr().out
     marked = reevals(optuna.load_study(study_name="reeval", storage=db).user_attrs)[top]
     assert marked.failed and marked.value == again[top].value
-    assert f"trial {top} left out: its re-evaluation failed" in text
+    # Issue 57.5: the line quoted the launcher's head and a 20-line Hydra traceback; now the job's own error.
+    assert re.search(
+        rf"trial {top} left out: its re-evaluation failed \((trm\.checkpoint\.)?CheckpointError: no checkpoint at", text
+    ), text
+    assert "Error executing job" not in text and "Traceback" not in text
     assert f"re-evaluated winner: trial {top} " not in text
 
 

@@ -75,6 +75,11 @@ def test_a_timeout_that_ends_the_study_says_so(
     assert len(said) == 1 and said[0].endswith("no new trial starts; waiting for 1 running trial(s)"), said
     final = [line for line in lines if line.startswith("study timed: ")][-1]
     assert final.endswith("stopped by timeout=1s") and "ETA" not in final, final
+    # Issue 57.5: `ETA 17m05s` was still printed after the timeout, on the running trials' lines: no ETA after it.
+    after = lines[lines.index(said[0]) + 1 :]
+    ended = [line for line in after if line.startswith("trial 0 COMPLETE")]
+    assert ended and ended[0].endswith(", stopped by timeout=1s]"), after
+    assert not any("ETA" in line for line in after), after
 
 
 def test_the_progress_count_never_reads_past_the_budget(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -129,3 +134,54 @@ def test_a_heartbeat_while_the_database_is_down_says_it_is_unreachable(caplog: p
     assert re.match(
         r"heartbeat for trial id 7 failed: the study database is unreachable: .*Connection refused", said[0]
     )
+
+
+ENOSPC = (
+    "CheckpointError: could not write checkpoint /runs/a-long-study-name/0123abcd/trial-12/checkpoints/latest.pt: "
+    "[Errno 28] No space left on device (not retried: no space left on the device (ENOSPC) fails again on a retry; "
+    "free space or fix the rights, then run it again)"
+)
+
+
+def test_a_long_reason_is_cut_after_a_whole_word_never_mid_word(tmp_path: Path) -> None:
+    """Issue 57.5: the ENOSPC reason was cut mid-word (`no space left on the de`) in the tables and the summary."""
+    from sweeps.run import all_failed
+    from sweeps.status import trial_row
+    from sweeps.trials.outcome import clip_line
+
+    study = optuna.create_study(study_name="full", storage=f"sqlite:///{tmp_path}/db.sqlite")
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"fail_reason": ENOSPC}))
+    cell = trial_row(study.trials[0])["reason"]
+    summary = all_failed(study)
+    assert summary is not None
+    for shown, limit in ((cell, 120), (summary.split("most often (1x): ", 1)[1], 200)):
+        assert len(shown) <= limit and shown.endswith(" ...") and ENOSPC.startswith(shown[: -len(" ...")]), shown
+        assert ENOSPC[len(shown) - len(" ...")] == " ", shown  # it ends on a whole word
+    assert clip_line(ENOSPC, len(ENOSPC)) == ENOSPC and clip_line("short", 10) == "short"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sigterm_to_the_driver_exits_143_as_the_shell_convention_says(tmp_path: Path) -> None:
+    """Issue 57.5: SIGTERM exited 130, Ctrl-C's code: a scheduler or `timeout` reads 128 + the signal's number."""
+    import signal
+    import time
+
+    from tests.sweep_helpers import FAST_TRIAL, sweep_overrides, trial_file_exists
+
+    slow = [o for o in FAST_TRIAL if not o.startswith("train.steps")] + ["train.steps=5000"]
+    argv = sweep_overrides(
+        f"sqlite:///{tmp_path}/db.sqlite", tmp_path / "out", "study=halting", "study.name=termed", "n_trials=1",
+        "pruner=none", f"hydra.run.dir={tmp_path}/h", trial=slow,
+    )  # fmt: skip
+    with open(tmp_path / "driver.log", "w") as log:
+        driver = subprocess.Popen([sys.executable, "-m", "sweeps.run", *argv], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 200
+        while not trial_file_exists(tmp_path / "out" / "termed", 0, "run/metrics.jsonl"):
+            assert time.monotonic() < deadline and driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            time.sleep(0.2)
+        driver.send_signal(signal.SIGTERM)
+        code = driver.wait(timeout=120)
+    text = (tmp_path / "driver.log").read_text()
+    assert code == 143, text[-3000:]
+    assert text.strip().splitlines()[-1].startswith("interrupted (SIGTERM): every job stopped; run the same command")

@@ -240,9 +240,19 @@ def seed_mean(per_seed: list[list[float]]) -> list[float]:
     return [statistics.fmean(v[i] for v in per_seed) for i in range(len(per_seed[0]))]
 
 
+def clip_line(line: str, limit: int) -> str:
+    """`line` in at most `limit` characters: cut after a whole word and marked ` ...`, never mid-word (`no space left
+    on the de` read as the error itself)."""
+    if len(line) <= limit:
+        return line
+    cut = line[: max(1, limit - 4)]
+    head = cut.rsplit(" ", 1)[0] if " " in cut.strip() else cut
+    return f"{head.rstrip(' ;,:(')} ..."
+
+
 def clip_reason(reason: str, limit: int = 2000) -> str:
     """A failure reason short enough for a trial attribute: its first line (the error) and its end (the log tail)."""
     if len(reason) <= limit:
         return reason
-    head = reason.splitlines()[0][: limit // 4]
+    head = clip_line(reason.splitlines()[0], limit // 4)
     return f"{head}\n...\n{reason[-(limit - len(head) - 5) :]}"

@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TextIO
 
@@ -80,6 +80,7 @@ class Progress:
     pareto: int | None  # several objectives: trials on the Pareto front
     elapsed_s: float
     eta_s: float | None  # None: no trial has finished yet
+    stopped: str | None = None  # why no new trial starts (a timeout): said where the ETA would be, which is moot
 
     @property
     def done(self) -> int:
@@ -100,6 +101,8 @@ class Progress:
     def eta(self) -> str:
         if self.finished:
             return "finished"
+        if self.stopped is not None:
+            return self.stopped
         return "ETA unknown" if self.eta_s is None else f"ETA {duration(self.eta_s)}"
 
     def counts(self) -> str:
@@ -238,9 +241,10 @@ class ProgressView:
         self.redirect = ExitStack()
         self.failed_once = False
         self.steps = steps  # a trial's training steps: a running trial's ETA at its own pace
+        self.stopped: str | None = None  # set by the driver when no new trial starts (a timeout): no ETA after it
 
     def measure(self, study: optuna.Study) -> Progress:
-        return measure(
+        progress = measure(
             study.get_trials(deepcopy=False),
             study.directions,
             self.n_trials,
@@ -249,6 +253,7 @@ class ProgressView:
             self.now(),
             self.steps,
         )
+        return replace(progress, stopped=self.stopped)
 
     def tick(self, study: optuna.Study) -> None:
         """A terminal's line redrawn when `refresh_s` has passed; a log's quiet line when `interval_s` has."""

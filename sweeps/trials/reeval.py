@@ -37,6 +37,7 @@ from sweeps.config.schema import SweepConfig
 from sweeps.launchers.base import JobSpec, Launcher
 from sweeps.launchers.job_command import StudyLink, job_name
 from sweeps.search.space import params_to_values, to_overrides
+from sweeps.trials.outcome import clip_line, raised_line
 from sweeps.trials.paths import StudyRoots
 
 log = logging.getLogger("sweeps")
@@ -106,6 +107,17 @@ def overlap_line(ranked: Sequence[Ranked]) -> str | None:
         f"trials {first.trial} and {second.trial} overlap within one eval standard error "
         f"({interval(first)} vs {interval(second)}): this eval cannot tell them apart"
     )
+
+
+def failure_line(failure: str | None, code: int | None, waited_s: float) -> str:
+    """Why a re-evaluation job failed, in one line: the job's own error (`CheckpointError: no checkpoint at ...`,
+    sweeps.trials.outcome.raised_line), else the launcher's account of its worker without the log tail it heads
+    (`worker-0 exited with code -9`), else its exit; never the log's Hydra lines and traceback."""
+    if line := raised_line(failure):
+        return line
+    if failure:
+        return failure.splitlines()[0].removesuffix("; last log lines:")
+    return f"no result in {waited_s:g} s" if code is None else f"exit code {code}"
 
 
 def ranking_lines(study: optuna.Study) -> list[str]:
@@ -245,10 +257,10 @@ def reevaluate(
             handle.cancel(grace_s=0)
         record = reevals(study.user_attrs).get(trial.number)
         if code != 0 or record is None:
-            why = handle.failure or (f"no result in {sweep.stall_timeout_s} s" if code is None else f"exit code {code}")
+            why = failure_line(handle.failure, code, sweep.stall_timeout_s)
             log.warning("re-evaluation of trial %d failed: %s", trial.number, why)
             if record is not None:  # an earlier one's value stays, marked: the ranking puts it after reusable ones
-                study.set_user_attr(reeval_attr(trial.number), {**record.as_dict(), "failed": why[:300]})
+                study.set_user_attr(reeval_attr(trial.number), {**record.as_dict(), "failed": clip_line(why, 300)})
             continue
         log.info("trial %d re-evaluated: %s = %s", trial.number, record.metric, interval(record))
     for line in ranking_lines(study):

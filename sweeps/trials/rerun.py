@@ -29,6 +29,7 @@ from storage import exclusive, trial_id_of
 from storage.heartbeat import retried_numbers
 from storage.record import DUPLICATE_OF_ATTR, FAIL_REASON_ATTR, JOB_ERROR_ATTR, NOT_STARTED_ATTR, RUN_AGAIN_ATTR
 from storage.trial_record import TrialLaunch, TrialOutcome
+from sweeps.trials.outcome import clip_line
 from sweeps.trials.recovery import requeue
 from sweeps.trials.retry import checkpoint_written, resume_note, visible_here, without_note
 
@@ -56,7 +57,7 @@ def queue_failed_again(study: optuna.Study, storage: RDBStorage, shares_filesyst
     for trial in failed:
         reason = str(trial.user_attrs.get(FAIL_REASON_ATTR) or TrialOutcome.of(trial.user_attrs).error or "failed")
         # What failed, without the note of what was done then ("not queued again: ..."): it is queued now.
-        what = without_note(reason.splitlines()[0])[:200]
+        what = clip_line(without_note(reason.splitlines()[0]), 400)
         checkpoints = visible_here(TrialLaunch.of(trial.user_attrs).checkpoint_url, shares_filesystem)
         how = resume_note(checkpoint_written(checkpoints))
         log.warning("trial %d failed (%s): queued again, first: %s", trial.number, what, how)

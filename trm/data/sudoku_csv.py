@@ -98,6 +98,22 @@ def _parse_grids(cells: list[str], lut: np.ndarray, what: str, path: str, lines:
     return grids
 
 
+def _checked_rating(row: list[str], where: str) -> int:
+    """A row's rating, after its source and rating are checked: a control character in the source (a NUL byte) is
+    a corrupt file, and a rating is a whole number >= 0 (min_rating keeps rows by it)."""
+    if any(ch < " " and ch != "\t" for ch in row[0]):
+        raise DatasetError(
+            f"{where}: source has a control character (a NUL byte?): {row[0]!r}; expected printable text"
+        )
+    try:
+        rating = int(row[3])
+    except ValueError:
+        rating = -1
+    if rating < 0:
+        raise DatasetError(f"{where}: rating must be an integer >= 0, got {row[3]!r}")
+    return rating
+
+
 def read_csv(
     path: str | os.PathLike[str],
     min_rating: int = 0,
@@ -133,12 +149,7 @@ def read_csv(
                         f"{path}, line {reader.line_num}: expected 4 columns "
                         f"({','.join(CSV_HEADER)}), got {len(row)}: {row!r}"
                     )
-                try:
-                    ratings.append(int(row[3]))
-                except ValueError:
-                    raise DatasetError(
-                        f"{path}, line {reader.line_num}: rating must be an integer, got {row[3]!r}"
-                    ) from None
+                ratings.append(_checked_rating(row, f"{path}, line {reader.line_num}"))
                 questions.append(row[1])
                 answers.append(row[2])
                 lines.append(reader.line_num)
