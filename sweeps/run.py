@@ -28,7 +28,7 @@ from sweeps.config.typed_config import composition_error_line, typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, MachineUnavailableError
 from sweeps.launchers.interrupts import ignore_stop_signals, interrupt_once
-from sweeps.launchers.slots import SLOT_CHOICES, SlotConfigError
+from sweeps.launchers.slots import SLOT_CHOICES, NoSlotLeftError, SlotConfigError
 from sweeps.launchers.tpu_pod import TpuPodLauncher
 from sweeps.search.space import to_overrides
 from sweeps.trials.outcome import clip_line
@@ -121,8 +121,8 @@ def print_packings(driver: Driver, costs: list[estimate.Cost], utilization: esti
 def exit_for(err: Exception) -> tuple[int, str] | None:
     """The exit code and error line a study's driver ends with on `err`; None where it is not one of ours (Hydra's
     handler prints its traceback)."""
-    if isinstance(err, MachineUnavailableError):  # launcher.on_preempted=exit: the trials were queued again
-        return PREEMPTED_EXIT, str(err)
+    if isinstance(err, MachineUnavailableError | NoSlotLeftError):  # the machine is gone: the trials were queued
+        return PREEMPTED_EXIT, str(err)  # again (launcher.on_preempted=exit), or every slot of it stopped answering
     if isinstance(err, CONFIG_ERRORS):
         return 2, str(err)
     denied = permission_denied(err)  # a role without a privilege the study needs: Optuna's error names neither

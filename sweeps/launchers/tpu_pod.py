@@ -23,6 +23,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -98,6 +99,7 @@ class TpuPodLauncher:
         state_poll_s: float = 60.0,
         describe_attempts: int = 4,
         describe_backoff_s: float = 5.0,
+        recover_timeout_s: float = 1800.0,
     ):
         self.tpu_name, self.zone, self.project = tpu_name, zone, project
         self.num_workers, self.workers = num_workers, workers
@@ -111,17 +113,23 @@ class TpuPodLauncher:
         self.gcloud_track = str(gcloud_track)
         self.setup, self.on_preempted, self.state_poll_s = setup, on_preempted, state_poll_s
         self.describe_attempts, self.describe_backoff_s = describe_attempts, describe_backoff_s
+        self.recover_timeout_s = recover_timeout_s
         self._shape: SliceShape | None = None
 
     # ------------------------------------------------------------------------------------------- the slice
 
     def shape(self) -> SliceShape:
-        """The slice as `tpu-vm describe` gives it (asked once): its workers, chips per VM and device count are the
+        """The slice as `tpu-vm describe` gives it (asked once, once it is usable: before anything is checked or
+        contacted, a slice that is not waits, or ends the driver with exit 75 where launcher.on_preempted=exit, so a
+        scheduler that runs the command again on 75 does): its workers, chips per VM and device count are the
         launcher's. A configured launcher.num_workers or launcher.chips_per_vm must agree with it."""
         if self._shape is None:
             require(self.tpu_name, "launcher.tpu_name", "the TPU VM name, as in `gcloud compute tpus tpu-vm list`")
             require(self.zone, "launcher.zone", "the TPU's zone, e.g. us-central2-b")
             answer = self.ask()
+            while (gone := answer.gone(str(self.tpu_name))) is not None:
+                wait_for_ready(gone, self.not_ready, self.on_preempted, self.state_poll_s)
+                answer = self.ask()
             if answer.node is None:
                 refuse_unknown(str(self.tpu_name), answer, self.describe_attempts)
             shape = parse_node(str(self.tpu_name), answer.node or {})
@@ -157,11 +165,27 @@ class TpuPodLauncher:
 
     def wait_until_available(self, line: str) -> None:
         """Wait for READY (launcher.on_preempted), then prepare the slice anew: a recreated one has fresh VMs, new
-        addresses, and none of the setup, venv or code the old ones had."""
-        wait_for_ready(line, self.not_ready, self.on_preempted, self.state_poll_s)
-        log.warning("the slice is READY again: setting up its VMs anew (launcher.setup, the Python check, deploy)")
-        self._shape = None
-        self.prepare()
+        addresses, and none of the setup, venv or code the old ones had; no job of ours may still run there. A
+        prepare or check that fails (a fresh VM's ssh not up yet, a VM gone under a slice that still reads READY,
+        chips still held) waits and tries again, from the slice's state, until launcher.recover_timeout_s has passed
+        since the slice first read READY; then its error ends the driver."""
+        ready_since: float | None = None
+        while True:
+            wait_for_ready(line, self.not_ready, self.on_preempted, self.state_poll_s)
+            ready_since = time.monotonic() if ready_since is None else ready_since
+            log.warning("the slice is READY: setting up its VMs anew (launcher.setup, the Python check, deploy)")
+            self._shape = None
+            try:
+                self.prepare()
+                # The pause stopped every job of ours: a training process still there would hold the chips.
+                self._run_all(chips_free_check(None), "checking that no job of ours still runs on the VMs")
+                return
+            except LauncherConfigError as err:
+                if time.monotonic() - ready_since > self.recover_timeout_s:
+                    raise
+                line = f"slice {self.tpu_name}: setting up its VMs failed ({str(err)[:300]})"
+                log.warning("%s: trying again in %g s (launcher.recover_timeout_s)", line, self.state_poll_s)
+                time.sleep(self.state_poll_s)
 
     # ------------------------------------------------------------------------------------------- setup
 
@@ -197,6 +221,8 @@ class TpuPodLauncher:
                 f"launcher.describe_attempts={self.describe_attempts!r}, launcher.describe_backoff_s="
                 f"{self.describe_backoff_s!r}: expected an integer >= 1 and seconds >= 0"
             )
+        if not self.recover_timeout_s >= 0:
+            raise LauncherConfigError(f"launcher.recover_timeout_s={self.recover_timeout_s!r}: expected seconds >= 0")
         if self.slot_kind == "pod" and self.worker_ids() != list(range(self.shape().workers)):
             # libtpu takes the slice's topology from the TPU's metadata: a job on some VMs waits for the rest.
             raise LauncherConfigError(

@@ -32,12 +32,22 @@ def preempted_reason(line: str) -> str:
 
 def machine_gone(storage: RDBStorage, launcher: Launcher, running: RunningTrial, code: int) -> str | None:
     """The launcher's line when a job that failed, or stopped on a preemption notice (outcome PREEMPTED: a spot
-    VM's SIGTERM), lost its machine; None when the machine is there (the job's own end stands)."""
+    VM's SIGTERM), lost its machine; None when the machine is there (the job's own end stands). A failed job on the
+    whole machine (slots=pod) whose slot fails `slot_alive` lost it too, whatever the launcher's description says
+    (a slice that still reads READY after a VM died): no other slot could take its trials, and the launcher's
+    recovery checks the machine before any trial starts again."""
     if code == 0:
         attrs = storage.get_trial(trial_id_of(running.trial)).user_attrs
         if TrialOutcome.of(attrs, seed_prefix(running.seed_index)).outcome != "PREEMPTED":
             return None
-    return launcher.unavailable()
+    if (gone := launcher.unavailable()) is not None:
+        return gone
+    if code != 0 and running.slot.whole and not launcher.slot_alive(running.slot):
+        return (
+            f"slot {running.slot.name} failed its check after the job (a VM gone, or its chips still held), though "
+            "the machine reads as available"
+        )
+    return None
 
 
 def mark_preempted(trial: optuna.Trial, line: str) -> None:

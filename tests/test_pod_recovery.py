@@ -1,0 +1,148 @@
+"""A slice that is not usable at the start, a recovery that meets VMs not up yet, and a VM gone under a slice that
+still reads READY (issue 56.3, 56.4): the study ends with 75 or waits, never with 2 or a traceback, and spends no
+retry. On the stand-in gcloud's pod, whose ssh refuses a PREEMPTED slice (exit 1) as gcloud does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from storage.record import PREEMPTED_ATTR, RETRIES_NOT_SPENT_ATTR
+from sweeps.config.compose import compose_sweep_config
+from sweeps.config.typed_config import typed_sweep
+from sweeps.driver import Driver
+from sweeps.launchers.base import LauncherConfigError, MachineUnavailableError
+from sweeps.launchers.slots import NoSlotLeftError
+from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.run import exit_for
+from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, trial_list
+
+
+def admin(*action: str) -> None:
+    subprocess.run([str(FAKE_GCLOUD), "--fake-admin", *action, "test-pod"], check=True)
+
+
+def launcher(**kw: object) -> TpuPodLauncher:
+    args: dict = dict(tpu_name="test-pod", zone="us-central2-b", gcloud=str(FAKE_GCLOUD), python=sys.executable,
+                      state_poll_s=0.2, describe_backoff_s=0.01)  # fmt: skip
+    return TpuPodLauncher(**{**args, **kw})
+
+
+def looping_python(tmp_path: Path) -> Path:
+    """The VMs' interpreter: this one, except that a training job (`-m trm.train`) is a stand-in that runs until
+    stopped (SIGTERM ends it at once)."""
+    (tmp_path / "job.py").write_text("import pathlib, time\npathlib.Path('started').touch()\ntime.sleep(600)\n")
+    script = tmp_path / "python-looping"
+    script.write_text(
+        f'#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = trm.train ]; then exec {sys.executable} {tmp_path / "job.py"} "$@"; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+def pod_study(tmp_path: Path, db: str, *extra: str) -> Driver:
+    cfg = compose_sweep_config(
+        [
+            "site=pod",
+            "launcher.tpu_name=test-pod",
+            "launcher.zone=us-central2-b",
+            f"launcher.gcloud={FAKE_GCLOUD}",
+            f"launcher.python={looping_python(tmp_path)}",
+            "launcher.remote_dir='~/trm'",
+            "launcher.env={}",
+            "launcher.ssh_timeout_s=20",
+            "launcher.on_preempted=exit",
+            "storage=postgres",
+            f"storage.url={db}",
+            f"output_root={tmp_path}/out",
+            "study=halting",
+            "n_trials=1",
+            "pruner=none",
+            f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.backend=torch'])}",
+            "heartbeat.interval_s=1",
+            "poll_s=0.2",
+            "wandb.enabled=false",
+            "reeval.at_end=false",
+            "preflight.enabled=false",
+            *extra,
+        ]
+    )
+    return Driver(typed_sweep(cfg))
+
+
+@pytest.mark.slow  # runs the gcloud stand-in: a process per call
+def test_starting_on_a_slice_that_is_not_ready_exits_75_before_any_vm_is_contacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_pg_url: str
+) -> None:
+    pod = fake_pod(tmp_path, monkeypatch, 2)
+    admin("preempt")
+    with pytest.raises(MachineUnavailableError) as gone:
+        pod_study(tmp_path, fresh_pg_url).run()
+    code, line = exit_for(gone.value) or (None, "")
+    assert code == 75 and line.startswith("slice test-pod (v4-16) is PREEMPTED: the driver ends"), line
+    assert not (pod / "calls.log").exists()  # no check, no prepare, no ssh: the state came first
+
+    (pod / "test-pod.state").write_text("CREATING")  # on_preempted=wait: the shape waits for READY
+    threading.Timer(1.0, lambda: (pod / "test-pod.state").write_text("READY")).start()
+    began = time.monotonic()
+    assert launcher().shape().workers == 2 and time.monotonic() - began >= 1.0
+    assert exit_for(NoSlotLeftError("every slot is out (vm-0, vm-1)")) == (75, "every slot is out (vm-0, vm-1)")
+
+
+@pytest.mark.slow
+def test_a_recovery_whose_vms_do_not_answer_yet_tries_again_until_they_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pod = fake_pod(tmp_path, monkeypatch, 2)
+    tpu = launcher()
+    admin("preempt")
+    line = tpu.unavailable()
+    assert line == "slice test-pod (v4-16) is PREEMPTED"
+    ssh = subprocess.run(tpu.ssh_argv("0", "true"), capture_output=True, text=True)  # gcloud refuses, no ssh
+    assert ssh.returncode == 1 and 'terminal state "PREEMPTED"' in ssh.stderr
+    monkeypatch.setenv("FAKE_TPU_RECREATE_SSH_S", "2")  # READY before the fresh VMs' sshd answers
+    threading.Timer(0.5, admin, args=("recreate",)).start()
+    began = time.monotonic()
+    tpu.wait_until_available(line)  # was: the first prepare's error, and the driver's exit 2
+    assert time.monotonic() - began >= 2.5
+    assert (pod / "calls.log").read_text().count("--command=true") >= 2  # reached again until it answered
+
+    admin("preempt")
+    admin("recreate")
+    (pod / "test-pod.ssh-up-at").write_text(f"{time.time() + 600}\n")  # never up within the bound
+    with pytest.raises(LauncherConfigError, match=r"^reaching the workers failed \(exit 255\)"):
+        launcher(recover_timeout_s=0.5).wait_until_available(line)
+
+
+@pytest.mark.slow
+def test_a_vm_gone_under_a_ready_slice_pauses_a_pod_study_spending_no_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_pg_url: str
+) -> None:
+    """slots=pod: the job fails, the slice still reads READY; the slot's check fails. Was: a retry spent on the
+    trial, then NoSlotLeftError's traceback."""
+    pod = fake_pod(tmp_path, monkeypatch, 2)
+    vm0 = pod / "test-pod" / "worker-0" / "trm"
+
+    def vanish() -> None:
+        deadline = time.monotonic() + 120
+        while not (vm0 / "started").exists():
+            assert time.monotonic() < deadline, "the trial did not start"
+            time.sleep(0.1)
+        admin("vanish=1")
+
+    hand = threading.Thread(target=vanish)
+    hand.start()
+    with pytest.raises(MachineUnavailableError, match=r"^slot pod failed its check after the job"):
+        pod_study(tmp_path, fresh_pg_url, "heartbeat.max_retry=1").run()
+    hand.join()
+    first, copy = optuna.load_study(study_name="halting", storage=fresh_pg_url).trials
+    assert first.state == TrialState.FAIL and first.user_attrs[PREEMPTED_ATTR].startswith("slot pod failed its check")
+    assert copy.state == TrialState.WAITING and copy.user_attrs[RETRIES_NOT_SPENT_ATTR] == 1
