@@ -36,6 +36,7 @@ class Point:
     blank: float
     gflops: float  # training FLOPs spent up to this eval (evals are not counted: a study's compute is its training)
     wall_s: float
+    eval_s: float | None = None  # this eval's own seconds, within wall_s (tables exported before it was kept: None)
 
     def metric(self, name: str) -> float:
         return float(getattr(self, METRICS[name]))
@@ -99,7 +100,10 @@ def load(path: Path, seed: int) -> Table:
     curves = {
         config(row["params"]): Curve(
             dict(row["params"]),
-            tuple(Point(p["step"], p["exact"], p["blank"], p["gflops"], p["wall_s"]) for p in row["curve"]),
+            tuple(
+                Point(p["step"], p["exact"], p["blank"], p["gflops"], p["wall_s"], p.get("eval_s"))
+                for p in row["curve"]
+            ),
         )
         for row in rows
     }

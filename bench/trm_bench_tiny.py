@@ -61,6 +61,7 @@ STUDY = "model_scaling"
 SPACE_SIZE = 72  # model_scaling's tiny space: 2 widths x 2 depths x 3 H x 3 L cycles x 2 mixers (checked at export)
 SEEDS = (0, 1, 2)  # 0 and 1 choose the default strategy, 2 is held out (bench/trm_bench_choice.py)
 EVAL_KEYS = ("eval/exact_accuracy", "eval/blank_accuracy")
+TRAIN_KEY = "train/lm_loss"  # in every training log record, never in an eval record
 # The demo's trial (conf/site/laptop.yaml), evaluated 10x as often on twice its puzzles, in fp32 on every CPU so
 # that a table recorded over several machines is one table (bf16 differs in speed 100x between CPU kinds).
 TRIAL = [
@@ -296,12 +297,14 @@ def eval_interval(attrs: dict[str, Any]) -> int:
 def curve(
     run_dirs: Sequence[Path], flops_per_step: int, steps: int, every: int, start: float | None
 ) -> list[dict[str, Any]] | None:
-    """Per eval: step, the eval metrics, cumulative FLOPs and wall seconds since `start` (the job's first step; None:
-    its first log point), from the run
-    directories of a retry chain, first first (a retry resumes from its chain's checkpoint in a run directory of
-    its own; a repeated step: the later record wins). None unless every eval `every` steps up to `steps` is there."""
+    """Per eval: step, the eval metrics, cumulative FLOPs, wall seconds since `start` (the job's first step; None:
+    its first log point) and, where the step also logged training, the eval's own seconds (the job writes the
+    training record, then evaluates, then writes the eval record), from the run directories of a retry chain,
+    first first (a retry resumes from its chain's checkpoint in a run directory of its own; a repeated step: the
+    later record wins). None unless every eval `every` steps up to `steps` is there."""
     records = [r for d in run_dirs if (d / METRICS_FILE).exists() for r in read_metrics(d)]
     evals = {int(r["step"]): r for r in records if all(k in r for k in EVAL_KEYS)}
+    logged = {int(r["step"]): r[WALL_TIME_KEY] for r in records if TRAIN_KEY in r and WALL_TIME_KEY in r}
     if sorted(evals) != list(range(every, steps + 1, every)):
         return None
     first = start if start is not None else min(r[WALL_TIME_KEY] for r in records if WALL_TIME_KEY in r)
@@ -312,6 +315,7 @@ def curve(
             "blank": round(float(r["eval/blank_accuracy"]), 6),
             "gflops": round(flops_per_step * step / 1e9, 3),
             "wall_s": round(r[WALL_TIME_KEY] - first, 2),
+            **({"eval_s": round(r[WALL_TIME_KEY] - logged[step], 2)} if step in logged else {}),
         }
         for step, r in sorted(evals.items())
     ]

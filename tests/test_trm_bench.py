@@ -640,3 +640,17 @@ def test_study_seeds_is_replayed_on_the_mean_curve_at_its_summed_cost(tmp_path: 
     a, b, m = tables[0].curves[c].points[-1], tables[1].curves[c].points[-1], mean.curves[c].points[-1]
     assert m.exact == pytest.approx((a.exact + b.exact) / 2) and m.gflops == pytest.approx(a.gflops + b.gflops)
     assert m.wall_s == pytest.approx(a.wall_s + b.wall_s) and mean.seed == 0
+
+
+def test_an_evals_own_seconds_are_read_between_its_steps_training_and_eval_records(tmp_path: Path) -> None:
+    """The pod replays count evals by what the platform measured: the job logs a step's training record, then
+    evaluates, then logs the eval record; an eval step with no training record has no eval_s."""
+    run = tmp_path / "trial-0" / "run"
+    train = {"step": 2, "train/lm_loss": 1.0, WALL_TIME_KEY: 100.0}
+    _write(run, [train, _eval(2, 0.1, 103.5), _eval(4, 0.2, 110.0)])
+    points = curve([run], flops_per_step=10**9, steps=4, every=2, start=99.0)
+    assert points is not None
+    assert points[0]["eval_s"] == 3.5 and "eval_s" not in points[1]
+    (tmp_path / "t.json").write_text(json.dumps({"seeds": {"0": [{"params": {"a": 1}, "curve": points}]}}))
+    table = load(tmp_path / "t.json", 0)
+    assert [p.eval_s for p in table.curves[config({"a": 1})].points] == [3.5, None]
