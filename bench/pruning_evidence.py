@@ -31,7 +31,7 @@ from bench._results import RESULTS, run_header, write_results
 from bench.pruning import replay_curves
 from contracts.eval_noise import binomial_stderr
 from contracts.pruning_evidence import EvidencePruner
-from storage.record import PRUNER_EVIDENCE_ATTR
+from storage.study_record import StudyAttrs
 
 OBJECTIVE = "eval/exact_accuracy"
 METRICS = ("eval/exact_accuracy", "eval/blank_accuracy")
@@ -94,7 +94,7 @@ def replay(
         "gap": gap,
         "kept": gap <= se + 1e-12,
         "pruned": run["pruned"],
-        "rungs_on": rungs_on(run["study"].user_attrs.get(PRUNER_EVIDENCE_ATTR)),
+        "rungs_on": rungs_on(StudyAttrs.of(run["study"].user_attrs).pruner_evidence),
     }
 
 

@@ -57,6 +57,7 @@ from sqlalchemy.engine import make_url
 
 import storage
 from bench._results import RESULTS, cpu_facts, fmt, percentile, write_results
+from storage.study_record import StudyAttrs
 from storage.url import driver_url
 from sweeps.search.draw import draw_within_budget
 from sweeps.search.space import SearchSpace
@@ -222,8 +223,7 @@ class ConnectionSampler(threading.Thread):
 def prepare_study(parent: Any, name: str) -> None:
     """A study with a realistic history, so each query runs over populated tables."""
     study = optuna.create_study(study_name=name, storage=parent, direction="maximize")
-    study.set_user_attr("pruner", PRUNER_SPEC)
-    study.set_user_attr("objective", OBJECTIVE)
+    StudyAttrs(pruner=PRUNER_SPEC, objective=OBJECTIVE).store(study.set_user_attr)
     rng = random.Random(name)
     study.add_trials([
         optuna.trial.create_trial(value=rng.random(), intermediate_values={100 * (s + 1): rng.random() for s in range(HISTORY_STEPS)})

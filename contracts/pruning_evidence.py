@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import optuna
 from optuna.pruners import BasePruner
@@ -32,7 +33,8 @@ from scipy.stats import kendalltau
 
 from contracts.pruning_near_best import cut_steps, near_best
 from storage.heartbeat import chain_origin
-from storage.record import PRUNER_EVIDENCE_ATTR, EvidenceRecord, RungEvidence
+from storage.record import EvidenceRecord, RungEvidence
+from storage.study_record import StudyAttrs
 
 log = logging.getLogger("sweeps.pruning")
 CHECKS = ("agreement", "near_best")  # what backs a rung: the audits' rank agreement, or their near-best kept
@@ -153,17 +155,17 @@ class EvidencePruner(BasePruner):
 
     def _store(self, study: optuna.Study, record: EvidenceRecord) -> None:
         """Write the record when it changed (a new audit trial completed), logging each rung switched on or off."""
-        stored = study.user_attrs.get(PRUNER_EVIDENCE_ATTR)
+        stored = StudyAttrs.of(study.user_attrs).pruner_evidence
         if stored == record:
             return
-        before = stored.get("rungs", {}) if isinstance(stored, dict) else {}
+        before: dict[str, Any] = dict(stored.get("rungs", {})) if isinstance(stored, dict) else {}
         for step, rung in record["rungs"].items():
-            if rung["on"] != before.get(step, {}).get("on", False):
+            if rung["on"] != (before.get(step) or {}).get("on", False):
                 log.info(
                     "pruning at step %s switched %s: Kendall tau %s over %d audit trials (needs >= %g over >= %d)",
                     step, "on" if rung["on"] else "off", rung["tau"], rung["n"], self.min_agreement, self.min_audit,
                 )  # fmt: skip
-        study.set_user_attr(PRUNER_EVIDENCE_ATTR, record)
+        StudyAttrs(pruner_evidence=record).store(study.set_user_attr)
 
 
 def _kendall(x: list[float], y: list[float]) -> float | None:

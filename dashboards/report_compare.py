@@ -137,7 +137,7 @@ def summary_table(views: list[StudyView]) -> str:
 
     rows: list[tuple[str, Callable[[StudyView], str]]] = [
         ("objective", lambda v: esc(f"{v.objective} ({'maximize' if v.maximize else 'minimize'})" + (" + " + ", ".join(v.objectives[1:]) if v.multi else ""))),
-        ("sampler / pruner", lambda v: esc(f"{_short(v.study.user_attrs.get('sampler'))} / {_short(v.study.user_attrs.get('pruner'))}")),
+        ("sampler / pruner", lambda v: esc(f"{_short(v.attrs.sampler)} / {_short(v.attrs.pruner)}")),
         ("trials", lambda v: esc(", ".join(f"{n} {s.name.lower()}" for s in TrialState if (n := sum(t.state == s for t in v.trials))))),
         ("best value", lambda v: best(v, lambda t: esc(t.values[0]))),
         ("best trial", lambda v: best(v, lambda t: esc(t.number))),

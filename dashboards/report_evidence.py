@@ -1,13 +1,13 @@
 """The report's one line on what the evidence-checking pruner measured (contracts/pruning_evidence.py): which audit
 trials it measured on and, per step, the rank agreement and whether pruning was on there. Read from the study
-record (PRUNER_EVIDENCE_ATTR), as the job's pruner last wrote it; nothing when the study has no such record."""
+record (StudyAttrs.pruner_evidence), as the job's pruner last wrote it; nothing when the study has no such record."""
 
 from __future__ import annotations
 
 import html
 
 from dashboards.report_view import StudyView
-from storage.record import PRUNER_EVIDENCE_ATTR, EvidenceRecord
+from storage.record import EvidenceRecord
 
 
 def evidence_text(record: EvidenceRecord) -> str:
@@ -27,7 +27,7 @@ def evidence_text(record: EvidenceRecord) -> str:
 
 def evidence_paragraph(view: StudyView) -> str:
     """The line as HTML, or "" for a study whose pruner recorded no evidence."""
-    record = view.study.user_attrs.get(PRUNER_EVIDENCE_ATTR)
+    record = view.attrs.pruner_evidence
     if not isinstance(record, dict):
         return ""
-    return f'<p class="meta" id="{view.prefix}pruner-evidence">{html.escape(evidence_text(record))}</p>'  # type: ignore[arg-type]
+    return f'<p class="meta" id="{view.prefix}pruner-evidence">{html.escape(evidence_text(record))}</p>'

@@ -153,5 +153,5 @@ def seed_spread(view: StudyView) -> Section:
     ))  # fmt: skip
     fig.update_layout(xaxis_title="configuration (best mean first)", yaxis_title=view.objective)
     s.figure = fig
-    s.caption = f"{len(trials)} configuration(s) with {', '.join(sorted({str(len(t.user_attrs['seed_values'])) for t in trials}))} seeds each."
+    s.caption = f"{len(trials)} configuration(s) with {', '.join(sorted({str(len(t.user_attrs[SEED_VALUES_ATTR])) for t in trials}))} seeds each."
     return s

@@ -22,7 +22,7 @@ from dashboards.report_view import (
 )
 from storage.record import DUPLICATE_OF_ATTR, FAIL_REASON_ATTR, Reeval, samples_per_s
 from storage.trial_record import TrialLaunch, TrialOutcome
-from sweeps.best import commit_text, describe
+from sweeps.best import BestTrial, describe
 from sweeps.trials.reeval import interval
 
 MAX_PARETO_SHOWN = 5  # Pareto trials described in full; the trials table has the rest
@@ -55,11 +55,11 @@ def wandb_dir(trial: FrozenTrial) -> Path | None:
     return runs[-1] if runs else None
 
 
-def wandb_cell(info: dict[str, Any], trial: FrozenTrial) -> str:
+def wandb_cell(info: BestTrial, trial: FrozenTrial) -> str:
     """The W&B run a launched trial's job opened (group/name, trm/wandb_run_config.py), and its local directory if here."""
     if not TrialLaunch.of(trial.user_attrs).workdir:
         return ""  # never launched (refused as a duplicate, failed before its job started): no run
-    name = f"{info['wandb']['group']}/{info['wandb']['name']}"
+    name = f"{info.wandb['group']}/{info.wandb['name']}"
     local = wandb_dir(trial)
     return f'<span class="kv">{html.escape(name)}</span>' + (f" ({link(str(local), 'local run')})" if local else "")
 
@@ -87,33 +87,29 @@ def best_block(view: StudyView) -> str:
     for trial in trials[:MAX_PARETO_SHOWN]:
         info = describe(view.study, trial)
         values = ", ".join(f"{name} = {fmt_value(v)}" for name, v in zip(view.objectives, trial.values))
-        step = f" at step {info['best_step']}" if info["best_step"] is not None else ""
+        step = f" at step {info.best_step}" if info.best_step is not None else ""
         parts.append(
             f"<p><b>trial {trial.number}</b> ({trial.state.name.lower()}): {html.escape(values)}{html.escape(step)}</p>"
         )
         rows = "".join(f"<tr><td><code>{html.escape(k)}</code></td><td><code>{html.escape(v)}</code></td></tr>"
-                       for k, _, v in (o.partition("=") for o in info["overrides"]))  # fmt: skip
+                       for k, _, v in (o.partition("=") for o in info.overrides))  # fmt: skip
         parts.append(f'<table class="params"><tr><th>parameter (override)</th><th>value</th></tr>{rows}</table>')
-        again = Reeval.of(info["reeval"])  # its re-evaluation on a larger eval (sweeps/trials/reeval.py), if any
-        mine = info["confirmed"]  # its mean over fresh training seeds (sweeps/trials/confirm.py), if confirmed
+        again = Reeval.of(info.reeval)  # its re-evaluation on a larger eval (sweeps/trials/reeval.py), if any
+        mine = info.confirmed  # its mean over fresh training seeds (sweeps/trials/confirm.py), if confirmed
         confirmed = f"{mine['mean']:.4f} ± {mine['se']:.4f} ({mine['se_kind']} SE, {mine['n']} seeds)" if mine else ""
         facts = [
             *([("confirmed", html.escape(confirmed))] if mine else []),
             *([("re-evaluated", html.escape(f"{again.metric} = {interval(again)}"))] if again else []),
-            ("re-train", f'<code class="cmd">{html.escape(shlex.join(info["retrain"]))}</code>'),
+            ("re-train", f'<code class="cmd">{html.escape(shlex.join(info.retrain))}</code>'),
             (
                 "best checkpoint",
-                (link(info["best_checkpoint"]) or "not recorded")
-                + (
-                    f" <b>warning:</b> {html.escape(info['best_checkpoint_note'])}"
-                    if info["best_checkpoint_note"]
-                    else ""
-                ),
+                (link(info.best_checkpoint) or "not recorded")
+                + (f" <b>warning:</b> {html.escape(info.best_checkpoint_note)}" if info.best_checkpoint_note else ""),
             ),
             ("W&B run", wandb_cell(info, trial)),
-            ("git commit", html.escape(commit_text(info))),
-            ("code version", html.escape(info["code_version"] or "not recorded")),
-            ("workdir", link(info["workdir"]) or "not recorded"),
+            ("git commit", html.escape(info.commit_text())),
+            ("code version", html.escape(info.code_version or "not recorded")),
+            ("workdir", link(info.workdir) or "not recorded"),
         ]
         parts.append(
             '<table class="facts">' + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts) + "</table>"
@@ -122,12 +118,12 @@ def best_block(view: StudyView) -> str:
     return "\n".join(parts)
 
 
-def code_cell(info: dict[str, Any]) -> str:
+def code_cell(info: BestTrial) -> str:
     """The trial table's `code`: its git commit, short (`+` with uncommitted changes), else its content hash, short;
     both in full on hover."""
-    commit, version = info["code_commit"], info["code_version"] or ""
-    shown = f"{commit[:12]}{'+' if info['code_dirty'] else ''}" if commit else version[:12]
-    return f'<span title="commit {html.escape(commit_text(info))}; content hash {html.escape(version)}">{html.escape(shown)}</span>'
+    commit, version = info.code_commit, info.code_version or ""
+    shown = f"{commit[:12]}{'+' if info.code_dirty else ''}" if commit else version[:12]
+    return f'<span title="commit {html.escape(info.commit_text())}; content hash {html.escape(version)}">{html.escape(shown)}</span>'
 
 
 def trial_table(view: StudyView) -> str:
@@ -151,12 +147,12 @@ def trial_table(view: StudyView) -> str:
         )
         cells = [  # (class, html)
             ("num", esc(t.number)), ("", f'<span class="state-{t.state.name.lower()}">{t.state.name.lower()}</span>'),
-            ("num", value), ("num", esc(info["best_step"])), ("num", esc(TrialOutcome.of(t.user_attrs).steps)),
+            ("num", value), ("num", esc(info.best_step)), ("num", esc(TrialOutcome.of(t.user_attrs).steps)),
             ("num", esc(fmt_seconds(took.total_seconds()) if took is not None else "")), ("num", esc(fmt_seconds(view.train_seconds(t)))),
             *([("num", esc("" if speeds[t.number] is None else f"{speeds[t.number]:.4g}"))] if show_speed else []),
             *([("num", esc("" if hours is None else f"{hours:.3g}"))] if show_chips else []),
             ("params", " ".join(f'<span class="kv">{html.escape(k)}={esc(v)}</span>' for k, v in plain_params(t).items())),
-            ("", link(info["best_checkpoint"], "best.pt")), ("num", wandb_cell(info, t)),
+            ("", link(info.best_checkpoint, "best.pt")), ("num", wandb_cell(info, t)),
             ("", code_cell(info)), ("", html.escape(trial_note(t))),
         ]  # fmt: skip
         rows.append("<tr>" + "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>" for c, v in cells) + "</tr>")

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 
 from storage.record import trained_trials
+from storage.study_record import StudyAttrs
 from storage.trial_record import TrialLaunch, TrialOutcome
 from sweeps.search.space import params_to_values
 from sweeps.trials.confirmed import confirmed_ranking
@@ -63,11 +64,11 @@ class StudyView:
             study.get_trials(deepcopy=False)
         )  # refused repeats, trials never started: not shown
         self.multi = len(study.directions) > 1
-        attrs = study.user_attrs
-        objectives = attrs.get("objectives") or [attrs.get("objective") or "objective"]
-        self.objective = str(objectives[0])
-        self.objectives = [str(o) for o in objectives]
-        self.reported = str(attrs.get("prune_metric") or self.objective)  # what the intermediate values are
+        self.attrs = StudyAttrs.of(study.user_attrs)
+        objectives = self.attrs.objective_names or ["objective"]
+        self.objective = objectives[0]
+        self.objectives = objectives
+        self.reported = str(self.attrs.reported or self.objective)  # what the intermediate values are
         self.maximize = study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
         self.complete = [t for t in self.trials if t.state == TrialState.COMPLETE and t.values]
         self.pruned = [t for t in self.trials if t.state == TrialState.PRUNED]

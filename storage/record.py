@@ -1,9 +1,10 @@
 """The study record's names: what the sweep driver writes on a study and the training job reads.
 
 The record is the contract between the driver and the job (docs/architecture.md, "The contracts between parts"):
-the channel back from a job; its names live here, in `storage`, which both sides may import. A trial's facts
-are typed records (storage/trial_record.py: TrialLaunch, TrialOutcome; Reeval here): writers and readers go through
-them, and the names below that are their fields' are for a reader that needs a single attribute by name.
+the channel back from a job; its names live here, in `storage`, which both sides may import. The study's facts and
+a trial's are typed records (storage/study_record.py: StudyAttrs; storage/trial_record.py: TrialLaunch,
+TrialOutcome; Reeval here): writers and readers go through them. The names below are the attributes no record
+holds: the driver's own per-attempt marks and the typed dicts a job rewrites as it runs.
 """
 
 from __future__ import annotations
@@ -15,26 +16,17 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
-# Study attributes the driver writes and the job reads.
-PRUNER_ATTR = "pruner"  # the pruner as a `_target_` dict: every job asks the pruner the driver configured
-OBJECTIVE_ATTR = "objective"
-PRUNE_METRIC_ATTR = "prune_metric"  # what the job reports at each eval (absent: the objective)
-# A random id the study gets when first opened. Trial directories and checkpoints carry it, so a new study
-# under an old name (a new storage, a deleted study) never resumes the old study's checkpoints.
-STUDY_UID_ATTR = "uid"
-DRIVERS_ATTR = "drivers"  # how many drivers have opened the study: each gets its own sampler seed
-# What the trials of the study trained and how they were judged (space, objectives, trial length, preset, pruner):
-# a driver with another definition is refused (sweeps/search/definition.py).
-DEFINITION_ATTR = "definition"
-
 # The pruners config may build, in the driver and in the job (which rebuilds the stored spec): Optuna's, and the
 # wrapper that prunes only where the study's audit trials back a rung (contracts/pruning_evidence.py: a layer both
 # the platform and the trainer import).
 PRUNER_TARGETS = ["optuna.pruners.*", "contracts.pruning_evidence.EvidencePruner"]
 # The wrapper's earlier home, as studies stored before it moved name it: read as where it lives now.
 MOVED_PRUNER_TARGETS = {"sweeps.pruning_evidence.EvidencePruner": "contracts.pruning_evidence.EvidencePruner"}
-# What that wrapper measured, rewritten whenever it changes: an EvidenceRecord.
-PRUNER_EVIDENCE_ATTR = "pruner_evidence"
+# The study attribute a test of the re-evaluation still names (StudyAttrs.uid): removed with its last user.
+STUDY_UID_ATTR = "uid"
+
+
+# What that wrapper measured, rewritten whenever it changes (StudyAttrs.pruner_evidence).
 
 
 class RungEvidence(TypedDict):
@@ -133,19 +125,13 @@ DRIVER_TIMING_DETAIL = "driver_timing"
 # otherwise fail a live driver's trials between two of its beats.
 HEARTBEAT_GRACE_ATTR = "heartbeat_grace_s"
 
-# Trial attributes for reusing a trial (sweeps/best.py): the driver stores the whole set of training overrides
-# the job ran with and its checkpoint URL when it launches (TrialLaunch); the job stores its code version when it
-# finishes (TrialOutcome). Each name is its record's field's (tests/test_record_types.py holds them equal).
+# Names of TrialLaunch's and TrialOutcome's fields (storage/trial_record.py) that modules still read or write one
+# at a time; tests/test_record_types.py holds them equal to the fields. Each goes with its last such user: a reader
+# takes the record (`TrialLaunch.of(attrs).slot`).
 TRAIN_OVERRIDES_ATTR = "train_overrides"
 CHECKPOINT_URL_ATTR = "checkpoint_url"
 SLOT_ATTR = "slot"  # where the driver ran the trial's job (sweeps/launchers/slots.py: "pod", "vm-3", "vm-3/chips-0-1")
 PEAK_MEMORY_ATTR = "peak_memory_mb"  # rank 0's peak device memory in MiB (trm/memory.py: what each device counts)
-CODE_VERSION_ATTR = "code_version"  # the content hash of trm/ (contracts/code_version.py), what resume checks
-# The git commit the job's code is (a str) and whether its work tree differed from it (a bool); both None where the
-# code is not a git checkout's (an installed wheel). Absent on trials recorded before they were stored.
-CODE_COMMIT_ATTR = "code_commit"
-CODE_DIRTY_ATTR = "code_dirty"
-BEST_CHECKPOINT_NOTE_ATTR = "best_checkpoint_note"  # the job's word that best.pt is not its best (trm/best_file.py)
 
 # A trial's wide, nested facts (timing stamps, every final metric, the full override list) live in one
 # attribute, `details`, so that the dashboard's and the CLI's attribute tables show what a user reads (outcome,
@@ -154,7 +140,6 @@ BEST_CHECKPOINT_NOTE_ATTR = "best_checkpoint_note"  # the job's word that best.p
 # launch and driver_timing at the end, the job final_metrics and timing in between: never at the same time).
 DETAILS_ATTR = "details"
 THROUGHPUT_DETAIL = "throughput"  # step speed and compile counts (trm/throughput.py), read by sweeps.utilization
-PROFILE_DETAIL = "profile"  # train.profile_steps: the trace the job wrote on rank 0's machine (trm/profiling.py)
 
 
 def trial_detail(attrs: Mapping[str, Any], key: str, default: Any = None) -> Any:
@@ -229,7 +214,7 @@ def reevals(study_attrs: Mapping[str, Any]) -> dict[int, Reeval]:
 
 
 def current_pruner_spec(spec: Any) -> Any:
-    """A stored pruner `_target_` dict (a study's PRUNER_ATTR, or the pruner in its definition) with a moved class
+    """A stored pruner `_target_` dict (a study's StudyAttrs.pruner, or the pruner in its definition) with a moved class
     named where it lives now, in the spec and in a wrapped one; anything else as it is. A copy: the stored value is
     never changed, and a study recorded before the move is still the same study."""
     if not isinstance(spec, dict):

@@ -163,7 +163,8 @@ class TrialOutcome(TrialFacts):
     final_metrics: dict[str, float] = field(default_factory=dict, metadata=DETAIL)  # every metric of its last eval
     timing: dict[str, float] | None = field(default=None, metadata=DETAIL)  # its stamps (trm/clock.py)
     throughput: dict[str, Any] | None = field(default=None, metadata=DETAIL_WHEN_SET)  # THROUGHPUT_DETAIL
-    profile: dict[str, Any] | None = field(default=None, metadata=DETAIL_WHEN_SET)  # PROFILE_DETAIL
+    # train.profile_steps: the trace the job wrote on rank 0's machine (trm/profiling.py).
+    profile: dict[str, Any] | None = field(default=None, metadata=DETAIL_WHEN_SET)
 
     @classmethod
     def from_summary(

@@ -26,7 +26,7 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import optuna
@@ -43,7 +43,8 @@ from storage.cli import (
     study_from_args,
 )
 from storage.confirm_record import COMPLETE, confirmations
-from storage.record import STUDY_UID_ATTR, Reeval
+from storage.record import Reeval
+from storage.study_record import StudyAttrs
 from storage.trial_record import TrialLaunch, TrialOutcome
 from sweeps.config.config_values import UserConfigError
 from sweeps.config.schema import SweepConfig
@@ -114,107 +115,131 @@ def pick(study: optuna.Study, number: str | None) -> FrozenTrial:
     return ranked[0].trial if ranked else study.best_trial
 
 
-def describe(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
-    """What a user needs to reuse `trial`, as plain values."""
+@dataclass(frozen=True)
+class BestTrial:
+    """What a user needs to reuse a trial (`describe`), as plain values: the text, the report and the JSON read it.
+    The JSON is `as_dict()`, its keys the fields' names in their order."""
+
+    study: str
+    trial: int
+    state: str  # Optuna's state name (COMPLETE, PRUNED, ...)
+    value: float | list[float] | None  # a multi-objective trial's values, else its value
+    objective: str | None  # the study's (first) objective
+    best_step: int | None
+    overrides: list[str]  # its sampled parameters as plain `trm.train` overrides
+    retrain: list[str]  # the whole command that re-trains it
+    best_checkpoint: str | None  # its chain's best.pt
+    # False: not there as seen from here (never written, or on the workers' own disks); None: not known.
+    best_checkpoint_found: bool | None
+    best_checkpoint_note: str | None  # set when best.pt is not the best
+    wandb: dict[str, str]  # the run's group and name (trm/wandb_run_config.py)
+    workdir: str | None
+    code_version: str | None  # the content hash of trm/: what checkpoint.resume checks
+    code_commit: str | None  # None: not a git checkout's code, or not recorded
+    code_dirty: bool | None
+    # Its re-evaluation (a Reeval's dict), the study's re-evaluated ranking and the overlap line (sweeps/trials/reeval.py).
+    reeval: dict[str, Any] | None
+    ranking: list[dict[str, Any]]
+    overlap: str | None
+    # Its configuration confirmed on fresh seeds (sweeps/trials/confirm.py): its row, each confirm seed's best.pt,
+    # the confirmed ranking, the line when its top two cannot be told apart, and the trials' own winner (without
+    # confirmation: re-evaluated, or best).
+    confirmed: dict[str, Any] | None
+    confirm_checkpoints: dict[str, str]  # {seed: its best.pt}
+    confirmed_ranking: list[dict[str, Any]]
+    confirmed_tie: str | None
+    trials_winner: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def commit_text(self) -> str:
+        """Its git commit as one phrase, or why there is none (the text and the report)."""
+        if not self.code_commit:
+            return "none recorded (a job run from a git checkout records its commit)"
+        return str(self.code_commit) + (" with uncommitted changes" if self.code_dirty else "")
+
+
+def describe(study: optuna.Study, trial: FrozenTrial) -> BestTrial:
+    """What a user needs to reuse `trial`."""
     launch, outcome = TrialLaunch.of(trial.user_attrs), TrialOutcome.of(trial.user_attrs)
     values = params_to_values(trial.params)
     overrides = to_overrides(values)
     train_overrides = launch.train_overrides or overrides  # the whole set the job trained with
     checkpoint_url = launch.checkpoint_url
     best_checkpoint = f"{checkpoint_url.rstrip('/')}/best.pt" if checkpoint_url else None
-    return {
-        "study": study.study_name,
-        "trial": trial.number,
-        "state": trial.state.name,
-        "value": trial.values if trial.values and len(trial.values) > 1 else trial.value,
-        "objective": study.user_attrs.get("objective"),
-        "best_step": outcome.best_step,
-        "overrides": overrides,
-        "retrain": ["python", "-m", "trm.train", *train_overrides],
-        "best_checkpoint": best_checkpoint,
-        # False: not there as seen from here (never written, or on the workers' own disks); None: not known.
-        "best_checkpoint_found": url_exists(best_checkpoint) if best_checkpoint else None,
-        "best_checkpoint_note": outcome.best_checkpoint_note,  # set when best.pt is not the best
-        "wandb": {"group": study.study_name, "name": f"{study.study_name}-{trial.number}"},
-        "workdir": launch.workdir,
-        "code_version": outcome.code_version,  # the content hash of trm/: what checkpoint.resume checks
-        "code_commit": outcome.code_commit,  # None: not a git checkout's code, or not recorded
-        "code_dirty": outcome.code_dirty,
-        **ranking_facts(study, trial.number),
-        **confirmed_facts(study, trial.number),
-    }
-
-
-def commit_text(info: dict[str, Any]) -> str:
-    """The git commit of `describe`'s trial as one phrase, or why there is none (the text and the report)."""
-    if not info["code_commit"]:
-        return "none recorded (a job run from a git checkout records its commit)"
-    return str(info["code_commit"]) + (" with uncommitted changes" if info["code_dirty"] else "")
-
-
-def ranking_facts(study: optuna.Study, number: int) -> dict[str, Any]:
-    """The trial's re-evaluation, the study's re-evaluated ranking and the overlap line (sweeps/trials/reeval.py)."""
     ranked = ranking(study)
-    mine = next((r.reeval for r in ranked if r.trial.number == number), None)
-    rows = ranking_rows(ranked)
-    return {"reeval": mine.as_dict() if mine else None, "ranking": rows, "overlap": overlap_line(ranked)}
-
-
-def confirmed_facts(study: optuna.Study, number: int) -> dict[str, Any]:
-    """The trial's configuration confirmed on fresh seeds (sweeps/trials/confirm.py): its mean and error bar, each
-    confirm seed's checkpoints, the confirmed ranking and the line when its top two cannot be told apart."""
+    mine = next((r.reeval for r in ranked if r.trial.number == trial.number), None)
     rows = confirmed_rows(study)
-    mine = next((row for row in rows if row["trial"] == number), None)
-    seeds = confirmations(study.user_attrs).get(number, {})
-    checkpoints = {
-        str(seed): f"{record.checkpoint_url.rstrip('/')}/best.pt"
-        for seed, record in sorted(seeds.items())
-        if record.outcome == COMPLETE and record.checkpoint_url
-    }
+    seeds = confirmations(study.user_attrs).get(trial.number, {})
     own = trials_winner(study)
-    return {
-        "confirmed": mine,
-        "confirm_checkpoints": checkpoints,  # {seed: its best.pt}
-        "confirmed_ranking": rows,
-        "confirmed_tie": tie_line(confirmed_ranking(study)),
-        "trials_winner": own.number if own is not None else None,  # without confirmation: re-evaluated, or best
-    }
+    return BestTrial(
+        study=study.study_name,
+        trial=trial.number,
+        state=trial.state.name,
+        value=trial.values if trial.values and len(trial.values) > 1 else trial.value,
+        objective=StudyAttrs.of(study.user_attrs).objective,
+        best_step=outcome.best_step,
+        overrides=overrides,
+        retrain=["python", "-m", "trm.train", *train_overrides],
+        best_checkpoint=best_checkpoint,
+        best_checkpoint_found=url_exists(best_checkpoint) if best_checkpoint else None,
+        best_checkpoint_note=outcome.best_checkpoint_note,
+        wandb={"group": study.study_name, "name": f"{study.study_name}-{trial.number}"},
+        workdir=launch.workdir,
+        code_version=outcome.code_version,
+        code_commit=outcome.code_commit,
+        code_dirty=outcome.code_dirty,
+        reeval=mine.as_dict() if mine else None,
+        ranking=ranking_rows(ranked),
+        overlap=overlap_line(ranked),
+        confirmed=next((row for row in rows if row["trial"] == trial.number), None),
+        confirm_checkpoints={
+            str(seed): f"{record.checkpoint_url.rstrip('/')}/best.pt"
+            for seed, record in sorted(seeds.items())
+            if record.outcome == COMPLETE and record.checkpoint_url
+        },
+        confirmed_ranking=rows,
+        confirmed_tie=tie_line(confirmed_ranking(study)),
+        trials_winner=own.number if own is not None else None,
+    )
 
 
-def render_text(info: dict[str, Any]) -> str:
-    value = info["value"]
+def render_text(info: BestTrial) -> str:
+    value = info.value
     shown = (
         "none"
         if value is None
         else (", ".join(f"{v:.4f}" for v in value) if isinstance(value, list) else f"{value:.4f}")
     )
     lines = [
-        f"study {info['study']}, trial {info['trial']} ({info['state']}): {info['objective']} = {shown}"
-        + (f" at step {info['best_step']}" if info["best_step"] is not None else ""),
-        f"overrides:  {shlex.join(info['overrides'])}",
-        f"retrain:    {shlex.join(info['retrain'])}",
-        f"checkpoint: {info['best_checkpoint'] or 'not recorded'}"
-        + (" (not found from here)" if info["best_checkpoint_found"] is False else "")
-        + (f"\n  warning:  {info['best_checkpoint_note']}" if info["best_checkpoint_note"] else ""),
-        f"wandb:      group={info['wandb']['group']} name={info['wandb']['name']}",
-        f"workdir:    {info['workdir'] or 'not recorded'}",
-        f"commit:     {commit_text(info)}",
-        f"code:       {info['code_version'] or 'not recorded'} (content hash of trm/)",
+        f"study {info.study}, trial {info.trial} ({info.state}): {info.objective} = {shown}"
+        + (f" at step {info.best_step}" if info.best_step is not None else ""),
+        f"overrides:  {shlex.join(info.overrides)}",
+        f"retrain:    {shlex.join(info.retrain)}",
+        f"checkpoint: {info.best_checkpoint or 'not recorded'}"
+        + (" (not found from here)" if info.best_checkpoint_found is False else "")
+        + (f"\n  warning:  {info.best_checkpoint_note}" if info.best_checkpoint_note else ""),
+        f"wandb:      group={info.wandb['group']} name={info.wandb['name']}",
+        f"workdir:    {info.workdir or 'not recorded'}",
+        f"commit:     {info.commit_text()}",
+        f"code:       {info.code_version or 'not recorded'} (content hash of trm/)",
     ]
-    if info["reeval"]:
-        lines.insert(1, f"reeval:     {info['reeval']['metric']} = {interval(Reeval(**info['reeval']))}")
-    mine = info["confirmed"]
+    again = Reeval.of(info.reeval)
+    if again:
+        lines.insert(1, f"reeval:     {again.metric} = {interval(again)}")
+    mine = info.confirmed
     if mine:
         shown_se = f"{mine['mean']:.4f} ± {mine['se']:.4f} ({mine['se_kind']} SE, {mine['n']} seeds)"
         differs = (
             "the trials' own winner too"
-            if info["trials_winner"] == info["trial"]
-            else f"differs from the trials' own winner, trial {info['trials_winner']}"
+            if info.trials_winner == info.trial
+            else f"differs from the trials' own winner, trial {info.trials_winner}"
         )
-        lines.insert(1, f"confirmed:  {info['objective']} = {shown_se}, rank {mine['rank']}; {differs}")
-        lines += [f"seed {seed}:    {url}" for seed, url in info["confirm_checkpoints"].items()]
-        if info["confirmed_tie"]:
-            lines.append(info["confirmed_tie"])
+        lines.insert(1, f"confirmed:  {info.objective} = {shown_se}, rank {mine['rank']}; {differs}")
+        lines += [f"seed {seed}:    {url}" for seed, url in info.confirm_checkpoints.items()]
+        if info.confirmed_tie:
+            lines.append(info.confirmed_tie)
     return "\n".join(lines)
 
 
@@ -246,7 +271,7 @@ def stage_of(args: dict[str, str], study: optuna.Study, extra: list[str]) -> Sta
     except (UserConfigError, HydraException) as err:
         raise ArgumentError(str(err)) from None
     launcher.prepare()
-    uid = str(study.user_attrs.get(STUDY_UID_ATTR) or "")
+    uid = str(StudyAttrs.of(study.user_attrs).uid or "")
     if not uid:
         raise ArgumentError(f"study {study.study_name!r} has no uid: it was not written by sweeps.run")
     roots = StudyRoots.of(sweep.output_root, sweep.trial.run_root, sweep.trial.checkpoint_root, study.study_name, uid)
@@ -296,7 +321,7 @@ def main_body(argv: list[str]) -> int:
         if dry:
             return 0
     info = describe(study, pick(study, args.get("trial")))
-    print(json.dumps(info) if args["format"] == "json" else render_text(info))
+    print(json.dumps(info.as_dict()) if args["format"] == "json" else render_text(info))
     if other is not None:
         for line in paired_lines(study, other):
             print(f"paired: {line}", file=sys.stderr if args["format"] == "json" else sys.stdout)

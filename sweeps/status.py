@@ -19,6 +19,7 @@ from optuna.trial import FrozenTrial
 from storage import redact
 from storage.cli import STORAGE_KEYS, ArgumentError, parse_args, run_cli, storage_from_args
 from storage.record import FAIL_REASON_ATTR, trained_trials
+from storage.study_record import StudyAttrs
 from storage.trial_record import TrialOutcome
 from sweeps.search.space import params_to_values
 from sweeps.trials.confirmed import confirmed_lines, confirmed_rows
@@ -80,7 +81,7 @@ def collect(storage: optuna.storages.BaseStorage, study_name: str | None) -> lis
             {
                 "study": name,
                 "directions": [d.name.lower() for d in study.directions],
-                "objective": study.user_attrs.get("objective"),
+                "objective": StudyAttrs.of(study.user_attrs).objective,
                 "counts": counts,
                 "best": best,
                 "confirmed": confirmed,

@@ -13,7 +13,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from dashboards.report_tables import best_block
 from dashboards.report_view import StudyView
-from storage.record import BEST_CHECKPOINT_NOTE_ATTR, CHECKPOINT_URL_ATTR
+from storage.trial_record import TrialLaunch, TrialOutcome
 from sweeps import best
 from tests.test_train import config
 from trm import checkpoint
@@ -80,9 +80,47 @@ def test_a_best_pt_whose_state_is_gone_is_named_and_holds_the_next_best(tmp_path
     # The tools show it beside the path (the job stores the note on its trial: trm/trial_link.py).
     study = optuna.create_study(direction="maximize")
     trial = study.ask()
-    trial.set_user_attr(CHECKPOINT_URL_ATTR, str(ckpt))
-    trial.set_user_attr(BEST_CHECKPOINT_NOTE_ATTR, note)
+    for key, value in {
+        **TrialLaunch(checkpoint_url=str(ckpt)).as_attrs(),
+        **TrialOutcome(best_checkpoint_note=note).as_attrs(),
+    }.items():
+        trial.set_user_attr(key, value)
     study.tell(trial, 0.5)
     info = best.describe(study, best.pick(study, None))
     assert f"checkpoint: {ckpt}/best.pt\n  warning:  {note}" in best.render_text(info)
     assert "warning:</b> best.pt holds step 40" in best_block(StudyView(study))
+
+
+# `python -m sweeps.best format=json`'s keys, in order, as `describe` wrote its dict before it returned a BestTrial.
+BEST_JSON_KEYS = [
+    "study", "trial", "state", "value", "objective", "best_step", "overrides", "retrain", "best_checkpoint",
+    "best_checkpoint_found", "best_checkpoint_note", "wandb", "workdir", "code_version", "code_commit", "code_dirty",
+    "reeval", "ranking", "overlap", "confirmed", "confirm_checkpoints", "confirmed_ranking", "confirmed_tie",
+    "trials_winner",
+]  # fmt: skip
+
+
+def test_the_best_trial_is_a_record_whose_json_keeps_its_keys(tmp_path: Path) -> None:
+    import json
+
+    from storage.study_record import StudyAttrs
+
+    study = optuna.create_study(study_name="described", direction="maximize")
+    StudyAttrs(objective="eval/exact_accuracy").store(study.set_user_attr)
+    trial = study.ask({"optim.lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)})
+    launch = TrialLaunch(checkpoint_url=str(tmp_path / "ckpt"), workdir="/runs/t-0", train_overrides=["optim.lr=1"])
+    outcome = TrialOutcome(outcome="COMPLETE", best_step=7, code_version="h" * 64, code_commit="abc", code_dirty=True)
+    for key, value in {**launch.as_attrs(), **outcome.as_attrs(launch.as_attrs())}.items():
+        trial.set_user_attr(key, value)
+    study.tell(trial, 0.5)
+    info = best.describe(study, best.pick(study, None))
+    with pytest.raises(AttributeError):
+        info.trial = 3  # type: ignore[misc]  # frozen: the report and the CLI read one description
+    stored = json.loads(json.dumps(info.as_dict()))
+    assert list(stored) == BEST_JSON_KEYS
+    assert stored["best_checkpoint"] == f"{tmp_path / 'ckpt'}/best.pt" and stored["best_checkpoint_found"] is False
+    assert (stored["objective"], stored["best_step"], stored["retrain"][-1]) == ("eval/exact_accuracy", 7, "optim.lr=1")
+    assert info.commit_text() == "abc with uncommitted changes"
+    text = best.render_text(info)
+    assert "study described, trial 0 (COMPLETE): eval/exact_accuracy = 0.5000 at step 7" in text
+    assert "commit:     abc with uncommitted changes" in text and "(not found from here)" in text

@@ -17,7 +17,8 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from contracts.wandb_runs import summary_run_id, trial_run_id
-from storage.record import DUPLICATE_OF_ATTR, PROGRESS_ATTR, STUDY_UID_ATTR
+from storage.record import DUPLICATE_OF_ATTR, PROGRESS_ATTR
+from storage.study_record import StudyAttrs
 from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.trials.progress import ProgressView, duration, measure, route_optuna_logging
@@ -331,7 +332,7 @@ def test_a_study_logs_one_line_per_trial_state_change_and_quiet_progress_lines(
     assert "A new study created" not in capfd.readouterr().err
 
     # W&B: each trial's run has its deterministic id; a restarted driver logs the same summary run again.
-    uid = study.user_attrs[STUDY_UID_ATTR]
+    uid = StudyAttrs.of(study.user_attrs).uid
     Driver(typed_sweep(cfg)).run()  # the budget is spent: it trains nothing and updates the summary
     runs = {p: read_offline_run(p) for p in find_runs(tmp_path)}
     ids = sorted(run.run_id for run in runs.values())

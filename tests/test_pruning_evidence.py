@@ -15,7 +15,7 @@ from contracts.pruning_evidence import EvidencePruner
 from dashboards.report_page import write_report
 from storage import open_storage
 from storage.heartbeat import retry_callback
-from storage.record import OBJECTIVE_ATTR, PRUNER_ATTR, PRUNER_EVIDENCE_ATTR
+from storage.study_record import StudyAttrs
 from sweeps.config.compose import compose_sweep_config
 from sweeps.config.optuna_parts import build, pruner_spec
 from sweeps.config.typed_config import typed_sweep
@@ -67,7 +67,7 @@ def test_a_rung_prunes_only_where_the_audit_trials_ranks_agree(
     trial.report(0.05, 100)  # below every audit trial at step 100: the bare median pruner prunes it
     assert build(MEDIAN).prune(study, study.trials[-1])
     assert trial.should_prune() is pruned
-    rung = study.user_attrs[PRUNER_EVIDENCE_ATTR]["rungs"]["100"]
+    rung = StudyAttrs.of(study.user_attrs).pruner_evidence["rungs"]["100"]
     assert rung == {"tau": 1.0 if pruned else -1.0, "n": 4, "on": pruned}
 
 
@@ -81,7 +81,7 @@ def test_a_rung_where_every_audit_value_is_equal_never_prunes(tmp_path: Path) ->
         frozen = study.trials[-1]
         frozen.intermediate_values = {step: frozen.intermediate_values[step]}
         assert study.pruner.prune(study, frozen) is False
-    rungs = study.user_attrs[PRUNER_EVIDENCE_ATTR]["rungs"]
+    rungs = StudyAttrs.of(study.user_attrs).pruner_evidence["rungs"]
     assert rungs["200"] == {"tau": None, "n": 4, "on": False} and "300" not in rungs
 
 
@@ -94,7 +94,7 @@ def test_too_few_audit_trials_switch_every_rung_off(tmp_path: Path) -> None:
     trial = study.ask()
     trial.report(0.0, 100)
     assert not trial.should_prune()  # agreement 1.0, but over 3 audit trials of the 4 needed
-    assert study.user_attrs[PRUNER_EVIDENCE_ATTR]["rungs"]["100"] == {"tau": 1.0, "n": 3, "on": False}
+    assert StudyAttrs.of(study.user_attrs).pruner_evidence["rungs"]["100"] == {"tau": 1.0, "n": 3, "on": False}
 
 
 def test_audit_trials_are_the_first_and_every_nth_and_a_retry_keeps_its_status(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_what_it_measured_is_stored_and_a_switch_is_logged_once(
             trial.report(0.5, 100)
             assert not trial.should_prune()
             study.tell(trial, 0.5)
-    record = study.user_attrs[PRUNER_EVIDENCE_ATTR]
+    record = StudyAttrs.of(study.user_attrs).pruner_evidence
     assert record["audit_trials"] == [0, 1, 2, 3] and (record["min_audit"], record["min_agreement"]) == (4, 0.5)
     assert record["rungs"]["200"]["on"] is False
     lines = [r.getMessage() for r in caplog.records if r.name == "sweeps.pruning"]
@@ -132,14 +132,13 @@ def test_the_job_builds_the_stored_evidence_pruner_and_prunes_with_it(tmp_path: 
     """The job rebuilds the pruner from the study record (trm/trial_link.py): the wrapper must pass its whitelist."""
     url = f"sqlite:///{tmp_path}/db.sqlite"
     study = study_with_audits(tmp_path, EARLY, [0.1, 0.2, 0.3, 0.4], evidence_pruner())
-    study.set_user_attr(OBJECTIVE_ATTR, "eval/exact_accuracy")
-    study.set_user_attr(PRUNER_ATTR, SPEC)
+    StudyAttrs(objective="eval/exact_accuracy", pruner=SPEC).store(study.set_user_attr)
     trial = study.ask()
     link = TrialLink("evidence", trial.number, url)
     assert isinstance(link.study.pruner, EvidencePruner)
     assert link.report(100, {"eval/exact_accuracy": 0.05}) == "prune"
     study = optuna.load_study(study_name="evidence", storage=open_storage(url))
-    assert study.user_attrs[PRUNER_EVIDENCE_ATTR]["rungs"]["100"]["on"] is True
+    assert StudyAttrs.of(study.user_attrs).pruner_evidence["rungs"]["100"]["on"] is True
 
 
 @pytest.mark.slow
@@ -163,8 +162,7 @@ def test_a_study_stored_before_the_wrapper_moved_is_the_same_study_and_its_jobs_
     assert [c.what for c in study_changes({**here, "pruner": {**old, "min_audit": 5}}, [], here)] == ["pruner"]
     url = f"sqlite:///{tmp_path}/db.sqlite"
     study = study_with_audits(tmp_path, EARLY, [0.1, 0.2, 0.3, 0.4], evidence_pruner())
-    study.set_user_attr(OBJECTIVE_ATTR, "eval/exact_accuracy")
-    study.set_user_attr(PRUNER_ATTR, old)
+    StudyAttrs(objective="eval/exact_accuracy", pruner=old).store(study.set_user_attr)
     number = study.ask().number
     job = (
         "import sys\n"
@@ -190,7 +188,7 @@ def test_studies_of_recursion_depth_ship_the_evidence_pruner(study_name: str) ->
 
 def test_the_report_shows_what_it_measured(tmp_path: Path) -> None:
     study = study_with_audits(tmp_path, EARLY, [0.4, 0.3, 0.2, 0.1], evidence_pruner())
-    study.set_user_attr(OBJECTIVE_ATTR, "eval/exact_accuracy")
+    StudyAttrs(objective="eval/exact_accuracy").store(study.set_user_attr)
     trial = study.ask()
     trial.report(0.05, 100)
     assert not trial.should_prune()
@@ -217,7 +215,7 @@ def test_a_real_sweep_records_its_evidence_from_the_jobs(tmp_path: Path) -> None
     trials = study.get_trials()
     assert [t.state for t in trials[:2]] == [TrialState.COMPLETE, TrialState.COMPLETE]
     assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials) and len(trials) == 4
-    record = study.user_attrs[PRUNER_EVIDENCE_ATTR]
+    record = StudyAttrs.of(study.user_attrs).pruner_evidence
     assert record["audit_trials"] == [0, 1] and set(record["rungs"]) == {"10", "20"}
     assert record == EvidencePruner(build(MEDIAN), audit_first=2, min_audit=2).evidence(trials)  # as measured
     for t in trials:
@@ -240,7 +238,7 @@ def test_near_best_switches_a_rung_off_where_the_rule_would_cut_a_best_audit(tmp
     assert not trial.should_prune()  # ... but it would have cut the best audits at this step
     trial.report(0.0, 200)
     assert trial.should_prune()
-    record = study.user_attrs[PRUNER_EVIDENCE_ATTR]
+    record = StudyAttrs.of(study.user_attrs).pruner_evidence
     assert record["check"] == "near_best" and record["near_best"] == [0, 1]
     assert record["rungs"]["100"] == {"tau": None, "n": 4, "on": False, "near_best_cut": [0, 1]}
     assert record["rungs"]["200"] == {"tau": None, "n": 4, "on": True, "near_best_cut": []}

@@ -14,22 +14,17 @@ from contracts.code_version import git_commit
 from contracts.out_of_memory import INFEASIBLE_OOM, out_of_memory
 from storage import open_storage
 from storage.record import (
-    BEST_CHECKPOINT_NOTE_ATTR,
     CHECKPOINT_URL_ATTR,
-    CODE_COMMIT_ATTR,
-    CODE_DIRTY_ATTR,
-    CODE_VERSION_ATTR,
     DETAILS_ATTR,
     INFEASIBLE_ATTR,
-    OBJECTIVE_ATTR,
     PEAK_MEMORY_ATTR,
-    PROFILE_DETAIL,
     RUN_AGAIN_ATTR,
     SLOT_ATTR,
     THROUGHPUT_DETAIL,
     TRAIN_OVERRIDES_ATTR,
     merged_details,
 )
+from storage.study_record import StudyAttrs
 from storage.trial_record import ATTEMPT_ATTRS, TrialLaunch, TrialOutcome, attempt_attr, seed_prefix
 from trm.fingerprint import code_fingerprint
 from trm.trial_link import TrialLink
@@ -79,7 +74,7 @@ def legacy_outcome_attrs(outcome: str, summary: dict[str, Any], stored: dict[str
     if summary.get("throughput"):
         facts[THROUGHPUT_DETAIL] = summary["throughput"]
     if summary.get("profile"):
-        facts[PROFILE_DETAIL] = summary["profile"]
+        facts["profile"] = summary["profile"]
     details = merged_details(stored, prefix, **facts)
     git = git_commit()
     attrs = {
@@ -95,13 +90,13 @@ def legacy_outcome_attrs(outcome: str, summary: dict[str, Any], stored: dict[str
         "precision": summary.get("precision"),
         "device": summary.get("device"),
         PEAK_MEMORY_ATTR: summary.get("peak_memory_mb"),
-        CODE_VERSION_ATTR: code_fingerprint(),
-        CODE_COMMIT_ATTR: git.commit if git else None,
-        CODE_DIRTY_ATTR: git.dirty if git else None,
+        "code_version": code_fingerprint(),
+        "code_commit": git.commit if git else None,
+        "code_dirty": git.dirty if git else None,
     }
     note = (summary.get("best_checkpoint") or {}).get("note")
     if note:
-        attrs[BEST_CHECKPOINT_NOTE_ATTR] = note
+        attrs["best_checkpoint_note"] = note
     if summary.get("error"):
         attrs["error"] = str(summary["error"])[-2000:]
         attrs["retryable"] = bool(summary.get("retryable"))
@@ -114,7 +109,7 @@ def legacy_outcome_attrs(outcome: str, summary: dict[str, Any], stored: dict[str
 def sqlite_study(tmp_path: Path, name: str = "records") -> tuple[optuna.Study, str]:
     url = f"sqlite:///{tmp_path / 'study.db'}"
     study = optuna.create_study(study_name=name, storage=open_storage(url), direction="maximize")
-    study.set_user_attr(OBJECTIVE_ATTR, "eval/exact_accuracy")
+    StudyAttrs(objective="eval/exact_accuracy").store(study.set_user_attr)
     return study, url
 
 
@@ -215,8 +210,58 @@ def test_attempt_attributes_follow_the_outcome_fields() -> None:
 def test_the_named_attributes_are_the_records_fields() -> None:
     launch, outcome = {f.name for f in fields(TrialLaunch)}, {f.name for f in fields(TrialOutcome)}
     assert {CHECKPOINT_URL_ATTR, SLOT_ATTR, TRAIN_OVERRIDES_ATTR} <= launch
-    named = {PEAK_MEMORY_ATTR, CODE_VERSION_ATTR, CODE_COMMIT_ATTR, CODE_DIRTY_ATTR, BEST_CHECKPOINT_NOTE_ATTR}
-    assert named | {INFEASIBLE_ATTR, RUN_AGAIN_ATTR, THROUGHPUT_DETAIL, PROFILE_DETAIL} <= outcome
+    assert {PEAK_MEMORY_ATTR, INFEASIBLE_ATTR, RUN_AGAIN_ATTR, THROUGHPUT_DETAIL} <= outcome
     assert TrialOutcome.names_of(lambda o: (o.params_count, o.train_seconds)) == ("params_count", "train_seconds")
     with pytest.raises(AttributeError, match="no field 'params'"):
         TrialOutcome.names_of(lambda o: (o.params,))  # type: ignore[attr-defined]
+
+
+# The study attributes the driver wrote by hand before StudyAttrs (sweeps/search/study.py open_study), with the
+# evidence wrapper's record (contracts/pruning_evidence.py).
+HAND_WRITTEN_STUDY_ATTRS = (
+    "objective", "objectives", "pruner", "prune_metric", "sampler", "launcher", "scale", "definition", "uid",
+    "drivers", "pruner_evidence",
+)  # fmt: skip
+
+
+def test_the_study_record_is_stored_under_the_names_studies_on_disk_have(tmp_path: Path) -> None:
+    assert tuple(f.name for f in fields(StudyAttrs)) == HAND_WRITTEN_STUDY_ATTRS
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="attrs", storage=open_storage(url), direction="maximize")
+    spec = {"_target_": "optuna.pruners.MedianPruner", "n_warmup_steps": 10}
+    written = StudyAttrs(objective="eval/exact_accuracy", objectives=["eval/exact_accuracy"], pruner=spec, uid="ab")
+    written.store(study.set_user_attr)
+    assert study.user_attrs == {"objective": "eval/exact_accuracy", "objectives": ["eval/exact_accuracy"],
+                                "pruner": spec, "uid": "ab"}  # fmt: skip
+    assert StudyAttrs.of(optuna.load_study(study_name="attrs", storage=url).user_attrs) == written
+    # A writer writes only its own facts, and only where they differ from what the study holds.
+    writes: list[str] = []
+    StudyAttrs(objective="eval/exact_accuracy", drivers=2).store(lambda k, v: writes.append(k), study.user_attrs)
+    assert writes == ["drivers"]
+
+
+def test_an_older_study_reads_with_its_newer_facts_missing() -> None:
+    older = StudyAttrs.of({"objective": "eval/loss", "pruner": {"_target_": "optuna.pruners.NopPruner"}})
+    assert older.objective_names == ["eval/loss"] and older.reported == "eval/loss"  # before objectives, prune_metric
+    assert (older.uid, older.drivers, older.definition, older.sampler) == (None, None, None, None)
+    assert StudyAttrs.of({}).objective_names == [] and StudyAttrs.of({}).reported is None
+    newer = StudyAttrs(objective="eval/exact_accuracy", objectives=["eval/exact_accuracy", "eval/loss"])
+    assert StudyAttrs.of({**newer.as_attrs(), "prune_metric": "eval/loss"}).reported == "eval/loss"
+    assert newer.objective_names == ["eval/exact_accuracy", "eval/loss"]
+
+
+def test_the_driver_stores_the_study_record_once_per_open(tmp_path: Path) -> None:
+    from sweeps.config.typed_config import typed_sweep
+    from sweeps.driver import Driver
+    from tests.sweep_helpers import sweep_config
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    sweep = typed_sweep(sweep_config(url, tmp_path / "out", "study.name=opened"))
+    study = Driver(sweep).open_study()
+    stored = StudyAttrs.of(study.user_attrs)
+    assert set(study.user_attrs) == set(HAND_WRITTEN_STUDY_ATTRS) - {"pruner_evidence"}
+    assert (stored.drivers, stored.sampler, stored.launcher) == (1, "TPESampler", "LocalLauncher")
+    assert stored.objective_names == [stored.objective] and stored.reported == stored.prune_metric
+    assert isinstance(stored.uid, str) and isinstance(stored.pruner, dict) and isinstance(stored.definition, dict)
+    again = StudyAttrs.of(Driver(sweep).open_study().user_attrs)
+    assert again == StudyAttrs(**{**stored.as_attrs(), "drivers": 2})  # the same study, a second driver

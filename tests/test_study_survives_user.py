@@ -18,7 +18,8 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from storage import open_storage, retry_callback, trial_id_of
-from storage.record import CHECKPOINT_URL_ATTR, DEFINITION_ATTR, NOT_STARTED_ATTR, PRUNER_ATTR
+from storage.record import CHECKPOINT_URL_ATTR, NOT_STARTED_ATTR
+from storage.study_record import StudyAttrs
 from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.interrupts import interrupt_once, signals_held
@@ -115,7 +116,7 @@ def test_a_changed_definition_is_refused_naming_the_difference_and_the_ways_out(
     url = f"sqlite:///{tmp_path}/db.sqlite"
     first = _driver(url, tmp_path)
     study = first.open_study()
-    stored_pruner, stored_definition = study.user_attrs[PRUNER_ATTR], study.user_attrs[DEFINITION_ATTR]
+    stored = StudyAttrs.of(study.user_attrs)
     changed = (change.get("extra") or [], change.get("space"), change.get("trial"))
     with pytest.raises(StudyDefinitionError) as refused:
         _driver(url, tmp_path, *changed[0], space=changed[1], trial=changed[2]).open_study()
@@ -124,12 +125,12 @@ def test_a_changed_definition_is_refused_naming_the_difference_and_the_ways_out(
     assert "choose a new study.name, or set study.allow_changed_definition=true" in message
     study = optuna.load_study(study_name="defined", storage=url)
     assert study.trials == []  # nothing asked
-    assert study.user_attrs[PRUNER_ATTR] == stored_pruner and study.user_attrs[DEFINITION_ATTR] == stored_definition
+    assert StudyAttrs.of(study.user_attrs) == stored
 
     allowed = _driver(
         url, tmp_path, *changed[0], "study.allow_changed_definition=true", space=changed[1], trial=changed[2]
     )
-    assert allowed.open_study().user_attrs[DEFINITION_ATTR] != stored_definition  # continued, as now defined
+    assert StudyAttrs.of(allowed.open_study().user_attrs).definition != stored.definition  # continued, as now defined
     _driver(url, tmp_path, *changed[0], space=changed[1], trial=changed[2]).open_study()  # the new one is stored
 
 
@@ -140,8 +141,10 @@ def test_where_and_how_a_job_runs_is_no_change_and_an_older_definition_continues
     study = _driver(url, tmp_path).open_study()
     where = [*FAST_TRIAL, "train.progress=true", "wandb.mode=disabled", "runtime.timeout_s=300"]
     _driver(url, tmp_path, trial=where).open_study()  # no StudyDefinitionError
-    older = {k: v for k, v in study.user_attrs[DEFINITION_ATTR].items() if k not in ("overrides", "value", "seeds")}
-    study.set_user_attr(DEFINITION_ATTR, older)
+    older = {
+        k: v for k, v in StudyAttrs.of(study.user_attrs).definition.items() if k not in ("overrides", "value", "seeds")
+    }
+    StudyAttrs(definition=older).store(study.set_user_attr)
     _driver(url, tmp_path, "study.seeds=2").open_study()  # nothing stored to compare the seeds with
 
 

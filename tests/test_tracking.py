@@ -24,7 +24,7 @@ from contracts.wandb_runs import (
     wandb_host,
 )
 from storage import redact
-from storage.record import STUDY_UID_ATTR
+from storage.study_record import StudyAttrs
 from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
@@ -83,7 +83,7 @@ def test_sweep_trial_logs_one_offline_run_with_config_metrics_and_summary(
     run = read_offline_run(runs[0])
 
     # Identity: the run id is the trial's (study uid, retry chain 0, seed 0), so a retry would continue this run
-    uid = study.user_attrs[STUDY_UID_ATTR]
+    uid = StudyAttrs.of(study.user_attrs).uid
     assert run.run_id == trial_run_id(uid, 0, 0) == f"{uid[:12]}-t0-s0"
     assert (run.project, run.group, run.name, run.job_type) == (
         "trm-sweeps",
@@ -411,7 +411,7 @@ def test_a_restarted_driver_updates_the_one_study_summary_run(tmp_path: Path, of
     sweep = typed_sweep(sweep_config(storage, tmp_path, "study.name=summary_twice", "wandb.enabled=true"))
     study = optuna.create_study(study_name="summary_twice", storage=storage, direction="maximize")
     uid = "feedfacefeedfacefeedfacefeedface"
-    study.set_user_attr(STUDY_UID_ATTR, uid)
+    StudyAttrs(uid=uid).store(study.set_user_attr)
     study.add_trial(create_trial(state=TrialState.COMPLETE, value=0.25))
     first = log_study_summary(study, sweep)
     study.add_trial(create_trial(state=TrialState.COMPLETE, value=0.75))  # the next driver start ran another trial

@@ -10,7 +10,8 @@ from optuna.trial import TrialState
 
 from contracts.hydra_app import TrainJob, compose_train_config
 from storage import StorageUnavailableError, open_storage
-from storage.record import OBJECTIVE_ATTR, PROGRESS_ATTR, PRUNE_METRIC_ATTR, PRUNER_ATTR
+from storage.record import PROGRESS_ATTR
+from storage.study_record import StudyAttrs
 from trm.trial_link import RetryPolicy, TrialLink, TrialLinkError, link_from_config, retry
 
 METRICS = {"eval/exact_accuracy": 0.5, "eval/blank_accuracy": 0.9}
@@ -19,10 +20,9 @@ METRICS = {"eval/exact_accuracy": 0.5, "eval/blank_accuracy": 0.9}
 def make_study(url: str, name: str, pruner: dict, prune_metric: str | None = None) -> optuna.Study:
     """A study as the driver leaves it: objective, pruner spec and prune metric stored as study attributes."""
     study = optuna.create_study(study_name=name, storage=open_storage(url), direction="maximize")
-    study.set_user_attr(OBJECTIVE_ATTR, "eval/exact_accuracy")
-    study.set_user_attr(PRUNER_ATTR, pruner)
+    StudyAttrs(objective="eval/exact_accuracy", pruner=pruner).store(study.set_user_attr)
     if prune_metric:
-        study.set_user_attr(PRUNE_METRIC_ATTR, prune_metric)
+        StudyAttrs(prune_metric=prune_metric).store(study.set_user_attr)
     return study
 
 

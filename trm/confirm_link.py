@@ -21,7 +21,8 @@ from contracts.metric_names import HALTED_EXAMPLES
 from contracts.train_config import SweepLink
 from storage import engine_settings, open_storage
 from storage.confirm_record import COMPLETE, FAIL, ConfirmSeed, confirm_attr, confirm_progress_attr
-from storage.record import OBJECTIVE_ATTR, STUDY_UID_ATTR, ProgressRecord, Reeval
+from storage.record import ProgressRecord, Reeval
+from storage.study_record import StudyAttrs
 from storage.trial_record import TrialOutcome
 from trm.fingerprint import code_fingerprint
 from trm.trial_link import TrialLinkError, retry
@@ -49,9 +50,9 @@ def open_study(sweep: SweepLink) -> tuple[RDBStorage, int, dict[str, Any]]:
     name = str(sweep.study)
     study_id = retry(lambda: storage.get_study_id_from_name(name), "finding the study", policy)
     attrs = retry(lambda: storage.get_study_user_attrs(study_id), "reading the study", policy)
-    if sweep.study_uid is not None and attrs.get(STUDY_UID_ATTR) != sweep.study_uid:
+    if sweep.study_uid is not None and StudyAttrs.of(attrs).uid != sweep.study_uid:
         raise TrialLinkError(
-            f"sweep.study={name!r} has uid {attrs.get(STUDY_UID_ATTR)!r}, not sweep.study_uid={sweep.study_uid!r}: "
+            f"sweep.study={name!r} has uid {StudyAttrs.of(attrs).uid!r}, not sweep.study_uid={sweep.study_uid!r}: "
             "another study of that name; the confirm job does not write to it"
         )
     return storage, study_id, attrs
@@ -64,7 +65,7 @@ class ConfirmLink:
         self.storage, self.study_id, attrs = open_study(sweep)
         self.policy = sweep.report_retry
         self.trial, self.seed, self.checkpoint_url = int(sweep.trial_number or 0), seed, checkpoint_url
-        self.metric = str(attrs.get(OBJECTIVE_ATTR))
+        self.metric = str(StudyAttrs.of(attrs).objective)
         self.finished = False
         self.first_progress: tuple[int, float] | None = None
 

@@ -20,7 +20,8 @@ from contracts.hydra_app import TrainJob
 from contracts.metric_names import HALTED_EXAMPLES, MAXIMIZED
 from contracts.train_config import SweepLink
 from storage import engine_settings, open_storage
-from storage.record import STUDY_UID_ATTR, Reeval, reeval_attr
+from storage.record import Reeval, reeval_attr
+from storage.study_record import StudyAttrs
 from trm import checkpoint
 from trm.confirm_link import store_reeval
 from trm.data.loader import eval_batches
@@ -121,7 +122,7 @@ def store(sweep: SweepLink, record: Reeval) -> None:
         policy,
     )
     study_id = retry(lambda: storage.get_study_id_from_name(str(sweep.study)), "finding the study", policy)
-    uid = retry(lambda: storage.get_study_user_attrs(study_id).get(STUDY_UID_ATTR), "reading the study", policy)
+    uid = retry(lambda: StudyAttrs.of(storage.get_study_user_attrs(study_id)).uid, "reading the study", policy)
     if sweep.study_uid is not None and uid != sweep.study_uid:
         raise TrialLinkError(
             f"sweep.study={sweep.study!r} has uid {uid!r}, not sweep.study_uid={sweep.study_uid!r}: another study "

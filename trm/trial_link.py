@@ -28,15 +28,13 @@ from storage import EngineSettings, StorageError, engine_settings, open_storage
 from storage.errors import sqlite_file_lost, storage_failure
 from storage.record import (
     MEMORY_ATTR,
-    OBJECTIVE_ATTR,
     PROGRESS_ATTR,
-    PRUNE_METRIC_ATTR,
-    PRUNER_ATTR,
     PRUNER_TARGETS,
     MemoryRecord,
     ProgressRecord,
     current_pruner_spec,
 )
+from storage.study_record import StudyAttrs
 from storage.trial_record import TrialOutcome, seed_prefix
 from trm.fingerprint import code_fingerprint
 from trm.memory_watch import MemoryWatch
@@ -108,16 +106,16 @@ class TrialLink:
         # The driver created the schema and checked its version: the job skips both (storage.open_storage).
         self.storage = open_storage(storage_url, password_env=password_env, create_schema=False, **self.engine)
         study_id = self.storage.get_study_id_from_name(study_name)
-        attrs = self.storage.get_study_user_attrs(study_id)
+        attrs = StudyAttrs.of(self.storage.get_study_user_attrs(study_id))
         # The spec comes from the database: only Optuna's pruners (and the evidence wrapper) may be built from it.
-        spec = current_pruner_spec(attrs.get(PRUNER_ATTR))  # a moved class by its name now
+        spec = current_pruner_spec(attrs.pruner)  # a moved class by its name now
         pruner = instantiate(spec, _execution_whitelist_=PRUNER_TARGETS) if spec else optuna.pruners.NopPruner()
         self.study = optuna.load_study(study_name=study_name, storage=self.storage, pruner=pruner)
         self.trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, trial_number)
         self.trial = optuna.trial.Trial(self.study, self.trial_id)
         self.multi_objective = len(self.study.directions) > 1
-        self.objective = attrs.get(OBJECTIVE_ATTR)
-        self.reported = attrs.get(PRUNE_METRIC_ATTR) or self.objective
+        self.objective = attrs.objective
+        self.reported = attrs.reported
 
     def _retry(self, action: Callable[[], T], what: str) -> T:
         return retry(action, what, self.retry_policy)

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from contracts.hydra_app import TrainJob, to_dict
 from contracts.overrides import override_values
 from contracts.train_config import SweepLink, TrainApp
+from storage.study_record import StudyAttrs
 
 MANUAL_GROUP = "manual"
 # Keys of the training summary (trm.train) that go into the W&B run summary.
@@ -144,8 +145,9 @@ def run_tags(cfg: TrainApp, study_attrs: dict[str, Any]) -> list[str]:
     study = cfg.sweep.study
     if study is not None:
         tags.append(f"study:{study}")
-    for key in ("sampler", "pruner", "launcher"):
-        name = _short(study_attrs.get(key))
+    attrs = StudyAttrs.of(study_attrs)
+    for key, spec in (("sampler", attrs.sampler), ("pruner", attrs.pruner), ("launcher", attrs.launcher)):
+        name = _short(spec)
         if name:
             tags.append(f"{key}:{name}")
     tags += [str(t) for t in (cfg.wandb.get("tags") or [])]

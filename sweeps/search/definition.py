@@ -5,7 +5,7 @@ its search space (every parameter with its distribution), its objectives and dir
 (train.steps), the experiment preset, the pruner, the other overrides every trial trains with (trial.overrides and
 study.fixed, less those that say where or how a job runs: DOES_NOT_DEFINE), how a trial's value is read
 (study.value) and how many seeds make it (study.seeds). The first driver stores them as the study attribute
-`definition` (storage.record.DEFINITION_ATTR); a later driver whose definition differs is refused before it asks
+`definition` (storage.study_record.StudyAttrs); a later driver whose definition differs is refused before it asks
 Optuna for a trial, with every difference named and the two ways out: a new study.name, or
 `study.allow_changed_definition=true` to continue the study as now defined (that driver stores its definition).
 

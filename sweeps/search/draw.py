@@ -17,7 +17,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from storage import exclusive, trial_id_of
-from storage.record import DUPLICATE_OF_ATTR, NOT_STARTED_ATTR
+from storage.record import DUPLICATE_OF_ATTR, FAIL_REASON_ATTR, NOT_STARTED_ATTR
 from sweeps.search.budget import TRAINS, budget_used, twin_of
 from sweeps.search.definition import StudyDefinitionError, describe
 from sweeps.search.distinct_draws import space_exhausted
@@ -67,7 +67,7 @@ def draw_within_budget(study: optuna.Study, storage: RDBStorage, space: SearchSp
                 return Draw(trial, sampled)
             trial.set_user_attr(DUPLICATE_OF_ATTR, twin)
             trial.set_user_attr(
-                "fail_reason", f"same parameters as trial {twin}: not trained (repeats are what study.seeds is for)"
+                FAIL_REASON_ATTR, f"same parameters as trial {twin}: not trained (repeats are what study.seeds is for)"
             )
             study.tell(trial, state=TrialState.FAIL)
             log.info("trial %d drew trial %d's parameters again: not trained, drawing again", trial.number, twin)
@@ -89,7 +89,7 @@ def failed_unless_started(study: optuna.Study, storage: RDBStorage, trial: optun
         if not storage.get_trial(trial_id_of(trial)).state.is_finished():
             why = f"{type(err).__name__}: {err}".strip()
             trial.set_user_attr(NOT_STARTED_ATTR, why)
-            trial.set_user_attr("fail_reason", f"asked, then not started: {why}")
+            trial.set_user_attr(FAIL_REASON_ATTR, f"asked, then not started: {why}")
             study.tell(trial, state=TrialState.FAIL)
         raise
 

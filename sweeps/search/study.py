@@ -19,14 +19,7 @@ from optuna.storages import RDBStorage
 from optuna.study import StudyDirection
 
 from storage import engine_settings, exclusive, open_storage, retry_callback
-from storage.record import (
-    DEFINITION_ATTR,
-    DRIVERS_ATTR,
-    OBJECTIVE_ATTR,
-    PRUNE_METRIC_ATTR,
-    PRUNER_ATTR,
-    STUDY_UID_ATTR,
-)
+from storage.study_record import StudyAttrs
 from sweeps.config.optuna_parts import build, pruner_spec, resolved_dict
 from sweeps.config.schema import Study, SweepConfig
 from sweeps.search.definition import (
@@ -69,20 +62,17 @@ def reported_metric(study_cfg: Study) -> str:
 
 
 def _check_matches(study: optuna.Study, study_cfg: Study) -> None:
-    stored, name = study.user_attrs, study_cfg.name
+    stored, name = StudyAttrs.of(study.user_attrs), study_cfg.name
     objectives, directions = objective_names(study_cfg), study_directions(study_cfg)
-    if (
-        stored.get(OBJECTIVE_ATTR) not in (None, study_cfg.objective)
-        or stored.get("objectives", objectives) != objectives
-    ):
+    if stored.objective not in (None, study_cfg.objective) or stored.objectives not in (None, objectives):
         raise StudyMismatchError(
-            f"study.name={name!r} already exists with objective(s) {stored.get('objectives')} "
+            f"study.name={name!r} already exists with objective(s) {stored.objectives} "
             f"but this config asks for {objectives}: choose another study.name"
         )
     reported = reported_metric(study_cfg)
-    if stored.get(PRUNE_METRIC_ATTR) not in (None, reported) and study.get_trials(deepcopy=False):
+    if stored.prune_metric not in (None, reported) and study.get_trials(deepcopy=False):
         raise StudyMismatchError(
-            f"study.name={name!r} already has trials that reported {stored[PRUNE_METRIC_ATTR]!r} to the "
+            f"study.name={name!r} already has trials that reported {stored.prune_metric!r} to the "
             f"pruner but this config reports {reported!r} (study.prune_metric): the pruner would compare the two; "
             "choose another study.name or the same prune_metric"
         )
@@ -96,7 +86,7 @@ def _check_matches(study: optuna.Study, study_cfg: Study) -> None:
 def _check_definition(study: optuna.Study, definition: Mapping[str, Any], allowed: bool) -> None:
     """Refuse a study stored with another definition (sweeps/search/definition.py), before anything is asked or written.
     A study from before definitions were stored is checked against its trials' distributions."""
-    found = study_changes(study.user_attrs.get(DEFINITION_ATTR), study.get_trials(deepcopy=False), definition)
+    found = study_changes(StudyAttrs.of(study.user_attrs).definition, study.get_trials(deepcopy=False), definition)
     why = refusal(study.study_name, found, allowed)
     if why:
         raise StudyDefinitionError(why)
@@ -139,30 +129,24 @@ def open_study(
     _check_matches(study, study_cfg)
     if definition is not None:
         _check_definition(study, definition, study_cfg.allow_changed_definition)
-    objectives, stored = objective_names(study_cfg), study.user_attrs
-    attrs = {
-        OBJECTIVE_ATTR: study_cfg.objective,
-        "objectives": objectives,
-        PRUNER_ATTR: pruner_spec(sweep.pruner, train_steps),
-        PRUNE_METRIC_ATTR: reported_metric(study_cfg),
-        "sampler": str(sweep.sampler["_target_"]).rsplit(".", 1)[-1],
-        "launcher": str(sweep.launcher["_target_"]).rsplit(".", 1)[-1],
-        "scale": sweep.scale,
-    }
-    if definition is not None:
-        attrs[DEFINITION_ATTR] = dict(definition)
-    for key, value in attrs.items():
-        if stored.get(key) != value:
-            study.set_user_attr(key, value)
+    objectives = objective_names(study_cfg)
+    StudyAttrs(
+        objective=study_cfg.objective,
+        objectives=objectives,
+        pruner=pruner_spec(sweep.pruner, train_steps),
+        prune_metric=reported_metric(study_cfg),
+        sampler=str(sweep.sampler["_target_"]).rsplit(".", 1)[-1],
+        launcher=str(sweep.launcher["_target_"]).rsplit(".", 1)[-1],
+        scale=sweep.scale,
+        definition=dict(definition) if definition is not None else None,
+    ).store(study.set_user_attr, study.user_attrs)
     if study.metric_names != objectives:
         study.set_metric_names(objectives)  # optuna-dashboard and the CLI say eval/exact_accuracy, not "Objective 0"
     with exclusive(storage, f"uid:{study_cfg.name}"):  # two drivers opening a new study agree
-        uid = study.user_attrs.get(STUDY_UID_ATTR)
-        if uid is None:
-            uid = uuid.uuid4().hex
-            study.set_user_attr(STUDY_UID_ATTR, uid)
-        driver_index = int(study.user_attrs.get(DRIVERS_ATTR, 0))
-        study.set_user_attr(DRIVERS_ATTR, driver_index + 1)
+        known = StudyAttrs.of(study.user_attrs)
+        uid = known.uid or uuid.uuid4().hex
+        driver_index = int(known.drivers or 0)
+        StudyAttrs(uid=uid, drivers=driver_index + 1).store(study.set_user_attr, study.user_attrs)
     if driver_index:
         # A restarted or second driver with the study's seed would draw the first driver's parameters again:
         # each driver of a study gets its own seed, derived from the configured one and its start order.

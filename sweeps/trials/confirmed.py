@@ -26,7 +26,8 @@ from storage.confirm_record import (
     ConfirmStage,
     confirmations,
 )
-from storage.record import DEFINITION_ATTR, OBJECTIVE_ATTR, SEED_VALUES_ATTR, Reeval, reevals
+from storage.record import SEED_VALUES_ATTR, Reeval, reevals
+from storage.study_record import StudyAttrs
 from storage.trial_record import TrialOutcome
 from sweeps.search.space import params_to_values, to_overrides
 from sweeps.trials.confirm_rank import Confirmed, SeedValue, interval, rank, tie_line
@@ -40,7 +41,7 @@ POOL_ALWAYS = 1 << 30  # no ConfirmStage stored: every configuration takes the p
 def study_rule(study: optuna.Study) -> tuple[bool, int]:
     """How the study measures a trial (its definition, sweeps/search/definition.py): (its best eval's value rather
     than its last, how many seeds each trial trained); a study stored before they were recorded: (best, 1)."""
-    definition = study.user_attrs.get(DEFINITION_ATTR)
+    definition = StudyAttrs.of(study.user_attrs).definition
     definition = definition if isinstance(definition, dict) else {}
     return definition.get("value", "best") != "last", int(definition.get("seeds") or 1)
 
@@ -92,7 +93,7 @@ def _values(study: optuna.Study) -> tuple[dict[int, list[SeedValue]], int | None
     re-evaluation's puzzles where every value of every configuration has one on the same count (one eval for the
     whole ranking: a subset and the whole split differ in difficulty), else None: the trials' own eval."""
     use_best, study_seeds = study_rule(study)
-    metric = str(study.user_attrs.get(OBJECTIVE_ATTR) or "")
+    metric = str(StudyAttrs.of(study.user_attrs).objective or "")
     trials = {t.number: t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
     again = reevals(study.user_attrs)
     own: dict[int, list[SeedValue]] = {}
@@ -196,7 +197,7 @@ def confirmed_lines(study: optuna.Study) -> list[str]:
         return failed
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     again = reevals(study.user_attrs)
-    metric = study.user_attrs.get(OBJECTIVE_ATTR)
+    metric = StudyAttrs.of(study.user_attrs).objective
     winner = trials[ranked[0].trial]
     shown = " ".join(to_overrides(params_to_values(winner.params)))
     lines = [f"confirmed winner: trial {winner.number} ({shown}), {metric} = {interval(ranked[0])} (mean over seeds)"]

@@ -19,14 +19,13 @@ from optuna.trial import FrozenTrial, TrialState
 from storage import orphaned_trials, retry_callback, trial_id_of
 from storage.heartbeat import NO_FIRST_HEARTBEAT
 from storage.record import (
-    CHECKPOINT_URL_ATTR,
     FAIL_REASON_ATTR,
     NOT_STARTED_ATTR,
     PROGRESS_ATTR,
     RETRIES_NOT_SPENT_ATTR,
     UNTRAINED_ATTRS,
 )
-from storage.trial_record import seed_prefix
+from storage.trial_record import TrialLaunch, seed_prefix
 from sweeps.search.space import SearchSpace
 from sweeps.trials.outcome import clip_reason, orphan_verdict
 from sweeps.trials.retry import plan_retry, visible_here, with_note
@@ -78,12 +77,12 @@ def settle_orphans(
             fail_cut_draw(study, storage, orphan, why)
             continue
         verdict = orphan_verdict(orphan.user_attrs, seeds, objective_values, why)
-        checkpoints = visible_here(orphan.user_attrs.get(CHECKPOINT_URL_ATTR), shares_filesystem)
+        checkpoints = visible_here(TrialLaunch.of(orphan.user_attrs).checkpoint_url, shares_filesystem)
         plan = plan_retry(orphan, max_retry, checkpoints) if verdict.requeue else None
         try:
             if verdict.state == TrialState.FAIL:
                 reason = with_note(verdict.reason, plan.note) if plan else verdict.reason
-                storage.set_trial_user_attr(trial_id_of(orphan), "fail_reason", clip_reason(reason))
+                storage.set_trial_user_attr(trial_id_of(orphan), FAIL_REASON_ATTR, clip_reason(reason))
                 if why == NO_FIRST_HEARTBEAT:  # no job of it started: it trained nothing
                     storage.set_trial_user_attr(trial_id_of(orphan), NOT_STARTED_ATTR, why)
                 study.tell(orphan.number, state=TrialState.FAIL)

@@ -40,12 +40,12 @@ from storage.record import (
     FAIL_REASON_ATTR,
     SEED_STD_ATTR,
     SEED_VALUES_ATTR,
-    STUDY_UID_ATTR,
     Reeval,
     reevals,
     samples_per_s,
     trained_trials,
 )
+from storage.study_record import StudyAttrs
 from storage.trial_record import TrialOutcome
 from sweeps.config.schema import SweepConfig, Wandb
 from sweeps.trials.confirm_rank import interval as confirm_interval
@@ -226,24 +226,27 @@ def log_study_summary(study: optuna.Study, sweep: SweepConfig) -> Path | None:
         trials = trained_trials(study.get_trials(deepcopy=False))
         confirmed_by_trial = {row["trial"]: row for row in confirmed_rows(study)}
         columns, rows = trial_rows(trials, reevals(study.user_attrs), confirmed_by_trial)
-        attrs = study.user_attrs
+        attrs = StudyAttrs.of(study.user_attrs)
+        facts = StudyAttrs(  # the run's config: the study's facts that say what it searched and how
+            objective=attrs.objective,
+            objectives=attrs.objectives,
+            sampler=attrs.sampler,
+            launcher=attrs.launcher,
+            pruner=attrs.pruner,
+            scale=attrs.scale,
+        )
         config: dict[str, Any] = {
             "study": study.study_name,
             "directions": [d.name.lower() for d in study.directions],
-            **{
-                k: attrs.get(k)
-                for k in ("objective", "objectives", "sampler", "launcher", "pruner", "scale")
-                if k in attrs
-            },
+            **facts.as_attrs(),
             "n_trials": sweep.n_trials,
         }
-        uid = attrs.get(STUDY_UID_ATTR)  # set by the driver when it opens the study
-        pruner = attrs.get("pruner")
+        uid = attrs.uid  # set by the driver when it opens the study
         tags = [f"study:{study.study_name}"]
         for key, spec in (
-            ("sampler", attrs.get("sampler")),
-            ("pruner", pruner.get("_target_") if isinstance(pruner, dict) else pruner),
-            ("launcher", attrs.get("launcher")),
+            ("sampler", attrs.sampler),
+            ("pruner", attrs.pruner.get("_target_") if isinstance(attrs.pruner, dict) else attrs.pruner),
+            ("launcher", attrs.launcher),
         ):
             if spec:
                 tags.append(f"{key}:{str(spec).rsplit('.', 1)[-1]}"[:64])
