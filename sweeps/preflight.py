@@ -39,6 +39,11 @@ def rank0_workers(launcher: TpuPodLauncher) -> list[int]:
     return sorted({(slot.workers or tuple(launcher.worker_ids()))[0] for slot in launcher.slots()})
 
 
+def chips_glob(sweep: SweepConfig, launcher: TpuPodLauncher) -> str:
+    """Where a VM's chips are: preflight.chips_glob, else its family's device files (v4 and v5+ differ)."""
+    return sweep.preflight.chips_glob or launcher.shape().chip_family.device_glob
+
+
 def probe_args(sweep: SweepConfig, launcher: TpuPodLauncher, train: Mapping[str, Any]) -> dict[str, Any]:
     """What the probe checks on each VM. `train` is the trials' training config as composed (conf/train.yaml):
     its data block depends on the dataset chosen, which no one schema types (contracts.hydra_app.train_values)."""
@@ -46,7 +51,7 @@ def probe_args(sweep: SweepConfig, launcher: TpuPodLauncher, train: Mapping[str,
     url = resolve_url(sweep.storage.url, create_dir=False)
     return {
         "packages": list(PACKAGES),
-        "chips_glob": settings.chips_glob,
+        "chips_glob": chips_glob(sweep, launcher),
         "data_path": None if data.get("source") == "generate" else str(data.get("path")),  # generated: built on the VM
         "splits": ["train", "test"],
         "checkpoint_url": trial.checkpoint_root or trial.run_root or "runs",
@@ -119,7 +124,7 @@ def problems(  # noqa: C901, PLR0915 (a check per problem it names, in the table
         chips, holders = f["chips"]
         if chips != shape.chips_per_vm:
             out.append(
-                f"worker {w}: {chips} TPU chip(s) at {settings.chips_glob}, but slice {shape.label()} has "
+                f"worker {w}: {chips} TPU chip(s) at {chips_glob(sweep, launcher)}, but slice {shape.label()} has "
                 f"{shape.chips_per_vm} per VM"
             )
         hosts = f.get("hosts") or []

@@ -24,8 +24,11 @@ from sweeps.config.compose import compose_sweep_config
 from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.slots import SlotConfigError, SlotPool, device_slots, tpu_slots
+from sweeps.launchers.tpu_slice import FAMILIES
 from sweeps.validation.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, fake_pod, trial_list
+
+V4 = FAMILIES["v4"].accelerator_type
 
 FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
 TOPOLOGY_KEYS = ("TPU_VISIBLE_CHIPS", "TPU_CHIPS_PER_PROCESS_BOUNDS", "TPU_PROCESS_BOUNDS", "TPU_PROCESS_PORT")
@@ -88,15 +91,15 @@ def recorded_envs(pod: Path, worker: int) -> list[dict[str, str]]:
 
 
 def test_slots_divide_a_pod_into_vms_or_chips_with_their_own_topology() -> None:
-    vms = tpu_slots("vm", range(8), 4)
+    vms = tpu_slots("vm", range(8), 4, V4)
     assert [s.name for s in vms] == [f"vm-{w}" for w in range(8)] and all(s.chips == 4 for s in vms)
     assert vms[3].workers == (3,) and vms[3].env["TPU_VISIBLE_CHIPS"] == "0,1,2,3"
     assert vms[3].overrides == ("runtime.expected_devices=4",)
-    chips = tpu_slots("chips:1", [0, 1], 4)
+    chips = tpu_slots("chips:1", [0, 1], 4, V4)
     assert len(chips) == 8 and chips[5].name == "vm-1/chips-1" and chips[5].env["TPU_VISIBLE_CHIPS"] == "1"
     ports = {s.env["TPU_PROCESS_PORT"] for s in chips if s.workers == (1,)}
     assert len(ports) == 4  # four jobs on one VM: four TPU client ports
-    pairs = tpu_slots("chips:2", [0], 4)
+    pairs = tpu_slots("chips:2", [0], 4, V4)
     assert [s.env["TPU_VISIBLE_CHIPS"] for s in pairs] == ["0,1", "2,3"]
 
 
@@ -104,7 +107,7 @@ def test_two_processes_on_a_v4_host_get_the_recipes_bounds_and_ports_of_their_ow
     """Two 2-chip slots on a v4 host (2x2 chips): chip bounds 1,2,1 (chips {0,1} and {2,3}, as the multi-process
     recipes set them), each its own TPU client, mesh-controller and runtime-metrics port, and its own compile
     cache directory (the cache writes its files in place: two processes must not share one)."""
-    pairs = tpu_slots("chips:2", [0], 4)
+    pairs = tpu_slots("chips:2", [0], 4, V4)
     assert [s.env["TPU_CHIPS_PER_PROCESS_BOUNDS"] for s in pairs] == ["1,2,1", "1,2,1"]
     for key in (
         "TPU_PROCESS_PORT",
@@ -125,12 +128,12 @@ def test_two_processes_on_a_v4_host_get_the_recipes_bounds_and_ports_of_their_ow
         compile_cache_dir(
             runtime_config("runtime.compile_cache_dir=/c", "runtime.compile_cache_subdir=../x"), create=False
         )
-    whole = tpu_slots("pod", range(8), 4)
+    whole = tpu_slots("pod", range(8), 4, V4)
     assert len(whole) == 1 and whole[0].whole and whole[0].chips == 32 and not whole[0].env
     with pytest.raises(SlotConfigError, match=r"launcher.slots='chips:3'.*N in \[1, 2, 4\]"):
-        tpu_slots("chips:3", [0], 4)
+        tpu_slots("chips:3", [0], 4, V4)
     with pytest.raises(SlotConfigError, match=r"launcher.slots='host'.*pod, vm or chips:N"):
-        tpu_slots("host", [0], 4)
+        tpu_slots("host", [0], 4, V4)
     gpus = device_slots("chips:2", 4)
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in gpus] == ["0,1", "2,3"]
     with pytest.raises(SlotConfigError, match="launcher.devices"):
@@ -162,20 +165,20 @@ def test_a_slot_confines_its_job_by_the_hosts_chip_bounds_too(tmp_path: Path, mo
 def test_a_slot_pool_shares_the_whole_machine_or_hands_out_each_slot_once() -> None:
     shared = SlotPool(device_slots("pod", None), 2)  # a laptop: two trials side by side on its cores
     assert shared.take() is not None and shared.take() is not None and shared.take() is None
-    pool = SlotPool(tpu_slots("vm", range(3), 4), None)  # null max_concurrent: every slot
+    pool = SlotPool(tpu_slots("vm", range(3), 4, V4), None)  # null max_concurrent: every slot
     taken = [pool.take(), pool.take(), pool.take()]
     assert pool.take() is None and len({s.name for s in taken if s}) == 3
     assert taken[0] is not None and taken[1] is not None and taken[2] is not None
     pool.retire(taken[1])
     pool.give_back(taken[0])
     assert pool.take() == taken[0] and pool.take() is None  # the retired slot never comes back
-    capped = SlotPool(tpu_slots("vm", range(8), 4), 3)
+    capped = SlotPool(tpu_slots("vm", range(8), 4, V4), 3)
     assert len(list(iter(capped.take, None))) == 3
 
 
 def test_a_retry_goes_back_to_its_predecessors_slot_when_it_is_free() -> None:
     """site=pod keeps checkpoints on a VM's own disk: with slots=vm a retry on another VM started over."""
-    pool = SlotPool(tpu_slots("vm", range(3), 4), None)
+    pool = SlotPool(tpu_slots("vm", range(3), 4, V4), None)
     first = pool.take()
     assert first is not None and first.name == "vm-0"
     assert pool.prefer(first, "vm-2").name == "vm-2"  # vm-0 went back

@@ -7,7 +7,7 @@ rank-0 reporting, pruning, checkpoints and W&B run.
 
     pod      one slot: every worker, every chip (one trial at a time on the whole pod)
     vm       one slot per worker VM, with all of its chips
-    chips:N  N chips of one VM per slot (v4: N in 1, 2, 4)
+    chips:N  N chips of one VM per slot (v4, v5p: N in 1, 2, 4; v5e, v6e: also 8 on a one-host slice)
 
 A slot is confined by environment. On a TPU VM, libtpu and torch_xla read the topology from variables when
 TPU_SKIP_MDS_QUERY is set instead of the pod's metadata (torch_xla 2.9, torch_xla/_internal/tpu.py:
@@ -27,7 +27,7 @@ written in place, so two processes must not share one. On a GPU machine a slot i
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sweeps.config.config_values import UserConfigError
@@ -40,8 +40,9 @@ METRICS_BASE_PORT = 8431  # libtpu's runtime metrics port (reported, not documen
 # runtime metrics port 8431 (from it, one per process), 8470/8471 of older runtimes. Reported by users, not
 # documented by Google (docs/pod-unknowns.md); the control plane (runtime.port) and the preflight keep off them.
 LIBTPU_PORTS = (8431, 8432, 8433, 8434, 8470, 8471, 8476, 8477, 8478, 8479)
-# Chips of one v4 VM (2x2x1) as a slot of 1, 2 or 4 chips: the TPU_CHIPS_PER_PROCESS_BOUNDS of each size.
-V4_CHIP_BOUNDS = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1"}
+# Chips of one VM as a slot of 1, 2, 4 or 8 chips: the TPU_CHIPS_PER_PROCESS_BOUNDS of each size (a v4 or v5p VM
+# is 2x2x1; a one-host v5e or v6e slice of 8 chips 2x4x1, Cloud TPU's topology tables).
+CHIP_BOUNDS = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1", 8: "2,4,1"}
 
 
 class SlotConfigError(UserConfigError):
@@ -85,24 +86,27 @@ class SlotKind:
         raise SlotConfigError(f"launcher.slots={value!r}: expected {ACCEPTED}")
 
 
-def tpu_slots(value: object, workers: Sequence[int], chips_per_vm: int) -> list[Slot]:
-    """The slots of a TPU pod's worker VMs (`workers`, each with `chips_per_vm` chips)."""
+def tpu_slots(
+    value: object, workers: Sequence[int], chips_per_vm: int, accelerator_type: Callable[[int], str]
+) -> list[Slot]:
+    """The slots of a TPU pod's worker VMs (`workers`, each with `chips_per_vm` chips); `accelerator_type` names a
+    slice of N chips of the slice's family (sweeps/launchers/tpu_slice.py: ChipFamily.accelerator_type)."""
     kind = SlotKind.parse(value)
     if kind.kind == "pod":  # one device per chip (sweeps/launchers/tpu_slice.py): the job checks the count
         total = len(workers) * chips_per_vm
         return [Slot(WHOLE.name, (), total, overrides=(f"runtime.expected_devices={total}",))]
     size = chips_per_vm if kind.kind == "vm" else int(kind.chips or 0)
-    if size not in V4_CHIP_BOUNDS or chips_per_vm % size:
+    if size not in CHIP_BOUNDS or chips_per_vm % size:
         raise SlotConfigError(
             f"launcher.slots={value!r}: a slot of {size} chip(s) does not divide a VM's {chips_per_vm} chips into "
-            f"a TPU topology; expected chips:N with N in {sorted(n for n in V4_CHIP_BOUNDS if chips_per_vm % n == 0)}"
+            f"a TPU topology; expected chips:N with N in {sorted(n for n in CHIP_BOUNDS if chips_per_vm % n == 0)}"
         )
     slots = []
     for worker in workers:
         for k in range(chips_per_vm // size):
             chips = list(range(k * size, (k + 1) * size))
             name = f"vm-{worker}" if size == chips_per_vm else f"vm-{worker}/chips-{'-'.join(map(str, chips))}"
-            env = one_host_tpu_env(chips, TPU_BASE_PORT + k, METRICS_BASE_PORT + k)
+            env = one_host_tpu_env(chips, TPU_BASE_PORT + k, METRICS_BASE_PORT + k, accelerator_type(size))
             overrides = [f"runtime.expected_devices={size}"]
             if size < chips_per_vm:  # several processes on the VM: each its own compile cache
                 overrides.append(f"runtime.compile_cache_subdir=chips-{'-'.join(map(str, chips))}")
@@ -110,19 +114,20 @@ def tpu_slots(value: object, workers: Sequence[int], chips_per_vm: int) -> list[
     return slots
 
 
-def one_host_tpu_env(chips: Sequence[int], port: int, metrics_port: int) -> dict[str, str]:
-    """A one-process TPU world on `chips` of this VM, kept out of the pod's mesh (see the module's docstring)."""
+def one_host_tpu_env(chips: Sequence[int], port: int, metrics_port: int, accelerator_type: str) -> dict[str, str]:
+    """A one-process TPU world on `chips` of this VM, kept out of the pod's mesh (see the module's docstring);
+    `accelerator_type`: a slice of that many chips of the VM's family (v4-8, v5litepod-4, ...)."""
     visible = ",".join(map(str, chips))
     return {
         "TPU_SKIP_MDS_QUERY": "1",  # read the topology below, not the pod's metadata
-        "TPU_ACCELERATOR_TYPE": f"v4-{2 * len(chips)}",  # v4-N counts TensorCores: 2 per chip
+        "TPU_ACCELERATOR_TYPE": accelerator_type,  # torch_xla reads the family's version from it
         "TPU_HOST_BOUNDS": "1,1,1",
         "TPU_PROCESS_BOUNDS": "1,1,1",
-        "TPU_CHIPS_PER_PROCESS_BOUNDS": V4_CHIP_BOUNDS[len(chips)],
+        "TPU_CHIPS_PER_PROCESS_BOUNDS": CHIP_BOUNDS[len(chips)],
         # The host's bounds too, the same (one process per slot): Ray's TPU manager sets TPU_CHIPS_PER_HOST_BOUNDS
         # (1,1,1 for one chip, 1,2,1 for two), the maintainers' recipe for one host of a pod (pytorch/xla#7714)
         # TPU_CHIPS_PER_HOST_BOUNDS=2,2,1; torch_xla 2.9 reads either (build_tpu_env_from_vars).
-        "TPU_CHIPS_PER_HOST_BOUNDS": V4_CHIP_BOUNDS[len(chips)],
+        "TPU_CHIPS_PER_HOST_BOUNDS": CHIP_BOUNDS[len(chips)],
         "TPU_VISIBLE_CHIPS": visible,  # torch_xla's name
         "TPU_VISIBLE_DEVICES": visible,  # libtpu's, in the multi-process recipes
         "TPU_PROCESS_PORT": str(port),

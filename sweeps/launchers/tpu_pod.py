@@ -348,7 +348,10 @@ class TpuPodLauncher:
 
     def slots(self, kind: str | None = None) -> list[Slot]:
         """pod: every VM runs each trial; vm: a trial per VM; chips:N: a trial per N chips of a VM."""
-        return tpu_slots(kind or self.slot_kind, self.worker_ids(), self.shape().chips_per_vm)
+        shape = self.shape()
+        return tpu_slots(
+            kind or self.slot_kind, self.worker_ids(), shape.chips_per_vm, shape.chip_family.accelerator_type
+        )
 
     def slot_alive(self, slot: Slot) -> bool:
         """Whether every VM of the slot still answers ssh and no process of an earlier job still holds the slot's
