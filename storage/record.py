@@ -22,10 +22,6 @@ if TYPE_CHECKING:
 PRUNER_TARGETS = ["optuna.pruners.*", "contracts.pruning_evidence.EvidencePruner"]
 # The wrapper's earlier home, as studies stored before it moved name it: read as where it lives now.
 MOVED_PRUNER_TARGETS = {"sweeps.pruning_evidence.EvidencePruner": "contracts.pruning_evidence.EvidencePruner"}
-# The study attribute a test of the re-evaluation still names (StudyAttrs.uid): removed with its last user.
-STUDY_UID_ATTR = "uid"
-
-
 # What that wrapper measured, rewritten whenever it changes (StudyAttrs.pruner_evidence).
 
 
@@ -125,9 +121,9 @@ DRIVER_TIMING_DETAIL = "driver_timing"
 # otherwise fail a live driver's trials between two of its beats.
 HEARTBEAT_GRACE_ATTR = "heartbeat_grace_s"
 
-# Names of TrialLaunch's and TrialOutcome's fields (storage/trial_record.py) that modules still read or write one
-# at a time; tests/test_record_types.py holds them equal to the fields. Each goes with its last such user: a reader
-# takes the record (`TrialLaunch.of(attrs).slot`).
+# Names of TrialLaunch's and TrialOutcome's fields (storage/trial_record.py) for what writes one fact alone (the
+# driver's verdict on a job that stored no outcome) and for the tests that write older records; a reader takes the
+# record (`TrialLaunch.of(attrs).slot`). tests/test_record_types.py holds them equal to the fields.
 TRAIN_OVERRIDES_ATTR = "train_overrides"
 CHECKPOINT_URL_ATTR = "checkpoint_url"
 SLOT_ATTR = "slot"  # where the driver ran the trial's job (sweeps/launchers/slots.py: "pod", "vm-3", "vm-3/chips-0-1")

@@ -28,8 +28,9 @@ from optuna.trial import TrialState
 
 from storage import redact, resolve_url, trial_id_of
 from storage.errors import storage_failure
-from storage.record import RUN_AGAIN_ATTR, SLOT_ATTR
+from storage.record import RUN_AGAIN_ATTR
 from storage.sqlite_file import SqliteFile
+from storage.trial_record import TrialLaunch
 from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.config.optuna_parts import pruner_spec
 from sweeps.config.schema import SweepConfig
@@ -292,7 +293,7 @@ class Driver:
                         continue
                     with failed_unless_started(self.study, self.storage, draw.trial):
                         # A retry carries its predecessor's slot (Optuna copies the attributes): back there if free.
-                        before = self.storage.get_trial(trial_id_of(draw.trial)).user_attrs.get(SLOT_ATTR)
+                        before = TrialLaunch.of(self.storage.get_trial(trial_id_of(draw.trial)).user_attrs).slot
                         slot = self.slot_pool.prefer(slot, before)
                         running = self.trials.start_trial(draw.trial, draw.sampled, slot)
                 except optuna.exceptions.UpdateFinishedTrialError:

@@ -28,12 +28,12 @@ from storage.record import (
     CHECKPOINT_URL_ATTR,
     DETAILS_ATTR,
     DUPLICATE_OF_ATTR,
-    STUDY_UID_ATTR,
     TRAIN_OVERRIDES_ATTR,
     Reeval,
     reeval_attr,
     reevals,
 )
+from storage.study_record import StudyAttrs
 from sweeps import best
 from sweeps.config.config_values import SweepConfigError
 from sweeps.config.schema import ReevalSettings
@@ -317,7 +317,7 @@ def test_the_wandb_summary_run_ranks_by_the_reevaluation(tmp_path: Path, monkeyp
         monkeypatch.delenv(var, raising=False)  # no credentials: mode auto is offline
     storage = f"sqlite:///{tmp_path}/db.sqlite"
     study = optuna.create_study(study_name="ranked", storage=storage, direction="maximize")
-    study.set_user_attr(STUDY_UID_ATTR, "0123456789abcdef0123456789abcdef")
+    StudyAttrs(uid="0123456789abcdef0123456789abcdef").store(study.set_user_attr)
     dist = {"x": FloatDistribution(0, 1)}
     for value in (0.9, 0.8):
         study.add_trial(create_trial(value=value, params={"x": value}, distributions=dist))

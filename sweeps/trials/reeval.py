@@ -24,15 +24,12 @@ from optuna.trial import FrozenTrial, TrialState
 from storage import exclusive
 from storage.heartbeat import retried_numbers
 from storage.record import (
-    CHECKPOINT_URL_ATTR,
-    SLOT_ATTR,
-    TRAIN_OVERRIDES_ATTR,
     Reeval,
     reeval_attr,
     reevals,
     trained_trials,
-    trial_detail,
 )
+from storage.trial_record import TrialLaunch
 from sweeps.config.schema import SweepConfig
 from sweeps.launchers.base import JobSpec, Launcher
 from sweeps.launchers.job_command import StudyLink, job_name
@@ -187,7 +184,7 @@ def trained_params(study: optuna.Study) -> list[dict[str, Any]]:
 
 
 def seed0_checkpoint_url(chain_url: str, seeds: int) -> str:
-    """Seed 0's checkpoints, from the chain's CHECKPOINT_URL_ATTR (<root>/trial-<origin>/checkpoints): with several
+    """Seed 0's checkpoints, from the chain's TrialLaunch.checkpoint_url (<root>/trial-<origin>/checkpoints): with several
     seeds each has its own directory (sweeps.trials.paths.TrialPaths), and seed 0's is the one re-evaluated."""
     if seeds <= 1:
         return chain_url
@@ -199,8 +196,8 @@ def reeval_overrides(
     trial: FrozenTrial, link: StudyLink, out_dir: str, seeds: int, examples: int | None, checkpoint: str
 ) -> list[str] | None:
     """The re-eval job's command line for `trial`; None when the trial recorded no overrides or checkpoint."""
-    training = trial_detail(trial.user_attrs, TRAIN_OVERRIDES_ATTR)
-    chain_url = trial.user_attrs.get(CHECKPOINT_URL_ATTR)
+    launch = TrialLaunch.of(trial.user_attrs)
+    training, chain_url = launch.train_overrides, launch.checkpoint_url
     if not training or not chain_url:
         return None
     return [
@@ -232,7 +229,7 @@ def reevaluate(
     checkpoint = "best.pt" if sweep.study.value == "best" else "latest.pt"
     slots = {slot.name: slot for slot in launcher.slots()}
     for trial in top_trials(study, settings.top_k):
-        slot = slots.get(str(trial.user_attrs.get(SLOT_ATTR)), next(iter(slots.values())))
+        slot = slots.get(str(TrialLaunch.of(trial.user_attrs).slot), next(iter(slots.values())))
         if only_missing and trial.number in stored:
             continue
         link = StudyLink(str(study.study_name), uid, trial.number, storage_url, sweep.storage.password_env or None)
