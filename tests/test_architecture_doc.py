@@ -50,3 +50,76 @@ def test_a_dictconfig_stops_where_the_doc_says() -> None:
     }
     stray = sorted(p for p in found - allowed if not p.startswith("sweeps/config/"))
     assert stray == [], f"a DictConfig below main in {stray}: take the typed config (or train_values' plain values)"
+
+
+# Where a study's or a trial's attributes are read or written by key: `x.user_attrs[...]` / `.get(...)` (and
+# `system_attrs`, and a mapping named `...attrs`), `set_user_attr(key, ...)`, `set_system_attr(key, ...)`, the
+# storage's `set_trial_user_attr(id, key, ...)` / `set_study_user_attr(id, key, ...)`, and `user_attrs={key: ...}`.
+ATTR_MAPPINGS = ("user_attrs", "system_attrs")
+SETTERS = {"set_user_attr": 0, "set_system_attr": 0, "set_trial_user_attr": 1, "set_study_user_attr": 1}
+OUTSIDE_STORAGE = ("contracts", "trm", "sweeps", "dashboards", "bench")
+
+
+def record_keys() -> set[str]:
+    """The study record's keys: the typed records' fields and every name storage/record.py gives an attribute."""
+    from dataclasses import fields
+
+    from storage import record
+    from storage.study_record import StudyAttrs
+    from storage.trial_record import TrialLaunch, TrialOutcome
+
+    keys = {f.name for cls in (StudyAttrs, TrialLaunch, TrialOutcome) for f in fields(cls)}
+    named = (v for k, v in vars(record).items() if k.endswith(("_ATTR", "_DETAIL")) and isinstance(v, str))
+    return keys | set(named)
+
+
+def _is_attr_mapping(node: object) -> bool:
+    import ast
+
+    if isinstance(node, ast.Attribute):
+        return node.attr in ATTR_MAPPINGS
+    return isinstance(node, ast.Name) and node.id.endswith("attrs")
+
+
+def literal_keys(source: str, keys: set[str]) -> list[tuple[int, str]]:
+    """(line, key) of each record key written or read as a string literal in `source` (see ATTR_MAPPINGS)."""
+    import ast
+
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        literals: list[ast.expr] = []
+        if isinstance(node, ast.Subscript) and _is_attr_mapping(node.value):
+            literals.append(node.slice)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "get" and _is_attr_mapping(node.func.value) and node.args:
+                literals.append(node.args[0])
+            elif node.func.attr in SETTERS and len(node.args) > SETTERS[node.func.attr]:
+                literals.append(node.args[SETTERS[node.func.attr]])
+        if isinstance(node, ast.Call):
+            for kw in node.keywords:
+                if kw.arg in ATTR_MAPPINGS and isinstance(kw.value, ast.Dict):
+                    literals.extend(k for k in kw.value.keys if k is not None)
+        found += [
+            (n.lineno, n.value)
+            for n in literals
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in keys
+        ]
+    return found
+
+
+def test_no_record_key_is_a_string_literal_outside_storage() -> None:
+    """docs/architecture.md, "The study record": outside storage/ (and tests/, which write older records), a study or
+    trial attribute is read and written through its record (StudyAttrs, TrialLaunch, TrialOutcome) or a name
+    storage/record.py gives it, never as a string literal."""
+    keys = record_keys()
+    assert {"objective", "sampler", "uid", "slot", "outcome", "fail_reason"} <= keys
+    bad = 'a = study.user_attrs.get("sampler")\nt.set_user_attr("fail_reason", "x")\nattrs["objective"]\n'
+    assert [k for _, k in literal_keys(bad, keys)] == ["sampler", "fail_reason", "objective"]  # the check sees them
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {key!r}"
+        for package in OUTSIDE_STORAGE
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for line, key in literal_keys(path.read_text(), keys)
+    ]
+    assert found == [], "read or write these through storage/'s records or names"
+    assert "no study or trial attribute key is written or read as a string literal" in DOC.read_text()
