@@ -151,3 +151,28 @@ def test_one_command_dry_runs_preflights_and_trains_on_every_slice_size(
     for w in range(vms):  # every VM's job was given the slice's device count
         configs = list((pod / "test-pod" / f"worker-{w}" / "trm").glob("outputs/train/*/.hydra/config.yaml"))
         assert configs and all(yaml.safe_load(c.read_text())["runtime"]["expected_devices"] == devices for c in configs)
+
+
+@pytest.mark.slow  # runs the gcloud stand-in or git: a process
+def test_a_dry_run_plans_on_an_accelerator_type_with_no_slice_to_describe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`site=pod dry_run=true launcher.accelerator_type=v5litepod-16` prices a study before the TPU exists (it needed
+    a live slice to describe); a real run refuses a slice of another type, naming the key."""
+    pod = fake_pod(tmp_path, monkeypatch, 0, accelerator="v4-16")
+    command = pod_command(tmp_path, "postgresql://127.0.0.1:1/nowhere")  # nothing is stored or opened
+    planned = [*command, "dry_run=true", "launcher.tpu_name=planned", "launcher.gcloud=/nonexistent/gcloud"]
+    driver = Driver(typed_sweep(compose_sweep_config([*planned, "launcher.accelerator_type=v5litepod-16"])))
+    driver.validate()
+    dry_run(driver)
+    shown = capsys.readouterr().out
+    assert "# slice planned (v5litepod-16), not created" in shown and "4 VM(s) x 4 chip(s) = 16 devices" in shown
+    assert "runtime.expected_devices=16" in shown
+    assert not (pod / "describe.log").exists()
+    with pytest.raises(LauncherConfigError, match=r"^launcher.accelerator_type='v3-8': expected one of v4-N"):
+        Driver(typed_sweep(compose_sweep_config([*planned, "launcher.accelerator_type=v3-8"]))).validate()
+    with pytest.raises(LauncherConfigError) as other:  # not a dry run: the slice described must be of that type
+        Driver(typed_sweep(compose_sweep_config([*command, "launcher.accelerator_type=v4-32"]))).validate()
+    assert str(other.value) == (
+        "launcher.accelerator_type='v4-32' but slice test-pod (v4-16) has v4-16 as its type: drop the key or set v4-16"
+    )

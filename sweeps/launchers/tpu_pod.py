@@ -56,8 +56,8 @@ from sweeps.launchers.tpu_describe import (
     unknown_line,
     wait_for_ready,
 )
-from sweeps.launchers.tpu_pod_gcloud import check_flags, scp_flags_of, track_args
-from sweeps.launchers.tpu_slice import SliceShape, check_configured, parse_node
+from sweeps.launchers.tpu_pod_gcloud import check_flags, keepalive_flags, scp_flags_of, track_args
+from sweeps.launchers.tpu_slice import SliceShape, check_configured, parse_node, shape_of_type
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,10 @@ class TpuPodLauncher:
         describe_attempts: int = 4,
         describe_backoff_s: float = 5.0,
         recover_timeout_s: float = 1800.0,
+        ssh_alive_interval_s: int = 30,
+        ssh_alive_count: int = 4,
+        accelerator_type: str | None = None,
+        dry_run: bool = False,
     ):
         self.tpu_name, self.zone, self.project = tpu_name, zone, project
         self.num_workers, self.workers = num_workers, workers
@@ -114,6 +118,9 @@ class TpuPodLauncher:
         self.setup, self.on_preempted, self.state_poll_s = setup, on_preempted, state_poll_s
         self.describe_attempts, self.describe_backoff_s = describe_attempts, describe_backoff_s
         self.recover_timeout_s = recover_timeout_s
+        self.ssh_alive_interval_s, self.ssh_alive_count = ssh_alive_interval_s, ssh_alive_count
+        # A dry run with launcher.accelerator_type prices the study on that type: no slice need exist yet.
+        self.accelerator_type, self.planning = accelerator_type, bool(dry_run and accelerator_type)
         self._shape: SliceShape | None = None
 
     # ------------------------------------------------------------------------------------------- the slice
@@ -123,6 +130,8 @@ class TpuPodLauncher:
         contacted, a slice that is not waits, or ends the driver with exit 75 where launcher.on_preempted=exit, so a
         scheduler that runs the command again on 75 does): its workers, chips per VM and device count are the
         launcher's. A configured launcher.num_workers or launcher.chips_per_vm must agree with it."""
+        if self._shape is None and self.planning:
+            self._shape = shape_of_type(str(self.tpu_name), str(self.accelerator_type))
         if self._shape is None:
             require(self.tpu_name, "launcher.tpu_name", "the TPU VM name, as in `gcloud compute tpus tpu-vm list`")
             require(self.zone, "launcher.zone", "the TPU's zone, e.g. us-central2-b")
@@ -133,9 +142,12 @@ class TpuPodLauncher:
             if answer.node is None:
                 refuse_unknown(str(self.tpu_name), answer, self.describe_attempts)
             shape = parse_node(str(self.tpu_name), answer.node or {})
-            check_configured(
-                shape, {"launcher.num_workers": self.num_workers, "launcher.chips_per_vm": self.chips_per_vm}
-            )
+            configured = {
+                "launcher.num_workers": self.num_workers,
+                "launcher.chips_per_vm": self.chips_per_vm,
+                "launcher.accelerator_type": self.accelerator_type,
+            }
+            check_configured(shape, configured)
             self._shape = shape
         return self._shape
 
@@ -206,7 +218,7 @@ class TpuPodLauncher:
         """Config errors before anything is contacted."""
         require(self.tpu_name, "launcher.tpu_name", "the TPU VM name, as in `gcloud compute tpus tpu-vm list`")
         require(self.zone, "launcher.zone", "the TPU's zone, e.g. us-central2-b")
-        if shutil.which(self.gcloud) is None:
+        if shutil.which(self.gcloud) is None and not self.planning:
             raise LauncherConfigError(
                 f"launcher.gcloud={self.gcloud!r}: not found on PATH (install the Google Cloud CLI)"
             )
@@ -220,6 +232,12 @@ class TpuPodLauncher:
             raise LauncherConfigError(
                 f"launcher.describe_attempts={self.describe_attempts!r}, launcher.describe_backoff_s="
                 f"{self.describe_backoff_s!r}: expected an integer >= 1 and seconds >= 0"
+            )
+        alive = (self.ssh_alive_interval_s, self.ssh_alive_count)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in alive) or alive[1] < 1:
+            raise LauncherConfigError(
+                f"launcher.ssh_alive_interval_s={alive[0]!r}, launcher.ssh_alive_count={alive[1]!r}: expected whole "
+                "seconds >= 0 (0: no keep-alive) and a count >= 1"
             )
         if not self.recover_timeout_s >= 0:
             raise LauncherConfigError(f"launcher.recover_timeout_s={self.recover_timeout_s!r}: expected seconds >= 0")
@@ -277,8 +295,14 @@ class TpuPodLauncher:
             flags.append(f"--project={self.project}")
         if verb == "describe":  # no ssh: the routing and key flags are ssh's and scp's, not describe's
             return [*flags, "--quiet"]
-        own = self.ssh_flags if verb == "ssh" else scp_flags_of(self.ssh_flags, self.scp_flags)
-        return [*flags, "--quiet", *own]
+        if verb == "ssh":
+            return [
+                *flags,
+                "--quiet",
+                *self.ssh_flags,
+                *keepalive_flags(self.ssh_alive_interval_s, self.ssh_alive_count),
+            ]
+        return [*flags, "--quiet", *scp_flags_of(self.ssh_flags, self.scp_flags)]
 
     def ssh_argv(self, worker: str, remote_command: str) -> list[str]:
         return [

@@ -78,3 +78,15 @@ def scp_flags_of(ssh_flags: Sequence[str], scp_flags: Sequence[str] | None) -> l
     if scp_flags is not None:
         return list(scp_flags)
     return [f for f in ssh_flags if flag_name(f) not in SSH_ONLY]
+
+
+def keepalive_flags(interval_s: int, count: int) -> list[str]:
+    """OpenSSH's keep-alive on every ssh (launcher.ssh_alive_interval_s, launcher.ssh_alive_count; 0: none): a
+    session to a VM that vanished without closing its connection ends with 255 after about interval x count
+    seconds, instead of waiting out the TCP timeout or the driver's stall_timeout_s. gcloud sets no
+    ServerAliveInterval of its own (578.0.0: BaseSSHCLIHelper's GetConfig) and splits each `--ssh-flag` on
+    whitespace (command_lib/util/ssh/ssh.py: ParseAndSubstituteSSHFlags); these go after launcher.ssh_flags, and
+    OpenSSH keeps the first value it reads of an option, so a user's own -o ServerAliveInterval wins."""
+    if interval_s <= 0:
+        return []
+    return [f"--ssh-flag=-o ServerAliveInterval={interval_s}", f"--ssh-flag=-o ServerAliveCountMax={count}"]

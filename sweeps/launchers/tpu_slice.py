@@ -150,7 +150,13 @@ def parse_node(name: str, node: Mapping[str, Any]) -> SliceShape:
 def shape_of_type(name: str, accelerator_type: str) -> SliceShape:
     """The shape a slice of `accelerator_type` has by Cloud TPU's tables, with no slice to describe (a dry run
     with launcher.accelerator_type: the study priced before the TPU is created)."""
-    _, family, chips = chips_of(name, {"acceleratorType": accelerator_type})
+    try:
+        _, family, chips = chips_of(name, {"acceleratorType": accelerator_type})
+    except LauncherConfigError:
+        raise LauncherConfigError(
+            f"launcher.accelerator_type={accelerator_type!r}: expected one of {', '.join(f'{k}-N' for k in FAMILIES)} "
+            "as Cloud TPU names its slices, e.g. v4-32"
+        ) from None
     workers = chips // family.chips_per_host(chips)
     return SliceShape(name, accelerator_type, "not created", "", ("?",) * workers, chips, family.name)
 
