@@ -12,7 +12,7 @@ help:                     ## this list
 setup: $(STAMP)            ## the venv (.venv): pinned CPU torch first, then the project with its test extras
 
 # torch first and pinned: an unpinned torch resolved by pip is a multi-GB CUDA build. triton beside it (the CPU lane
-# only: the XLA lane's torch 2.9.0 pins its own): its interpreter runs the fused kernels (trm/fused_mix.py) in the tests.
+# only: the XLA lane's torch 2.9.0 pins its own): its interpreter runs the fused kernels (trm/kernels/fused_mix.py) in the tests.
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0 triton==3.6.0

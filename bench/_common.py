@@ -20,7 +20,7 @@ from contracts.choices import compile_mode
 from contracts.hydra_app import compose_train_config
 from trm.compiling import apply_compile
 from trm.data.format import NUM_PUZZLE_IDENTIFIERS, SEQ_LEN, VOCAB_SIZE
-from trm.kernels import apply_kernels
+from trm.kernel_choice import apply_kernels
 from trm.model import ACTModel, Carry, TRMConfig, count_params
 from trm.optim import build_optimizers, lr_multiplier, set_lr
 from trm.step import train_step
@@ -82,7 +82,7 @@ class StepRunner:
     cfg: DictConfig
     batch_size: int
     compile: str = "off"  # a train.compile choice (trm/compiling.py): off | net | model (every H/L cycle in one graph)
-    kernels: str = "torch"  # a concrete train.kernels choice (trm/kernels.py): torch | fused_mix | fused_mix_nograd
+    kernels: str = "torch"  # a concrete train.kernels choice, not auto (trm/kernel_choice.py)
     state_dtype: torch.dtype = torch.float32
     seed: int = 0
     device: str = "cpu"  # cpu | cuda: the model, optimizer state, carry and batch live there

@@ -5,7 +5,7 @@
 
 Built for a lease of a few minutes (docs/benchmarks.md, "Fused kernels"): one process, three parts.
 1. Correctness, eager, at --check-batch: one training step's loss and every gradient of each candidate
-   (trm/kernels.py choices) from the same weights and batch, against the torch path in the same precision and
+   (trm/kernel_choice.py choices) from the same weights and batch, against the torch path in the same precision and
    against fp32: a candidate passes when each gradient is no further from fp32 than 2x the torch path's bf16
    distance (tests/test_fused_mix.py asserts the same on a CPU, through Triton's interpreter).
 2. Speed, at --batch (paper MLP-t, bf16_reference, torch.compile of the whole model): the reference (its loss
@@ -15,7 +15,7 @@ Built for a lease of a few minutes (docs/benchmarks.md, "Fused kernels"): one pr
    medians, share of the same round's bf16 matmul peak, and same-round ratios against the reference and
    against our torch path. The first step's lm_loss of every runner is recorded (same start: they must agree
    to bf16 rounding).
-   Then, with fused_mix_swiglu among them, every tile of its kernels (trm/swiglu_kernels.py TILES) launched at
+   Then, with fused_mix_swiglu among them, every tile of its kernels (trm/kernels/swiglu_gemms.py TILES) launched at
    that tile at the timed shape: outputs against torch's products, a persistent tile's bits against its twin's
    with a program per tile, and the median ms of a call (the autotuner picks one tile per shape):
    bench/tile_check.py.
@@ -60,10 +60,10 @@ from bench.trainer_vs_reference import (
 )
 from contracts.choices import KERNEL_CHOICES
 from trm.flops import flops_per_sample_step
-from trm.fused_mix import tuned_tile
-from trm.fused_mix_backward import tuned_grad_tile
-from trm.fused_swiglu import tuned_tiles
-from trm.kernels import apply_kernels
+from trm.kernel_choice import apply_kernels
+from trm.kernels.fused_mix import tuned_tile
+from trm.kernels.fused_mix_backward import tuned_grad_tile
+from trm.kernels.fused_swiglu import tuned_tiles
 from trm.losses import act_loss
 from trm.model import ACTModel, Block
 from trm.step import autocast, carry_dtype
@@ -281,9 +281,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "flops_per_sample_step": flops,
             "matmul": matmul,
             "variants": rows,
-            "fused_mix_tile": tuned_tile(),  # what Triton's autotuner chose (trm/fused_mix.py TILES)
-            "fused_mix_grad_tile": tuned_grad_tile(),  # and for the backward (trm/fused_mix_backward.py BWD_TILES)
-            "fused_swiglu_tiles": tuned_tiles(),  # the channel SwiGLU's (trm/swiglu_kernels.py TILES)
+            "fused_mix_tile": tuned_tile(),  # what Triton's autotuner chose (trm/kernels/fused_mix.py TILES)
+            "fused_mix_grad_tile": tuned_grad_tile(),  # the backward's (trm/kernels/fused_mix_backward.py BWD_TILES)
+            "fused_swiglu_tiles": tuned_tiles(),  # the channel SwiGLU's (trm/kernels/swiglu_gemms.py TILES)
             "wall_s": time.time() - started,
         }
     )

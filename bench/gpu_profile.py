@@ -51,7 +51,7 @@ def kernel_times(prof: Any) -> dict[str, dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = step_profile_parser(__doc__, batch=768, warmup=2, steps=5, out_name="gpu_profile")
-    p.add_argument("--kernels", default="torch", help="a concrete train.kernels choice (trm/kernels.py)")
+    p.add_argument("--kernels", default="torch", help="a concrete train.kernels choice (trm/kernel_choice.py)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench/gpu_profile.py needs a CUDA GPU (torch.cuda.is_available() is False)")

@@ -1,5 +1,6 @@
-"""Every tile of the channel SwiGLU's Triton kernels (trm/swiglu_kernels.py TILES), launched at that tile: its outputs
-against the same products through torch, and a persistent tile's bits against its twin's with a program per tile.
+"""Every tile of the channel SwiGLU's Triton kernels (trm/kernels/swiglu_gemms.py TILES), launched at that tile: its
+outputs against the same products through torch, and a persistent tile's bits against its twin's with a program per
+tile.
 
     python -m bench.tile_check --device cuda                      # the paper's MLP-t at the timed batch (768)
     python -m bench.tile_check --device cpu --quick --out-dir /tmp/r   # Triton's interpreter, tiny shapes
@@ -10,7 +11,7 @@ when every output is within BF16_TOL of torch's (relative to the largest) and, f
 per tile puts it. bench/gpu_candidates.py runs the same check in its prepared GPU call.
 
 On a CPU (--device cpu, TRITON_INTERPRET=1 set here) the interpreter runs the persistent loop's twin in
-trm/swiglu_kernels.py, a while loop over the same index lines (the interpreter's tl.range cannot start at a
+trm/kernels/swiglu_gemms.py, a while loop over the same index lines (the interpreter's tl.range cannot start at a
 program id), with INTERPRETER_SMS programs. Exits 1 when a tile fails (after writing its results).
 """
 
@@ -31,8 +32,8 @@ import torch
 
 from bench._common import arch_of, train_config
 from bench._results import RESULTS, fmt, run_header, write_results
-from trm import fused_swiglu, swiglu_kernels
-from trm.kernels import BF16_TOL
+from trm.kernel_choice import BF16_TOL
+from trm.kernels import fused_swiglu, swiglu_gemms
 from trm.model import Block, TRMConfig
 from trm.step import carry_dtype
 
@@ -65,7 +66,7 @@ def tile_check(device: str, arch: TRMConfig, tokens: int, precision: str) -> lis
     d_gu = torch.cat([d_act * up * sig * (1 + gate * (1 - sig)), d_act * silu], dim=1).bfloat16()
     expected = {"forward": (act.float() @ down.float().t(), gu, act), "backward": (d_gu,)}
     rows, outputs = [], {}
-    for kernel, tiles in swiglu_kernels.TILES.items():
+    for kernel, tiles in swiglu_gemms.TILES.items():
         # One program per tile first: a persistent tile's twin must have run before it (the shipped order has it so).
         for tile in sorted(tiles, key=lambda t: t.per_sm > 0):
             try:
@@ -98,7 +99,7 @@ def tile_check(device: str, arch: TRMConfig, tokens: int, precision: str) -> lis
 
 
 def tile_times(
-    kernel: str, tile: swiglu_kernels.Tile, x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, dy: torch.Tensor,
+    kernel: str, tile: swiglu_gemms.Tile, x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, dy: torch.Tensor,
     gu: torch.Tensor, device: str,
 ) -> dict[str, float | None]:  # fmt: skip
     """Median ms of one call at `tile` (triton.testing.do_bench, CUDA events; None on a CPU): the forward as the

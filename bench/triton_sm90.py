@@ -29,8 +29,8 @@ from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 from triton.compiler import ASTSource
 
 from bench._results import RESULTS, run_header, write_results
-from trm import fused_mix, fused_mix_backward, swiglu_kernels
-from trm.kernels import MIX_BACKWARD, MIX_FORWARD, MIX_SAVING, SWIGLU_BACKWARD, SWIGLU_FORWARD, SWIGLU_SAVING
+from trm.kernel_choice import MIX_BACKWARD, MIX_FORWARD, MIX_SAVING, SWIGLU_BACKWARD, SWIGLU_FORWARD, SWIGLU_SAVING
+from trm.kernels import fused_mix, fused_mix_backward, swiglu_gemms
 from trm.model import SwiGLU
 
 NAME = "triton_sm90"
@@ -55,29 +55,29 @@ class Case(NamedTuple):
     stages: int
     signature: dict[str, str]
     constexprs: dict[str, Any]
-    per_sm: int = 0  # programs per multiprocessor of a persistent grid (trm.swiglu_kernels.Tile); 0: one per tile
+    per_sm: int = 0  # programs per multiprocessor of a persistent grid (trm.kernels.swiglu_gemms.Tile); 0: one per tile
 
 
 def swiglu_cases(dim: int, inner: int, stream: str = "bf16") -> list[Case]:
-    """trm/swiglu_kernels.py's two kernels at each of their tiles (the forward also as it saves gate/up), x in the
+    """trm/kernels/swiglu_gemms.py's two kernels at each of their tiles (the forward also as it saves gate/up), x in the
     `stream` dtype; the backward only with the bf16 stream (its inputs are bf16 in either)."""
     cases = []
     for name, save_gu in (("forward", False), ("forward", True), ("backward", False))[: 3 if stream == "bf16" else 2]:
-        for tile in swiglu_kernels.TILES[name]:
+        for tile in swiglu_gemms.TILES[name]:
             size = {"M": tile.m, "N": tile.n, "K": tile.k, "W": 2 * tile.n}
             blocks = {
                 arg: _descriptor(*(size[side] for side in sides), dtype=stream if arg == "x_desc" else "bf16")
-                for arg, sides in swiglu_kernels.DESCRIPTOR_BLOCKS[name].items()
+                for arg, sides in swiglu_gemms.DESCRIPTOR_BLOCKS[name].items()
             }
             values: dict[str, Any] = {"dim": dim, "inner": inner}
             values |= {"ROUND_X": stream == "fp32", "SAVE_GU": save_gu} if name == "forward" else {}
-            values |= {"INTERPRET": False, **swiglu_kernels.constexprs(name, tile)}
+            values |= {"INTERPRET": False, **swiglu_gemms.constexprs(name, tile)}
             label = {"backward": SWIGLU_BACKWARD, "forward": SWIGLU_SAVING if save_gu else SWIGLU_FORWARD}[name]
             signature = {**blocks, "tokens": "i32", **_constexprs(*values)}
             cases.append(
                 Case(
                     label,
-                    swiglu_kernels.KERNELS[name],
+                    swiglu_gemms.KERNELS[name],
                     tile[:3],
                     tile.warps,
                     tile.stages,
@@ -90,8 +90,8 @@ def swiglu_cases(dim: int, inner: int, stream: str = "bf16") -> list[Case]:
 
 
 def mix_cases(seq: int, inner: int, stream: str = "bf16") -> list[Case]:
-    """trm/fused_mix.py's forward (also as it saves the residual sum) and trm/fused_mix_backward.py's kernel at each
-    of their tiles, the stream (h, the sum, the output and their gradients) in the `stream` dtype."""
+    """trm/kernels/fused_mix.py's forward (also as it saves the residual sum) and trm/kernels/fused_mix_backward.py's
+    kernel at each of their tiles, the stream (h, the sum, the output and their gradients) in the `stream` dtype."""
     seq_pad = fused_mix.padded_seq(seq)
     scalars = {"batch": "i32", "hidden": "i32", "eps": "fp32"}
     rounds = stream == "bf16"  # ROUND_SUM: the sum rounded to a bf16 stream

@@ -18,7 +18,7 @@ Bf16Mode = Literal["bf16", "bf16_reference"]  # what train.bf16_mode may ask `au
 PrecisionRequest = Literal["auto", "fp32", "bf16", "bf16_reference"]  # what train.precision accepts
 KernelChoice = Literal[
     "auto", "torch", "fused_mix", "fused_mix_nograd", "fused_mix_bwd", "fused_mix_swiglu"
-]  # train.kernels (trm/kernels.py)
+]  # train.kernels (trm/kernel_choice.py)
 
 COMPILE_CHOICES: tuple[str, ...] = get_args(Compile)
 DEVICE_CHOICES: tuple[str, ...] = get_args(Device)

@@ -447,8 +447,8 @@ def test_the_gpu_profile_counts_our_triton_kernels_apart_from_inductors() -> Non
 @pytest.mark.slow
 @pytest.mark.parametrize("stream", ["bf16", "fp32"])
 def test_every_fused_kernel_tile_compiles_to_hopper_tensor_cores(tmp_path: Path, stream: str) -> None:
-    """What trm/fused_mix.py and trm/fused_swiglu.py promise for their tiles, read off Triton's sm_90 compile
-    (bench/triton_sm90.py) on this CPU, for both streams (bf16_reference's bf16, bf16's fp32): wgmma dots fed by
+    """What trm/kernels/fused_mix.py and trm/kernels/fused_swiglu.py promise for their tiles, read off Triton's sm_90
+    compile (bench/triton_sm90.py) on this CPU, for both streams (bf16_reference's bf16, bf16's fp32): wgmma dots fed by
     TMA copies, shared memory within a block's 227 KB, and no register spills."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(

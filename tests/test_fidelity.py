@@ -164,8 +164,8 @@ def test_bf16_reference_mode_keeps_the_stream_in_bf16_and_stays_close(
 ) -> None:
     """train.precision=bf16_reference runs as the reference's forward_dtype=bfloat16 (carry and activations in
     bf16); train.precision=bf16 keeps the carry in fp32. Both stay near the fp32 reference at step 1, with every
-    train.kernels choice (a fused one runs in Triton's interpreter here; fp32 refuses them, trm/kernels.py)."""
-    from trm.kernels import apply_kernels
+    train.kernels choice (a fused one runs in Triton's interpreter here; fp32 refuses them, trm/kernel_choice.py)."""
+    from trm.kernel_choice import apply_kernels
     from trm.step import autocast, carry_dtype
 
     variant = golden[name]

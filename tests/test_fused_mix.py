@@ -1,5 +1,5 @@
-"""train.kernels: the fused MLP-t mix kernel (trm/fused_mix.py) computes the torch path's values to bf16 rounding,
-forward and backward, and the choice is resolved and refused as trm/kernels.py says.
+"""train.kernels: the fused MLP-t mix kernel (trm/kernels/fused_mix.py) computes the torch path's values to bf16
+rounding, forward and backward, and the choice is resolved and refused as trm/kernel_choice.py says.
 
 On this CPU the Triton kernel runs in Triton's interpreter (the same kernel source the GPU compiles); the GPU
 run of the same comparisons is bench/gpu_candidates.py's (docs/benchmarks.md, "Fused kernels")."""
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from contracts.choices import KERNEL_CHOICES
-from trm.fused_mix import mix_sublayer, mix_sublayer_backward
-from trm.kernels import AUTO_CUDA, BF16_TOL, MEASURED_CAPABILITIES, apply_kernels, resolve_kernels
+from trm.kernel_choice import AUTO_CUDA, BF16_TOL, MEASURED_CAPABILITIES, apply_kernels, resolve_kernels
+from trm.kernels.fused_mix import mix_sublayer, mix_sublayer_backward
 from trm.model import ACTModel, Block, SwiGLU, TRMConfig, rms_norm
 from trm.step import autocast
 

@@ -1,4 +1,4 @@
-"""train.kernels=fused_mix_bwd: the Triton backward of the fused MLP-t mix sublayer (trm/fused_mix_backward.py)
+"""train.kernels=fused_mix_bwd: the Triton backward of the fused MLP-t mix sublayer (trm/kernels/fused_mix_backward.py)
 computes the recomputing backward's gradients (the same chain rule and bf16 roundings) and autograd's of the torch
 path to bf16 rounding, eager and traced by torch.compile. Triton's interpreter runs the kernels on this CPU; the
 whole training step with this choice: tests/test_fused_mix.py."""
@@ -17,8 +17,8 @@ from tests.test_fused_mix import (
     mix_block,
     relative_error,
 )
-from trm.fused_mix import mix_sublayer, mix_sublayer_backward
-from trm.fused_mix_backward import mix_sublayer_grads, mix_sublayer_saving, mix_sublayer_trainable
+from trm.kernels.fused_mix import mix_sublayer, mix_sublayer_backward
+from trm.kernels.fused_mix_backward import mix_sublayer_grads, mix_sublayer_saving, mix_sublayer_trainable
 from trm.model import SwiGLU
 from trm.step import autocast
 

@@ -1,6 +1,6 @@
-"""train.kernels=fused_mix_swiglu: the channel SwiGLU's Triton GEMMs (trm/fused_swiglu.py) compute the torch path's
-values and gradients to bf16 rounding, eager and traced by torch.compile. Triton's interpreter runs the kernels on
-this CPU; the GPU run of the same comparisons is bench/gpu_candidates.py's."""
+"""train.kernels=fused_mix_swiglu: the channel SwiGLU's Triton GEMMs (trm/kernels/fused_swiglu.py) compute the torch
+path's values and gradients to bf16 rounding, eager and traced by torch.compile. Triton's interpreter runs the kernels
+on this CPU; the GPU run of the same comparisons is bench/gpu_candidates.py's."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from tests.test_fused_mix import (
     mix_block,
     relative_error,
 )
-from trm import fused_swiglu, swiglu_kernels
-from trm.fused_swiglu import swiglu, swiglu_saving, swiglu_trainable
+from trm.kernels import fused_swiglu, swiglu_gemms
+from trm.kernels.fused_swiglu import swiglu, swiglu_saving, swiglu_trainable
+from trm.kernels.swiglu_gemms import Tile
 from trm.step import autocast
-from trm.swiglu_kernels import Tile
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,7 @@ def test_a_persistent_grid_computes_what_a_program_per_tile_does(monkeypatch: py
     results = []
     for per_sm in (1, 0):  # persistent first: its buffers cannot be the other run's freed ones
         tile = Tile(64, 64, 64, 4, 3, per_sm)
-        monkeypatch.setattr(swiglu_kernels, "TILES", {"forward": (tile,), "backward": (tile._replace(per_sm=0),)})
+        monkeypatch.setattr(swiglu_gemms, "TILES", {"forward": (tile,), "backward": (tile._replace(per_sm=0),)})
         x, gate_up, down = (t.clone().requires_grad_() for t in (x0, gate_up0, down0))
         y = swiglu_trainable(x, gate_up.bfloat16(), down.bfloat16())
         y.backward(grad_y)

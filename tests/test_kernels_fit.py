@@ -1,6 +1,7 @@
-"""Whether train.kernels' fused kernels can run on a GPU (trm/kernels.py): the tiles that fit each compute capability's
-shared memory, the fallback to torch's kernels at model build when a fused choice cannot launch, and the tile check
-of the persistent loop (bench/tile_check.py) in Triton's interpreter, which an off-by-one in its index fails."""
+"""Whether train.kernels' fused kernels can run on a GPU (trm/kernel_choice.py): the tiles that fit each compute
+capability's shared memory, the fallback to torch's kernels at model build when a fused choice cannot launch, and the
+tile check of the persistent loop (bench/tile_check.py) in Triton's interpreter, which an off-by-one in its index
+fails."""
 
 from __future__ import annotations
 
@@ -18,8 +19,7 @@ import torch
 from bench import tile_check
 from tests.test_fused_mix import shape
 from tests.test_train import config
-from trm import fused_mix, fused_swiglu, swiglu_kernels
-from trm.kernels import (
+from trm.kernel_choice import (
     BF16_TOL,
     KB,
     KERNELS_OF,
@@ -33,6 +33,7 @@ from trm.kernels import (
     shared_memory_blocker,
     unfit_kernels,
 )
+from trm.kernels import fused_mix, fused_swiglu, swiglu_gemms
 from trm.model import TRMConfig
 from trm.train import run
 
@@ -167,7 +168,7 @@ def run_tile_check(out: Path) -> dict:
 def test_the_tile_check_runs_every_tile_and_the_persistent_loop_on_the_interpreter(tmp_path: Path) -> None:
     result = run_tile_check(tmp_path)
     tiles = {(t["kernel"], tuple(t["tile"])) for t in result["tiles"]}
-    assert tiles == {(kernel, tuple(tile)) for kernel, shipped in swiglu_kernels.TILES.items() for tile in shipped}
+    assert tiles == {(kernel, tuple(tile)) for kernel, shipped in swiglu_gemms.TILES.items() for tile in shipped}
     persistent = [t for t in result["tiles"] if t["tile"][5]]
     assert persistent and all(t["same_bits_as_one_program_per_tile"] is True for t in persistent)
     assert result["passes"] and all(t["passes"] for t in result["tiles"])
@@ -179,16 +180,16 @@ def test_an_off_by_one_in_the_persistent_loops_index_fails_the_tile_check(
     """The mutation: the epilogue's tile count starts one tile late, in the compiled loop and in the interpreter's
     twin (the same line). The interpreter runs the twin with 2 programs over 4 tiles: results land one tile off,
     and the tile check fails that tile, and only that one."""
-    source = Path(swiglu_kernels.__file__).read_text()
+    source = Path(swiglu_gemms.__file__).read_text()
     line = "stored = tile - tl.num_programs(0)"
     assert source.count(line) == 2  # the compiled persistent loop and its interpreter twin
-    mutated = tmp_path / "swiglu_kernels_off_by_one.py"
+    mutated = tmp_path / "swiglu_gemms_off_by_one.py"
     mutated.write_text(source.replace(line, f"{line} + 1"))
-    spec = importlib.util.spec_from_file_location("swiglu_kernels_off_by_one", mutated)
+    spec = importlib.util.spec_from_file_location("swiglu_gemms_off_by_one", mutated)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    monkeypatch.setattr(fused_swiglu, "swiglu_kernels", module)  # what fused_swiglu launches
+    monkeypatch.setattr(fused_swiglu, "swiglu_gemms", module)  # what fused_swiglu launches
     result = run_tile_check(tmp_path / "out")
     failed = [tuple(t["tile"]) for t in result["tiles"] if not t["passes"]]
     assert not result["passes"] and failed == [(128, 128, 64, 8, 3, 1)]

@@ -148,7 +148,7 @@ def test_bad_compile_choice_names_key(tmp_path: Path, data_root: Path) -> None:
 
 
 def test_impossible_kernels_choice_is_refused_before_training(tmp_path: Path, data_root: Path) -> None:
-    """train.kernels (trm/kernels.py): an unknown value, and a fused kernel with fp32, fail with the key and why."""
+    """train.kernels (trm/kernel_choice.py): an unknown value, and a fused kernel with fp32, fail naming key and why."""
     with pytest.raises(ValueError, match=r"train.kernels='cutlass': .*expected one of \['auto', 'torch'"):
         run(config(tmp_path, data_root, "train.kernels=cutlass"))
     with pytest.raises(ValueError, match=r"train.kernels=fused_mix: not possible here: .*resolved to fp32"):

@@ -2,11 +2,11 @@
 (`auto` keeps torch's on a CPU and on XLA).
 
 - `torch`: the model's torch ops (under train.compile, what inductor makes of them).
-- `fused_mix`: the sublayer as one Triton kernel (trm/fused_mix.py) in every call; the calls that carry gradients
-  recompute it in torch ops in the backward.
+- `fused_mix`: the sublayer as one Triton kernel (trm/kernels/fused_mix.py) in every call; the calls that carry
+  gradients recompute it in torch ops in the backward.
 - `fused_mix_bwd`: the kernel in every call, and in the calls with gradients a Triton backward
-  (trm/fused_mix_backward.py: the forward keeps the residual sum; no recompute of the forward's output).
-- `fused_mix_swiglu`: `fused_mix_bwd`, and the channel SwiGLU's silu*mul inside its GEMMs (trm/fused_swiglu.py),
+  (trm/kernels/fused_mix_backward.py: the forward keeps the residual sum; no recompute of the forward's output).
+- `fused_mix_swiglu`: `fused_mix_bwd`, and the channel SwiGLU's silu*mul inside its GEMMs (trm/kernels/fused_swiglu.py),
   forward and backward, in every call.
 - `fused_mix_nograd`: the kernel only in the calls without gradients (TRM's H_cycles - 1 no-grad cycles, and eval);
   the calls with gradients keep the torch path.
@@ -104,7 +104,7 @@ def resolve_kernels(
 ) -> Kernels:
     """The concrete choice for `train.kernels=requested` on this device (a CUDA device's compute `capability`),
     resolved precision and architecture (its mixer, the sequence the token mixing spans, the hidden size)."""
-    from trm import fused_mix
+    from trm.kernels import fused_mix
 
     choice = check_kernels_choice(requested)
     too_long, misaligned = fused_mix.too_long(arch.total_len), fused_mix.misaligned(arch.hidden_size)

@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trm.fused_mix import mix_sublayer
-from trm.fused_mix_backward import mix_sublayer_trainable
-from trm.fused_swiglu import swiglu, swiglu_trainable
+from trm.kernels.fused_mix import mix_sublayer
+from trm.kernels.fused_mix_backward import mix_sublayer_trainable
+from trm.kernels.fused_swiglu import swiglu, swiglu_trainable
 from trm.model_config import TRMConfig
 
 __all__ = ["ACTModel", "Carry", "TRMConfig", "TinyRecursiveModel", "count_params", "trunc_normal_init_"]
@@ -141,8 +141,8 @@ class Block(nn.Module):
         self.mix = SwiGLU(cfg.total_len, cfg.expansion) if self.mlp_t else Attention(cfg)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.expansion)
         # off | nograd | all | all_bwd: where the mix runs as one kernel, all_bwd with the Triton backward
-        self.fused_mix = "off"  # (trm/kernels.py sets both)
-        self.fused_swiglu = False  # the channel SwiGLU's silu*mul inside its GEMMs (trm/fused_swiglu.py)
+        self.fused_mix = "off"  # (trm/kernel_choice.py sets both)
+        self.fused_swiglu = False  # the channel SwiGLU's silu*mul inside its GEMMs (trm/kernels/fused_swiglu.py)
 
     def forward(self, h: Tensor) -> Tensor:
         h = self.mix_sublayer(h)
@@ -162,7 +162,7 @@ class Block(nn.Module):
             return rms_norm(h + self.mix(h), self.eps)
         grad = torch.is_grad_enabled()
         if self.fused_mix in ("all", "all_bwd") or (self.fused_mix == "nograd" and not grad):
-            mix, bf16 = cast(SwiGLU, self.mix), torch.bfloat16  # the lines below in one kernel (trm/fused_mix.py)
+            mix, bf16 = cast(SwiGLU, self.mix), torch.bfloat16  # the lines below as one kernel (kernels/fused_mix.py)
             fused = mix_sublayer_trainable if self.fused_mix == "all_bwd" and grad else mix_sublayer
             return fused(h, mix.gate_up.weight.to(bf16), mix.down.weight.to(bf16), self.eps)
         # Mix and normalize while transposed ([B, hidden, seq]): the residual's RMSNorm runs over the *sequence*

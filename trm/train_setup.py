@@ -24,7 +24,7 @@ from trm.data.loader import EvalBatches, TrainLoader, eval_batches
 from trm.fingerprint import code_fingerprint, config_fingerprint, training_identity
 from trm.flops import flops_per_sample_step
 from trm.job_inputs import check_batch, load_data, out_dir
-from trm.kernels import apply_kernels, launchable, resolve_kernels
+from trm.kernel_choice import apply_kernels, launchable, resolve_kernels
 from trm.losses import METRIC_KEYS
 from trm.model import ACTModel, TRMConfig, count_params
 from trm.optim import build_ema, build_optimizers
@@ -79,7 +79,7 @@ def setup(job: TrainJob, runtime: Runtime) -> Trainer:
     train_arrays, test_arrays, train_meta, _ = load_data(cfg.data)
     arch = TRMConfig.from_dict(cfg.arch, **train_meta.arch_fields())
     validate_curriculum(cfg.curriculum, arch.H_cycles, arch.L_cycles)
-    kernels = resolve_kernels(  # trm/kernels.py
+    kernels = resolve_kernels(  # trm/kernel_choice.py
         train.kernels, runtime.device.type, chosen.mode, arch, facts.cuda_capability
     )
     # A fused choice that cannot launch on this GPU keeps torch's kernels from here, with one warning (on a GPU the

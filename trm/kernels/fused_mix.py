@@ -1,4 +1,4 @@
-"""MLP-t's token-mixing sublayer as one Triton kernel: `train.kernels=fused_mix` (trm/kernels.py chooses it).
+"""MLP-t's token-mixing sublayer as one Triton kernel: `train.kernels=fused_mix` (trm/kernel_choice.py chooses it).
 
 The sublayer (trm.model.Block with mixer=mlp_t), for h of shape [batch, seq, hidden] and each channel c:
 
@@ -18,8 +18,8 @@ So it serves the bf16 precisions only; fp32 keeps the torch path.
 Gradients: `mix_sublayer` is a torch custom op (torch.compile keeps it as one call) whose backward recomputes the
 sublayer from its input in torch ops (`mix_sublayer_backward`, the explicit chain rule of the same bf16 roundings),
 so nothing of the inner width is saved. `train.kernels=fused_mix_bwd` differentiates it with a Triton backward
-instead (trm/fused_mix_backward.py), for which the kernel also writes the residual sum (SAVE_SUM). Under Triton's
-interpreter (TRITON_INTERPRET=1) it runs on CPU tensors: the tests' way to check the kernel without a GPU.
+instead (trm/kernels/fused_mix_backward.py), for which the kernel also writes the residual sum (SAVE_SUM). Under
+Triton's interpreter (TRITON_INTERPRET=1) it runs on CPU tensors: the tests' way to check the kernel without a GPU.
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ TILES = (
 MAX_CHUNK = max(chunk for _, chunk, _, _ in TILES)
 
 
-try:  # the kernel's only dependency beyond torch; absent on some CPU-only installs (trm/kernels.py refuses then)
+try:  # the kernel's only dependency beyond torch; absent on some CPU-only installs (trm/kernel_choice.py refuses then)
     import triton
     import triton.language as tl
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # pragma: no cover - depends on the install
     triton = tl = TensorDescriptor = None
 
-MAX_SEQ_PAD = 256  # a TMA copy's largest block side: the weights' blocks span SEQ_PAD (trm/kernels.py refuses longer)
+MAX_SEQ_PAD = 256  # a TMA copy's largest block side: the weights' blocks span SEQ_PAD (kernel_choice refuses longer)
 
 
 def available() -> bool:

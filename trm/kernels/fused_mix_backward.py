@@ -1,7 +1,7 @@
-"""The fused MLP-t mix sublayer with a Triton backward: `train.kernels=fused_mix_bwd` (trm/kernels.py).
+"""The fused MLP-t mix sublayer with a Triton backward: `train.kernels=fused_mix_bwd` (trm/kernel_choice.py).
 
-`mix_sublayer_trainable` is trm.fused_mix's kernel (same forward numbers) that also keeps the residual sum its norm
-normalized (one more write of h's size, no inner-width tensor), and whose backward is `mix_sublayer_grads`:
+`mix_sublayer_trainable` is trm.kernels.fused_mix's kernel (same forward numbers) that also keeps the residual sum its
+norm normalized (one more write of h's size, no inner-width tensor), and whose backward is `mix_sublayer_grads`:
 
 1. One Triton kernel per (batch row, channel block), in the flash-attention orientation (channels are the dots'
    M, so the gate/up gradient enters the input-gradient product from registers, as attention's probabilities do):
@@ -12,7 +12,7 @@ normalized (one more write of h's size, no inner-width tensor), and whose backwa
    the output gradient transposed to the same rows, seq padded to a multiple of 8 (aligned GEMM operands).
 2. The weight gradients, sums over all batch x hidden rows, as two bf16 GEMMs (cuBLAS on a GPU) of those.
 
-The torch path's backward, the recompute one (trm.fused_mix.mix_sublayer_backward) and this one compute the same
+The torch path's backward, the recompute one (trm.kernels.fused_mix.mix_sublayer_backward) and this one compute the same
 chain rule with the same bf16 roundings (the saved sum is the forward's, bit for bit): the torch path's values to
 bf16 rounding (tests/test_fused_mix_backward.py, through Triton's interpreter on a CPU).
 """
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trm.fused_mix import (
+from trm.kernels.fused_mix import (
     TensorDescriptor,
     _channels_first,
     _dot,
@@ -40,9 +40,9 @@ from trm.fused_mix import (
 )
 
 # Tile choices of the backward kernel (channels per program, inner-width chunk per loop step, warps), as
-# trm.fused_mix.TILES: the autotuner times them on a GPU; the interpreter takes the first. Chunks divide the inner
-# width (a multiple of 256); 16 channels per warp at least (the chained dots put every warp on the channel side). The
-# loop holds the input-gradient accumulator [channels, SEQ_PAD] and three [channels, chunk] fp32 products. Compiled
+# trm.kernels.fused_mix.TILES: the autotuner times them on a GPU; the interpreter takes the first. Chunks divide the
+# inner width (a multiple of 256); 16 channels per warp at least (the chained dots put every warp on the channel side).
+# The loop holds the input-gradient accumulator [channels, SEQ_PAD] and three [channels, chunk] fp32 products. Compiled
 # for sm_90 at the paper's sizes (bench/triton_sm90.py; the tests check it): every dot a wgmma, every copy a TMA copy.
 BWD_TILES = ((64, 32, 4), (128, 32, 8), (128, 64, 8), (64, 64, 4))  # the interpreter's first, as TILES
 
@@ -71,7 +71,7 @@ def _mix_grad_kernel(
     BLOCK_C: tl.constexpr, BLOCK_I: tl.constexpr,
 ):  # fmt: skip
     """One program: batch row program_id(0), channels [program_id(1) * BLOCK_C, + BLOCK_C), the whole seq; tiles
-    are [channels, seq] (h's layout read transposed). Every block moves by TMA copies on a GPU (trm.fused_mix's
+    are [channels, seq] (h's layout read transposed). Every block moves by TMA copies on a GPU (trm.kernels.fused_mix's
     forward says which). ROUND_SUM: h is bf16 (its sum and gradients round to it). `batch` and `hidden` key the
     autotuner."""
     b, c0 = tl.program_id(0), tl.program_id(1) * BLOCK_C
@@ -142,7 +142,7 @@ def tuned_grad_tile() -> str | None:
 
 @torch.library.custom_op("trm::mix_sublayer_saving", mutates_args=())
 def mix_sublayer_saving(h: Tensor, gate_up: Tensor, down: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    """trm.fused_mix.mix_sublayer and the residual sum it normalized (h's shape and dtype), for the backward."""
+    """trm.kernels.fused_mix.mix_sublayer and the residual sum it normalized (h's shape and dtype), for the backward."""
     return launch_forward(h, gate_up, down, eps, save_sum=True)
 
 
@@ -210,5 +210,5 @@ mix_sublayer_saving.register_autograd(_backward, setup_context=_setup_context)
 
 
 def mix_sublayer_trainable(h: Tensor, gate_up: Tensor, down: Tensor, eps: float) -> Tensor:
-    """trm.fused_mix.mix_sublayer's value, differentiated by mix_sublayer_grads (the calls with gradients)."""
+    """trm.kernels.fused_mix.mix_sublayer's value, differentiated by mix_sublayer_grads (the calls with gradients)."""
     return mix_sublayer_saving(h, gate_up, down, eps)[0]

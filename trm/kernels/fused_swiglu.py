@@ -34,22 +34,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trm import swiglu_kernels
-from trm.fused_mix import TensorDescriptor, interpreting, misaligned, triton
-from trm.swiglu_kernels import Tile, constexprs
+from trm.kernels import swiglu_gemms
+from trm.kernels.fused_mix import TensorDescriptor, interpreting, misaligned, triton
+from trm.kernels.swiglu_gemms import Tile, constexprs
 
 
 def _descriptor_blocks(nargs: dict[str, Any]) -> None:
     """Set each descriptor's block shape to the tile's (the autotuner's pre_hook, and the interpreter's launch)."""
     size = {"M": nargs["BLOCK_M"], "N": nargs["BLOCK_N"], "K": nargs["BLOCK_K"], "W": 2 * nargs["BLOCK_N"]}
-    for name, sides in swiglu_kernels.DESCRIPTOR_BLOCKS["forward" if "x_desc" in nargs else "backward"].items():
+    for name, sides in swiglu_gemms.DESCRIPTOR_BLOCKS["forward" if "x_desc" in nargs else "backward"].items():
         nargs[name].block_shape = [size[side] for side in sides]
 
 
 @functools.cache
 def _tuned(kernel_name: str) -> Any:
-    """One of the two kernels under Triton's autotuner over its tiles (swiglu_kernels.TILES), keyed on the shapes."""
-    kernel = swiglu_kernels.KERNELS[kernel_name]
+    """One of the two kernels under Triton's autotuner over its tiles (swiglu_gemms.TILES), keyed on the shapes."""
+    kernel = swiglu_gemms.KERNELS[kernel_name]
     configs = [
         triton.Config(
             constexprs(kernel_name, t),
@@ -57,7 +57,7 @@ def _tuned(kernel_name: str) -> Any:
             num_stages=t.stages,
             pre_hook=_descriptor_blocks,
         )
-        for t in swiglu_kernels.TILES[kernel_name]
+        for t in swiglu_gemms.TILES[kernel_name]
     ]
     key = ["tokens", "dim", "inner"] + (["ROUND_X", "SAVE_GU"] if kernel_name == "forward" else [])
     return triton.autotune(configs=configs, key=key)(kernel)
@@ -88,7 +88,7 @@ def grid_size(tokens: int, inner: int, block_m: int, block_n: int, per_sm: int, 
 
 def _launch(kernel_name: str, tensors: tuple[Tensor, ...], tokens: int, tile: Tile | None, **meta: Any) -> None:
     """One of the kernels over its 1-D grid of tiles (grid_size), its tensors as TMA descriptors (block shapes set
-    per tile): at `tile`, else the autotuner's (the interpreter's: the first of swiglu_kernels.TILES); `meta` holds dim
+    per tile): at `tile`, else the autotuner's (the interpreter's: the first of swiglu_gemms.TILES); `meta` holds dim
     and inner."""
     descriptors = [TensorDescriptor.from_tensor(t, [1] * t.dim()) for t in tensors]
     inner, interpret = meta["inner"], interpreting()
@@ -97,21 +97,21 @@ def _launch(kernel_name: str, tensors: tuple[Tensor, ...], tokens: int, tile: Ti
         grid = lambda m: (grid_size(tokens, inner, m["BLOCK_M"], m["BLOCK_N"], m.get("PER_SM", 0), sms),)  # noqa: E731
         _tuned(kernel_name)[grid](*descriptors, tokens, **meta, INTERPRET=False)
         return
-    tile = tile or swiglu_kernels.TILES[kernel_name][0]
+    tile = tile or swiglu_gemms.TILES[kernel_name][0]
     sizes = constexprs(kernel_name, tile)
-    _descriptor_blocks({**dict(zip(swiglu_kernels.DESCRIPTOR_BLOCKS[kernel_name], descriptors)), **sizes})
+    _descriptor_blocks({**dict(zip(swiglu_gemms.DESCRIPTOR_BLOCKS[kernel_name], descriptors)), **sizes})
     programs = grid_size(tokens, inner, tile.m, tile.n, tile.per_sm, sms)
-    swiglu_kernels.KERNELS[kernel_name][(programs,)](
+    swiglu_gemms.KERNELS[kernel_name][(programs,)](
         *descriptors, tokens, **meta, INTERPRET=interpret, **sizes, num_warps=tile.warps, num_stages=tile.stages
     )
 
 
 def _check(x: Tensor, gate_up: Tensor, down: Tensor) -> None:
     dim, inner = x.shape[-1], down.shape[1]
-    if gate_up.shape != (2 * inner, dim) or down.shape != (dim, inner) or inner % swiglu_kernels.MAX_BLOCK_N:
+    if gate_up.shape != (2 * inner, dim) or down.shape != (dim, inner) or inner % swiglu_gemms.MAX_BLOCK_N:
         raise ValueError(
             f"fused_swiglu: x {tuple(x.shape)}, gate_up {tuple(gate_up.shape)}, down {tuple(down.shape)}: expected "
-            f"gate_up [2*inner, dim], down [dim, inner], inner a multiple of {swiglu_kernels.MAX_BLOCK_N}"
+            f"gate_up [2*inner, dim], down [dim, inner], inner a multiple of {swiglu_gemms.MAX_BLOCK_N}"
         )
     if misaligned(dim):
         raise ValueError(f"fused_swiglu: {misaligned(dim)}")

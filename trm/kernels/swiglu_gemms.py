@@ -1,13 +1,13 @@
-"""The channel SwiGLU's Triton kernels and their tile choices (trm/fused_swiglu.py launches them and wraps them in
-torch custom ops; its docstring says what they compute and why): the forward's gate/up GEMM with silu*mul in its
-epilogue, and the backward's d_act GEMM with silu*mul's backward in its epilogue. Under Triton's interpreter
-(INTERPRET) they run on CPU tensors."""
+"""The channel SwiGLU's Triton kernels and their tile choices (trm/kernels/fused_swiglu.py launches them and wraps them
+in torch custom ops; its docstring says what they compute and why): the forward's gate/up GEMM with silu*mul in its
+epilogue, and the backward's d_act GEMM with silu*mul's backward in its epilogue. Under Triton's interpreter (INTERPRET)
+they run on CPU tensors."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from trm.fused_mix import _dot, _jit, _round_bf16, tl
+from trm.kernels.fused_mix import _dot, _jit, _round_bf16, tl
 
 
 class Tile(NamedTuple):
