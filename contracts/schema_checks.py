@@ -16,10 +16,12 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from storage.errors import UserError
+
 T = TypeVar("T")
 
 
-class ConfigSchemaError(ConfigCompositionException, ValueError):
+class ConfigSchemaError(ConfigCompositionException, UserError, ValueError):
     """A composed config its schema refuses, in one line naming the key, the value and what is accepted. A Hydra
     composition error (what the sweep's validation catches) and a ValueError (what a bad value is)."""
 

@@ -14,14 +14,14 @@ import optuna
 from optuna.storages import RDBStorage
 
 from storage.engine import open_storage
-from storage.errors import StorageError
+from storage.errors import UserError, exit_on_user_error
 from storage.url import redact, resolve_url
 
 STORAGE_KEYS = {"storage.url": None, "storage.password_env": None}
 
 
-class ArgumentError(ValueError):
-    pass
+class ArgumentError(UserError, ValueError):
+    """A CLI argument the user fixes (named with what is accepted)."""
 
 
 @dataclass(frozen=True)
@@ -58,25 +58,21 @@ def parse_bool(key: str, value: str) -> bool:
 def storage_from_args(args: dict[str, str], must_exist: bool = True) -> tuple[str, RDBStorage]:
     """(URL, storage) from `storage.url=` / `storage.password_env=` (else $TRM_SWEEPS_STORAGE, else SQLite).
 
-    A reader opens what exists (`must_exist`): a mistyped path is an error, not a new empty database."""
-    try:
-        url = resolve_url(args.get("storage.url"), create_dir=not must_exist)
-        return url, open_storage(url, password_env=args.get("storage.password_env"), must_exist=must_exist)
-    except StorageError as err:
-        raise ArgumentError(str(err)) from None
+    A reader opens what exists (`must_exist`): a mistyped path is an error, not a new empty database. A StorageError
+    is the user's (a UserError): the app's one line."""
+    url = resolve_url(args.get("storage.url"), create_dir=not must_exist)
+    return url, open_storage(url, password_env=args.get("storage.password_env"), must_exist=must_exist)
 
 
 def run_cli(main_body: Callable[[list[str]], int], argv: list[str] | None) -> int:
-    """Run `main_body(argv)`: help to stdout (exit 0), an ArgumentError as one `error:` line (exit 2), and no
-    traceback when the output is piped into `head` and closed early."""
+    """Run `main_body(argv)`: help to stdout (exit 0), a UserError (an ArgumentError, a storage or config error) as
+    one `error:` line (exit 2, `exit_on_user_error`), and no traceback when the output is piped into `head` and
+    closed early."""
     try:
-        return int(main_body(sys.argv[1:] if argv is None else argv))
+        return exit_on_user_error(main_body)(sys.argv[1:] if argv is None else argv)
     except HelpRequested as help_:
         print(help_.usage)
         return 0
-    except ArgumentError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (`| head`): nothing left to say
         return 0

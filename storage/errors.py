@@ -1,6 +1,10 @@
-"""Errors raised by the storage package.
+"""The project's user-error root (`UserError`, and the wrapper every app runs under), and the storage package's errors.
 
-Two kinds, because callers react differently: a config mistake is fixed by the user
+`UserError` is the bottom layer's, so every package derives its user-facing errors from it (storage's
+StorageError and ArgumentError, contracts' ConfigSchemaError, sweeps' UserConfigError) and every app turns it into
+one line and exit 2 (`exit_on_user_error`), never a traceback.
+
+The storage package's errors are of two kinds, because callers react differently: a config mistake is fixed by the user
 (exit with a clear message), an unavailable server may be retried or waited for. A database that is
 gone (dropped) is neither: :func:`database_gone` tells it from an outage, :class:`StorageGoneError` says so; nor is a
 SQLite file moved, deleted, replaced or made read-only under an open connection (:func:`sqlite_file_lost`).
@@ -9,13 +13,40 @@ SQLite file moved, deleted, replaced or made read-only under an open connection 
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
+from collections.abc import Callable
+from typing import ParamSpec
 
 import optuna
 import sqlalchemy
 
+P = ParamSpec("P")
+USER_ERROR_EXIT = 2  # every app's exit code for what the user fixes (a bad input, a storage not there)
 
-class StorageError(Exception):
+
+class UserError(Exception):
+    """What the user fixes (a key's value, a study's name, the storage's URL or server, the pod's state): each app
+    prints its one line and exits USER_ERROR_EXIT. Every error of the project raised for the user derives from it."""
+
+
+def exit_on_user_error(task: Callable[P, int]) -> Callable[P, int]:
+    """Wrap an app's `main`: a UserError raised anywhere below it becomes one `error: ...` line on stderr and exit
+    code 2; anything else goes on up (a bug keeps its traceback). lightning-hydra-template's task_wrapper's job."""
+
+    @functools.wraps(task)
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> int:
+        try:
+            return task(*args, **kwargs)
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return USER_ERROR_EXIT
+
+    return wrapped
+
+
+class StorageError(UserError):
     """Base class for every error this package raises on purpose."""
 
 

@@ -46,7 +46,6 @@ from storage.confirm_record import COMPLETE, confirmations
 from storage.record import Reeval
 from storage.study_record import StudyAttrs
 from storage.trial_record import TrialLaunch, TrialOutcome
-from sweeps.config.config_values import UserConfigError
 from sweeps.config.schema import SweepConfig
 from sweeps.launchers.base import Launcher
 from sweeps.search.space import params_to_values, to_overrides
@@ -268,7 +267,7 @@ def stage_of(args: dict[str, str], study: optuna.Study, extra: list[str]) -> Sta
         cfg = compose_sweep_config(overrides)
         sweep = typed_sweep(cfg)
         launcher = build_launcher(sweep.launcher)
-    except (UserConfigError, HydraException) as err:
+    except HydraException as err:  # Hydra's own (a UserConfigError is a UserError already: run_cli's line)
         raise ArgumentError(str(err)) from None
     launcher.prepare()
     uid = str(StudyAttrs.of(study.user_attrs).uid or "")

@@ -18,6 +18,7 @@ from typing import Any
 
 from contracts.wandb_runs import resolve_mode
 from storage import resolve_url
+from storage.errors import exit_on_user_error
 from storage.url import is_postgres
 from sweeps.config.config_values import UserConfigError
 from sweeps.config.schema import SweepConfig
@@ -260,6 +261,7 @@ def check_before_study(sweep: SweepConfig, launcher: object) -> None:
         )
 
 
+@exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     from contracts.hydra_app import compose_train_config
     from sweeps.config.compose import compose_sweep_config

@@ -16,12 +16,11 @@ from omegaconf.errors import OmegaConfBaseException
 from optuna.trial import TrialState
 
 from contracts.hydra_app import CONFIG_PATH, HYDRA_CALLBACKS, run_app
-from storage import StorageError, redact
-from storage.errors import permission_denied
+from storage import redact
+from storage.errors import UserError, permission_denied
 from storage.heartbeat import retried_numbers
 from storage.record import FAIL_REASON_ATTR, trained_trials
 from sweeps.config import estimate
-from sweeps.config.config_values import UserConfigError
 from sweeps.config.help import help_text
 from sweeps.config.schema import SweepConfig
 from sweeps.config.typed_config import composition_error_line, typed_sweep
@@ -37,9 +36,9 @@ from sweeps.trials.retry import without_note
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
 USERS_FULL_ERROR: dict[str, str | None] = {}  # its value before _entry set it, for main to put back
-# What a user fixes: one line and exit 2 (UserConfigError: every such error of sweeps/; the storage layer's and
-# OmegaConf's own besides).
-CONFIG_ERRORS = (UserConfigError, StorageError, MissingMandatoryValue)
+# What a user fixes: one line and exit 2 (UserError, storage/errors.py: the root of every such error of the
+# project's packages; and OmegaConf's own missing value).
+CONFIG_ERRORS = (UserError, MissingMandatoryValue)
 
 
 def dry_run(driver: Driver) -> None:

@@ -7,12 +7,14 @@ from typing import Any
 
 from omegaconf import ListConfig
 
+from storage.errors import UserError
+
 TYPE_NAMES = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string", list: "a list"}
 
 
-class UserConfigError(ValueError):
-    """What the user fixes (a key's value, the pod's state, the study's name): each app prints its one line and
-    exits 2, never a traceback. Every such error of sweeps/ derives from it, so an app catches one class."""
+class UserConfigError(UserError, ValueError):
+    """What the user fixes in a sweep (a key's value, the pod's state, the study's name): a UserError (the project's
+    root, storage/errors.py), so each app prints its one line and exits 2, never a traceback."""
 
 
 class SweepConfigError(UserConfigError):
