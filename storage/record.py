@@ -16,13 +16,8 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
-# The pruners config may build, in the driver and in the job (which rebuilds the stored spec): Optuna's, and the
-# wrapper that prunes only where the study's audit trials back a rung (contracts/pruning_evidence.py: a layer both
-# the platform and the trainer import).
-PRUNER_TARGETS = ["optuna.pruners.*", "contracts.pruning_evidence.EvidencePruner"]
-# The wrapper's earlier home, as studies stored before it moved name it: read as where it lives now.
-MOVED_PRUNER_TARGETS = {"sweeps.pruning_evidence.EvidencePruner": "contracts.pruning_evidence.EvidencePruner"}
-# What that wrapper measured, rewritten whenever it changes (StudyAttrs.pruner_evidence).
+# What the evidence wrapper (contracts/pruning_evidence.py) measured, rewritten whenever it changes
+# (StudyAttrs.pruner_evidence).
 
 
 class RungEvidence(TypedDict):
@@ -206,16 +201,4 @@ def reevals(study_attrs: Mapping[str, Any]) -> dict[int, Reeval]:
     for key, value in study_attrs.items():
         if key.startswith(REEVAL_ATTR_PREFIX) and (record := Reeval.of(value)) is not None:
             out[record.trial] = record
-    return out
-
-
-def current_pruner_spec(spec: Any) -> Any:
-    """A stored pruner `_target_` dict (a study's StudyAttrs.pruner, or the pruner in its definition) with a moved class
-    named where it lives now, in the spec and in a wrapped one; anything else as it is. A copy: the stored value is
-    never changed, and a study recorded before the move is still the same study."""
-    if not isinstance(spec, dict):
-        return spec
-    out = {k: current_pruner_spec(v) if k == "wrapped" else v for k, v in spec.items()}
-    if out.get("_target_") in MOVED_PRUNER_TARGETS:
-        out["_target_"] = MOVED_PRUNER_TARGETS[out["_target_"]]
     return out

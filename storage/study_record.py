@@ -26,7 +26,7 @@ class StudyAttrs:
     objective: str | None = None  # the first objective: what the trials report at the end and are ranked by
     objectives: list[str] | None = None  # every objective, the first one first (the study's directions' order)
     # The pruner as a `_target_` dict, its lengths in steps: every job builds the pruner the driver configured
-    # (a class moved since it was stored: storage.record.current_pruner_spec).
+    # (a class moved since it was stored: contracts.pruners.current_pruner_spec).
     pruner: dict[str, Any] | None = None
     prune_metric: str | None = None  # what the jobs report at each eval (None: the objective; `reported`)
     sampler: str | None = None  # the sampler's class name (TPESampler)

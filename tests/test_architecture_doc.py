@@ -123,3 +123,37 @@ def test_no_record_key_is_a_string_literal_outside_storage() -> None:
     ]
     assert found == [], "read or write these through storage/'s records or names"
     assert "no study or trial attribute key is written or read as a string literal" in DOC.read_text()
+
+
+def test_the_bottom_layer_names_no_class_above_it_and_the_pruner_targets_resolve() -> None:
+    """docs/architecture.md, rule 3: import-linter cannot see a class named in a string, so storage/ holds no
+    first-party dotted name above it (a docstring may mention one); the pruners a job may build are contracts/'s,
+    beside the wrapper, and each names a pruner that exists."""
+    import ast
+
+    from hydra.utils import get_class
+    from optuna.pruners import BasePruner
+
+    from contracts.pruners import MOVED_PRUNER_TARGETS, PRUNER_TARGETS
+
+    above = re.compile(r"^(contracts|trm|sweeps|dashboards|bench)\.\w+(\.\w+)*$")
+    found = []
+    for path in sorted((ROOT / "storage").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        found += [
+            f"{path.relative_to(ROOT)}:{n.lineno}: {n.value!r}"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+            if above.match(n.value)
+        ]
+    assert found == [], "storage/ names a class of a layer above it"
+    named = [t for t in PRUNER_TARGETS if not t.endswith("*")] + list(MOVED_PRUNER_TARGETS.values())
+    assert named and all(issubclass(get_class(t), BasePruner) for t in named)
+    assert "`contracts/pruners.py`'s `PRUNER_TARGETS`" in DOC.read_text()

@@ -151,7 +151,7 @@ def test_a_study_stored_before_the_wrapper_moved_is_the_same_study_and_its_jobs_
     import subprocess
     import sys
 
-    from storage.record import current_pruner_spec
+    from contracts.pruners import current_pruner_spec
     from sweeps.search.definition import PARTS, study_changes
 
     old = {**SPEC, "_target_": "sweeps.pruning_evidence.EvidencePruner"}

@@ -23,16 +23,15 @@ from optuna.trial import TrialState
 
 from contracts.code_version import git_commit
 from contracts.out_of_memory import INFEASIBLE_OOM, out_of_memory
+from contracts.pruners import PRUNER_TARGETS, current_pruner_spec
 from contracts.train_config import RetryPolicy, SweepLink
 from storage import EngineSettings, StorageError, engine_settings, open_storage
 from storage.errors import sqlite_file_lost, storage_failure
 from storage.record import (
     MEMORY_ATTR,
     PROGRESS_ATTR,
-    PRUNER_TARGETS,
     MemoryRecord,
     ProgressRecord,
-    current_pruner_spec,
 )
 from storage.study_record import StudyAttrs
 from storage.trial_record import TrialOutcome, seed_prefix

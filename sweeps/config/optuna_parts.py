@@ -11,7 +11,7 @@ from typing import Any
 
 from hydra.utils import instantiate
 
-from storage.record import PRUNER_TARGETS
+from contracts.pruners import PRUNER_TARGETS
 
 # What config may instantiate: `_target_` is code execution, so only these classes.
 TARGETS = ["optuna.samplers.*", *PRUNER_TARGETS, "sweeps.launchers.*"]

@@ -33,8 +33,8 @@ from optuna.trial import FrozenTrial
 
 from contracts.hydra_app import packaged_yaml
 from contracts.overrides import parse_override
+from contracts.pruners import current_pruner_spec
 from contracts.train_config import NOT_TRAINING_KEYS, under
-from storage.record import current_pruner_spec
 from sweeps.config.config_values import UserConfigError
 from sweeps.config.schema import Study
 from sweeps.search.space import SearchSpace
@@ -196,7 +196,7 @@ def study_changes(
 ) -> list[Change]:
     """What differs between a study and this definition: its stored definition, or for a study from before
     definitions were stored, what Optuna would refuse against its trials' distributions."""
-    if stored is not None:  # a moved pruner class is the same pruner (storage.record.current_pruner_spec)
+    if stored is not None:  # a moved pruner class is the same pruner (contracts.pruners.current_pruner_spec)
         return changes({**stored, "pruner": current_pruner_spec(stored.get("pruner"))}, here)
     sampled: dict[str, BaseDistribution] = {}
     for trial in trials:
