@@ -107,7 +107,7 @@ def serve(commands: TextIO, replies: TextIO, device: str) -> None:
                 reply = steps[msg["name"]].step()
             else:
                 reply = {"error": f"unknown op {msg['op']!r}"}
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - the error goes back to the parent as its reply
             traceback.print_exc(limit=5)
             reply = {"error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
         replies.write(json.dumps(reply) + "\n")

@@ -184,7 +184,7 @@ def warm_up(runners: list[Any], warmup: int) -> None:
         for i in range(warmup):
             try:
                 seconds = runner.step()
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:  # noqa: BLE001 - a failing variant is a row, not the bench's end
                 runner.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
                 print(f"  {runner.name}: FAILED in warmup: {runner.error}", flush=True)
                 traceback.print_exc(limit=3)
@@ -224,7 +224,7 @@ def measure(
             return
         try:
             seconds = item.step()
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - a failing variant is a row, not the bench's end
             item.error = f"{type(err).__name__}: {err}"
             print(f"  {item.name}: FAILED: {item.error}", flush=True)
             return

@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stopped PostgreSQL in {data_dir}" if stop(data_dir) else f"no PostgreSQL running in {data_dir}")
             return 0
         url = start(data_dir, args.port)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - a dev tool: any failure is its one line and exit 1
         print(f"storage.up: {e}", file=sys.stderr)
         return 1
     print(f"PostgreSQL running in {data_dir}")

@@ -43,7 +43,7 @@ def validate_url(url: str, key: str = CONFIG_KEY) -> URL:
     """Parse and check ``url``; raise :class:`StorageConfigError` naming ``key`` if unusable."""
     try:
         parsed = make_url(url)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - SQLAlchemy raises several types for an unparsable URL
         # The parser's message may quote parts of the URL; say only that it did not parse.
         raise _error(key, url, "it cannot be parsed as a URL") from None
     if parsed.drivername not in _SCHEMES:

@@ -157,3 +157,16 @@ def test_the_bottom_layer_names_no_class_above_it_and_the_pruner_targets_resolve
     named = [t for t in PRUNER_TARGETS if not t.endswith("*")] + list(MOVED_PRUNER_TARGETS.values())
     assert named and all(issubclass(get_class(t), BasePruner) for t in named)
     assert "`contracts/pruners.py`'s `PRUNER_TARGETS`" in DOC.read_text()
+
+
+def test_every_noqa_names_its_reason() -> None:
+    """A `# noqa` silences a linter rule: the line says why (`# noqa: BLE001 - tracking never fails a run`)."""
+    bare = re.compile(r"#\s*noqa(?::\s*[A-Z]+\d+(?:\s*,\s*[A-Z]+\d+)*)?\s*$")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for package in (*PACKAGES, "bench", "tests")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if bare.search(line)
+    ]
+    assert found == [], "say why after the rule: # noqa: RULE - why"

@@ -309,7 +309,7 @@ def test_grouped_median_replay_compares_a_trial_only_with_its_groups_completed_t
         curve_trial(2, 1, 1, [0.2, 0.3]),
         curve_trial(3, 2, 1, [0.15, 0.3]),
     ]
-    median = lambda: optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0)  # noqa: E731
+    median = lambda: optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0)  # noqa: E731 - a fresh pruner per replay, in one line
     bare = pruning.replay_curves(trials, median(), "eval/exact_accuracy")
     grouped = pruning.replay_curves(
         trials,
@@ -351,7 +351,7 @@ def test_pruning_replays_run_optunas_pruners_on_the_saved_curves(tmp_path: Path)
     saved = json.loads((ROOT / "bench" / "results" / "pruning_1000steps.json").read_text())
     arms = [seed["arms"][0] for seed in saved["per_seed"]]
     for arm in arms:
-        median = lambda: optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=100)  # noqa: E731
+        median = lambda: optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=100)  # noqa: E731 - a fresh pruner per replay, in one line
         bare = pruning_evidence.replay(arm, median(), "eval/blank_accuracy")
         one_group = pruning_evidence.replay(
             arm, pruning_replays.GroupedPruner(median(), lambda p: ()), "eval/blank_accuracy"

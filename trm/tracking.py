@@ -74,7 +74,7 @@ class WandbTracker(Tracker):
             if summary.get("outcome") == "PREEMPTED":  # stopped by SIGTERM with a checkpoint; a retry resumes
                 self.run.mark_preempting()
             finish_run(self.run, exit_code=1 if summary.get("outcome") == "FAIL" else 0)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - tracking never fails a run: one warning
             self._give_up(err)
         self.run = None
 

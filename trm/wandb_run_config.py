@@ -84,7 +84,7 @@ def safe_config(written: Mapping[str, Any]) -> dict[str, Any]:
         try:
             node = masked[key]
             return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - any resolver error: the key is kept as written
             node = masked._get_node(key)
             if node is None:  # not a key of masked (the caller iterates its own keys)
                 raise KeyError(key) from None

@@ -276,7 +276,7 @@ class ProgressView:
             if self.tty:
                 self.draw(progress)
             return f" [{progress.short()}]"
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - the progress line never stops the driver
             self.gave_up(err)
             return ""
 
@@ -291,7 +291,7 @@ class ProgressView:
                 self.bar = None
             self.redirect.close()  # the console handlers write directly again
             log.info("%s", progress.line(self.study_name, ended))
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - the progress line never stops the driver
             self.gave_up(err)
 
     def draw(self, progress: Progress) -> None:

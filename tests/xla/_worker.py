@@ -21,12 +21,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from contracts.hydra_app import compose_train_config  # noqa: E402
-from tests.config_blocks import block  # noqa: E402
-from trm.model import ACTModel, TRMConfig  # noqa: E402
-from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema  # noqa: E402
-from trm.runtime import init_runtime  # noqa: E402
-from trm.step import autocast, carry_dtype, train_step  # noqa: E402
+from contracts.hydra_app import compose_train_config  # noqa: E402 - after sys.path names the checkout
+from tests.config_blocks import block  # noqa: E402 - after sys.path names the checkout
+from trm.model import ACTModel, TRMConfig  # noqa: E402 - after sys.path names the checkout
+from trm.optim import build_ema, build_optimizers, lr_multiplier, set_lr, update_ema  # noqa: E402 - after sys.path names the checkout
+from trm.runtime import init_runtime  # noqa: E402 - after sys.path names the checkout
+from trm.step import autocast, carry_dtype, train_step  # noqa: E402 - after sys.path names the checkout
 
 # The test_tiny preset (conf/experiment/test_tiny.yaml): a 16-wide model in fp32, 16 slots per batch (divisible by
 # 1, 2 and 4 devices); the worker makes its own batches, so the preset's data and eval settings go unread.

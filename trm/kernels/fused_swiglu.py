@@ -94,7 +94,7 @@ def _launch(kernel_name: str, tensors: tuple[Tensor, ...], tokens: int, tile: Ti
     inner, interpret = meta["inner"], interpreting()
     sms = INTERPRETER_SMS if interpret else _multiprocessors(tensors[0].device.index or 0)
     if tile is None and not interpret:
-        grid = lambda m: (grid_size(tokens, inner, m["BLOCK_M"], m["BLOCK_N"], m.get("PER_SM", 0), sms),)  # noqa: E731
+        grid = lambda m: (grid_size(tokens, inner, m["BLOCK_M"], m["BLOCK_N"], m.get("PER_SM", 0), sms),)  # noqa: E731 - Triton calls the grid with the autotuned meta
         _tuned(kernel_name)[grid](*descriptors, tokens, **meta, INTERPRET=False)
         return
     tile = tile or swiglu_gemms.TILES[kernel_name][0]
