@@ -32,8 +32,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from bench._common import StepRunner, train_config
 from bench._results import RESULTS, fmt, median, run_header, write_results
-from trm.checkpoint_upload import Uploads
 from trm.checkpointer import write
+from trm.checkpoints.upload import Uploads
 
 
 class SlowRemoteFileSystem(LocalFileSystem):

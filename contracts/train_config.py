@@ -167,7 +167,7 @@ class HaltingConfig:
 
 @dataclass
 class CheckpointConfig:
-    """`checkpoint` (trm/checkpoint.py; staging and upload: trm/checkpoint_upload.py)."""
+    """`checkpoint` (trm/checkpoints/checkpoint.py; staging and upload: trm/checkpoints/upload.py)."""
 
     url: str = MISSING
     resume: bool = MISSING

@@ -153,7 +153,7 @@ class TrialOutcome(TrialFacts):
     code_dirty: bool | None = field(default=None, metadata=FLAT)
     best_checkpoint_note: str | None = field(
         default=None, metadata=WHEN_SET
-    )  # best.pt is not its best (trm/best_file.py)
+    )  # best.pt is not its best (trm/checkpoints/best_file.py)
     # A failure: its error (the last 2000 characters), whether a retry could pass it, whether the machine was at
     # fault (RUN_AGAIN_ATTR) and, when the configuration cannot fit it, why (INFEASIBLE_ATTR).
     error: str | None = field(default=None, metadata=WHEN_SET)

@@ -16,8 +16,8 @@ from dashboards.report_view import StudyView
 from storage.trial_record import TrialLaunch, TrialOutcome
 from sweeps import best
 from tests.test_train import config
-from trm import checkpoint
-from trm.best_file import BestFile
+from trm.checkpoints import checkpoint
+from trm.checkpoints.best_file import BestFile
 from trm.train import run
 
 

@@ -1,4 +1,4 @@
-"""Checkpoints off the training path (trm/checkpoint_upload.py): rank 0 stages each checkpoint locally and a
+"""Checkpoints off the training path (trm/checkpoints/upload.py): rank 0 stages each checkpoint locally and a
 background thread uploads it to checkpoint.url with the direct write's guarantees. Real training runs against real
 fsspec filesystems: memory:// (a remote store held in this process), and local disks wrapped to be slow or broken."""
 
@@ -18,8 +18,8 @@ import pytest
 
 from tests.fault_stores import DELAY_ENV, BrokenFileSystem, SlowFileSystem, register, site_dir
 from tests.test_train import FAST, config
-from trm import checkpoint
-from trm.checkpoint_upload import STAGED, Uploads
+from trm.checkpoints import checkpoint
+from trm.checkpoints.upload import STAGED, Uploads
 from trm.train import run
 
 pytestmark = pytest.mark.slow  # every test here trains, or starts processes

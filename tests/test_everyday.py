@@ -17,7 +17,7 @@ from storage.record import CHECKPOINT_URL_ATTR
 from sweeps.best import main as best_main
 from tests.sweep_helpers import sweep_config
 from tests.test_sweeps import with_space
-from trm import checkpoint
+from trm.checkpoints import checkpoint
 
 pytestmark = pytest.mark.slow  # every test here starts processes or trains
 

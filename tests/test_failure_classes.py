@@ -49,8 +49,8 @@ def test_the_classes_a_retry_repeats_are_the_jobs_own() -> None:
         (HYDRA_LOG, NO_GPU),
         (  # a chained traceback prints its cause first: the error that ended the process is the last
             "KeyError: 'x'\n\nThe above exception was the direct cause of the following exception:\n\n"
-            "Traceback (most recent call last):\ntrm.checkpoint.CheckpointError: cannot read latest.pt",
-            "trm.checkpoint.CheckpointError: cannot read latest.pt",
+            "Traceback (most recent call last):\ntrm.checkpoints.checkpoint.CheckpointError: cannot read latest.pt",
+            "trm.checkpoints.checkpoint.CheckpointError: cannot read latest.pt",
         ),
         (  # torchrun's own error about its child is not the job's
             f"{NO_GPU}\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n====\ntrm.train FAILED",

@@ -13,7 +13,7 @@ import contracts.choices
 import trm.precision
 from contracts.hydra_app import TrainJob, compose_train_config, to_dict
 from tests.wandb_offline import find_runs, read_offline_run
-from trm import checkpoint
+from trm.checkpoints import checkpoint
 from trm.fingerprint import training_identity
 from trm.precision import DeviceFacts, device_facts, read_cpu_flags, resolve_precision
 from trm.step import PRECISIONS, carry_dtype

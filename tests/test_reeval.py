@@ -98,10 +98,12 @@ def test_a_failed_reevaluation_is_told_by_the_jobs_own_error_line() -> None:
     log = (
         "worker-0 exited with code 1; last log lines:\nError executing job with overrides: ['reeval.run=true']\n"
         'Traceback (most recent call last):\n  File "/work/main/trm/reeval.py", line 79, in run\n'
-        "trm.checkpoint.CheckpointError: no checkpoint at /out/trial-0/checkpoints: nothing to evaluate again"
+        "trm.checkpoints.checkpoint.CheckpointError: "
+        "no checkpoint at /out/trial-0/checkpoints: nothing to evaluate again"
     )
     assert failure_line(log, 1, 60) == (
-        "trm.checkpoint.CheckpointError: no checkpoint at /out/trial-0/checkpoints: nothing to evaluate again"
+        "trm.checkpoints.checkpoint.CheckpointError: "
+        "no checkpoint at /out/trial-0/checkpoints: nothing to evaluate again"
     )
     assert (
         failure_line("worker-0 exited with code -9; last log lines:\nstep 3", -9, 60) == "worker-0 exited with code -9"
@@ -283,7 +285,9 @@ def test_a_study_reevaluates_its_top_trials_on_the_whole_test_split(
     assert marked.failed and marked.value == again[top].value
     # Issue 57.5: the line quoted the launcher's head and a 20-line Hydra traceback; now the job's own error.
     assert re.search(
-        rf"trial {top} left out: its re-evaluation failed \((trm\.checkpoint\.)?CheckpointError: no checkpoint at", text
+        rf"trial {top} left out: its re-evaluation failed "
+        r"\((trm\.checkpoints\.checkpoint\.)?CheckpointError: no checkpoint at",
+        text,
     ), text
     assert "Error executing job" not in text and "Traceback" not in text
     assert f"re-evaluated winner: trial {top} " not in text

@@ -12,7 +12,7 @@ import pytest
 
 from contracts.hydra_app import TrainJob, compose_train_config
 from contracts.metrics_log import read_metrics
-from trm import checkpoint
+from trm.checkpoints import checkpoint
 from trm.data import DatasetError, build_from_csv, load_split, read_meta, validate_pairs, write_split
 from trm.data.format import ARRAY_NAMES
 from trm.train import run

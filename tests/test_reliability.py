@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_train import config
-from trm import checkpoint
+from trm.checkpoints import checkpoint
 from trm.run_end import NonFiniteLossError
 from trm.train import run
 
@@ -235,10 +235,10 @@ def test_an_unreadable_latest_checkpoint_is_named_and_the_previous_one_resumed(
     with pytest.raises(checkpoint.CheckpointUnreadableError, match=str(latest)):
         checkpoint.load(str(ckpt))
     capsys.readouterr()
-    with caplog.at_level("WARNING", logger="trm.checkpoint"):
+    with caplog.at_level("WARNING", logger="trm.checkpoints.checkpoint"):
         summary = run(config(tmp_path, data_root, "train.steps=30"))
     assert _start_event(capsys.readouterr().out)["resumed_from"] == 10
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == "trm.checkpoint"]
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "trm.checkpoints.checkpoint"]
     assert f"{latest} cannot be read" in warning and f"Resuming from {previous} (step 10)" in warning
     assert summary["outcome"] == "COMPLETE" and summary["steps"] == 30
     steps = [r["step"] for r in read_metrics(tmp_path) if "train/lm_loss" in r]

@@ -33,7 +33,7 @@ from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides, trial
 from tests.test_study_record import _run_driver
 from tests.test_sweeps import with_space
 from tests.test_train import config
-from trm import checkpoint
+from trm.checkpoints import checkpoint
 from trm.run_end import Outcome
 from trm.train import run
 

@@ -11,7 +11,7 @@ import pytest
 
 from contracts.hydra_app import TrainJob, compose_train_config
 from contracts.metrics_log import read_metrics
-from trm import checkpoint
+from trm.checkpoints import checkpoint
 from trm.data.format import DatasetError
 from trm.job_inputs import check_batch
 from trm.runtime.base import Runtime

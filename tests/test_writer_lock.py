@@ -1,5 +1,5 @@
-"""One writer per checkpoint directory (trm/writer_lock.py): a job waits for another process still writing its
-checkpoint directory (a dead driver's orphan) and resumes only after it let go; the kernel frees the lock of a
+"""One writer per checkpoint directory (trm/checkpoints/writer_lock.py): a job waits for another process still writing
+its checkpoint directory (a dead driver's orphan) and resumes only after it let go; the kernel frees the lock of a
 process that died however it died."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trm.writer_lock import LOCK_FILE, CheckpointBusyError, acquire, held
+from trm.checkpoints.writer_lock import LOCK_FILE, CheckpointBusyError, acquire, held
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def test_a_held_directory_is_refused_after_the_wait_naming_its_holder(tmp_path: 
 def test_a_job_waits_for_the_process_still_writing_its_checkpoints_then_resumes(tmp_path: Path) -> None:
     # The "orphan" is a process that holds the lock and is then killed -9: the kernel frees it.
     orphan = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from trm.writer_lock import acquire; "
+        [sys.executable, "-c", "import sys, time; from trm.checkpoints.writer_lock import acquire; "
          f"h = acquire({str(tmp_path / 'run' / 'checkpoints')!r}, 0); print('held', flush=True); time.sleep(600)"],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

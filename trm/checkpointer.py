@@ -9,7 +9,7 @@ none of them (torchtitan's CheckpointManager beside its trainer).
 
 Every method but `takes_best` and `failed` is collective: every rank calls it at the same step. Rank 0 alone reads
 and writes the files (only it may see the path); every rank restores its own carry and RNG. For a remote
-checkpoint.url rank 0 writes a local copy and uploads it in the background (trm/checkpoint_upload.py).
+checkpoint.url rank 0 writes a local copy and uploads it in the background (trm/checkpoints/upload.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from trm import best_file, checkpoint, checkpoint_upload
-from trm.checkpoint_upload import CheckpointSettings
+from trm.checkpoints import best_file, checkpoint, upload
+from trm.checkpoints.upload import CheckpointSettings
 from trm.run_end import NonFiniteLossError, Outcome
 from trm.runtime.base import Runtime
 from trm.train_state import TrainState
@@ -39,7 +39,7 @@ class Checkpointer:
 
     def __init__(self, runtime: Runtime, state: TrainState, settings: CheckpointerSettings) -> None:
         self.runtime, self.state, self.settings = runtime, state, settings
-        self.uploads = checkpoint_upload.Uploads()  # rank 0's, in flight
+        self.uploads = upload.Uploads()  # rank 0's, in flight
 
     def resume(self) -> None:
         """Restore the state from the checkpoint at checkpoint.url if there is one (collective).
@@ -82,7 +82,7 @@ class Checkpointer:
         """Write latest.pt, and best.pt too if `best` (collective: every rank sends its carry and RNG).
 
         Rank 0 refuses to save non-finite weights (the last good checkpoint stays) and writes atomically, or, when
-        saves are staged (checkpoint_upload.staged), writes a local copy and starts its upload after the one in
+        saves are staged (upload.staged), writes a local copy and starts its upload after the one in
         flight ended; if it could not save, or the previous upload failed, every rank raises its error, so all stop
         together."""
         runtime, state = self.runtime, self.state
@@ -139,14 +139,12 @@ def gather_carry(runtime: Runtime, state: TrainState) -> tuple[list[dict[str, An
     return [{"rng": rng} for rng in rngs], (carry if runtime.is_main else None)
 
 
-def write(
-    captured: dict[str, Any], settings: CheckpointSettings, best: bool, uploads: checkpoint_upload.Uploads
-) -> None:
+def write(captured: dict[str, Any], settings: CheckpointSettings, best: bool, uploads: upload.Uploads) -> None:
     """Rank 0's part of `Checkpointer.save`: write the checkpoint `captured` to latest.pt (and best.pt), directly or
     staged and uploaded by `uploads`; CheckpointError if it could not, or if the previous upload failed."""
     data = checkpoint.encode(captured)  # here, not on the upload's thread: `captured` shares the live weights
     names = [checkpoint.LATEST, checkpoint.BEST] if best else [checkpoint.LATEST]
-    if not checkpoint_upload.staged(settings):
+    if not upload.staged(settings):
         for name in names:
             checkpoint.put(settings.url, name, data)
         return
@@ -158,5 +156,5 @@ def write(
     late = uploads.wait(None)
     if late is not None:
         raise checkpoint.CheckpointError(late)
-    staged = checkpoint.put(settings.local_dir, checkpoint_upload.STAGED, data)
+    staged = checkpoint.put(settings.local_dir, upload.STAGED, data)
     uploads.start(settings.url, captured["step"], Path(staged), names)

@@ -4,8 +4,8 @@
 Why: a study's trials are ranked by an eval of a few hundred puzzles, whose binomial noise is as large as the gaps
 between its best trials. This job is a real one, started by the sweep's launcher like a trial (sweeps/trials/reeval.py):
 the trainer's data, model and `trm.step.evaluate` on the trial's runtime, run on the checkpoint the trial wrote.
-A checkpoint whose identity is not this config's is refused (trm.checkpoint.check_identity), so the value always
-belongs to the trial's training. Rank 0 prints the result and, for a sweep trial, stores it on the study
+A checkpoint whose identity is not this config's is refused (trm.checkpoints.checkpoint.check_identity), so the value
+always belongs to the trial's training. Rank 0 prints the result and, for a sweep trial, stores it on the study
 (storage.record.Reeval): only a finished evaluation is stored, so a killed job leaves nothing half-written.
 """
 
@@ -22,7 +22,7 @@ from contracts.train_config import SweepLink
 from storage import engine_settings, open_storage
 from storage.record import Reeval, reeval_attr
 from storage.study_record import StudyAttrs
-from trm import checkpoint
+from trm.checkpoints import checkpoint
 from trm.confirm_link import store_reeval
 from trm.data.loader import eval_batches
 from trm.fingerprint import training_identity

@@ -28,8 +28,8 @@ from contracts import train_config
 from contracts.hydra_app import CONFIG_PATH, HYDRA_CALLBACKS, TrainJob, run_app
 from contracts.metrics_log import open_metrics
 from contracts.train_config import TrainApp
-from trm import writer_lock
-from trm.checkpoint import check_url
+from trm.checkpoints import writer_lock
+from trm.checkpoints.checkpoint import check_url
 from trm.clock import PhaseClock
 from trm.confirm_link import ConfirmLink
 from trm.job_inputs import out_dir as job_out_dir

@@ -2,7 +2,7 @@
 the loop needs (`Trainer`), built once by `setup` (trm/train.py runs the loop over it).
 
 Every worker checks that all agree on config, code, data and precision before it builds the model; the checkpoint
-the run resumes from must have been written by the same training (trm/checkpoint.py `check_identity`).
+the run resumes from must have been written by the same training (trm/checkpoints/checkpoint.py `check_identity`).
 """
 
 from __future__ import annotations

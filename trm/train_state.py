@@ -1,7 +1,7 @@
 """What a run resumes from: the training state and its checkpoint layout (capture/restore side by side); the
-collective save and resume around trm/checkpoint.py's files are trm/checkpointer.py's.
+collective save and resume around trm/checkpoints/checkpoint.py's files are trm/checkpointer.py's.
 
-A checkpoint is one dict (trm/checkpoint.py writes and reads it atomically):
+A checkpoint is one dict (trm/checkpoints/checkpoint.py writes and reads it atomically):
 
     step        steps done                     model       the weights (state_dict)
     ema         the EMA's state_dict or None   optimizers  one state_dict per optimizer
@@ -10,7 +10,7 @@ A checkpoint is one dict (trm/checkpoint.py writes and reads it atomically):
     train_sums  metric sums since the last log point (CPU)
     best        the best eval so far: {"value", "step", "metrics"}
     last_eval   the latest eval's metrics      identity    what wrote it (checkpoint.IDENTITY)
-    best_file   what best.pt holds (trm/best_file.py)
+    best_file   what best.pt holds (trm/checkpoints/best_file.py)
 
 Rank 0 alone reads and writes the files (only it may see the path); every rank restores its own carry and RNG.
 """
@@ -27,7 +27,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.swa_utils import AveragedModel
 
-from trm import best_file, checkpoint
+from trm.checkpoints import best_file, checkpoint
 from trm.data.loader import TrainLoader
 from trm.model import ACTModel, Carry
 from trm.runtime.base import Runtime

@@ -30,8 +30,8 @@ from sweeps.trials.paths import url_exists
 
 log = logging.getLogger("sweeps")
 
-# What a run resumes from (trm/checkpoint.py's LATEST and PREVIOUS; named here so that the driver does not import
-# torch): either one in a chain's checkpoint directory means its retry resumes.
+# What a run resumes from (trm/checkpoints/checkpoint.py's LATEST and PREVIOUS; named here so that the driver does not
+# import torch): either one in a chain's checkpoint directory means its retry resumes.
 RESUMABLE = ("latest.pt", "previous.pt")
 
 

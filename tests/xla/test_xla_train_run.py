@@ -79,7 +79,7 @@ def test_xla_run_summary_and_checkpoint(runs: dict[str, Path]) -> None:
     assert speed["flops_per_s"] == pytest.approx(summary["flops_per_sample_step"] * 16 * 9 / speed["seconds"])
     # The checkpoint opens in a process that never imports torch_xla (analysis, a CPU resume).
     check = (
-        "import torch; from trm import checkpoint; "
+        "import torch; from trm.checkpoints import checkpoint; "
         f"s = checkpoint.load({str(runs['xla'] / 'checkpoints')!r}); "
         "assert s['step'] == 12, s['step']; "
         "devs = {t.device.type for t in s['model'].values()}; assert devs == {'cpu'}, devs; "

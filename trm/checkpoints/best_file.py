@@ -1,11 +1,11 @@
 """What `best.pt` holds, checked when a run resumes, so that no summary or tool points to a best checkpoint that
 cannot be loaded.
 
-`best.pt` is written (trm/checkpoint.py, verified by reading it back) at each new best eval. A run that resumes
-loads its `best.pt` too: if it is unreadable, missing or of another step, it is rewritten from the resumed
+`best.pt` is written (trm/checkpoints/checkpoint.py, verified by reading it back) at each new best eval. A run that
+resumes loads its `best.pt` too: if it is unreadable, missing or of another step, it is rewritten from the resumed
 checkpoint (or `previous.pt`) when that one is the best state itself; otherwise the best weights are gone, the
-unreadable file is moved to `best.pt.unreadable`, `best.pt` gets the resumed state and is rewritten at every eval
-that beats what it holds ("the next best"), and the run's summary, its trial and the tools say so (`note`).
+unreadable file is moved to `best.pt.unreadable`, `best.pt` gets the resumed state and is rewritten at every eval that
+beats what it holds ("the next best"), and the run's summary, its trial and the tools say so (`note`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from trm import checkpoint
+from trm.checkpoints import checkpoint
 
 KEY = "best_file"  # the checkpoint's key holding what best.pt holds (a BestFile as a dict)
 log = logging.getLogger(__name__)

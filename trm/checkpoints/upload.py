@@ -6,11 +6,11 @@ Which saves are staged (`checkpoint.staging`): `auto` stages for a remote URL (a
 path's) and writes a local checkpoint.url directly, as before; `always` stages for a local one too (a slow network
 mount; the tests); `never` always writes checkpoint.url directly.
 
-The upload is the direct write's own code (trm/checkpoint.py `put`), so it keeps its guarantees: each file goes to
-`<name>.tmp-<pid>` at checkpoint.url, is read back, and only then renamed over `<name>` (`latest.pt` first rotated
-to `previous.pt`: the two kept checkpoints). A resume reads only those names (trm/checkpoint.py `load_latest`), so
-an upload cut short (a killed job, a failed write) leaves at most a tmp file, never read, beside the last complete
-checkpoint.
+The upload is the direct write's own code (trm/checkpoints/checkpoint.py `put`), so it keeps its guarantees: each file
+goes to `<name>.tmp-<pid>` at checkpoint.url, is read back, and only then renamed over `<name>` (`latest.pt` first
+rotated to `previous.pt`: the two kept checkpoints). A resume reads only those names (trm/checkpoints/checkpoint.py
+`load_latest`), so an upload cut short (a killed job, a failed write) leaves at most a tmp file, never read, beside the
+last complete checkpoint.
 
 Invariants:
 - At most one upload in flight (`Uploads.start` refuses a second). A save waits for the one in flight before it
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
-from trm import checkpoint
+from trm.checkpoints import checkpoint
 
 STAGED = "staged.pt"  # the one staged file under checkpoint.local_dir: the checkpoint the upload in flight copies
 
