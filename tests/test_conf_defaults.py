@@ -103,8 +103,13 @@ def test_a_bad_retry_setting_is_named(block: dict, expected: str) -> None:
 @pytest.mark.parametrize("name", ["local", "torchrun", "tpu_pod"])
 def test_every_launcher_knob_in_conf_is_its_constructors_default(name: str) -> None:
     """conf/launcher/<name>.yaml names every argument of its launcher (no knob left only in Python), and where the
-    constructor has a default of its own it is the conf's value (`???` marks what a user must give)."""
+    constructor has a default of its own it is the conf's value (`???` marks what a user must give; an
+    interpolation of a sweep key, e.g. `dry_run: ${dry_run}`, is that key's value in the composed sweep)."""
     from hydra.utils import get_class
+
+    from sweeps.config.compose import compose_sweep_config
+
+    sweep = compose_sweep_config([f"launcher={name}"])
 
     conf = packaged_yaml(f"launcher/{name}.yaml")
     assert conf.pop("defaults") == ["_base", "_self_"]  # shared knobs: conf/launcher/_base.yaml, its own win
@@ -116,8 +121,10 @@ def test_every_launcher_knob_in_conf_is_its_constructors_default(name: str) -> N
         default = params[key].default
         if key == "env" and default is None:  # tpu_pod: None stands for its module's DEFAULT_ENV
             default = sys.modules[launcher.__module__].DEFAULT_ENV
-        if value != "???":
-            assert value == default, f"launcher.{key}: conf {value!r}, Python {default!r}"
+        interpolated = isinstance(value, str) and value.startswith("${") and value.endswith("}")
+        shipped = OmegaConf.select(sweep, value[2:-1]) if interpolated else value
+        if shipped != "???":
+            assert shipped == default, f"launcher.{key}: conf {value!r} ({shipped!r}), Python {default!r}"
 
 
 # What a clean checkout must have: every config, the code, the docs. Not run outputs (a bench's study folders,
