@@ -15,7 +15,7 @@ import pytest
 from sweeps.config.compose import compose_sweep_config
 from sweeps.launchers.base import JobSpec, LauncherConfigError, build_launcher
 from sweeps.launchers.tpu_pod import TpuPodLauncher
-from tests.sweep_helpers import FAKE_GCLOUD, fake_pod
+from tests.sweep_helpers import FAKE_GCLOUD, fake_pod, unique_job_name
 
 
 def pod_launcher(*extra: str) -> TpuPodLauncher:
@@ -52,7 +52,7 @@ def test_a_session_to_a_silent_vm_ends_within_the_keep_alive(tmp_path: Path, mon
         "launcher.ssh_alive_count=2",
         "launcher.kill_grace_s=1",
     )
-    handle = pods.launch(JobSpec("pod-job-1", ["out_dir=run"], tmp_path / "local"))
+    handle = pods.launch(JobSpec(unique_job_name(tmp_path), ["out_dir=run"], tmp_path / "local"))
     vms = [pod / "test-pod" / f"worker-{w}" / "trm" for w in (0, 1)]
     deadline = time.monotonic() + 60
     while not all((vm / "started").exists() for vm in vms):

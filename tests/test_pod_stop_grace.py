@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from sweeps.config.compose import compose_sweep_config
 from sweeps.launchers.base import JobSpec, build_launcher
 from sweeps.launchers.tpu_pod import TpuPodLauncher
-from tests.sweep_helpers import fake_pod
+from tests.sweep_helpers import fake_pod, unique_job_name
 
 FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
 BASE = Path(__file__).resolve().parent.parent / "conf" / "launcher" / "_base.yaml"
@@ -59,7 +59,7 @@ def test_a_stop_lets_a_slow_save_finish_on_every_vm(tmp_path: Path, monkeypatch:
         "launcher.remote_dir='~/trm'",
         "launcher.env={}",
     )
-    handle = pods.launch(JobSpec("pod-job-1", ["out_dir=run"], tmp_path / "local"))
+    handle = pods.launch(JobSpec(unique_job_name(tmp_path), ["out_dir=run"], tmp_path / "local"))
     vms = [pod / "test-pod" / f"worker-{w}" / "trm" for w in (0, 1)]
     deadline = time.monotonic() + 60
     while not all((vm / "started").exists() for vm in vms):
