@@ -262,7 +262,8 @@ def record(
     """Run (or resume) each seed's study; every call appends its provenance to <state>/provenance.jsonl."""
     state.mkdir(parents=True, exist_ok=True)
     size = table.size if n_trials is None else n_trials
-    session = {**run_header(table.name, argv), "commit": git_commit(), "seeds": seeds, "jobs": jobs}
+    session = {**run_header("trm_bench_tiny", argv), "benchmark": table.name, "commit": git_commit()}
+    session |= {"seeds": seeds, "jobs": jobs}
     with open(state / "provenance.jsonl", "a") as f:
         f.write(json.dumps(session) + "\n")
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}

@@ -654,3 +654,20 @@ def test_an_evals_own_seconds_are_read_between_its_steps_training_and_eval_recor
     (tmp_path / "t.json").write_text(json.dumps({"seeds": {"0": [{"params": {"a": 1}, "curve": points}]}}))
     table = load(tmp_path / "t.json", 0)
     assert [p.eval_s for p in table.curves[config({"a": 1})].points] == [3.5, None]
+
+
+def test_the_long_tables_provenance_names_the_recorder_that_reproduces_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-table session wrote `python bench/trm_bench_long.py ...`, a script that does not exist."""
+    ran: list[list[str]] = []
+    monkeypatch.setattr(trm_bench_tiny, "git_commit", lambda: "abc")
+    monkeypatch.setattr(
+        trm_bench_tiny.subprocess, "run", lambda cmd, **_: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0)
+    )
+    argv = ["record", "--table", "long", "--seeds", "0"]
+    assert trm_bench_tiny.record(tmp_path, [0], 1, argv, table=trm_bench_tiny.LONG) == 0
+    session = json.loads((tmp_path / "provenance.jsonl").read_text().splitlines()[0])
+    assert session["benchmark"] == "trm_bench_long" and session["seeds"] == [0]
+    assert session["command"] == "python bench/trm_bench_tiny.py record --table long --seeds 0"
+    assert (ROOT / "bench" / "trm_bench_tiny.py").exists() and "study.name=trm_bench_long_seed0" in ran[0]
