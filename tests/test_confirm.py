@@ -193,6 +193,7 @@ def test_a_dry_run_prints_the_stages_plan_and_cost_and_trains_nothing(
     assert "goes with confirm=true" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # starts `python -m sweeps.run`
 def test_the_sweeps_dry_run_prints_the_confirm_stages_cost(tmp_path: Path) -> None:
     """`python -m sweeps.run dry_run=true` with confirm.at_end: its extra trainings beside the study's."""
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}

@@ -671,3 +671,34 @@ def test_the_long_tables_provenance_names_the_recorder_that_reproduces_it(
     assert session["benchmark"] == "trm_bench_long" and session["seeds"] == [0]
     assert session["command"] == "python bench/trm_bench_tiny.py record --table long --seeds 0"
     assert (ROOT / "bench" / "trm_bench_tiny.py").exists() and "study.name=trm_bench_long_seed0" in ran[0]
+
+
+def test_the_confirm_defaults_are_the_replays_choice() -> None:
+    """Issue 55: conf/'s top_k and seeds come from the committed confirm replays (bench/trm_bench_confirm.py), by
+    the rule: within 25% extra cost on every table seed, the best worst-seed near-best rate, then the least cost."""
+    from bench import trm_bench_confirm as bench_confirm
+    from sweeps.config.compose import compose_sweep_config
+
+    rows = json.loads((ROOT / "bench" / "results" / "trm_bench_confirm.json").read_text())["rows"]
+    cfg = compose_sweep_config(["study=model_scaling"])
+    assert bench_confirm.choose(rows) == (cfg.confirm.top_k, cfg.confirm.seeds)
+    assert cfg.confirm.at_end  # the laptop site confirms its winner
+
+
+def test_the_confirm_choice_rule_keeps_the_cost_bound_before_the_rate() -> None:
+    from bench import trm_bench_confirm as bench_confirm
+
+    def arm(k: int, n: int, rates: tuple[float, float], costs: tuple[float, float]) -> list[dict[str, Any]]:
+        return [
+            {"seed": s, "top_k": k, "seeds": n, "near_best": r, "extra_cost_median": c}
+            for s, r, c in zip((0, 1), rates, costs)
+        ]
+
+    rows = [{"seed": 0, "arm": "unconfirmed", "near_best": 0.99, "extra_cost_median": 0.0}]
+    rows += (
+        arm(1, 1, (0.90, 0.92), (0.02, 0.03)) + arm(5, 2, (1.0, 1.0), (0.2, 0.3)) + arm(3, 1, (0.95, 0.93), (0.1, 0.2))
+    )
+    rows += arm(2, 1, (0.91, 0.99), (0.05, 0.06))
+    assert bench_confirm.choose(rows) == (3, 1)  # 5x2 is best but costs 30% on seed 1; 3x1's worst seed beats 2x1's
+    with pytest.raises(ValueError, match="no confirm arm costs at most 25%"):
+        bench_confirm.choose(arm(5, 2, (1.0, 1.0), (0.2, 0.3)))
