@@ -44,12 +44,11 @@ import optuna
 from optuna.trial import TrialState
 
 from bench._results import RESULTS, percentile, run_header, write_results
-from bench.trm_bench_replay import MAX_REDRAWS, TABLE, Strategy, build_pruner, build_sampler, study_conf
+from bench.trm_bench_replay import MAX_REDRAWS, TABLE, Strategy, build_pruner, build_sampler, draw, study_conf
 from bench.trm_bench_table import Config, Curve, SeedTruth, Table, config, load, provenance, seed_truth
-from storage.record import DUPLICATE_OF_ATTR
-from sweeps.search.distinct_draws import DistinctSampler, trained_configs
+from sweeps.search.distinct_draws import DistinctSampler
 from sweeps.search.draw import MAX_DUPLICATE_DRAWS
-from sweeps.search.space import SearchSpace, params_to_values
+from sweeps.search.space import SearchSpace
 
 SWEEP_OVERHEAD = RESULTS / "sweep_overhead.json"
 WORKERS = (1, 8, 32)  # one trial at a time, a v4-32's 8 VMs with a trial each, and a trial per chip
@@ -141,14 +140,11 @@ def replay_pod(
     limit = min(n_trials, len(table.curves))
     while True:
         while len(events) < workers and started < limit and repeats < MAX_DUPLICATE_DRAWS:
-            trial = study.ask()
-            values = params_to_values(space.sample(trial))
-            taken = trained_configs(study.get_trials(deepcopy=False), but=trial.number)
-            if config(trial.params) in taken:  # as sweeps.search.draw: a repeat is recorded, not trained
-                trial.set_user_attr(DUPLICATE_OF_ATTR, taken[config(trial.params)])
-                study.tell(trial, state=TrialState.FAIL)
+            drawn = draw(study, space)
+            if drawn is None:
                 out.duplicates, repeats = out.duplicates + 1, repeats + 1
                 continue
+            trial, values = drawn
             repeats, started, order = 0, started + 1, order + 1
             curve = table.curves[config(values)]
             heapq.heappush(events, _Event(now + trial_seconds(curve, startup_s, 0), order, trial, curve, 0, now))

@@ -133,6 +133,19 @@ class Trajectory:
     duplicates: int
 
 
+def draw(study: optuna.Study, space: SearchSpace) -> tuple[optuna.trial.Trial, dict[str, Any]] | None:
+    """A new trial and its configuration; None for a repeat of one the study trained, trains or will train, which
+    is recorded (FAIL, duplicate_of) and not trained, as sweeps.search.draw does."""
+    trial = study.ask()
+    values = params_to_values(space.sample(trial))
+    taken = trained_configs(study.get_trials(deepcopy=False), but=trial.number)
+    if config(trial.params) in taken:
+        trial.set_user_attr(DUPLICATE_OF_ATTR, taken[config(trial.params)])
+        study.tell(trial, state=TrialState.FAIL)
+        return None
+    return trial, values
+
+
 def replay(
     table: Table, strategy: Strategy, seed: int, space: SearchSpace, baseline: dict[str, Any] | None
 ) -> Trajectory:
@@ -154,14 +167,11 @@ def replay(
     while len(out.gflops) < len(table.curves) and repeats < MAX_DUPLICATE_DRAWS:
         if best >= top and len(out.gflops) >= max(TRIAL_BUDGETS):
             break  # it holds the table's best and every budget below is read: nothing it reports can change
-        trial = study.ask()
-        values = params_to_values(space.sample(trial))
-        taken = trained_configs(study.get_trials(deepcopy=False), but=trial.number)
-        if config(trial.params) in taken:  # as sweeps.search.draw: a repeat is recorded, not trained
-            trial.set_user_attr(DUPLICATE_OF_ATTR, taken[config(trial.params)])
-            study.tell(trial, state=TrialState.FAIL)
+        drawn = draw(study, space)
+        if drawn is None:
             out.duplicates, repeats = out.duplicates + 1, repeats + 1
             continue
+        trial, values = drawn
         repeats = 0
         curve = table.curves[config(values)]
         stopped = None
