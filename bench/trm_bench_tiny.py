@@ -363,6 +363,10 @@ def export(state: Path, seeds: list[int], committed: Path | None = None, table: 
             trained = {config(r["params"]) for r in rows}
             carried = json.loads(carried_path(state, seed).read_text())
             rows += [r for r in carried if config(r["params"]) not in trained]
+        # A committed curve this state has not recorded (yet) stays: a state started anew on a fresh machine for a
+        # table that is not carried (the long one) must not drop what an earlier state recorded.
+        trained = {config(r["params"]) for r in rows}
+        rows += [r for r in saved.get("seeds", {}).get(str(seed), []) if config(r["params"]) not in trained]
         rows.sort(key=lambda r: sorted(r["params"].items()))
         tables[str(seed)] = rows
     provenance = state / "provenance.jsonl"

@@ -702,3 +702,15 @@ def test_the_confirm_choice_rule_keeps_the_cost_bound_before_the_rate() -> None:
     assert bench_confirm.choose(rows) == (3, 1)  # 5x2 is best but costs 30% on seed 1; 3x1's worst seed beats 2x1's
     with pytest.raises(ValueError, match="no confirm arm costs at most 25%"):
         bench_confirm.choose(arm(5, 2, (1.0, 1.0), (0.2, 0.3)))
+
+
+def test_an_export_from_a_new_state_keeps_the_committed_curves_it_has_not_recorded(tmp_path: Path) -> None:
+    """A long-table state started anew (a fresh machine: the long table is not carried) would export only its own
+    curves, and a commit of that export would lose the earlier sessions' ones."""
+    table = tmp_path / "committed.json"
+    committed = synthetic_table(table)["seeds"]["0"][:3]
+    table.write_text(json.dumps({"seeds": {"0": committed}, "recording_sessions": []}))
+    state = tmp_path / "state"
+    assert trm_bench_tiny.queue_configurations(state, 0, trm_bench_tiny.LONG)  # a new study, nothing trained yet
+    exported = trm_bench_tiny.export(state, [0], table, trm_bench_tiny.LONG)
+    assert sorted(map(str, exported["seeds"]["0"])) == sorted(map(str, committed))
