@@ -8,7 +8,6 @@ and its end go to study attributes (storage/confirm_record.py): the end once, CO
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from dataclasses import replace
@@ -19,13 +18,12 @@ from optuna.storages import RDBStorage
 from contracts.code_version import git_commit
 from contracts.metric_names import HALTED_EXAMPLES
 from contracts.train_config import SweepLink
-from storage import engine_settings, open_storage
 from storage.confirm_record import COMPLETE, FAIL, ConfirmSeed, confirm_attr, confirm_progress_attr
 from storage.record import ProgressRecord, Reeval
 from storage.study_record import StudyAttrs
 from storage.trial_record import TrialOutcome
 from trm.fingerprint import code_fingerprint
-from trm.trial_link import TrialLinkError, retry
+from trm.trial_link import TrialLinkError, open_linked_study, retry
 
 log = logging.getLogger(__name__)
 
@@ -38,24 +36,7 @@ def open_study(sweep: SweepLink) -> tuple[RDBStorage, int, dict[str, Any]]:
             f"sweep.confirm=true needs sweep.study, sweep.trial_number and sweep.storage (got study={sweep.study!r}, "
             f"trial_number={sweep.trial_number!r}, storage set: {sweep.storage is not None})"
         )
-    policy = sweep.report_retry
-    engine = engine_settings(sweep.storage_engine, "sweep.storage_engine")
-    storage = retry(
-        functools.partial(
-            open_storage, str(sweep.storage), password_env=sweep.password_env, create_schema=False, **engine
-        ),
-        "opening the study storage",
-        policy,
-    )
-    name = str(sweep.study)
-    study_id = retry(lambda: storage.get_study_id_from_name(name), "finding the study", policy)
-    attrs = retry(lambda: storage.get_study_user_attrs(study_id), "reading the study", policy)
-    if sweep.study_uid is not None and StudyAttrs.of(attrs).uid != sweep.study_uid:
-        raise TrialLinkError(
-            f"sweep.study={name!r} has uid {StudyAttrs.of(attrs).uid!r}, not sweep.study_uid={sweep.study_uid!r}: "
-            "another study of that name; the confirm job does not write to it"
-        )
-    return storage, study_id, attrs
+    return open_linked_study(sweep, "the confirm job does not write to it")
 
 
 class ConfirmLink:

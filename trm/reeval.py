@@ -11,7 +11,6 @@ always belongs to the trial's training. Rank 0 prints the result and, for a swee
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import cast
 
@@ -19,9 +18,7 @@ from contracts.eval_noise import binomial_stderr
 from contracts.hydra_app import TrainJob
 from contracts.metric_names import HALTED_EXAMPLES, MAXIMIZED
 from contracts.train_config import SweepLink
-from storage import engine_settings, open_storage
 from storage.record import Reeval, reeval_attr
-from storage.study_record import StudyAttrs
 from trm.checkpoints import checkpoint
 from trm.confirm_link import store_reeval
 from trm.data.loader import eval_batches
@@ -34,7 +31,7 @@ from trm.runtime import init_runtime
 from trm.runtime.base import Runtime
 from trm.schedules import recursion_at
 from trm.step import evaluate
-from trm.trial_link import TrialLinkError, retry
+from trm.trial_link import open_linked_study, retry
 
 SHARES = tuple(f"eval/{name}" for name in MAXIMIZED)  # metrics that are a share of puzzles (or cells) right
 
@@ -112,22 +109,8 @@ def _evaluate(job: TrainJob, runtime: Runtime) -> Reeval:
 def store(sweep: SweepLink, record: Reeval) -> None:
     """Store `record` on the sweep's study (retried through a database outage), refusing a study of the same name
     that is not the one whose trial trained the checkpoint (another uid)."""
+    storage, study_id, _ = open_linked_study(sweep, "the re-evaluation is not stored")
     policy = sweep.report_retry
-    engine = engine_settings(sweep.storage_engine, "sweep.storage_engine")
-    storage = retry(
-        functools.partial(
-            open_storage, str(sweep.storage), password_env=sweep.password_env, create_schema=False, **engine
-        ),
-        "opening the study storage",
-        policy,
-    )
-    study_id = retry(lambda: storage.get_study_id_from_name(str(sweep.study)), "finding the study", policy)
-    uid = retry(lambda: StudyAttrs.of(storage.get_study_user_attrs(study_id)).uid, "reading the study", policy)
-    if sweep.study_uid is not None and uid != sweep.study_uid:
-        raise TrialLinkError(
-            f"sweep.study={sweep.study!r} has uid {uid!r}, not sweep.study_uid={sweep.study_uid!r}: another study "
-            "of that name; the re-evaluation is not stored"
-        )
     retry(
         lambda: storage.set_study_user_attr(study_id, reeval_attr(record.trial), record.as_dict()),
         f"storing the re-evaluation of trial {record.trial}",

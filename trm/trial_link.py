@@ -71,6 +71,31 @@ def retry(action: Callable[[], T], what: str, policy: RetryPolicy = DEFAULT_RETR
     raise AssertionError("unreachable")
 
 
+def open_linked_study(sweep: SweepLink, who: str) -> tuple[Any, int, dict[str, Any]]:
+    """The sweep's storage, its study's id and attributes, each read retried through a database outage, for a job
+    that stores outside a trial (a re-evaluation, a confirm seed). A study of that name with another uid is
+    refused: `who` says which job does not write to it."""
+    policy = sweep.report_retry
+    engine = engine_settings(sweep.storage_engine, "sweep.storage_engine")
+    storage = retry(
+        functools.partial(
+            open_storage, str(sweep.storage), password_env=sweep.password_env, create_schema=False, **engine
+        ),
+        "opening the study storage",
+        policy,
+    )
+    name = str(sweep.study)
+    study_id = retry(lambda: storage.get_study_id_from_name(name), "finding the study", policy)
+    attrs = retry(lambda: storage.get_study_user_attrs(study_id), "reading the study", policy)
+    uid = StudyAttrs.of(attrs).uid
+    if sweep.study_uid is not None and uid != sweep.study_uid:
+        raise TrialLinkError(
+            f"sweep.study={name!r} has uid {uid!r}, not sweep.study_uid={sweep.study_uid!r}: another study of "
+            f"that name; {who}"
+        )
+    return storage, study_id, attrs
+
+
 class TrialLink:
     """Implements trm.train.Reporter for rank 0 of a sweep trial."""
 
