@@ -16,7 +16,8 @@ command: the driver continues the study, a job that was cut off resumes from its
 enumerates only what is not trained yet. --state defaults to a directory outside the work tree on purpose: a
 fresh checkout of the repository finds the studies where the previous one left them. Where the state is gone
 (a fresh machine), `record` carries the committed table's curves of that seed into the new state and trains only
-the configurations it lacks, queued in a study of their own (carry_committed); `export` puts the two together.
+the configurations it lacks, queued in a study of their own (carry_committed, either table); `export` puts the
+two together.
 
 A table that records a subset of the space (the longer one) queues its configurations in the study before the
 first `sweeps.run`, in one fixed shuffled order shared by every seed, so that seeds recorded side by side hold the
@@ -197,22 +198,29 @@ def carried_path(state: Path, seed: int) -> Path:
     return state / f"carried_seed{seed}.json"
 
 
-def carry_committed(state: Path, seed: int, table: Path = OUT, size: int = SPACE_SIZE) -> int | None:
-    """Where seed `seed` has no study under `state` but the committed `table` has curves of it: keep those curves
-    (carried_seed<S>.json, with the sessions that recorded them in provenance.jsonl), create the study and queue
-    every configuration the table lacks. Returns the n_trials that trains exactly those; None: nothing carried.
-    The space is the product of the values the carried rows take per key (checked against `size`)."""
-    if (state / f"seed{seed}.db").exists() or carried_path(state, seed).exists() or not table.exists():
+def carry_committed(state: Path, seed: int, table: Table = TINY, committed: Path | None = None) -> int | None:
+    """Where seed `seed` has no study under `state` but the committed table (`committed`, default the table's own
+    results file) has curves of it: keep those curves (carried_seed<S>.json, with the sessions that recorded them
+    in provenance.jsonl), create the study and queue every configuration the table lacks, in the table's order.
+    Returns the n_trials that trains exactly those; None: nothing carried. A table without a fixed list (the tiny
+    grid) spans the product of the values the carried rows take per key (checked against the table's size)."""
+    committed = table.out if committed is None else committed
+    if (state / f"seed{seed}.db").exists() or carried_path(state, seed).exists() or not committed.exists():
         return None
-    saved = json.loads(table.read_text())
+    saved = json.loads(committed.read_text())
     rows = saved["seeds"].get(str(seed), [])
     if not rows:
         return None
-    keys = sorted(rows[0]["params"])
-    values = [sorted({r["params"][k] for r in rows}, key=str) for k in keys]
-    space = [dict(zip(keys, combo)) for combo in itertools.product(*values)]
-    if len(space) != size:
-        raise ValueError(f"{table}: seed {seed}'s rows span {len(space)} configurations, not the space's {size}")
+    if table.configurations is not None:
+        space = [dict(c) for c in table.configurations]
+    else:
+        keys = sorted(rows[0]["params"])
+        values = [sorted({r["params"][k] for r in rows}, key=str) for k in keys]
+        space = [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+        if len(space) != table.size:
+            raise ValueError(
+                f"{committed}: seed {seed}'s rows span {len(space)} configurations, not the space's {table.size}"
+            )
     have = {config(r["params"]) for r in rows}
     missing = [c for c in space if config(c) not in have]
     state.mkdir(parents=True, exist_ok=True)
@@ -220,12 +228,12 @@ def carry_committed(state: Path, seed: int, table: Path = OUT, size: int = SPACE
         for session in saved.get("recording_sessions", []):
             f.write(json.dumps(session) + "\n")
     study = optuna.create_study(
-        study_name=study_name(seed), storage=open_storage(storage_url(state, seed)), direction="maximize"
+        study_name=study_name(seed, table), storage=open_storage(storage_url(state, seed)), direction="maximize"
     )
     for params in missing:
         study.enqueue_trial(params)
     carried_path(state, seed).write_text(json.dumps(rows, separators=(",", ":")) + "\n")
-    print(f"seed {seed}: {len(rows)} curves carried from {table}; {len(missing)} configurations queued", flush=True)
+    print(f"seed {seed}: {len(rows)} curves carried from {committed}; {len(missing)} configurations queued", flush=True)
     return len(missing)
 
 
@@ -268,8 +276,8 @@ def record(
         f.write(json.dumps(session) + "\n")
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     for seed in seeds:
-        if table is TINY and size == SPACE_SIZE and not extra:  # the table's own recording (not a smoke run): a
-            carry_committed(state, seed)  # lost state carries the committed curves and queues the rest
+        if size == table.size and not extra:  # the table's own recording (not a smoke run): a lost state
+            carry_committed(state, seed, table)  # carries the committed curves and queues the rest
         queue_configurations(state, seed, table)
         carried = json.loads(carried_path(state, seed).read_text()) if carried_path(state, seed).exists() else []
         budget = rerun_failed(state, seed, size - len(carried), table)

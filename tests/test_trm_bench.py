@@ -297,17 +297,35 @@ def test_a_lost_state_carries_the_committed_curves_and_queues_only_the_rest(tmp_
     saved["recording_sessions"] = [{"benchmark": "trm_bench_tiny", "commit": "abc", "seeds": [0]}]
     table.write_text(json.dumps(saved))
     state = tmp_path / "state"
-    assert trm_bench_tiny.carry_committed(state, 0, table) == 72 - 24
+    assert trm_bench_tiny.carry_committed(state, 0, committed=table) == 72 - 24
     study = optuna.load_study(study_name="trm_bench_tiny_seed0", storage=f"sqlite:///{state}/seed0.db")
     queued = [t.system_attrs["fixed_params"] for t in study.get_trials()]
     assert len(queued) == 48 and all(q["arch.H_cycles"] != q["arch.L_cycles"] for q in queued)
-    assert trm_bench_tiny.carry_committed(state, 0, table) is None  # the state exists now: nothing carried twice
-    assert trm_bench_tiny.carry_committed(state, 1, table) is None  # no committed curves of seed 1
+    assert trm_bench_tiny.carry_committed(state, 0, committed=table) is None  # the state exists: not carried twice
+    assert trm_bench_tiny.carry_committed(state, 1, committed=table) is None  # no committed curves of seed 1
     exported = trm_bench_tiny.export(state, [0])
     assert exported["seeds"]["0"] == sorted(kept, key=lambda r: sorted(r["params"].items()))
     assert exported["recording_sessions"] == saved["recording_sessions"]
-    with pytest.raises(ValueError, match="span 72 configurations, not the space's 71"):
-        trm_bench_tiny.carry_committed(tmp_path / "other", 0, table, size=71)
+    saved["seeds"]["0"] = [r for r in kept if r["params"]["arch.hidden_size"] == 64]  # one width never recorded
+    table.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="span 36 configurations, not the space's 72"):
+        trm_bench_tiny.carry_committed(tmp_path / "other", 0, committed=table)
+
+
+def test_a_lost_long_state_queues_the_long_tables_configurations_it_lacks_in_order(tmp_path: Path) -> None:
+    """A new session found the long table's state gone: `record --table long` would have trained its 3 committed
+    curves again (2.5 job-hours per seed) before any new one."""
+    long = trm_bench_tiny.LONG
+    committed = tmp_path / "long.json"
+    have = [long.configurations[i] for i in (0, 5, 43)]
+    rows = [{"params": dict(p), "curve": [{"step": 2000, "exact": 0.5}]} for p in have]
+    committed.write_text(json.dumps({"seeds": {"0": rows}, "recording_sessions": []}))
+    state = tmp_path / "state"
+    assert trm_bench_tiny.carry_committed(state, 0, long, committed) == 41
+    study = optuna.load_study(study_name="trm_bench_long_seed0", storage=f"sqlite:///{state}/seed0.db")
+    queued = [t.system_attrs["fixed_params"] for t in study.get_trials()]
+    expected = [dict(c) for i, c in enumerate(long.configurations) if i not in (0, 5, 43)]
+    assert queued == expected
 
 
 def test_an_export_keeps_the_committed_seeds_its_state_never_recorded(tmp_path: Path) -> None:
@@ -330,7 +348,7 @@ def test_a_seed_the_committed_table_completes_is_not_run_again(
     table = tmp_path / "committed.json"
     synthetic_table(table)
     carry = trm_bench_tiny.carry_committed
-    monkeypatch.setattr(trm_bench_tiny, "carry_committed", lambda state, seed: carry(state, seed, table))
+    monkeypatch.setattr(trm_bench_tiny, "carry_committed", lambda state, seed, t: carry(state, seed, t, table))
     monkeypatch.setattr(trm_bench_tiny, "git_commit", lambda: "abc")  # in-process: the fast lane starts no process
     monkeypatch.setattr(trm_bench_tiny.subprocess, "run", lambda cmd, **_: pytest.fail(f"started: {cmd}"))
     assert trm_bench_tiny.record(tmp_path / "state", [0], jobs=1, argv=["record"]) == 0
