@@ -1,6 +1,6 @@
 """`python -m sweeps.preflight site=pod launcher.tpu_name=NAME launcher.zone=ZONE [key=value ...]`: first contact.
 
-Runs sweeps/launchers/preflight_probe.py on every worker VM at once (one ssh each, all within `preflight.timeout_s`) and
+Runs sweeps/launchers/tpu/probe.py on every worker VM at once (one ssh each, all within `preflight.timeout_s`) and
 prints one table, a row per worker, then one line per problem naming the worker and the fix: the interpreter
 and its version, torch/torch_xla/libtpu as `preflight.expect` says and the same on every VM, the code version
 (this checkout's), the chips visible and not held open, the control-plane port free on worker 0 and reachable
@@ -22,10 +22,10 @@ from storage.errors import exit_on_user_error
 from storage.url import is_postgres
 from sweeps.config.config_values import UserConfigError
 from sweeps.config.schema import SweepConfig
-from sweeps.launchers.preflight_ask import Answer, ask_workers, go_after
-from sweeps.launchers.remote_shell import VENV_FIX, min_python
 from sweeps.launchers.slots import LIBTPU_PORTS
-from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.launchers.tpu.ask import Answer, ask_workers, go_after
+from sweeps.launchers.tpu.launcher import TpuPodLauncher
+from sweeps.launchers.tpu.shell import VENV_FIX, min_python
 
 PACKAGES = ("torch", "torch_xla", "libtpu", "trm-sweeps")
 

@@ -28,7 +28,7 @@ from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, MachineUnavailableError
 from sweeps.launchers.interrupts import ignore_stop_signals, interrupt_once
 from sweeps.launchers.slots import SLOT_CHOICES, NoSlotLeftError, SlotConfigError
-from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.launchers.tpu.launcher import TpuPodLauncher
 from sweeps.search.space import to_overrides
 from sweeps.trials.outcome import clip_line
 from sweeps.trials.preemption import PREEMPTED_EXIT

@@ -65,7 +65,7 @@ FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
 
 def unique_job_name(tmp_path: Path) -> str:
     """A job name no other test uses at the same time: the stand-in's VMs are processes of one machine, so a
-    stop's `pkill -f` by job name (sweeps.launchers.remote_shell.stop_command) reaches every test's job of that
+    stop's `pkill -f` by job name (sweeps.launchers.tpu.shell.stop_command) reaches every test's job of that
     name, where a real pod's reaches only its own VMs (two pod tests with `pod-job-1` stopped each other's jobs
     when pytest-xdist ran them at once)."""
     return f"pod-job-{tmp_path.name}"

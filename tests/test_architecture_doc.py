@@ -29,7 +29,7 @@ def test_what_the_doc_says_of_the_preflight_probe_and_bench_holds() -> None:
     project, to report it), and bench/ imports nothing from tests/ (import-linter covers the five packages only)."""
     import ast
 
-    source = (ROOT / "sweeps" / "launchers" / "preflight_probe.py").read_text()
+    source = (ROOT / "sweeps" / "launchers" / "tpu" / "probe.py").read_text()
     ast.parse(source, feature_version=(3, 8))  # a SyntaxError on grammar newer than 3.8 (match, except*, ...)
     for path in (ROOT / "bench").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

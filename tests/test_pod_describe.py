@@ -19,7 +19,7 @@ from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import LauncherConfigError
 from sweeps.launchers.torchrun import free_port
-from sweeps.launchers.tpu_slice import SliceShape, check_configured, parse_node
+from sweeps.launchers.tpu.slice import SliceShape, check_configured, parse_node
 from sweeps.preflight import main as preflight_main
 from sweeps.run import dry_run
 from sweeps.validation.validate import SweepConfigError

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from sweeps.launchers.base import LauncherConfigError
-from sweeps.launchers.tpu_pod import TpuPodLauncher
-from sweeps.launchers.tpu_slice import parse_node
+from sweeps.launchers.tpu.launcher import TpuPodLauncher
+from sweeps.launchers.tpu.slice import parse_node
 from tests.sweep_helpers import FAKE_GCLOUD, fake_pod
 
 

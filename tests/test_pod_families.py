@@ -14,8 +14,8 @@ from sweeps.config.compose import compose_sweep_config
 from sweeps.config.typed_config import typed_sweep
 from sweeps.launchers.base import build_launcher
 from sweeps.launchers.torchrun import free_port
-from sweeps.launchers.tpu_pod import TpuPodLauncher
-from sweeps.launchers.tpu_slice import FAMILIES
+from sweeps.launchers.tpu.launcher import TpuPodLauncher
+from sweeps.launchers.tpu.slice import FAMILIES
 from sweeps.preflight import main as preflight_main
 from sweeps.preflight import probe_args
 from tests.sweep_helpers import FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_list

@@ -1,4 +1,4 @@
-"""gcloud's release tracks and per-command flags (sweeps/launchers/tpu_pod_gcloud.py) against the stand-in gcloud,
+"""gcloud's release tracks and per-command flags (sweeps/launchers/tpu/gcloud.py) against the stand-in gcloud,
 which checks them as gcloud's source does: GA's ssh and scp have no --tunnel-through-iap, scp takes --scp-flag and
 not --ssh-flag, ssh the reverse."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sweeps.launchers.base import LauncherConfigError
-from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.launchers.tpu.launcher import TpuPodLauncher
 from tests.sweep_helpers import fake_pod
 
 FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"

@@ -14,7 +14,7 @@ import pytest
 
 from sweeps.config.compose import compose_sweep_config
 from sweeps.launchers.base import JobSpec, LauncherConfigError, build_launcher
-from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.launchers.tpu.launcher import TpuPodLauncher
 from tests.sweep_helpers import FAKE_GCLOUD, fake_pod, unique_job_name
 
 

@@ -24,7 +24,7 @@ from sweeps.config.compose import compose_sweep_config
 from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.slots import SlotConfigError, SlotPool, device_slots, tpu_slots
-from sweeps.launchers.tpu_slice import FAMILIES
+from sweeps.launchers.tpu.slice import FAMILIES
 from sweeps.validation.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, fake_pod, trial_list
 
@@ -147,7 +147,7 @@ def test_a_slot_confines_its_job_by_the_hosts_chip_bounds_too(tmp_path: Path, mo
     """libtpu takes a confined host's chips from TPU_CHIPS_PER_HOST_BOUNDS (Ray, pytorch/xla#7714): every slot of a
     VM exports it with the process bounds (one process per slot), in the command its VM runs."""
     from sweeps.launchers.base import JobSpec
-    from sweeps.launchers.tpu_pod import TpuPodLauncher
+    from sweeps.launchers.tpu.launcher import TpuPodLauncher
 
     fake_pod(tmp_path, monkeypatch, 2)
     for kind, bounds in (("vm", "2,2,1"), ("chips:2", "1,2,1"), ("chips:1", "1,1,1")):

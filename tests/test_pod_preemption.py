@@ -20,7 +20,7 @@ from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import LauncherConfigError, MachineUnavailableError
 from sweeps.launchers.torchrun import free_port
-from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.launchers.tpu.launcher import TpuPodLauncher
 from sweeps.trials.recovery import requeue
 from sweeps.trials.retry import plan_retry, retries_used
 from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_list

@@ -20,7 +20,7 @@ from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import LauncherConfigError, MachineUnavailableError
 from sweeps.launchers.slots import NoSlotLeftError
-from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.launchers.tpu.launcher import TpuPodLauncher
 from sweeps.run import exit_for
 from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, trial_list
 

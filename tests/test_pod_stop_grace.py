@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from sweeps.config.compose import compose_sweep_config
 from sweeps.launchers.base import JobSpec, build_launcher
-from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.launchers.tpu.launcher import TpuPodLauncher
 from tests.sweep_helpers import fake_pod, unique_job_name
 
 FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"

@@ -154,7 +154,7 @@ def test_worker_0_seeing_fewer_peers_than_reached_it_is_a_problem(monkeypatch: p
     """Peers that connected to "worker 0" but not to the VM that is: the first host they were given is another."""
     from types import SimpleNamespace
 
-    from sweeps.launchers.tpu_slice import SliceShape
+    from sweeps.launchers.tpu.slice import SliceShape
     from sweeps.preflight import Answer, problems
 
     def facts(worker: int, port: dict[str, object]) -> dict[str, object]:

@@ -24,7 +24,7 @@ from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, LauncherConfigError
 from sweeps.launchers.torchrun import free_port
-from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.launchers.tpu.launcher import TpuPodLauncher
 from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_dir, trial_list
 
 NOTE = """a b "c" [e,f] $HOME `x` ; end"""  # spaces, quotes, brackets, $, backticks: must arrive unchanged
@@ -141,7 +141,7 @@ def test_a_session_run_again_prints_what_the_job_wrote_while_none_was_attached(t
     """The VM's command itself, in sh: the first session is killed (a dropped connection) after the job's first
     line; the job writes its second while no session follows it; the command run again prints from there on, the
     first line not twice, and exits with the job's status."""
-    from sweeps.launchers.remote_shell import job_command
+    from sweeps.launchers.tpu.shell import job_command
 
     job = "echo one; while [ ! -e go ]; do sleep 0.1; done; echo two; sleep 0.5; echo three; sh -c 'exit 3'"
     command = job_command("true", job, "launch-1")
@@ -282,8 +282,8 @@ def test_deploy_from_an_installed_copy_asks_for_the_wheel(
 ) -> None:
     """An installed trm-sweeps has no checkout to build a wheel from: refused before any VM is contacted, naming
     launcher.wheel; a launcher.wheel that is not a wheel file is refused too."""
-    from sweeps.launchers import tpu_pod
     from sweeps.launchers.base import LauncherConfigError
+    from sweeps.launchers.tpu import launcher as tpu_pod
 
     monkeypatch.setattr(tpu_pod, "CHECKOUT", tmp_path / "site-packages")
     with pytest.raises(LauncherConfigError, match=r"set launcher.wheel=/path/to/trm_sweeps-<version>.whl"):

@@ -222,7 +222,7 @@ class Preflight:
     timeout_s: float = MISSING
     reach_s: float = MISSING
     expect: Optional[dict[str, Optional[str]]] = MISSING
-    chips_glob: Optional[str] = None  # None: the slice's chip family's (sweeps/launchers/tpu_slice.py: FAMILIES)
+    chips_glob: Optional[str] = None  # None: the slice's chip family's (sweeps/launchers/tpu/slice.py: FAMILIES)
     min_free_gb: float = MISSING
 
     def __post_init__(self) -> None:

@@ -90,9 +90,9 @@ def tpu_slots(
     value: object, workers: Sequence[int], chips_per_vm: int, accelerator_type: Callable[[int], str]
 ) -> list[Slot]:
     """The slots of a TPU pod's worker VMs (`workers`, each with `chips_per_vm` chips); `accelerator_type` names a
-    slice of N chips of the slice's family (sweeps/launchers/tpu_slice.py: ChipFamily.accelerator_type)."""
+    slice of N chips of the slice's family (sweeps/launchers/tpu/slice.py: ChipFamily.accelerator_type)."""
     kind = SlotKind.parse(value)
-    if kind.kind == "pod":  # one device per chip (sweeps/launchers/tpu_slice.py): the job checks the count
+    if kind.kind == "pod":  # one device per chip (sweeps/launchers/tpu/slice.py): the job checks the count
         total = len(workers) * chips_per_vm
         return [Slot(WHOLE.name, (), total, overrides=(f"runtime.expected_devices={total}",))]
     size = chips_per_vm if kind.kind == "vm" else int(kind.chips or 0)

@@ -8,7 +8,7 @@ job has exited, then resumes from the last checkpoint that job wrote. The lock i
 when its holder dies however it dies (kill -9 included), so a crash never leaves a stale lock behind.
 
 Only a local directory can be locked this way; an object store (gs://) has no such lock, and a pod's retry
-starts on the same VMs only after the launcher stopped the old job's workers (sweeps/launchers/tpu_pod.py).
+starts on the same VMs only after the launcher stopped the old job's workers (sweeps/launchers/tpu/launcher.py).
 """
 
 from __future__ import annotations

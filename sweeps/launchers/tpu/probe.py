@@ -7,7 +7,7 @@ Identity: TPU_WORKER_ID where the environment has it (GKE, the tests' stand-in p
 through torch_xla, as the job finds its rank (trm/runtime/base.py): a TPU VM's ssh session has no such variable.
 Reachability: worker 0 listens on the control-plane port while the others connect to it, all within `reach_s`,
 counted from the driver's `go`: each probe prints READY once its other facts are in and waits for `go` on its stdin
-(the driver sends it once every worker is ready, sweeps/launchers/preflight_ask.py), so VMs whose gcloud started seconds apart
+(the driver sends it once every worker is ready, sweeps/launchers/tpu/ask.py), so VMs whose gcloud started seconds apart
 still meet. Without a `go` (stdin at its end, or `ready_wait_s` passed) the window counts from its own start.
 Where a trial's rank 0 will run (`rank0`): the checkpoint location written, the study storage opened and the W&B
 mode resolved as the job does it there, with this VM's own environment (an ssh session carries none of the

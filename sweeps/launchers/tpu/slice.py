@@ -1,5 +1,5 @@
 """What a Cloud TPU slice says about itself: `gcloud [alpha] compute tpus tpu-vm describe NAME --zone=ZONE
-[--project=P] --format=json`, the TPU API's Node resource (asked by sweeps/launchers/tpu_describe.py).
+[--project=P] --format=json`, the TPU API's Node resource (asked by sweeps/launchers/tpu/describe.py).
 
 The fields read (the Node resource of the TPU API, v2: `acceleratorType`, `acceleratorConfig`, `state`, `health`,
 `runtimeVersion`, `networkConfigs`, `networkEndpoints`):

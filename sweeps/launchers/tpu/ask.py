@@ -1,4 +1,4 @@
-"""Asking every worker VM at once: sweeps/launchers/preflight_probe.py over one ssh each, the port check started on all
+"""Asking every worker VM at once: sweeps/launchers/tpu/probe.py over one ssh each, the port check started on all
 of them together (sweeps/preflight.py judges the answers)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweeps.launchers.preflight_probe import MARK, READY
-from sweeps.launchers.remote_shell import shell_path
-from sweeps.launchers.tpu_pod import TpuPodLauncher
+from sweeps.launchers.tpu.launcher import TpuPodLauncher
+from sweeps.launchers.tpu.probe import MARK, READY
+from sweeps.launchers.tpu.shell import shell_path
 
-PROBE = Path(__file__).with_name("preflight_probe.py")
+PROBE = Path(__file__).with_name("probe.py")
 
 
 @dataclass

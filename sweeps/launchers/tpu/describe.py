@@ -4,7 +4,7 @@ An API call fails for reasons that say nothing about the slice: a 5xx or 429 of 
 credential that needs `gcloud auth login` again. Such a failure is retried with backoff (launcher.
 describe_attempts, launcher.describe_backoff_s doubling), then logged and taken as "nothing known": the study goes
 on as it was. Only what the API says about the slice stops it: a state other than READY, an unhealthy `health`
-(sweeps/launchers/tpu_slice.py: gone_line), or NOT_FOUND (a deleted slice; a queued resource's is deleted and
+(sweeps/launchers/tpu/slice.py: gone_line), or NOT_FOUND (a deleted slice; a queued resource's is deleted and
 recreated). gcloud prints an API error as `ERROR: (gcloud.<command>) <STATUS>: <message>` (googlecloudsdk's
 api_lib/util/exceptions.py: the error's `status`, e.g. NOT_FOUND, UNAVAILABLE, RESOURCE_EXHAUSTED) and exits 1.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweeps.launchers.base import LauncherConfigError, MachineUnavailableError
-from sweeps.launchers.tpu_slice import gone_line
+from sweeps.launchers.tpu.slice import gone_line
 
 log = logging.getLogger(__name__)
 

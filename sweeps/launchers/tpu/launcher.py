@@ -6,13 +6,13 @@ VM (`--worker=all`), because killing the local ssh client does not stop the remo
 
 Quoting: the remote command is one argv element for gcloud (no local shell); the remote shell parses it,
 so every piece is `shlex.quote`d once: overrides with spaces, quotes, brackets or `$` arrive intact, and a path
-under `~` keeps its `~` for that shell (sweeps/launchers/remote_shell.py). (The values the driver builds from
+under `~` keeps its `~` for that shell (sweeps/launchers/tpu/shell.py). (The values the driver builds from
 names and paths are quoted for Hydra first: sweeps.launchers.base.quote_literals.)
 
 Every gcloud call has `--quiet`: its stdin is closed, so a prompt (the first ssh's key passphrase) could only
 fail; `launcher.ssh_flags` adds gcloud's own to every ssh (`--internal-ip`, or `--tunnel-through-iap` on
 `launcher.gcloud_track=alpha`, for VMs without an external IP) and `launcher.scp_flags` to every scp (null: the
-ssh_flags scp takes too); sweeps/launchers/tpu_pod_gcloud.py says what gcloud's source settles about both.
+ssh_flags scp takes too); sweeps/launchers/tpu/gcloud.py says what gcloud's source settles about both.
 """
 
 from __future__ import annotations
@@ -38,7 +38,17 @@ from sweeps.launchers.base import (
     worker_env,
 )
 from sweeps.launchers.job_command import JOB_TAG_KEY
-from sweeps.launchers.remote_shell import (
+from sweeps.launchers.slots import Slot, tpu_slots
+from sweeps.launchers.tpu.describe import (
+    ON_PREEMPTED,
+    Answer,
+    describe,
+    refuse_unknown,
+    unknown_line,
+    wait_for_ready,
+)
+from sweeps.launchers.tpu.gcloud import check_flags, keepalive_flags, scp_flags_of, track_args
+from sweeps.launchers.tpu.shell import (
     chips_free_check,
     job_command,
     job_pattern,
@@ -47,22 +57,12 @@ from sweeps.launchers.remote_shell import (
     shell_path,
     stop_command,
 )
-from sweeps.launchers.slots import Slot, tpu_slots
-from sweeps.launchers.tpu_describe import (
-    ON_PREEMPTED,
-    Answer,
-    describe,
-    refuse_unknown,
-    unknown_line,
-    wait_for_ready,
-)
-from sweeps.launchers.tpu_pod_gcloud import check_flags, keepalive_flags, scp_flags_of, track_args
-from sweeps.launchers.tpu_slice import SliceShape, check_configured, parse_node, shape_of_type
+from sweeps.launchers.tpu.slice import SliceShape, check_configured, parse_node, shape_of_type
 
 log = logging.getLogger(__name__)
 
 # Where this code runs from: a checkout (pyproject.toml beside the packages) or an installed wheel.
-CHECKOUT = Path(__file__).resolve().parents[2]
+CHECKOUT = Path(__file__).resolve().parents[3]
 
 # Environment a worker needs that the VM does not give (TPU runtime, control-plane port).
 DEFAULT_ENV = {"PJRT_DEVICE": "TPU"}
@@ -155,7 +155,7 @@ class TpuPodLauncher:
         return [*self.base_args("describe"), str(self.tpu_name), *self._location_flags("describe"), "--format=json"]
 
     def ask(self) -> Answer:
-        """One `tpu-vm describe`, its errors retried (sweeps/launchers/tpu_describe.py)."""
+        """One `tpu-vm describe`, its errors retried (sweeps/launchers/tpu/describe.py)."""
         return describe(self.describe_argv(), self.ssh_timeout_s, self.describe_attempts, self.describe_backoff_s)
 
     def not_ready(self) -> str | None:
