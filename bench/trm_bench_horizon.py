@@ -1,0 +1,212 @@
+"""Pruning rules at several horizons, replayed the same way on each: does a rule hold the best configuration when
+trials run 500, 1,000 or 2,000 steps (issue 54)? A rule whose first verdict is a fixed share of `train.steps` was
+tuned on one horizon; the calibrated ones (median_near_best, median_agreement: bench/trm_bench_replay.py VARIANTS)
+read the verdict's step from the study's own audit trials.
+
+    python -m bench.trm_bench_horizon --reps 200
+
+Each replay is a study on an in-memory Optuna storage with the rule's pruner built from conf/pruner/ (as the study
+would build it for that horizon), the table's configurations in one random order (seeded by the replay, the same
+order for every rule: a paired comparison) with model_scaling's baseline first where the table has it. Each trial
+reports its curve's prune metric at every eval and stops where the pruner says. The sampler is left out on
+purpose: every rule sees the same orders, so what differs is the rule alone; bench/trm_bench_replay.py replays the
+samplers on the 500-step table.
+
+The tables: TRM-Bench-tiny's seeds (500 steps, 72 configurations), the saved unpruned 1,000-step studies
+(bench/results/pruning_1000steps.json: 27 configurations, one training seed, their trials deduplicated), and
+TRM-Bench-long's seeds (2,000 steps) once they hold MIN_CURVES curves. Judged per table: the study holds a
+configuration within one eval SE of that table's best (Table.target), at the shipped n_trials (or every
+configuration, where the table has fewer) and at the end; the cost is the share of the table's unpruned FLOPs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from bench._results import RESULTS, run_header, write_results
+from bench.trm_bench_pod import SHIPPED_N_TRIALS
+from bench.trm_bench_replay import build_pruner, study_conf
+from bench.trm_bench_table import Curve, Point, Table, config, load
+from bench.trm_bench_tiny import LONG, TINY
+
+RULES = ("none", "median_late", "median_40", "median_near_best", "median_agreement")
+METRIC = "eval/blank_accuracy"  # the prune metric model_scaling ships (study.prune_metric)
+MIN_CURVES = 12  # a long seed's table joins once a study of it could prune at all past the audits
+THOUSAND = RESULTS / "pruning_1000steps.json"
+
+
+def study_table(path: Path = THOUSAND, seed: int = 0) -> Table:
+    """The unpruned arms' trials of the saved multi-seed pruning study (bench/pruning.py) as one table: each
+    configuration once (every sampler seed trained it on the same training seed: equal curves), its FLOPs per eval
+    spread evenly over its steps (a trial's FLOPs per step are constant)."""
+    saved = json.loads(path.read_text())
+    curves: dict[Any, Curve] = {}
+    for per_seed in saved["per_seed"]:
+        for t in per_seed["arms"][0]["trials"]:
+            if t["state"] != "COMPLETE" or not t["eval"] or config(t["params"]) in curves:
+                continue
+            per_step = t["compute_flops"] / t["steps"] / 1e9
+            points = tuple(
+                Point(e["step"], e["eval/exact_accuracy"], e["eval/blank_accuracy"], per_step * e["step"], 0.0)
+                for e in t["eval"]
+            )
+            curves[config(t["params"])] = Curve(dict(t["params"]), points)
+    counts = {int(e["eval/count"]) for c in saved["per_seed"] for t in c["arms"][0]["trials"] for e in t["eval"]}
+    if len(counts) != 1:
+        raise ValueError(f"{path}: the trials' evals ran {sorted(counts)} puzzles; a table needs one count")
+    return Table(seed, curves, counts.pop())
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One replayed study: after each trial, the FLOPs spent so far and whether the study holds a near-best one."""
+
+    gflops: list[float]
+    holds: list[bool]
+    pruned: int
+
+
+def replay(table: Table, rule: str, seed: int, first: dict[str, Any] | None) -> Outcome:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    order = sorted(table.curves, key=lambda c: sorted(c, key=str))
+    random.Random(seed).shuffle(order)
+    if first is not None and config(first) in table.curves:
+        order.remove(config(first))
+        order.insert(0, config(first))
+    study = optuna.create_study(
+        storage=optuna.storages.InMemoryStorage(),
+        study_name="model_scaling",
+        pruner=build_pruner(rule, table.steps, table.eval_examples),
+        direction="maximize",
+    )
+    spent, best, pruned = 0.0, 0.0, 0
+    gflops: list[float] = []
+    holds: list[bool] = []
+    for c in order:
+        curve = table.curves[c]
+        trial = study.ask()
+        stopped = None
+        for point in curve.points:
+            trial.report(point.metric(METRIC), point.step)
+            if trial.should_prune():
+                stopped = point
+                break
+        if stopped is not None:
+            spent += stopped.gflops
+            study.tell(trial, state=TrialState.PRUNED)
+            pruned += 1
+        else:
+            spent += curve.gflops
+            best = max(best, curve.value)
+            study.tell(trial, curve.value)
+        gflops.append(spent)
+        holds.append(best >= table.target - 1e-12)
+    return Outcome(gflops, holds, pruned)
+
+
+def summarize(name: str, table: Table, rule: str, runs: list[Outcome]) -> dict[str, Any]:
+    n = min(SHIPPED_N_TRIALS, len(table.curves))
+    grid = table.grid_gflops
+    return {
+        "table": name,
+        "rule": rule,
+        "steps": table.steps,
+        "configurations": len(table.curves),
+        "reps": len(runs),
+        "n_trials": n,
+        "near_best_at_n_trials": sum(r.holds[n - 1] for r in runs) / len(runs),
+        "paid_at_n_trials_median": statistics.median(r.gflops[n - 1] / grid for r in runs),
+        "near_best_at_end": sum(r.holds[-1] for r in runs) / len(runs),
+        "paid_at_end_median": statistics.median(r.gflops[-1] / grid for r in runs),
+        "pruned_share_median": statistics.median(r.pruned / len(r.gflops) for r in runs),
+    }
+
+
+def _one(args: tuple[str, Table, str, int, dict[str, Any] | None]) -> Outcome:
+    _, table, rule, seed, first = args
+    return replay(table, rule, seed, first)
+
+
+def tables(long_min: int = MIN_CURVES) -> dict[str, Table]:
+    """Every table a horizon can be read from, by name (tiny:S, 1000, long:S)."""
+    out = {f"tiny:{s}": load(TINY.out, s) for s in TINY.seeds}
+    out["1000"] = study_table()
+    if LONG.out.exists():
+        for s in LONG.seeds:
+            rows = json.loads(LONG.out.read_text())["seeds"].get(str(s), [])
+            if len(rows) >= long_min:
+                out[f"long:{s}"] = load(LONG.out, s)
+    return out
+
+
+def run_all(named: dict[str, Table], rules: Iterable[str], reps: int, jobs: int) -> list[dict[str, Any]]:
+    _, baseline = study_conf()
+    rows = []
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for name, table in named.items():
+            for rule in rules:
+                runs = list(pool.map(_one, [(name, table, rule, s, baseline) for s in range(reps)], chunksize=8))
+                row = summarize(name, table, rule, runs)
+                print(
+                    f"{name:8s} {rule:18s} near-best at n_trials {row['near_best_at_n_trials']:.2f} "
+                    f"for {row['paid_at_n_trials_median']:.2f}",
+                    flush=True,
+                )
+                rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]], named: dict[str, Table]) -> str:
+    lines = [
+        "Random-order replays, the same orders for every rule (model_scaling's baseline first where the table has "
+        f"it), prune metric {METRIC}. Near-best: within one eval SE of the table's best. Paid: the share of the "
+        "table's unpruned FLOPs.",
+        "",
+        "| table | steps | configurations (best, SE) | rule | near-best at n_trials | paid at n_trials | near-best "
+        "at end | paid at end | trials pruned |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        t = named[r["table"]]
+        lines.append(
+            f"| {r['table']} | {r['steps']} | {r['configurations']} ({t.best:.4f}, {t.se:.4f}) | {r['rule']} | "
+            f"{100 * r['near_best_at_n_trials']:.0f}% (n={r['n_trials']}) | {100 * r['paid_at_n_trials_median']:.0f}% "
+            f"| {100 * r['near_best_at_end']:.0f}% | {100 * r['paid_at_end_median']:.0f}% "
+            f"| {100 * r['pruned_share_median']:.0f}% |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--reps", type=int, default=200, help="replays per table and rule (orders seeded 0..reps-1)")
+    p.add_argument("--rules", default=",".join(RULES))
+    p.add_argument("--tables", default=None, help="comma list of table names (default: every one that exists)")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--out-name", default="trm_bench_horizon")
+    args = p.parse_args(argv)
+    named = tables()
+    if args.tables:
+        unknown = sorted(set(args.tables.split(",")) - set(named))
+        if unknown:
+            p.error(f"--tables {','.join(unknown)}: no such table; expected some of {', '.join(named)}")
+        named = {k: v for k, v in named.items() if k in args.tables.split(",")}
+    rows = run_all(named, args.rules.split(","), args.reps, args.jobs)
+    result = {**run_header("trm_bench_horizon", argv), "metric": METRIC, "rows": rows}
+    write_results(args.out_name, result, markdown(rows, named))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""bench/trm_bench_horizon.py: the same replay at every horizon, read from the tables the project commits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import trm_bench_horizon as horizon
+from bench.trm_bench_table import Curve, Point, Table, config
+
+
+def test_the_thousand_step_studies_read_as_one_table_of_distinct_configurations() -> None:
+    table = horizon.study_table()
+    saved = json.loads(horizon.THOUSAND.read_text())
+    trained = {
+        config(t["params"])
+        for s in saved["per_seed"]
+        for t in s["arms"][0]["trials"]
+        if t["state"] == "COMPLETE" and t["eval"]
+    }
+    assert set(table.curves) == trained and table.steps == 1000 and table.eval_examples == 256
+    # FLOPs grow with the step and end at what the trial recorded
+    some = next(t for s in saved["per_seed"] for t in s["arms"][0]["trials"] if t["state"] == "COMPLETE")
+    curve = table.curves[config(some["params"])]
+    assert curve.gflops == pytest.approx(some["compute_flops"] / 1e9)
+    assert [p.gflops for p in curve.points] == sorted(p.gflops for p in curve.points)
+
+
+def synthetic(late_best: bool) -> Table:
+    """Ten configurations; one starts worst and ends best (the deep one), when `late_best`."""
+    curves = {}
+    for i in range(10):
+        late = late_best and i == 9
+        points = tuple(
+            Point(
+                step,
+                exact=(0.9 if late and step == 400 else 0.5),
+                blank=(0.1 if late else 0.5) + step / 1e4,
+                gflops=float(step),
+                wall_s=0.0,
+            )
+            for step in (100, 200, 300, 400)
+        )
+        curves[config({"arch.hidden_size": i})] = Curve({"arch.hidden_size": i}, points)
+    return Table(0, curves, 256)
+
+
+def test_a_rule_is_judged_on_the_same_orders_and_the_unpruned_study_always_holds_the_best() -> None:
+    table = synthetic(late_best=True)
+    for seed in range(5):
+        unpruned = horizon.replay(table, "none", seed, None)
+        assert unpruned.holds[-1] and unpruned.pruned == 0
+        assert unpruned.gflops[-1] == pytest.approx(table.grid_gflops)
+    # median from 50%: the late starter is below the median at step 200 and is cut wherever it comes after the
+    # 3 startup trials (the others tie, and a tie is not below the median); a study that cut it never holds the best
+    cut = [horizon.replay(table, "median_late", seed, None) for seed in range(20)]
+    assert all(r.pruned == (0 if r.holds[-1] else 1) for r in cut)
+    assert 0 < sum(r.pruned for r in cut) < 20
+    row = horizon.summarize("synthetic", table, "median_late", cut)
+    assert row["n_trials"] == 10 and 0 < row["near_best_at_end"] < 1 and row["paid_at_end_median"] < 1
+
+
+def test_an_unknown_table_name_is_refused_with_the_names_there_are(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        horizon.main(["--tables", "tiny:9", "--reps", "1"])
+    err = capsys.readouterr().err
+    assert "--tables tiny:9: no such table" in err and "tiny:0" in err and "1000" in err
+
+
+def test_a_long_seed_joins_only_with_enough_curves() -> None:
+    named = horizon.tables(long_min=10**6)
+    assert not any(name.startswith("long:") for name in named)
+    assert {"tiny:0", "tiny:1", "tiny:2", "1000"} <= set(named)
