@@ -40,7 +40,7 @@ from bench.trm_bench_replay import build_pruner, study_conf
 from bench.trm_bench_table import Curve, Point, Table, config, load
 from bench.trm_bench_tiny import LONG, TINY
 
-RULES = ("none", "median_late", "median_40", "median_near_best", "median_agreement")
+RULES = ("none", "median_late", "median_40", "median_near_best", "median_agreement", "headroom")
 METRIC = "eval/blank_accuracy"  # the prune metric model_scaling ships (study.prune_metric)
 MIN_CURVES = 12  # a long seed's table joins once a study of it could prune at all past the audits
 THOUSAND = RESULTS / "pruning_1000steps.json"

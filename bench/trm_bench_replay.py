@@ -56,6 +56,7 @@ PRUNERS = (
     "median_40",
     "median_near_best",
     "median_agreement",
+    "headroom",
 )
 TABLE_EVAL = "<the table's eval puzzles>"  # a VARIANTS value set from the replayed table (build_pruner)
 MEDIAN_ANY = {

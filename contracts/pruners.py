@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 EVIDENCE_PRUNER = "contracts.pruning_evidence.EvidencePruner"
+HEADROOM_PRUNER = "contracts.pruning_headroom.HeadroomPruner"
 # Hydra's instantiate allowlist (`_execution_whitelist_`) for a pruner spec, stored or configured.
-PRUNER_TARGETS = ["optuna.pruners.*", EVIDENCE_PRUNER]
+PRUNER_TARGETS = ["optuna.pruners.*", EVIDENCE_PRUNER, HEADROOM_PRUNER]
 # The wrapper's earlier home, as studies stored before it moved name it: read as where it lives now.
 MOVED_PRUNER_TARGETS = {"sweeps.pruning_evidence.EvidencePruner": EVIDENCE_PRUNER}
 
