@@ -5,6 +5,14 @@ read the verdict's step from the study's own audit trials.
 
     python -m bench.trm_bench_horizon --reps 200
 
+The choice of model_scaling's pruning rule over horizons is fixed here before the held-out table exists
+(`choose_rule`, HELD_OUT: TRM-Bench-long's seed 1, whose curves were still being recorded when the rule was
+committed): among the rules a user can select (a conf/pruner/ file), the one whose worst near-best share at the
+shipped n_trials over every other table is the highest, among those that pay at most GOAL_SHARE of the grid on
+every table with at least that many configurations (ties: the least worst pay). Until TRM-Bench-long's seed 0 is
+in, the choice is marked provisional. The held-out table then says whether it holds: >= GOAL_FOUND near-best at
+<= GOAL_SHARE paid.
+
 Each replay is a study on an in-memory Optuna storage with the rule's pruner built from conf/pruner/ (as the study
 would build it for that horizon), the table's configurations in one random order (seeded by the replay, the same
 order for every rule: a paired comparison) with model_scaling's baseline first where the table has it. Each trial
@@ -27,14 +35,14 @@ import random
 import statistics
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from bench._results import RESULTS, run_header, write_results
+from bench._results import RESULTS, ROOT, run_header, write_results
 from bench.trm_bench_pod import SHIPPED_N_TRIALS
 from bench.trm_bench_replay import build_pruner, study_conf
 from bench.trm_bench_table import Curve, Point, Table, config, load
@@ -43,6 +51,10 @@ from bench.trm_bench_tiny import LONG, TINY
 RULES = ("none", "median_late", "median_40", "median_near_best", "median_agreement", "headroom")
 METRIC = "eval/blank_accuracy"  # the prune metric model_scaling ships (study.prune_metric)
 MIN_CURVES = 12  # a long seed's table joins once a study of it could prune at all past the audits
+HELD_OUT = "long:1"  # judged, never chosen on (committed before its curves were recorded)
+REQUIRED = ("tiny:0", "tiny:1", "tiny:2", "1000", "long:0")  # the choice is provisional until all are replayed
+GOAL_FOUND = 0.90  # issue 54: near-best in this share of studies ...
+GOAL_SHARE = 0.40  # ... paying at most this share of the unpruned grid
 THOUSAND = RESULTS / "pruning_1000steps.json"
 
 
@@ -188,6 +200,58 @@ def markdown(rows: list[dict[str, Any]], named: dict[str, Table]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class RuleChoice:
+    rule: str
+    worst_near_best: float  # over the choice tables, at the shipped n_trials
+    worst_paid: float  # over the budget tables (>= SHIPPED_N_TRIALS configurations), at the shipped n_trials
+    tables: tuple[str, ...]
+    provisional: bool  # a REQUIRED table is missing
+    within_budget: bool  # False: no rule paid <= GOAL_SHARE on every budget table; the best worst case regardless
+    held_out_holds: bool | None  # None: the held-out table is not replayed yet
+
+
+def selectable(rule: str, conf: Path = ROOT / "conf") -> bool:
+    return (conf / "pruner" / f"{rule}.yaml").exists()
+
+
+def choose_rule(rows: list[dict[str, Any]], conf: Path = ROOT / "conf") -> RuleChoice:
+    """The rule in the module's docstring, on the rows of one run (every rule on every table)."""
+    by_rule: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        by_rule.setdefault(r["rule"], {})[r["table"]] = r
+    names = sorted({r["table"] for r in rows} - {HELD_OUT})
+    candidates = {rule: t for rule, t in by_rule.items() if selectable(rule, conf) and set(names) <= set(t)}
+    if not candidates:
+        raise ValueError(f"no selectable rule (a conf/pruner/ file) is replayed on every table {names}")
+
+    def worst_found(rule: str) -> float:
+        return min(candidates[rule][n]["near_best_at_n_trials"] for n in names)
+
+    def worst_paid(rule: str) -> float:
+        budget = [n for n in names if candidates[rule][n]["configurations"] >= SHIPPED_N_TRIALS]
+        return max((candidates[rule][n]["paid_at_n_trials_median"] for n in budget), default=0.0)
+
+    within = [rule for rule in candidates if worst_paid(rule) <= GOAL_SHARE]
+    pool = within or list(candidates)
+    rule = min(sorted(pool), key=lambda n: (-worst_found(n), worst_paid(n)))
+    held = by_rule[rule].get(HELD_OUT)
+    holds = (
+        None
+        if held is None
+        else held["near_best_at_n_trials"] >= GOAL_FOUND and held["paid_at_n_trials_median"] <= GOAL_SHARE
+    )
+    return RuleChoice(
+        rule,
+        worst_found(rule),
+        worst_paid(rule),
+        tuple(names),
+        provisional=not set(REQUIRED) <= set(names),
+        within_budget=bool(within),
+        held_out_holds=holds,
+    )
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--reps", type=int, default=200, help="replays per table and rule (orders seeded 0..reps-1)")
@@ -195,6 +259,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--tables", default=None, help="comma list of table names (default: every one that exists)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--out-name", default="trm_bench_horizon")
+    p.add_argument("--rows-from", type=Path, help="instead of replaying: choose on the rows of this run's JSON")
     args = p.parse_args(argv)
     named = tables()
     if args.tables:
@@ -202,9 +267,23 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         if unknown:
             p.error(f"--tables {','.join(unknown)}: no such table; expected some of {', '.join(named)}")
         named = {k: v for k, v in named.items() if k in args.tables.split(",")}
-    rows = run_all(named, args.rules.split(","), args.reps, args.jobs)
-    result = {**run_header("trm_bench_horizon", argv), "metric": METRIC, "rows": rows}
-    write_results(args.out_name, result, markdown(rows, named))
+    if args.rows_from:
+        rows = json.loads(args.rows_from.read_text())["rows"]
+    else:
+        rows = run_all(named, args.rules.split(","), args.reps, args.jobs)
+    choice = choose_rule(rows)
+    result = {**run_header("trm_bench_horizon", argv), "metric": METRIC, "rows": rows, "choice": asdict(choice)}
+    said = {None: "not replayed yet", True: "holds", False: "does NOT hold"}[choice.held_out_holds]
+    missing = ", ".join(sorted(set(REQUIRED) - set(choice.tables)))
+    verdict = (
+        f"\n\nChosen rule: {choice.rule}"
+        + (f" (provisional: {missing} missing)" if choice.provisional else "")
+        + f"; worst near-best {choice.worst_near_best:.0%} over {', '.join(choice.tables)}, worst paid "
+        f"{choice.worst_paid:.0%}"
+        + ("" if choice.within_budget else " (no rule within the budget)")
+        + f". Held-out {HELD_OUT}: {said}."
+    )
+    write_results(args.out_name, result, markdown(rows, named) + verdict)
     return rows
 
 

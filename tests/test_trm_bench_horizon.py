@@ -72,3 +72,39 @@ def test_a_long_seed_joins_only_with_enough_curves() -> None:
     named = horizon.tables(long_min=10**6)
     assert not any(name.startswith("long:") for name in named)
     assert {"tiny:0", "tiny:1", "tiny:2", "1000"} <= set(named)
+
+
+def row(table: str, rule: str, found: float, paid: float, configurations: int = 72) -> dict[str, object]:
+    return {
+        "table": table,
+        "rule": rule,
+        "near_best_at_n_trials": found,
+        "paid_at_n_trials_median": paid,
+        "configurations": configurations,
+    }
+
+
+def test_the_rule_is_chosen_by_its_worst_table_within_the_budget_and_judged_on_the_held_out_one() -> None:
+    tables = [("tiny:0", 72), ("tiny:1", 72), ("1000", 27)]
+    rows = []
+    for name, n in tables:
+        rows.append(row(name, "none", 1.0, 0.57, n))  # finds always, over the budget on the 72-configuration tables
+        rows.append(row(name, "median_40", 1.0, 0.2, n))  # the best, but no conf/pruner file: never chosen
+        rows.append(row(name, "median_late", 0.95 if name != "1000" else 0.4, 0.35, n))  # lost at 1,000 steps
+        # 0.80 everywhere; pays 0.9 of the 27-configuration table: no budget there (n_trials covers the grid)
+        rows.append(row(name, "headroom", 0.8, 0.38 if n == 72 else 0.9, n))
+    choice = horizon.choose_rule(rows)
+    assert choice.rule == "headroom" and choice.worst_near_best == 0.8 and choice.worst_paid == 0.38
+    assert choice.within_budget and choice.provisional and choice.held_out_holds is None
+    held = horizon.choose_rule([*rows, row(horizon.HELD_OUT, "headroom", 0.91, 0.39, 44)])
+    assert held.held_out_holds is True and horizon.HELD_OUT not in held.tables
+    short = horizon.choose_rule([*rows, row(horizon.HELD_OUT, "headroom", 0.89, 0.39, 44)])
+    assert short.held_out_holds is False
+
+
+def test_with_no_rule_within_the_budget_the_best_worst_case_is_chosen_and_said() -> None:
+    rows = [row("tiny:0", "none", 1.0, 0.57), row("tiny:0", "median_late", 0.7, 0.45)]
+    choice = horizon.choose_rule(rows)
+    assert choice.rule == "none" and not choice.within_budget
+    with pytest.raises(ValueError, match="no selectable rule"):
+        horizon.choose_rule([row("tiny:0", "median_40", 1.0, 0.1)])
