@@ -42,14 +42,28 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from bench._results import RESULTS, ROOT, run_header, write_results
+from bench._results import RESULTS, ROOT, percentile, run_header, write_results
 from bench.trm_bench_pod import SHIPPED_N_TRIALS
 from bench.trm_bench_replay import build_pruner, study_conf
 from bench.trm_bench_table import Curve, Point, Table, config, load
 from bench.trm_bench_tiny import LONG, TINY
 
-RULES = ("none", "median_late", "median_40", "median_near_best", "median_agreement", "headroom")
+# A rule: a pruner (a conf/pruner/ file or a bench/trm_bench_replay.py VARIANTS name), reporting the shipped prune
+# metric, or with "/exact" the objective itself (study.prune_metric=eval/exact_accuracy).
+RULES = (
+    "none",
+    "median_late",
+    "median_40",
+    "median_near_best",
+    "median_agreement",
+    "headroom",
+    "headroom_2",
+    "headroom_5",
+    "headroom/exact",
+    "headroom_2/exact",
+)
 METRIC = "eval/blank_accuracy"  # the prune metric model_scaling ships (study.prune_metric)
+METRICS_BY_SUFFIX = {"exact": "eval/exact_accuracy"}
 MIN_CURVES = 12  # a long seed's table joins once a study of it could prune at all past the audits
 HELD_OUT = "long:1"  # judged, never chosen on (committed before its curves were recorded)
 REQUIRED = ("tiny:0", "tiny:1", "tiny:2", "1000", "long:0")  # the choice is provisional until all are replayed
@@ -86,11 +100,19 @@ class Outcome:
 
     gflops: list[float]
     holds: list[bool]
+    best: list[float]  # the study's best value so far (0 before its first finished trial)
     pruned: int
+
+
+def parse_rule(rule: str) -> tuple[str, str]:
+    """(the pruner's name, the metric its trials report) of a rule such as "headroom/exact"."""
+    pruner, _, suffix = rule.partition("/")
+    return pruner, METRICS_BY_SUFFIX[suffix] if suffix else METRIC
 
 
 def replay(table: Table, rule: str, seed: int, first: dict[str, Any] | None) -> Outcome:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    pruner, metric = parse_rule(rule)
     order = sorted(table.curves, key=lambda c: sorted(c, key=str))
     random.Random(seed).shuffle(order)
     if first is not None and config(first) in table.curves:
@@ -99,18 +121,19 @@ def replay(table: Table, rule: str, seed: int, first: dict[str, Any] | None) -> 
     study = optuna.create_study(
         storage=optuna.storages.InMemoryStorage(),
         study_name="model_scaling",
-        pruner=build_pruner(rule, table.steps, table.eval_examples),
+        pruner=build_pruner(pruner, table.steps, table.eval_examples),
         direction="maximize",
     )
     spent, best, pruned = 0.0, 0.0, 0
     gflops: list[float] = []
     holds: list[bool] = []
+    bests: list[float] = []
     for c in order:
         curve = table.curves[c]
         trial = study.ask()
         stopped = None
         for point in curve.points:
-            trial.report(point.metric(METRIC), point.step)
+            trial.report(point.metric(metric), point.step)
             if trial.should_prune():
                 stopped = point
                 break
@@ -124,7 +147,35 @@ def replay(table: Table, rule: str, seed: int, first: dict[str, Any] | None) -> 
             study.tell(trial, curve.value)
         gflops.append(spent)
         holds.append(best >= table.target - 1e-12)
-    return Outcome(gflops, holds, pruned)
+        bests.append(best)
+    return Outcome(gflops, holds, bests, pruned)
+
+
+CURVE_POINTS = 101  # the figure's compute axis: 0%, 1%, ..., 100% of the grid
+
+
+def at_compute(run: Outcome, budget: float) -> tuple[bool, float]:
+    """Whether the study held a near-best configuration, and its best, among the trials finished within `budget`."""
+    held, best = False, 0.0
+    for spent, holds, value in zip(run.gflops, run.holds, run.best):
+        if spent > budget + 1e-9:
+            break
+        held, best = holds, value
+    return held, best
+
+
+def curves(table: Table, runs: list[Outcome]) -> dict[str, list[float]]:
+    """Over the replays, at each share of the grid's compute: the share holding a near-best configuration, and the
+    regret (table best - study best) at its 10th, 50th and 90th percentiles (the figure's band)."""
+    out: dict[str, list[float]] = {"found": [], "regret_p10": [], "regret_p50": [], "regret_p90": []}
+    for i in range(CURVE_POINTS):
+        budget = i / (CURVE_POINTS - 1) * table.grid_gflops
+        states = [at_compute(r, budget) for r in runs]
+        regret = [table.best - best for _, best in states]
+        out["found"].append(sum(held for held, _ in states) / len(runs))
+        for q in (10, 50, 90):
+            out[f"regret_p{q}"].append(float(percentile(regret, q) or 0.0))
+    return out
 
 
 def summarize(name: str, table: Table, rule: str, runs: list[Outcome]) -> dict[str, Any]:
@@ -142,6 +193,9 @@ def summarize(name: str, table: Table, rule: str, runs: list[Outcome]) -> dict[s
         "near_best_at_end": sum(r.holds[-1] for r in runs) / len(runs),
         "paid_at_end_median": statistics.median(r.gflops[-1] / grid for r in runs),
         "pruned_share_median": statistics.median(r.pruned / len(r.gflops) for r in runs),
+        "best": table.best,
+        "se": table.se,
+        "curves": curves(table, runs),
     }
 
 
@@ -182,8 +236,8 @@ def run_all(named: dict[str, Table], rules: Iterable[str], reps: int, jobs: int)
 def markdown(rows: list[dict[str, Any]], named: dict[str, Table]) -> str:
     lines = [
         "Random-order replays, the same orders for every rule (model_scaling's baseline first where the table has "
-        f"it), prune metric {METRIC}. Near-best: within one eval SE of the table's best. Paid: the share of the "
-        "table's unpruned FLOPs.",
+        f"it), prune metric {METRIC} (a rule ending /exact: eval/exact_accuracy). Near-best: within one eval SE of "
+        "the table's best. Paid: the share of the table's unpruned FLOPs.",
         "",
         "| table | steps | configurations (best, SE) | rule | near-best at n_trials | paid at n_trials | near-best "
         "at end | paid at end | trials pruned |",
@@ -212,7 +266,7 @@ class RuleChoice:
 
 
 def selectable(rule: str, conf: Path = ROOT / "conf") -> bool:
-    return (conf / "pruner" / f"{rule}.yaml").exists()
+    return (conf / "pruner" / f"{parse_rule(rule)[0]}.yaml").exists()
 
 
 def choose_rule(rows: list[dict[str, Any]], conf: Path = ROOT / "conf") -> RuleChoice:

@@ -74,6 +74,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # best (near_best), or where the audits' values there rank them unlike their ends (agreement).
     "median_near_best": ("evidence", {"check": "near_best", "eval_examples": TABLE_EVAL, "wrapped": MEDIAN_ANY}),
     "median_agreement": ("evidence", {"wrapped": MEDIAN_ANY}),
+    # The headroom rule with a margin in the prune metric's units: a trial is cut only when even the largest gain
+    # seen leaves it short of the best end by more than this.
+    "headroom_2": ("headroom", {"margin": 0.02}),
+    "headroom_5": ("headroom", {"margin": 0.05}),
 }
 BUDGETS = (0.10, 0.25, 0.40, 0.50, 1.00)  # shares of the grid's compute the regret and the hit rate are read at
 TRIAL_BUDGETS = (6, 8, 12, 16, 24, 36)  # n_trials a study may be given: its hit rate and compute are read there
