@@ -108,3 +108,22 @@ def test_with_no_rule_within_the_budget_the_best_worst_case_is_chosen_and_said()
     assert choice.rule == "none" and not choice.within_budget
     with pytest.raises(ValueError, match="no selectable rule"):
         horizon.choose_rule([row("tiny:0", "median_40", 1.0, 0.1)])
+
+
+def test_the_figure_draws_each_rule_per_table_with_the_goal_and_the_budget() -> None:
+    from bench.trm_bench_horizon_figure import REGRET_FLOOR, figure
+
+    table = synthetic(late_best=True)
+    rows = [
+        horizon.summarize(name, table, rule, [horizon.replay(table, rule, s, None) for s in range(6)])
+        for name in ("a", "b")
+        for rule in ("none", "median_late")
+    ]
+    curves = rows[0]["curves"]
+    assert curves["found"][0] == 0 and curves["found"][-1] == 1  # unpruned: at the whole grid, every study holds it
+    assert all(lo <= mid <= hi for lo, mid, hi in zip(curves["regret_p10"], curves["regret_p50"], curves["regret_p90"]))
+    fig = figure({"rows": rows, "choice": {"rule": "median_late"}})
+    assert len(fig.data) == 4 * 3  # per row: the share, the regret band and its median
+    lines = [(s.type, s.y0 if s.y0 == s.y1 else s.x0) for s in fig.layout.shapes]
+    assert lines.count(("line", horizon.GOAL_FOUND)) == 2 and lines.count(("line", horizon.GOAL_SHARE)) == 4
+    assert fig.layout.yaxis3.type == "log" and min(fig.data[2].y) >= REGRET_FLOOR
