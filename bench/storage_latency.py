@@ -2,7 +2,7 @@
 PostgreSQL server, with our code path and plain Optuna side by side in the same run.
 
 Two operation pairs, each op timed with time.perf_counter inside a client process:
-  report+should_prune  the job's rank 0 at every eval. "ours": trm.trial_link.TrialLink(study, number, url)
+  report+should_prune  the job's rank 0 at every eval. "ours": trm.links.trial.TrialLink(study, number, url)
                        .report(step, {objective: v}): it reads the trial state first (a trial no longer RUNNING
                        is abandoned), then reports and asks the Hyperband pruner it rebuilt from the study's
                        "pruner" attribute. "optuna-defaults": optuna.load_study(name, storage=<url string>,
@@ -61,7 +61,7 @@ from storage.study_record import StudyAttrs
 from storage.url import driver_url
 from sweeps.search.draw import draw_within_budget
 from sweeps.search.space import SearchSpace
-from trm.trial_link import TrialLink
+from trm.links.trial import TrialLink
 
 OPERATIONS = ("report+should_prune", "ask+tell")
 SETUPS = ("ours", "optuna-defaults")

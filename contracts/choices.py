@@ -3,7 +3,7 @@ Their `Literal` types are the training config's schema's (contracts/train_config
 it composes, for a job and for the sweep's validation of its trials); the checks below are for code that takes a
 choice as an argument. Each names the key, the value and what is accepted.
 
-What each choice does lives beside the code that does it (trm/compiling.py, trm/devices.py, trm/precision.py);
+What each choice does lives beside the code that does it (trm/compiling.py, trm/runtime/devices.py, trm/precision.py);
 the accepted values live here so the driver can refuse a typo without importing torch."""
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ class TrainJob:
     function below main reads, and `written`, the config as composed with its interpolations unresolved, for the
     two readers that need the config as data: the fingerprints every worker and a resumed checkpoint compare (a
     worker-local path stays `${...}`: trm/fingerprint.py) and the W&B run's config (an env value masked before it
-    resolves: trm/wandb_run_config.py). Readers copy `written`, never change it."""
+    resolves: trm/tracking/run_config.py). Readers copy `written`, never change it."""
 
     app: TrainApp
     written: Mapping[str, Any]

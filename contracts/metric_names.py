@@ -26,7 +26,7 @@ HALTED_EXAMPLES = "halted_examples"
 LOGGED_METRICS = tuple(HALTED_EXAMPLES if key == "count" else key for key in METRIC_KEYS if key != "examples")
 # What the trainer logs at each eval: a study's objective is read from these, at the best or the last eval.
 EVAL_METRICS = tuple(f"eval/{key}" for key in LOGGED_METRICS)
-# Numbers a trial's job stores on the trial besides its metrics (trm/trial_link.py, `finish`): the extra
+# Numbers a trial's job stores on the trial besides its metrics (trm/links/trial.py, `finish`): the extra
 # objectives of a multi-objective study may name them (model_scaling_pareto minimizes compute_flops).
 TRIAL_NUMBERS = (
     "best_value",

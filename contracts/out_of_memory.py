@@ -5,7 +5,7 @@
 Two ways it shows. An error the job raised (an allocator's), read on its text because the driver sees only the line
 the job stored. And the kernel's OOM killer, which ends the job with SIGKILL before it can say anything: the job
 notes its memory cgroup and that cgroup's `oom_kill` count when it starts, and samples its own peak while it runs
-(trm/memory_watch.py, storage.record.MemoryRecord); the driver, seeing the job killed, reads the count again
+(trm/measures/memory_watch.py, storage.record.MemoryRecord); the driver, seeing the job killed, reads the count again
 (`killed_for_memory`). No torch here: both sides read it."""
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class TrainLoop:
     objective_direction: Literal["maximize", "minimize"] = MISSING
     progress: bool = MISSING
     preemption_check_interval: int = MISSING
-    profile_steps: list[int] | None = MISSING  # [a, b]: trace steps a..b on rank 0 (trm/profiling.py)
+    profile_steps: list[int] | None = MISSING  # [a, b]: trace steps a..b on rank 0 (trm/measures/profiling.py)
 
     def __post_init__(self) -> None:
         for key in ("steps", "global_batch_size", "eval_interval", "log_interval", "eval_batch_size"):
@@ -228,7 +228,7 @@ class RuntimeConfig:
 @dataclass
 class RetryPolicy:
     """`sweep.report_retry`: how long rank 0 keeps trying one storage call, so that a database restart does not lose
-    a report (trm/trial_link.py). The defaults are conf/train.yaml's (tests/test_conf_defaults.py)."""
+    a report (trm/links/trial.py). The defaults are conf/train.yaml's (tests/test_conf_defaults.py)."""
 
     attempts: int = 10  # tries of one call before it fails (TrialLinkError)
     first_delay_s: float = 0.5  # wait after the first failed try, doubled after each further one ...
@@ -248,7 +248,7 @@ class RetryPolicy:
 
 @dataclass
 class SweepLink:
-    """`sweep`: the link to a sweep trial, set by the driver (a plain run leaves study null; trm/trial_link.py)."""
+    """`sweep`: the link to a sweep trial, set by the driver (a plain run leaves study null; trm/links/trial.py)."""
 
     study: str | None = MISSING
     study_uid: str | None = MISSING
@@ -259,10 +259,11 @@ class SweepLink:
     job: str | None = MISSING
     sampled: list[str] | None = MISSING  # the override keys the study sampled (sweeps' job command line)
     # A confirm job (sweeps/trials/confirm.py): trial_number's configuration trained again on `seed`; it stores a
-    # storage.confirm_record.ConfirmSeed on the study and never reports to the finished trial (trm/confirm_link.py).
+    # storage.confirm_record.ConfirmSeed on the study and never reports to the finished trial (trm/links/confirm.py).
     confirm: bool = MISSING
     report_retry: RetryPolicy = field(default_factory=RetryPolicy)
-    memory_sample_s: float = MISSING  # rank 0's host memory sampled this often onto its trial (trm/memory_watch.py)
+    # rank 0's host memory sampled this often onto its trial (trm/measures/memory_watch.py)
+    memory_sample_s: float = MISSING
     storage_engine: Any = MISSING  # conf/storage/engine/default.yaml, shared with the sweep: storage/engine_config.py
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""A W&B run's identity and mode, shared by a trial's job (trm/tracking.py) and the driver's study-summary run
+"""A W&B run's identity and mode, shared by a trial's job (trm/tracking/tracker.py) and the driver's study-summary run
 (sweeps/trials/wandb_summary.py), so both sides name the same run the same way.
 
 W&B never touches the network unless asked to: `wandb.mode=auto` is `online` only where W&B would find an API key

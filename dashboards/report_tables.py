@@ -56,7 +56,8 @@ def wandb_dir(trial: FrozenTrial) -> Path | None:
 
 
 def wandb_cell(info: BestTrial, trial: FrozenTrial) -> str:
-    """The W&B run a launched trial's job opened (group/name, trm/wandb_run_config.py), and its local directory if here."""
+    """The W&B run a launched trial's job opened (group/name, trm/tracking/run_config.py), and its local directory if
+    here."""
     if not TrialLaunch.of(trial.user_attrs).workdir:
         return ""  # never launched (refused as a duplicate, failed before its job started): no run
     name = f"{info.wandb['group']}/{info.wandb['name']}"

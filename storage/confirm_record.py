@@ -1,5 +1,5 @@
 """The confirm stage's records: a top configuration trained again on a fresh training seed (sweeps/trials/confirm.py
-starts the job, trm/confirm_link.py is its rank 0's side and writes these).
+starts the job, trm/links/confirm.py is its rank 0's side and writes these).
 
 Each seed's job stores one `ConfirmSeed` as a study attribute, `confirm:<trial>:<seed>` (Optuna refuses writes to a
 finished trial, and the trial's own value stays what it reported), and rewrites its progress under

@@ -87,7 +87,7 @@ class ProgressRecord(TypedDict):
     first_at: NotRequired[float]
 
 
-# Trial attribute: what a job's rank 0 samples of its host memory while it runs (trm/memory_watch.py), from before
+# Trial attribute: what a job's rank 0 samples of its host memory while it runs (trm/measures/memory_watch.py), from before
 # its set-up: the record a job the kernel's OOM killer ended leaves (it stores no outcome). The driver reads it to
 # tell such a kill from another SIGKILL (contracts/out_of_memory.py killed_for_memory).
 MEMORY_ATTR = "memory"
@@ -122,7 +122,9 @@ HEARTBEAT_GRACE_ATTR = "heartbeat_grace_s"
 TRAIN_OVERRIDES_ATTR = "train_overrides"
 CHECKPOINT_URL_ATTR = "checkpoint_url"
 SLOT_ATTR = "slot"  # where the driver ran the trial's job (sweeps/launchers/slots.py: "pod", "vm-3", "vm-3/chips-0-1")
-PEAK_MEMORY_ATTR = "peak_memory_mb"  # rank 0's peak device memory in MiB (trm/memory.py: what each device counts)
+PEAK_MEMORY_ATTR = (
+    "peak_memory_mb"  # rank 0's peak device memory in MiB (trm/measures/memory.py: what each device counts)
+)
 
 # A trial's wide, nested facts (timing stamps, every final metric, the full override list) live in one
 # attribute, `details`, so that the dashboard's and the CLI's attribute tables show what a user reads (outcome,
@@ -130,7 +132,9 @@ PEAK_MEMORY_ATTR = "peak_memory_mb"  # rank 0's peak device memory in MiB (trm/m
 # `trial_detail`; writers merge into the attribute with `merged_details` (the driver writes train_overrides at
 # launch and driver_timing at the end, the job final_metrics and timing in between: never at the same time).
 DETAILS_ATTR = "details"
-THROUGHPUT_DETAIL = "throughput"  # step speed and compile counts (trm/throughput.py), read by sweeps.utilization
+THROUGHPUT_DETAIL = (
+    "throughput"  # step speed and compile counts (trm/measures/throughput.py), read by sweeps.utilization
+)
 
 
 def trial_detail(attrs: Mapping[str, Any], key: str, default: Any = None) -> Any:

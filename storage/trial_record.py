@@ -132,7 +132,7 @@ def legacy_chips(train_overrides: list[str] | None) -> int | None:
 
 @dataclass(frozen=True)
 class TrialOutcome(TrialFacts):
-    """What the job's rank 0 stores on its trial when it ends (trm/trial_link.py); the driver tells Optuna from it.
+    """What the job's rank 0 stores on its trial when it ends (trm/links/trial.py); the driver tells Optuna from it.
     Values are as stored (JSON): a reader that computes with one checks its type."""
 
     outcome: str | None = field(default=None, metadata=FLAT)  # COMPLETE, PRUNED, FAIL, PREEMPTED (trm/run_end.py)
@@ -145,7 +145,7 @@ class TrialOutcome(TrialFacts):
     train_seconds: float | None = field(default=None, metadata=FLAT)  # the job's own run time
     precision: str | None = field(default=None, metadata=FLAT)  # the mode it trained in (why: its summary.json)
     device: str | None = field(default=None, metadata=FLAT)  # where rank 0 trained (cpu, cuda:0, xla:0)
-    peak_memory_mb: float | None = field(default=None, metadata=FLAT)  # rank 0's device peak (trm/memory.py)
+    peak_memory_mb: float | None = field(default=None, metadata=FLAT)  # rank 0's device peak (trm/measures/memory.py)
     code_version: str | None = field(default=None, metadata=FLAT)  # the content hash of trm/, what resume checks
     # The git commit of the job's code and whether its work tree differed from it; None where the code is not a git
     # checkout's (an installed wheel), and on trials recorded before they were stored.
@@ -161,9 +161,9 @@ class TrialOutcome(TrialFacts):
     run_again: bool | None = field(default=None, metadata=WHEN_SET)
     infeasible: str | None = field(default=None, metadata=WHEN_SET)
     final_metrics: dict[str, float] = field(default_factory=dict, metadata=DETAIL)  # every metric of its last eval
-    timing: dict[str, float] | None = field(default=None, metadata=DETAIL)  # its stamps (trm/clock.py)
+    timing: dict[str, float] | None = field(default=None, metadata=DETAIL)  # its stamps (trm/measures/clock.py)
     throughput: dict[str, Any] | None = field(default=None, metadata=DETAIL_WHEN_SET)  # THROUGHPUT_DETAIL
-    # train.profile_steps: the trace the job wrote on rank 0's machine (trm/profiling.py).
+    # train.profile_steps: the trace the job wrote on rank 0's machine (trm/measures/profiling.py).
     profile: dict[str, Any] | None = field(default=None, metadata=DETAIL_WHEN_SET)
 
     @classmethod

@@ -131,7 +131,7 @@ class BestTrial:
     # False: not there as seen from here (never written, or on the workers' own disks); None: not known.
     best_checkpoint_found: bool | None
     best_checkpoint_note: str | None  # set when best.pt is not the best
-    wandb: dict[str, str]  # the run's group and name (trm/wandb_run_config.py)
+    wandb: dict[str, str]  # the run's group and name (trm/tracking/run_config.py)
     workdir: str | None
     code_version: str | None  # the content hash of trm/: what checkpoint.resume checks
     code_commit: str | None  # None: not a git checkout's code, or not recorded

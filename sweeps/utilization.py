@@ -2,7 +2,7 @@
 
 The fraction of the chips' peak a study's trials really reached, by per-chip batch: what `estimate.utilization`
 should say before the dry run prices a pod division (sweeps/config/estimate.py). Every job measures its steady-state
-step speed (trm/throughput.py: after the first log point; evals, checkpoints and logging taken out) and stores
+step speed (trm/measures/throughput.py: after the first log point; evals, checkpoints and logging taken out) and stores
 it in its trial's `details` (`throughput`); this reads the finished trials (complete or pruned) and prints, per
 per-chip batch, the median over trials of flops_per_s / (devices x peak), and the override to paste:
 
@@ -103,7 +103,7 @@ def render_table(study: str, rows: list[Measured], peak_tflops: float) -> str:
     if not rows:
         lines.append(
             "  no finished trial has a measured throughput (trials shorter than two log points, or written by a "
-            "version before trm/throughput.py)"
+            "version before trm/measures/throughput.py)"
         )
         return "\n".join(lines)
     lines.append(

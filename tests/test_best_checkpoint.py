@@ -77,7 +77,7 @@ def test_a_best_pt_whose_state_is_gone_is_named_and_holds_the_next_best(tmp_path
     assert note.startswith("best.pt holds step 40") and "best.pt of step 5 was not usable" in note
     assert str(ckpt / "best.pt.unreadable") in note and (ckpt / "best.pt.unreadable").read_bytes() == b"truncated"
 
-    # The tools show it beside the path (the job stores the note on its trial: trm/trial_link.py).
+    # The tools show it beside the path (the job stores the note on its trial: trm/links/trial.py).
     study = optuna.create_study(direction="maximize")
     trial = study.ask()
     for key, value in {

@@ -74,7 +74,7 @@ def test_the_end_of_a_run_waits_for_its_last_upload(tmp_path: Path, data_root: P
 
 
 class _TrialLink:
-    """A sweep trial's link (trm.trial_link.TrialLink's methods) that does `act()` at one progress step."""
+    """A sweep trial's link (trm.links.trial.TrialLink's methods) that does `act()` at one progress step."""
 
     def __init__(self, at_step: int, act: Callable[[], None]) -> None:
         self.at_step, self.act, self.outcomes = at_step, act, []

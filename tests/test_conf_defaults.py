@@ -19,7 +19,7 @@ from storage.engine_config import RULES
 from sweeps.config.compose import compose_sweep_config
 from sweeps.config.typed_config import typed_sweep
 from sweeps.trials.wandb_summary import trial_wandb_overrides
-from trm.trial_link import RetryPolicy
+from trm.links.trial import RetryPolicy
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

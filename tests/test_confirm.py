@@ -1,4 +1,4 @@
-"""A winner that holds when trained again (sweeps/trials/confirm.py, confirmed.py, confirm_rank.py; trm/confirm_link.py):
+"""A winner that holds when trained again (sweeps/trials/confirm.py, confirmed.py, confirm_rank.py; trm/links/confirm.py):
 the top configurations trained on fresh seeds by real jobs, ranked by their mean over seeds with an eval + seed
 standard error, resumed after an interruption without training a seed twice, and priced by a dry run."""
 

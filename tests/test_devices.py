@@ -1,4 +1,4 @@
-"""`runtime.device` (trm/devices.py): which torch device a `single`/`torch` job trains on.
+"""`runtime.device` (trm/runtime/devices.py): which torch device a `single`/`torch` job trains on.
 
 This machine has no GPU, so the choice of a GPU per process is checked with torch's CUDA queries answering for
 two GPUs; the real GPU run (an H100, lent once) is in docs/benchmarks.md, "A GPU: H100".
@@ -14,8 +14,8 @@ import torch
 
 from contracts.hydra_app import TrainJob, compose_train_config
 from tests.config_blocks import runtime_config
-from trm.devices import resolve_device
 from trm.runtime import init_runtime
+from trm.runtime.devices import resolve_device
 from trm.train import run
 
 

@@ -218,7 +218,7 @@ def test_status_exports_csv_that_agrees_with_optunas_dataframe(tmp_path: Path, c
     assert [(r["number"], r["state"]) for r in rows] == [("0", "COMPLETE"), ("1", "PRUNED"), ("2", "FAIL")]
     assert [r["optim.lr"] for r in rows] == ["0.001", "0.002", "0.003"] and all(r["optim"] == "adamw" for r in rows)
     assert rows[0]["value"] == "0.5" and rows[2]["value"] == "" and rows[2]["reason"] == "exit 1"
-    assert [r["peak_memory_mb"] for r in rows] == ["100.5", "101.5", ""]  # each trial's peak (trm/memory.py)
+    assert [r["peak_memory_mb"] for r in rows] == ["100.5", "101.5", ""]  # each trial's peak (trm/measures/memory.py)
 
     frame = optuna.load_study(study_name="export", storage=url).trials_dataframe()  # needs pandas: the extra
     assert list(frame["number"]) == [0, 1, 2] and list(frame["state"]) == ["COMPLETE", "PRUNED", "FAIL"]

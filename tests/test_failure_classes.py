@@ -29,7 +29,7 @@ CPU_OOM = "RuntimeError: [enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator
 HYDRA_LOG = f"""worker-0 exited with code 1; last log lines:
 Error executing job with overrides: ['runtime.device=cuda']
 Traceback (most recent call last):
-  File "/work/main/trm/devices.py", line 30, in resolve_device
+  File "/work/main/trm/runtime/devices.py", line 30, in resolve_device
     raise ValueError(
 {NO_GPU}"""
 

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from contracts.hydra_app import TrainJob, compose_train_config, to_dict
 from contracts.train_config import NOT_TRAINING_KEYS, WORKER_LOCAL_KEYS, under
 from trm.fingerprint import config_fingerprint, training_identity
-from trm.wandb_run_config import safe_config
+from trm.tracking.run_config import safe_config
 
 
 def reference_config_fingerprint(cfg: DictConfig) -> str:

@@ -1,7 +1,7 @@
 """The kernel's OOM killer (issue 57.2): in a memory cgroup a configuration too wide for the machine was launched 3
 times (three kernel kills), its reason `worker-0 exited with code -9 without recording an outcome` and nothing after
 it, not infeasible, no peak. Its job now samples its memory onto its trial from before its set-up
-(trm/memory_watch.py); the driver, seeing it killed by SIGKILL, reads its memory cgroup's OOM kill count again
+(trm/measures/memory_watch.py); the driver, seeing it killed by SIGKILL, reads its memory cgroup's OOM kill count again
 (contracts/out_of_memory.py): risen, the trial is infeasible with its peak, launched once, and the study goes on.
 
 The study test runs its jobs in a memory cgroup of their own (cgroup v1's memory hierarchy, or v2 where this

@@ -183,7 +183,7 @@ def test_the_trial_stores_the_precision(pg_url: str) -> None:
     import optuna
 
     from storage import open_storage
-    from trm.trial_link import TrialLink
+    from trm.links.trial import TrialLink
 
     study = optuna.create_study(study_name="precision_attr", storage=open_storage(pg_url), direction="maximize")
     trial = study.ask()

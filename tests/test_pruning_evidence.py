@@ -22,7 +22,7 @@ from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from tests.sweep_helpers import FAST_TRIAL, sweep_config
 from tests.test_sweeps import with_space
-from trm.trial_link import TrialLink
+from trm.links.trial import TrialLink
 
 # A median pruner with one start-up trial prunes any trial below the completed trials' median at a step.
 MEDIAN = {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 1, "n_warmup_steps": 0}
@@ -129,7 +129,7 @@ def test_what_it_measured_is_stored_and_a_switch_is_logged_once(
 
 
 def test_the_job_builds_the_stored_evidence_pruner_and_prunes_with_it(tmp_path: Path) -> None:
-    """The job rebuilds the pruner from the study record (trm/trial_link.py): the wrapper must pass its whitelist."""
+    """The job rebuilds the pruner from the study record (trm/links/trial.py): the wrapper must pass its whitelist."""
     url = f"sqlite:///{tmp_path}/db.sqlite"
     study = study_with_audits(tmp_path, EARLY, [0.1, 0.2, 0.3, 0.4], evidence_pruner())
     StudyAttrs(objective="eval/exact_accuracy", pruner=SPEC).store(study.set_user_attr)
@@ -166,7 +166,7 @@ def test_a_study_stored_before_the_wrapper_moved_is_the_same_study_and_its_jobs_
     number = study.ask().number
     job = (
         "import sys\n"
-        "from trm.trial_link import TrialLink\n"
+        "from trm.links.trial import TrialLink\n"
         f"link = TrialLink('evidence', {number}, {url!r})\n"
         "print(type(link.study.pruner).__module__, link.report(100, {'eval/exact_accuracy': 0.05}),"
         " sorted(m for m in sys.modules if m.split('.')[0] in ('sweeps', 'dashboards')))\n"

@@ -27,7 +27,7 @@ from storage.record import (
 from storage.study_record import StudyAttrs
 from storage.trial_record import ATTEMPT_ATTRS, TrialLaunch, TrialOutcome, attempt_attr, seed_prefix
 from trm.fingerprint import code_fingerprint
-from trm.trial_link import TrialLink
+from trm.links.trial import TrialLink
 
 # ATTEMPT_ATTRS as it was written by hand before it was derived from the records' fields.
 HAND_WRITTEN_ATTEMPT_ATTRS = (
@@ -69,7 +69,7 @@ FAILED: dict[str, Any] = {
 
 
 def legacy_outcome_attrs(outcome: str, summary: dict[str, Any], stored: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """What trm/trial_link.py record_outcome stored before TrialOutcome, as it was written (keys under `prefix`)."""
+    """What trm/links/trial.py record_outcome stored before TrialOutcome, as it was written (keys under `prefix`)."""
     facts = {"final_metrics": summary.get("final") or {}, "timing": summary.get("timing")}
     if summary.get("throughput"):
         facts[THROUGHPUT_DETAIL] = summary["throughput"]

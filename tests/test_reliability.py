@@ -272,7 +272,7 @@ def test_a_failing_summary_write_does_not_hide_the_error_that_ended_the_run(
     (tmp_path / "summary.json").mkdir()  # summary.json cannot be written: an OSError in `finally`, as on a full disk
     finished: list[tuple[str, dict]] = []
 
-    class Trial:  # what a sweep trial's link records (trm.trial_link.TrialLink: only the first finish counts)
+    class Trial:  # what a sweep trial's link records (trm.links.trial.TrialLink: only the first finish counts)
         def report(self, step: int, metrics: dict) -> str:
             return "continue"
 

@@ -1,7 +1,7 @@
 """The HTML study report (dashboards.report) on studies written as the driver and the jobs record them.
 
 Trials are written straight into a SQLite storage (no training: seconds, not minutes) with the attributes a real
-trial carries (storage/record.py, trm/trial_link.py), metrics files in the format trm.train writes, and the
+trial carries (storage/record.py, trm/links/trial.py), metrics files in the format trm.train writes, and the
 nested facts half in their own attributes and half in the new `details` attribute. The page is then opened in
 headless Chromium: plotly must draw every figure without a script error, and the screenshot must show them.
 """

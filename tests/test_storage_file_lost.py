@@ -27,7 +27,7 @@ from storage.errors import StorageGoneError, StoragePermissionError, sqlite_file
 from storage.sqlite_file import SqliteFile
 from sweeps.trials.running import storage_fatal
 from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_overrides, trial_dir, trial_file_exists
-from trm.trial_link import TrialLinkError, retry
+from trm.links.trial import TrialLinkError, retry
 
 OPTUNA_WORDS = "invalid data in the commit"
 

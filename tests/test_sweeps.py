@@ -216,7 +216,7 @@ def test_torchrun_study_completes_and_prunes_with_rank0_values(pg_url: str, tmp_
         # Issue: wide nested attributes overflowed the dashboard and CLI tables. What a user reads is flat and
         # short; the nested facts are in the one `details` attribute.
         details = trial.user_attrs["details"]
-        # The steady-state step speed (trm/throughput.py) needs two log points: the complete trial has one, the
+        # The steady-state step speed (trm/measures/throughput.py) needs two log points: the complete trial has one, the
         # trial pruned at its first log point (step 10) has none.
         timed = {"throughput"} if trial.state == TrialState.COMPLETE else set()
         assert set(details) == {"train_overrides", "final_metrics", "timing", "driver_timing", *timed}

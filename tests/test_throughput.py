@@ -1,4 +1,4 @@
-"""Step speed and utilization: what a job measures (trm/throughput.py), how the dry run uses it
+"""Step speed and utilization: what a job measures (trm/measures/throughput.py), how the dry run uses it
 (sweeps/config/estimate.py: `estimate.utilization` per per-chip batch) and what `sweeps.utilization` reads back."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from sweeps.config.estimate import Utilization, UtilizationError
 from sweeps.utilization import measured, override
 from sweeps.validation.validate import SweepConfigError
 from tests.sweep_helpers import sweep_config
-from trm.compile_counters import CompileWatch
-from trm.throughput import StepTimer
+from trm.measures.compile_counters import CompileWatch
+from trm.measures.throughput import StepTimer
 
 
 class FakeClock:

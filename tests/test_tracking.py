@@ -31,8 +31,8 @@ from sweeps.launchers.torchrun import free_port
 from sweeps.trials.wandb_summary import log_study_summary, trial_wandb_overrides
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, trial_dir
 from tests.wandb_offline import find_runs, read_offline_run
-from trm import tracking
-from trm.tracking import Tracker, WandbTracker, make_tracker
+from trm.tracking import tracker as tracker_module
+from trm.tracking.tracker import Tracker, WandbTracker, make_tracker
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD_ENV = "TRM_TEST_WANDB_DB_PASSWORD"
@@ -231,7 +231,7 @@ def test_a_wandb_login_key_counts_as_a_key_as_wandb_itself_reads_it(
 def test_tracking_failure_is_one_warning_and_a_no_op(
     tmp_path: Path, offline_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    monkeypatch.setattr(tracking, "_warned", False)
+    monkeypatch.setattr(tracker_module, "_warned", False)
     # wandb itself rejects the console setting: init fails, training goes on untracked
     cfg = compose_train_config([f"out_dir={tmp_path}", "wandb.console=bogus"])
     tracker = make_tracker(TrainJob.of(cfg), is_main=True, extra={"params": 1})
@@ -453,7 +453,7 @@ def test_a_jobs_trial_params_come_from_its_own_command_line() -> None:
     values from its own overrides, as Hydra read them, not from the database (a later fixed override of another
     key, and keys nobody sampled, stay out)."""
     from sweeps.launchers.job_command import StudyLink
-    from trm.wandb_run_config import sampled_params
+    from trm.tracking.run_config import sampled_params
 
     link = StudyLink("s", "0123456789ab", 3, "sqlite:///x.db", sampled=("arch.hidden_size", "optim"))
     assert "sweep.sampled=[arch.hidden_size,optim]" in link.overrides()

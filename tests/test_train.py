@@ -51,7 +51,7 @@ def test_run_writes_metrics_checkpoints_and_summary(tmp_path: Path, data_root: P
     assert summary["best_value"] == max(r["eval/exact_accuracy"] for r in evals)
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["outcome"] == "COMPLETE" and saved["params"] == summary["params"]
-    # Step speed from the first log point (5) on, the evals at 10 and 20 taken out (trm/throughput.py).
+    # Step speed from the first log point (5) on, the evals at 10 and 20 taken out (trm/measures/throughput.py).
     speed = saved["throughput"]
     assert (speed["steps"], speed["devices"], speed["examples_per_device"]) == (15, 1, 16.0)
     timing = saved["timing"]

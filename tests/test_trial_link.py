@@ -1,4 +1,4 @@
-"""Rank 0's link to its trial (trm.trial_link) against the real PostgreSQL: verdicts and the stored outcome."""
+"""Rank 0's link to its trial (trm.links.trial) against the real PostgreSQL: verdicts and the stored outcome."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from contracts.hydra_app import TrainJob, compose_train_config
 from storage import StorageUnavailableError, open_storage
 from storage.record import PROGRESS_ATTR
 from storage.study_record import StudyAttrs
-from trm.trial_link import RetryPolicy, TrialLink, TrialLinkError, link_from_config, retry
+from trm.links.trial import RetryPolicy, TrialLink, TrialLinkError, link_from_config, retry
 
 METRICS = {"eval/exact_accuracy": 0.5, "eval/blank_accuracy": 0.9}
 
@@ -60,7 +60,7 @@ def test_the_pruner_sees_the_prune_metric(pg_url: str) -> None:
 
 def test_retry_follows_its_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     waits: list[float] = []
-    monkeypatch.setattr("trm.trial_link.time.sleep", waits.append)
+    monkeypatch.setattr("trm.links.trial.time.sleep", waits.append)
 
     def down() -> None:
         raise StorageUnavailableError("the database is restarting")

@@ -30,7 +30,7 @@ from sweeps.config.schema import Draws
 from sweeps.search.distinct_draws import EnumeratingSampler, choose_sampler
 from sweeps.search.space import parse_space
 from trm.run_end import RunLog
-from trm.tracking import Tracker
+from trm.tracking.tracker import Tracker
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ("arch.hidden_size", "arch.L_layers", "arch.H_cycles", "arch.L_cycles", "arch.mixer")

@@ -68,7 +68,7 @@ def test_metric_names_are_what_the_trainer_logs_and_stores() -> None:
     from trm.losses import normalize_metrics  # torch: the test may, the driver may not
 
     assert set(normalize_metrics([1.0] * len(METRIC_KEYS), "eval")) == set(EVAL_METRICS)
-    assert set(TRIAL_NUMBERS) <= set(ATTEMPT_ATTRS)  # numbers the job stores on its trial (trm/trial_link.py)
+    assert set(TRIAL_NUMBERS) <= set(ATTEMPT_ATTRS)  # numbers the job stores on its trial (trm/links/trial.py)
 
 
 def test_every_logged_metric_has_its_meaning_in_docs_fidelity() -> None:

@@ -20,10 +20,11 @@ from contracts.metric_names import HALTED_EXAMPLES, MAXIMIZED
 from contracts.train_config import SweepLink
 from storage.record import Reeval, reeval_attr
 from trm.checkpoints import checkpoint
-from trm.confirm_link import store_reeval
 from trm.data.loader import eval_batches
 from trm.fingerprint import training_identity
 from trm.job_inputs import check_batch, load_data, out_dir
+from trm.links.confirm import store_reeval
+from trm.links.trial import open_linked_study, retry
 from trm.model import ACTModel, TRMConfig
 from trm.optim import build_ema
 from trm.precision import device_facts, resolve_precision
@@ -31,7 +32,6 @@ from trm.runtime import init_runtime
 from trm.runtime.base import Runtime
 from trm.schedules import recursion_at
 from trm.step import evaluate
-from trm.trial_link import open_linked_study, retry
 
 SHARES = tuple(f"eval/{name}" for name in MAXIMIZED)  # metrics that are a share of puzzles (or cells) right
 
@@ -47,7 +47,7 @@ def run(job: TrainJob) -> Reeval:
             print(json.dumps({"event": "reeval", **record.as_dict()}), flush=True)
             out_dir(cfg).mkdir(parents=True, exist_ok=True)
             (out_dir(cfg) / "reeval.json").write_text(json.dumps(record.as_dict()))
-            if cfg.sweep.study is not None and cfg.sweep.confirm:  # a confirm seed's checkpoint (trm/confirm_link.py)
+            if cfg.sweep.study is not None and cfg.sweep.confirm:  # a confirm seed's checkpoint (trm/links/confirm.py)
                 store_reeval(cfg.sweep, cfg.seed, record)
             elif cfg.sweep.study is not None:
                 store(cfg.sweep, record)

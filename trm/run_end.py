@@ -2,10 +2,10 @@
 
 - `Outcome`: COMPLETE, PRUNED, ABANDONED, PREEMPTED or FAIL, with the error and whether a retry is worth it
   (`NOT_RETRYABLE`: the failures running again would repeat).
-- `Reporter`: rank 0's link to whoever watches the run (trm/trial_link.py for a sweep trial): progress, the
+- `Reporter`: rank 0's link to whoever watches the run (trm/links/trial.py for a sweep trial): progress, the
   verdict at each eval, the outcome at the end.
 - `RunLog`: rank 0's record of the run: every log/eval record to metrics.jsonl and the tracker (W&B,
-  trm/tracking.py) as the run goes; at the end summary.json, the `end` line on stdout and the tracker's summary.
+  trm/tracking/tracker.py) as the run goes; at the end summary.json, the `end` line on stdout and the tracker's summary.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Protocol, TextIO
 from contracts.metrics_log import WALL_TIME_KEY
 from contracts.out_of_memory import out_of_memory
 from trm.runtime.base import RuntimeMismatchError
-from trm.tracking import Tracker
+from trm.tracking.tracker import Tracker
 
 COMPLETE, PRUNED, ABANDONED, PREEMPTED, FAIL = "COMPLETE", "PRUNED", "ABANDONED", "PREEMPTED", "FAIL"
 

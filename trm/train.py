@@ -7,7 +7,7 @@ alone logs, evaluates the objective against the best so far, writes checkpoints 
 
 Beside it: trm/step.py (the step, the eval, their precision), trm/train_state.py (what a checkpoint holds,
 the best so far), trm/checkpointer.py (the collective save and resume), trm/preemption.py (SIGTERM),
-trm/clock.py (the phase stamps of the summary's `timing`), trm/run_end.py (how the run ends and who is told).
+trm/measures/clock.py (the phase stamps of the summary's `timing`), trm/run_end.py (how the run ends and who is told).
 """
 
 from __future__ import annotations
@@ -30,26 +30,26 @@ from contracts.metrics_log import open_metrics
 from contracts.train_config import TrainApp
 from trm.checkpoints import writer_lock
 from trm.checkpoints.checkpoint import check_url
-from trm.clock import PhaseClock
-from trm.confirm_link import ConfirmLink
 from trm.job_inputs import out_dir as job_out_dir
+from trm.links.confirm import ConfirmLink
+from trm.links.trial import link_from_config
 from trm.losses import normalize_metrics
-from trm.memory import peak_memory_mb
+from trm.measures.clock import PhaseClock
+from trm.measures.memory import peak_memory_mb
+from trm.measures.profiling import StepProfiler, profile_window
+from trm.measures.throughput import StepTimer
 from trm.model import ACTModel
 from trm.optim import lr_multiplier, set_lr, update_ema
 from trm.precision import Precision
 from trm.preemption import PreemptionFlag
-from trm.profiling import StepProfiler, profile_window
 from trm.run_end import ABANDONED, COMPLETE, FAIL, PREEMPTED, PRUNED, NonFiniteLossError, Outcome, Reporter, RunLog
 from trm.runtime import init_runtime
 from trm.runtime.base import Runtime
 from trm.schedules import exploration_at, recursion_at
 from trm.step import carry_dtype, evaluate, train_step
-from trm.throughput import StepTimer
-from trm.tracking import make_tracker
+from trm.tracking.tracker import make_tracker
 from trm.train_setup import Trainer, setup
 from trm.train_state import TrainState
-from trm.trial_link import link_from_config
 
 train_config.register()  # conf/train.yaml's schema (contracts/train_config.py), before hydra.main composes it
 
@@ -101,7 +101,7 @@ def train_loop(t: Trainer, reporter: Reporter | None) -> dict[str, Any]:
     )
     log = RunLog(out_dir, metrics_file, make_tracker(t.job, is_main, t.params, t.chosen))
     outcome = Outcome()
-    timer = StepTimer()  # steady-state step time, for the trial's `throughput` (trm/throughput.py)
+    timer = StepTimer()  # steady-state step time, for the trial's `throughput` (trm/measures/throughput.py)
     preemption = PreemptionFlag()
     profiler = StepProfiler(
         profile_window(train.profile_steps) if is_main else None, out_dir, runtime.backend, runtime.device
@@ -280,7 +280,7 @@ def summarize(
         "seconds": clock.seconds(),
         "timing": clock.stamps,  # the live dict: `end` is stamped after the files are written
         "compute_flops": params.get("flops_per_sample_step", 0) * cfg.train.global_batch_size * state.step,
-        "throughput": throughput,  # steady-state step speed (trm/throughput.py); None for a run too short to time
+        "throughput": throughput,  # steady-state step speed (trm/measures/throughput.py); None for a run too short to time
         **params,
     }
 

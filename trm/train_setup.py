@@ -18,7 +18,6 @@ from contracts.choices import compile_mode
 from contracts.hydra_app import TrainJob
 from contracts.train_config import TrainApp
 from trm.checkpointer import Checkpointer
-from trm.clock import PhaseClock
 from trm.compiling import apply_compile
 from trm.data.loader import EvalBatches, TrainLoader, eval_batches
 from trm.fingerprint import code_fingerprint, config_fingerprint, training_identity
@@ -26,6 +25,7 @@ from trm.flops import flops_per_sample_step
 from trm.job_inputs import check_batch, load_data, out_dir
 from trm.kernel_choice import apply_kernels, launchable, resolve_kernels
 from trm.losses import METRIC_KEYS
+from trm.measures.clock import PhaseClock
 from trm.model import ACTModel, TRMConfig, count_params
 from trm.optim import build_ema, build_optimizers
 from trm.precision import Precision, device_facts, resolve_precision
@@ -39,7 +39,7 @@ class Trainer:
     """What the loop needs, built once by `setup`: the model, its optimizers, EMA and data position live in `state`,
     which `checkpointer` resumes and saves; `params` holds the counts (rank 0: and FLOPs) the summary reports."""
 
-    job: TrainJob  # the typed config (`cfg`), and as written: the W&B run's config (trm/tracking.py)
+    job: TrainJob  # the typed config (`cfg`), and as written: the W&B run's config (trm/tracking/tracker.py)
     runtime: Runtime
     clock: PhaseClock  # started before the set-up: `run_start`
     arch: TRMConfig

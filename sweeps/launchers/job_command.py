@@ -49,7 +49,7 @@ def training_overrides(base: list[str], sampled: dict[str, Any], objective: str,
 
 @dataclass(frozen=True)
 class StudyLink:
-    """The `sweep.*` keys: which study and trial the job reports to (trm/trial_link.py reads them)."""
+    """The `sweep.*` keys: which study and trial the job reports to (trm/links/trial.py reads them)."""
 
     study: str
     study_uid: str

@@ -4,7 +4,7 @@ names is one that holds when it is trained again (conf/sweep.yaml `confirm`; doc
 At a study's end (`confirm.at_end`, after the re-evaluation) and on demand (`python -m sweeps.best study=NAME
 confirm=true`), each of the top_k configurations (the re-evaluated ranking's first, then the best reported) gets
 `seeds` jobs started by the study's launcher like trials, up to max_concurrent at once on its slots:
-`python -m trm.train <the trial's training overrides> seed=S sweep.confirm=true ...` (trm/confirm_link.py), each
+`python -m trm.train <the trial's training overrides> seed=S sweep.confirm=true ...` (trm/links/confirm.py), each
 with its own run and checkpoint directories. Seed S is one of the first `seeds` integers from `first_seed` that no
 job of the trial trained with. Each job stores its end on the study (storage/confirm_record.py), and the ranking is
 sweeps/trials/confirmed.py's.

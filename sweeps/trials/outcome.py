@@ -74,7 +74,7 @@ def retry_repeats(line: str) -> bool:
 
 def first_step_done(attrs: Mapping[str, Any]) -> bool:
     """Whether the job (one seed's, unprefixed `attrs`) completed a training step: its `timing` has the stamp the
-    job makes after its first step (trm/clock.py `first_step_end`). A failure without it came from the set-up
+    job makes after its first step (trm/measures/clock.py `first_step_end`). A failure without it came from the set-up
     (config, device, data, resume checks), which every configuration of the study goes through."""
     timing = TrialOutcome.of(attrs).timing
     return isinstance(timing, dict) and "first_step_end" in timing

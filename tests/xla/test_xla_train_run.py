@@ -72,7 +72,7 @@ def test_xla_run_summary_and_checkpoint(runs: dict[str, Path]) -> None:
     summary = json.loads((runs["xla"] / "summary.json").read_text())
     assert summary["outcome"] == "COMPLETE" and summary["steps"] == 12
     # The step speed counts the mesh's devices, not the processes: batch 16 over 4 devices (one process), timed
-    # from the first log point (3) on (trm/throughput.py); the CPU run spreads it over its one process.
+    # from the first log point (3) on (trm/measures/throughput.py); the CPU run spreads it over its one process.
     speed, single = summary["throughput"], json.loads((runs["single"] / "summary.json").read_text())["throughput"]
     assert (speed["steps"], speed["devices"], speed["examples_per_device"]) == (9, 4, 4.0)
     assert (single["steps"], single["devices"], single["examples_per_device"]) == (9, 1, 16.0)

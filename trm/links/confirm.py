@@ -23,7 +23,7 @@ from storage.record import ProgressRecord, Reeval
 from storage.study_record import StudyAttrs
 from storage.trial_record import TrialOutcome
 from trm.fingerprint import code_fingerprint
-from trm.trial_link import TrialLinkError, open_linked_study, retry
+from trm.links.trial import TrialLinkError, open_linked_study, retry
 
 log = logging.getLogger(__name__)
 

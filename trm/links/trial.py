@@ -36,7 +36,7 @@ from storage.record import (
 from storage.study_record import StudyAttrs
 from storage.trial_record import TrialOutcome, seed_prefix
 from trm.fingerprint import code_fingerprint
-from trm.memory_watch import MemoryWatch
+from trm.measures.memory_watch import MemoryWatch
 
 __all__ = ["RetryPolicy", "TrialLink", "TrialLinkError", "link_from_config", "retry"]  # RetryPolicy: the schema's
 
@@ -120,7 +120,7 @@ class TrialLink:
         self.prefix = seed_prefix(seed_index)
         self.first_progress: tuple[int, float] | None = None  # this job's first log point: its own rate from there
         # The host memory sampled from here on, set-up included (sweep.memory_sample_s; None: not sampled): what a
-        # job the kernel's OOM killer ends leaves on its trial (trm/memory_watch.py).
+        # job the kernel's OOM killer ends leaves on its trial (trm/measures/memory_watch.py).
         self.memory = None if memory_sample_s is None else MemoryWatch(self._store_memory, memory_sample_s).start()
 
     def _store_memory(self, record: MemoryRecord) -> None:
@@ -185,7 +185,7 @@ class TrialLink:
             return
         self.finished = True
         if self.memory is not None:
-            self.memory.stop()  # the outcome carries the peak from here (trm/memory.py)
+            self.memory.stop()  # the outcome carries the peak from here (trm/measures/memory.py)
         trial = self._retry(lambda: self.storage.get_trial(self.trial_id), "reading the trial")
         if trial.state != TrialState.RUNNING:
             return  # already finished by the driver: nothing may be written to a finished trial

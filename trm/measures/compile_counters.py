@@ -1,6 +1,6 @@
 """How often a job's graphs compiled: stored with its throughput, and a warning line when the timed steps compile.
 
-The throughput a trial stores (trm/throughput.py) starts at the first log point, after the first compile. A step
+The throughput a trial stores (trm/measures/throughput.py) starts at the first log point, after the first compile. A step
 that compiles again later (a shape or a Python value that changes, a curriculum stage, a graph break) spends that
 compile inside the measured time; the counts stored beside the number say whether it did. The counts are the
 libraries' own process-wide counters, read, never kept by hand: off XLA, TorchDynamo's (`torch.compile`: frames

@@ -9,7 +9,7 @@ where a step is only dispatched, the time is still the device's), without
 - evals, checkpoints, logging and the progress write to the study: they are timed apart and taken out.
 
 The result is stored in the trial's `details` (`throughput`) and read back by `python -m sweeps.utilization`, with
-the compile counts of the job (trm/compile_counters.py: a step that compiled again inside the timed steps).
+the compile counts of the job (trm/measures/compile_counters.py: a step that compiled again inside the timed steps).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from trm.compile_counters import CompileWatch
+from trm.measures.compile_counters import CompileWatch
 
 
 class StepTimer:

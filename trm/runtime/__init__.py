@@ -17,8 +17,8 @@ import torch
 
 from contracts.choices import check_device_choice
 from contracts.train_config import RuntimeConfig
-from trm.devices import resolve_device
 from trm.runtime.base import Runtime, resolve_control_plane, start_control_plane, start_data_plane
+from trm.runtime.devices import resolve_device
 
 
 def xla_available() -> bool:

@@ -54,7 +54,7 @@ def run_identity(cfg: TrainApp) -> RunIdentity:
         out_name = Path(cfg.out_dir or "run").name or "run"
         return {"group": MANUAL_GROUP, "name": f"{MANUAL_GROUP}-{out_name}", "job_type": "train"}
     name = f"{study}-{cfg.sweep.trial_number}"
-    if cfg.sweep.confirm:  # the trial's configuration on a fresh seed (trm/confirm_link.py)
+    if cfg.sweep.confirm:  # the trial's configuration on a fresh seed (trm/links/confirm.py)
         return {"group": study, "name": f"{name}-confirm-seed{cfg.seed}", "job_type": "confirm"}
     if cfg.sweep.seed_index:
         name += f"-seed{cfg.sweep.seed_index}"

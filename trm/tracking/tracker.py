@@ -1,6 +1,6 @@
 """Experiment tracking on rank 0 (W&B): one run per training job. Other ranks never create a run.
 
-`make_tracker` opens the run (its name, config and tags: trm/wandb_run_config.py; its id and mode:
+`make_tracker` opens the run (its name, config and tags: trm/tracking/run_config.py; its id and mode:
 contracts/wandb_runs.py). `wandb.run_id` (the driver passes `trial_run_id`: one per study, retry chain and
 seed) opens the run with that id and `resume="allow"`, so a job resumed from its checkpoint continues the run
 it started instead of adding one; without it W&B draws a random id. Metrics are logged against the training
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from contracts.hydra_app import TrainJob
 from contracts.wandb_runs import default_project, finish_run, resolve_mode, run_settings
-from trm.wandb_run_config import run_identity, run_summary, run_tags, safe_config, sampled_params, study_attributes
+from trm.tracking.run_config import run_identity, run_summary, run_tags, safe_config, sampled_params, study_attributes
 
 if TYPE_CHECKING:  # a type only: trm.precision imports torch, which this module does not need
     from trm.precision import Precision
