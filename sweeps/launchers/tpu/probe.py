@@ -14,6 +14,7 @@ mode resolved as the job does it there, with this VM's own environment (an ssh s
 driver's: its credentials must be the VM's).
 """
 
+import contextlib
 import glob
 import json
 import os
@@ -74,23 +75,51 @@ def _dataset(path, splits):
 
 
 def _writable(url):
-    probe = url.rstrip("/") + "/.preflight-" + uuid.uuid4().hex[:8]
+    """Why a checkpoint save to `url` would fail here, or None. The steps of a save (trm/checkpoints/checkpoint.py
+    `put`), on a name of the probe's own beside the run's files: make the directory, write `<name>.tmp`, read it
+    back, move it over `<name>`, then delete it. On an object store each is a permission of its own (gs://:
+    storage.objects.create, get, delete: a move is a copy and a delete, and makedirs does nothing there), so a
+    write and a delete alone pass where a save fails at its read-back."""
+    name = ".preflight-" + uuid.uuid4().hex[:8]
+    data = ("preflight " + name).encode()
+    fs = target = None
     try:
         if "://" in url:
             import fsspec
 
-            fs, root = fsspec.core.url_to_fs(probe)
-            with fs.open(root, "wb") as f:
-                f.write(b"ok")
-            fs.rm(root)
+            fs, root = fsspec.core.url_to_fs(url)
+            target = root.rstrip("/") + "/" + name
+            fs.makedirs(root, exist_ok=True)
+            with fs.open(target + ".tmp", "wb") as f:
+                f.write(data)
+            with fs.open(target + ".tmp", "rb") as f:
+                _same(f.read(), data)
+            fs.mv(target + ".tmp", target)
+            fs.rm(target)
         else:
-            os.makedirs(os.path.expanduser(url), exist_ok=True)
-            with open(os.path.expanduser(probe), "wb") as f:
-                f.write(b"ok")
-            os.remove(os.path.expanduser(probe))
+            root = os.path.expanduser(url)
+            target = os.path.join(root, name)
+            os.makedirs(root, exist_ok=True)
+            with open(target + ".tmp", "wb") as f:
+                f.write(data)
+            with open(target + ".tmp", "rb") as f:
+                _same(f.read(), data)
+            os.replace(target + ".tmp", target)
+            os.remove(target)
         return None
     except Exception as err:
+        for left in (target + ".tmp", target) if target else ():  # what the failed step left: not the run's
+            with contextlib.suppress(Exception):
+                if fs is not None:
+                    fs.rm(left)
+                else:
+                    os.remove(left)
         return type(err).__name__ + ": " + (str(err).splitlines() or [""])[0][:200]
+
+
+def _same(back, written):
+    if back != written:
+        raise OSError(f"read back {len(back)} bytes that differ from the {len(written)} written")
 
 
 def _study_storage(spec):
