@@ -263,7 +263,7 @@ def check_before_study(sweep: SweepConfig, launcher: object) -> None:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    from contracts.hydra_app import compose_train_config
+    from contracts.hydra_app import train_values
     from sweeps.config.compose import compose_sweep_config
     from sweeps.config.typed_config import typed_sweep
     from sweeps.launchers.base import build_launcher
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # Every argument read before anything is asked of gcloud (validate describes the slice): a bad training
     # override is refused without a call.
-    train = compose_train_config(list(sweep.trial.overrides))
+    train = train_values(list(sweep.trial.overrides))  # plain values, as the driver's hook reads them
     launcher.validate()
     unreachable = storage_out_of_reach(sweep.storage.url, launcher)
     if unreachable:

@@ -38,18 +38,119 @@ def test_what_the_doc_says_of_the_preflight_probe_and_bench_holds() -> None:
             assert not any(n == "tests" or n.startswith("tests.") for n in names), f"{path} imports tests"
 
 
+# Where a DictConfig may appear, in every package and bench/: where Hydra hands the config over, where it is composed
+# and where it is typed (and every module of sweeps/config/, which composes and types the sweep).
+DICTCONFIG_HOMES = {
+    "trm/train.py": "the entry point's `main`: Hydra hands it the config, TrainJob.of types it",
+    "sweeps/run.py": "the entry point's `main`: typed_sweep types it",
+    "contracts/hydra_app.py": "the training config composed and typed (TrainJob, typed_train_config, train_values)",
+    "contracts/train_config.py": "the schema's checks of a composed training config (check_train_config)",
+    "contracts/schema_checks.py": "one block built from its schema, from a composed node",
+    "contracts/hydra_run_dir.py": "a Hydra callback: Hydra hands it the config",
+    "storage/hydra_secrets.py": "a Hydra callback: Hydra hands it the config",
+    "bench/_common.py": "the benches' StepRunner still holds the composed config (bench/'s rooms are to come)",
+}
+SEARCHED = (*PACKAGES, "bench")
+
+
 def test_a_dictconfig_stops_where_the_doc_says() -> None:
-    """trm/: only the entry point's `main`; sweeps/: config/ and run.py (docs/architecture.md, "The training
-    config")."""
-    allowed = {"trm/train.py", "sweeps/run.py"}
+    """docs/architecture.md, "The training config": a DictConfig appears only where Hydra hands the config over, where
+    it is composed and where it is typed (DICTCONFIG_HOMES), in every package and in bench/."""
     found = {
         str(path.relative_to(ROOT))
-        for package in ("trm", "sweeps")
+        for package in SEARCHED
         for path in (ROOT / package).rglob("*.py")
         if re.search(r"\bDictConfig\b", path.read_text())
     }
-    stray = sorted(p for p in found - allowed if not p.startswith("sweeps/config/"))
+    stray = sorted(p for p in found - set(DICTCONFIG_HOMES) if not p.startswith("sweeps/config/"))
     assert stray == [], f"a DictConfig below main in {stray}: take the typed config (or train_values' plain values)"
+    assert sorted(set(DICTCONFIG_HOMES) - found) == [], "a home that holds no DictConfig any more: take it out"
+
+
+# Composing a config: Hydra's own calls and this project's (contracts/hydra_app.py, sweeps/config/compose.py).
+COMPOSERS = {"compose", "initialize", "initialize_config_module", "initialize_config_dir"}
+COMPOSERS |= {"compose_config", "compose_train_config", "compose_sweep_config"}
+COMPOSE_HOMES = ("contracts/hydra_app.py", "sweeps/config/compose.py")
+# A composed config is typed (or one value read off it) where it is composed: these take it.
+TYPERS = {"typed_sweep", "typed_train_config", "of"}
+# Composes outside an entry point, and why: (module, function) -> the reason.
+COMPOSE_CHECKS = {
+    ("sweeps/validation/validate_trials.py", "_composes"): "a trial's training config composed to refuse it, unused",
+    ("bench/_common.py", "train_config"): "the benches' StepRunner still takes the composed config (bench/'s rooms)",
+}
+
+
+def compose_calls(source: str) -> list[tuple[int, str, str]]:
+    """(line, enclosing function, problem) of each compose call in `source` that hands its config on untyped: its
+    result is neither discarded, read for a value (`compose_...().key`), nor kept in a name that is only read for
+    values or given to a typer (TYPERS) in the same function. Each call counts with problem "" when it is fine."""
+    import ast
+
+    found: list[tuple[int, str, str]] = []
+    tree = ast.parse(source)
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+    def name_of(func: ast.expr) -> str:
+        return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+    for function in functions or [tree]:
+        for call in ast.walk(function):
+            if not (isinstance(call, ast.Call) and name_of(call.func) in COMPOSERS):
+                continue
+            where = getattr(function, "name", "<module>")
+            parent = parents.get(id(call))
+            if isinstance(parent, ast.Expr | ast.Attribute | ast.withitem):  # discarded, a value read, a `with`
+                found.append((call.lineno, where, ""))
+                continue
+            if not (
+                isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)
+            ):
+                found.append((call.lineno, where, "handed on as it is"))
+                continue
+            name = parent.targets[0].id
+            uses = [
+                n
+                for n in ast.walk(function)
+                if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+            ]
+            untyped = [
+                n
+                for n in uses
+                if not isinstance(parents.get(id(n)), ast.Attribute)
+                and not (
+                    isinstance(parents.get(id(n)), ast.Call) and name_of(parents[id(n)].func) in TYPERS  # type: ignore[attr-defined]
+                )
+            ]
+            found.append((call.lineno, where, f"`{name}` handed on untyped" if untyped else ""))
+    return sorted(found)
+
+
+def test_a_config_is_composed_only_at_the_entry_points() -> None:
+    """docs/architecture.md, "The training config": a config is composed only in its compose homes, in an entry
+    module (one run as `python -m`: a `__main__` guard) or where COMPOSE_CHECKS says why; and there it is typed, or a
+    value read off it, before anything is handed on (sweeps/preflight.py once handed the composed training config to
+    the pod's preflight)."""
+    bad = (
+        "def main():\n    cfg = compose_sweep_config(a)\n    sweep = typed_sweep(cfg)\n"
+        "    peak = compose_sweep_config([]).estimate.peak\n    train = compose_train_config(o)\n    run(sweep, train)\n"
+    )
+    assert [p for _, _, p in compose_calls(bad)] == ["", "", "`train` handed on untyped"]  # the check sees it
+    found = []
+    for package in SEARCHED:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name, source = str(path.relative_to(ROOT)), path.read_text()
+            if name in COMPOSE_HOMES:
+                continue
+            entry = re.search(r"^if __name__ == .__main__.:", source, re.MULTILINE) is not None
+            for line, where, problem in compose_calls(source):
+                if (name, where) in COMPOSE_CHECKS:
+                    continue
+                if not entry:
+                    found.append(f"{name}:{line} ({where}): composes outside an entry point")
+                elif problem:
+                    found.append(f"{name}:{line} ({where}): {problem}")
+    assert found == [], "compose at the entry point and hand down the typed config (or train_values' plain values)"
 
 
 # Where a study's or a trial's attributes are read or written by key: `x.user_attrs[...]` / `.get(...)` (and
