@@ -91,6 +91,7 @@ class StepRunner:
     first_step_s: float | None = None
     first_lm_loss: float | None = None  # mean lm_loss of the first step: same seed/batch/carry in every variant
     error: str | None = None
+    last_metrics: torch.Tensor | None = None  # the last step's summed metrics (METRIC_KEYS), on the device, unread
 
     def __post_init__(self) -> None:
         torch.manual_seed(self.seed)
@@ -123,13 +124,19 @@ class StepRunner:
             grad_clip=self.cfg.train.grad_clip,
             loss_divisor=self.batch_size,
         )
+        self.last_metrics = metrics
         metrics.sum().item()  # waits for the step's last kernel on a GPU (the previous step's read did the same)
         seconds = time.perf_counter() - start
         if self.first_step_s is None:
             self.first_step_s = seconds  # includes compilation for compiled variants
         if self.first_lm_loss is None:
-            self.first_lm_loss = float(metrics[7]) / self.batch_size  # METRIC_KEYS[7] == "lm_loss"
+            self.first_lm_loss = self.last_lm_loss()
         return seconds
+
+    def last_lm_loss(self) -> float:
+        """The mean lm_loss of the last step (a read of the device)."""
+        assert self.last_metrics is not None, "no step has run"
+        return float(self.last_metrics[7]) / self.batch_size  # METRIC_KEYS[7] == "lm_loss"
 
 
 MATMUL_LAYOUTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# The prepared GPU call of bench/gpu_candidates.py (docs/benchmarks.md, "Fused kernels on a GPU"), in two halves.
+# The prepared device call (docs/benchmarks.md, "Fused kernels on a GPU"), in two halves.
 #
 #   bench/gpu_call.sh stage REF_GIT_DIR      # here, once: what the lent machine lacks, into .device/ (git-ignored)
-#   bench/gpu_call.sh run [ARGS...]          # there, in the repository root: the bench, its files to $OUT
+#   bench/gpu_call.sh run [ARGS...]          # there, in the repository root: every part, its files to $OUT
 #
 # A lent GPU machine has python3 with torch, Triton and einops, and no package index: `stage` downloads the wheels
 # the project and the reference need beyond those (cp312, manylinux x86_64) into .device/whl and writes the TRM
 # reference (SamsungSAILMontreal/TinyRecursiveModels at REF_COMMIT, from a git directory or checkout of it) to
 # .device/ref. The device tool carries `.device`. `run` installs the wheels under /tmp/site, makes the configs
-# importable as the wheel names them (trm_sweeps_conf), and runs the reference and every candidate side by side
-# in one process (ARGS go to the bench: --candidates, --budget-s, --repeats ...), then profiles the fastest choice
-# that passed the gradient check (bench/gpu_profile.py: where its step goes; PROFILE=<choice> profiles another,
-# PROFILE= none). The call, from the tool:
-#   command: bench/gpu_call.sh run      carry: [".device"]      timeout_s: 480
+# importable as the wheel names them (trm_sweeps_conf), and runs bench/gpu_session.py (ARGS go to it: --parts,
+# --candidates): the candidates against the reference, the tile check, the gradient check, the winner's profile,
+# a train.precision=bf16 run and the learning curves, each part within its budget (480 s in all), each part's
+# JSON to $OUT even when another fails. Then, here: copy $OUT to bench/results/gpu_session_<gpu>/ and
+# `python -m bench.gpu_docs bench/results/gpu_session_<gpu> --write` (docs/benchmarks.md's GPU rows). The call:
+#   command: bench/gpu_call.sh run      carry: [".device"]      timeout_s: 540
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,20 +40,12 @@ run() {
   ln -sfn "$PWD/conf" /tmp/site/trm_sweeps_conf
   export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader || true
-  python3 -m bench.gpu_candidates --device cuda --ref .device/ref --ref-python python3 \
-    --out-dir "${OUT:-bench/results}" "$@"
-  local out=${OUT:-bench/results} profile=${PROFILE-fastest}  # unset: the fastest that passed; empty: none
-  if [[ $profile == fastest ]]; then
-    profile=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["fastest_passing"] or "")' \
-      "$out/gpu_candidates.json") || profile=""  # another --out-name: no profile
-  fi
-  if [[ -n $profile ]]; then  # where that choice's step goes (about 1 minute more)
-    python3 -m bench.gpu_profile --kernels "$profile" --out-dir "$out" --out-name "gpu_profile_$profile"
-  fi
+  python3 -m bench.gpu_session --device cuda --ref .device/ref --ref-python python3 \
+    --out-dir "${OUT:-bench/results/gpu_session}" "$@"
 }
 
 case "${1:-}" in
   stage) shift; stage "$@" ;;
   run) shift; run "$@" ;;
-  *) echo "usage: bench/gpu_call.sh stage REF_GIT_DIR | run [bench args]" >&2; exit 2 ;;
+  *) echo "usage: bench/gpu_call.sh stage REF_GIT_DIR | run [gpu_session args]" >&2; exit 2 ;;
 esac

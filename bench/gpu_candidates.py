@@ -25,6 +25,7 @@ Built for a lease of a few minutes (docs/benchmarks.md, "Fused kernels"): one pr
 4. A table (bench/results/<out-name>.md) and everything (.json), with the fastest choice that passed part 1
    (`fastest_passing`); the table is also printed last.
 With --device cpu a fused candidate runs Triton's interpreter (TRITON_INTERPRET=1, set here): only --quick sizes.
+--no-checks leaves part 1 and the tile check out: bench/gpu_session.py runs them as parts of their own.
 """
 
 from __future__ import annotations
@@ -91,9 +92,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=330.0, help="start no warm-up after this many seconds")
     p.add_argument("--matmul-size", type=int, default=None, help="n of the n^3 peak (8192; 256 with --quick)")
     p.add_argument("--matmul-seconds", type=float, default=0.2)
-    p.add_argument("--sublayer-calls", type=int, default=None, help="timed calls per sublayer case (20; 1 --quick)")
+    p.add_argument(
+        "--sublayer-calls", type=int, default=None, help="timed calls per sublayer case (20; 1 --quick; 0: no part 3)"
+    )
     p.add_argument("--threads", type=int, default=min(8, len(os.sched_getaffinity(0))))
     p.add_argument("--quick", action="store_true", help="smoke run: tiny arch, batch 2, 1 round")
+    p.add_argument(
+        "--no-checks",
+        action="store_true",
+        help="skip the gradient and tile checks (bench/gpu_session.py runs them apart)",
+    )
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     p.add_argument("--out-name", default=NAME)
     args = p.parse_args(argv)
@@ -102,7 +110,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.check_batch = args.check_batch or (2 if args.quick else 32)
     args.repeats = args.repeats or (1 if args.quick else 7)
     args.matmul_size = args.matmul_size or (256 if args.quick else 8192)
-    args.sublayer_calls = args.sublayer_calls or (1 if args.quick else 20)
+    if args.sublayer_calls is None:
+        args.sublayer_calls = 1 if args.quick else 20
     args.candidates = [c for c in args.candidates.split(",") if c]
     unknown = [c for c in args.candidates if c not in KERNEL_CHOICES or c == "auto"]
     if unknown or "torch" not in args.candidates:
@@ -247,11 +256,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
             for runner in ours.values():
                 load_same_start(runner, state_path)
-        result["gradient_check"] = gradient_check(args, state_path)
-        if "fused_mix_swiglu" in args.candidates:  # bench/tile_check.py; the interpreter: part 1's small batch
+        result["gradient_check"] = [] if args.no_checks else gradient_check(args, state_path)
+        # bench/tile_check.py; the interpreter: part 1's small batch
+        if "fused_mix_swiglu" in args.candidates and not args.no_checks:
             tokens = (args.check_batch if args.device == "cpu" else args.batch) * arch.total_len
             result["tile_check"] = tile_check(args.device, arch, tokens, args.precision)
-        result["sublayer"] = sublayer_times(args, arch)
+        result["sublayer"] = sublayer_times(args, arch) if args.sublayer_calls else []
         runners = [r for r in (ref, *ours.values()) if r is not None]
         for runner in runners:
             if time.time() - started > args.budget_s:
@@ -304,6 +314,24 @@ def fastest_passing(result: dict[str, Any]) -> str | None:
     return ranked[-1][1] if ranked else None
 
 
+def gradient_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The gradient check as a table (also bench/gradient_check.py's)."""
+    lines = [
+        "| candidate | first-step loss (torch / fp32) | max grad error vs fp32 (torch's) | worst / torch's | passes |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for c in rows:
+        if "error" in c:
+            lines.append(f"| {c['choice']} | failed: {c['error'][:200]} ||||")
+            continue
+        lines.append(
+            f"| {c['choice']} | {c['loss']:.5f} ({c['torch_loss']:.5f} / {c['fp32_loss']:.5f}) "
+            f"| {c['max_grad_error_vs_fp32']:.4f} ({c['torch_max_grad_error_vs_fp32']:.4f}) "
+            f"| {c['worst_ratio_to_torch_rounding']:.2f} ({c['worst_parameter']}) | {'yes' if c['passes'] else 'NO'} |"
+        )
+    return lines
+
+
 def markdown(result: dict[str, Any]) -> str:
     args, gpu = result["args"], result["machine"]["gpu"]
     lines = [
@@ -320,24 +348,13 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {fmt(r['vs_ours_torch'], '.2f')} | {'-' if util is None else f'{100 * util:.1f}%'} "
             f"| {fmt(r['first_step_s'], '.1f')} | {fmt(r['first_lm_loss'], '.5f')} |"
         )
-    lines += [
-        "",
-        "| candidate | first-step loss (torch / fp32) | max grad error vs fp32 (torch's) | worst / torch's | passes |",
-    ]
-    lines.append("|---|---:|---:|---:|---|")
-    for c in result["gradient_check"]:
-        if "error" in c:
-            lines.append(f"| {c['choice']} | failed: {c['error'][:200]} ||||")
-            continue
-        lines.append(
-            f"| {c['choice']} | {c['loss']:.5f} ({c['torch_loss']:.5f} / {c['fp32_loss']:.5f}) "
-            f"| {c['max_grad_error_vs_fp32']:.4f} ({c['torch_max_grad_error_vs_fp32']:.4f}) "
-            f"| {c['worst_ratio_to_torch_rounding']:.2f} ({c['worst_parameter']}) | {'yes' if c['passes'] else 'NO'} |"
-        )
+    if result["gradient_check"]:
+        lines += ["", *gradient_markdown(result["gradient_check"])]
     if "tile_check" in result:
         lines += ["", *tile_markdown(result["tile_check"])]
-    lines += ["", "| candidate: one block, eager | forward, no grad (ms) | forward + backward (ms) |"]
-    lines.append("|---|---:|---:|")
+    if result["sublayer"]:
+        lines += ["", "| candidate: one block, eager | forward, no grad (ms) | forward + backward (ms) |"]
+        lines.append("|---|---:|---:|")
     for c in result["sublayer"]:
         cells = f"failed: {c['error'][:200]} |" if "error" in c else f"{c['forward_ms']:.3f} | {c['train_ms']:.3f}"
         lines.append(f"| {c['choice']} | {cells} |")
@@ -349,8 +366,13 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['flops_per_sample_step'] / 1e9:.2f} GFLOP per sample-step; medians of {args['repeats']} "
         f"round-robin steps; ratios are medians of same-round step-time ratios (> 1: faster). {where}, torch "
         f"{result['machine']['torch']}; bf16 matmul peak ({args['matmul_size']}^3, nn/nt) "
-        f"{fmt(peak and peak / 1e12, '.1f')} TFLOP/s; gradient check at batch {args['check_batch']}, eager. "
-        f"Fastest that passes: {result.get('fastest_passing') or 'none'}.",
+        f"{fmt(peak and peak / 1e12, '.1f')} TFLOP/s; "
+        + (
+            "gradient and tile checks not run here (--no-checks). "
+            if args.get("no_checks")
+            else f"gradient check at batch {args['check_batch']}, eager. "
+        )
+        + f"Fastest that passes: {result.get('fastest_passing') or 'none'}.",
     ]
     return "\n".join(lines)
 

@@ -9,7 +9,8 @@ Extra arguments are Hydra overrides passed to trm.train unchanged. The run write
 removed first unless --resume (trm.train would otherwise resume from its checkpoint and append to its
 metrics). metrics.jsonl carries no timestamps, so this script follows the file while the run goes and
 stamps each record with the wall seconds since launch at which it appeared (eval rows: after the eval).
-Writes bench/results/learning_curve.json and bench/results/learning_curve.md (the markdown table).
+Writes bench/results/learning_curve.json and bench/results/learning_curve.md (the markdown table); --results-dir and
+--out-name put them elsewhere (bench/gpu_session.py's bf16 training run).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-root", type=Path, default=RESULTS / "data")
     p.add_argument("--resume", action="store_true", help="keep an existing out dir (trm.train resumes from it)")
     p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at metrics.jsonl")
+    p.add_argument("--results-dir", type=Path, default=RESULTS, help="where <out-name>.json and .md go")
+    p.add_argument("--out-name", default="learning_curve", help="file name of the results")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for trm.train (e.g. train.steps=40)")
     args = p.parse_args(argv)
     out, data_root = args.out_dir.resolve(), args.data_root.resolve()
@@ -114,10 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         "train": train,
     }
     table = markdown(evals)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "learning_curve.json").write_text(json.dumps(result, indent=2))
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / f"{args.out_name}.json").write_text(json.dumps(result, indent=2))
     header = f"`{result['command']}` — exit {proc.returncode}, {wall:.0f} s wall\n\n"
-    (RESULTS / "learning_curve.md").write_text(header + table + "\n")
+    (args.results_dir / f"{args.out_name}.md").write_text(header + table + "\n")
     print()
     print(header + table)
     return proc.returncode

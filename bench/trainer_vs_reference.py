@@ -157,9 +157,11 @@ class ReferenceRunner:
     first_step_s: float | None = None
     first_lm_loss: float | None = None
     error: str | None = None
+    lm_loss: float | None = None  # the last step's mean lm_loss
 
     def step(self) -> float:
         reply = self.worker.call(op="step", name=self.name)
+        self.lm_loss = reply["lm_loss"]
         if self.first_step_s is None:
             self.first_step_s, self.first_lm_loss = reply["seconds"], reply["lm_loss"]
         return float(reply["seconds"])
