@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -20,6 +21,7 @@ from omegaconf import OmegaConf
 
 from contracts import train_config
 from contracts.hydra_app import CONFIG_MODULE
+from storage import open_storage
 from storage.hydra_secrets import RefuseSecrets
 from storage.secrets import (
     find_secret,
@@ -36,6 +38,21 @@ PG_URL = f"postgresql+psycopg2://postgres:{SECRET}@127.0.0.1:5432/somedb"
 PG_FIX = ("~/.pgpass",)  # every database refusal also names the *_password_env key of its app
 
 
+def app_place(tmp_path: Path, env: dict[str, str] | None = None) -> tuple[Path, dict[str, str]]:
+    """An app's working directory (`work`, made) and environment: HOME in the test's tmp dir, W&B offline."""
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir(exist_ok=True)
+    home.mkdir(exist_ok=True)
+    base = {k: v for k, v in os.environ.items() if k not in ("TRM_SWEEPS_STORAGE", "WANDB_API_KEY", "HYDRA_FULL_ERROR")}
+    return work, {
+        **base,
+        "HOME": str(home),
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        **(env or {}),
+    }
+
+
 def run_app(
     tmp_path: Path,
     module: str,
@@ -43,17 +60,7 @@ def run_app(
     env: dict[str, str] | None = None,
     timeout: int = 120,
 ) -> subprocess.CompletedProcess[str]:
-    work, home = tmp_path / "work", tmp_path / "home"
-    work.mkdir(exist_ok=True)
-    home.mkdir(exist_ok=True)
-    base = {k: v for k, v in os.environ.items() if k not in ("TRM_SWEEPS_STORAGE", "WANDB_API_KEY", "HYDRA_FULL_ERROR")}
-    full_env = {
-        **base,
-        "HOME": str(home),
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
-        **(env or {}),
-    }
+    work, full_env = app_place(tmp_path, env)
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         check=False,
@@ -221,24 +228,34 @@ def test_a_refused_sweep_creates_no_study(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_sweep_with_its_password_in_the_environment_runs_and_stores_it_nowhere(
-    tmp_path: Path,
-) -> None:
-    """The allowed way (storage.password_env) still runs end to end through the check: the driver's trial
-    job (trm.train, under the same callback) completes, and neither the files nor the study hold the secret."""
-    db = tmp_path / "work" / "study.db"
+def test_a_sweep_with_its_password_in_the_environment_runs_and_stores_it_nowhere(pg_url: str, tmp_path: Path) -> None:
+    """The allowed way (storage.password_env) runs end to end on PostgreSQL through the check, W&B on: the trial's
+    job (trm.train, under the same callback) completes, and so do the jobs of the study's end (re-evaluation,
+    confirm). The secret is in no command line of any process while it runs, no output or file, and nothing the
+    study stores."""
     out = tmp_path / "work" / "sweeps"
-    proc = run_app(
-        tmp_path, "sweeps.run", "study=halting", "study.name=env_pw", f"storage.url=sqlite:///{db}", "storage.password_env=TRM_TEST_SECRET_PW",
-        "n_trials=1", "pruner=none", f"output_root={out}", f"trial.overrides={trial_list(FAST_TRIAL)}",
-        "heartbeat.interval_s=1", "poll_s=0.2", "wandb.summary=false",
-        env={"TRM_TEST_SECRET_PW": SECRET}, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    assert SECRET not in proc.stdout + proc.stderr
+    work, env = app_place(tmp_path, {"TRM_TEST_SECRET_PW": SECRET})
+    argv = [
+        sys.executable, "-m", "sweeps.run", "study=halting", "study.name=env_pw", f"storage.url={pg_url}",
+        "storage.password_env=TRM_TEST_SECRET_PW", "n_trials=1", "pruner=none", f"output_root={out}",
+        f"trial.overrides={trial_list(FAST_TRIAL)}", "heartbeat.interval_s=1", "poll_s=0.2", "wandb.summary=false",
+    ]  # fmt: skip
+    log = tmp_path / "driver.log"  # its output: under tmp_path, so files_holding reads it too
+    command_lines: list[str] = []
+    with open(log, "w") as sink:
+        driver = subprocess.Popen(argv, cwd=work, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while driver.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            command_lines += subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+            time.sleep(0.5)
+    assert driver.returncode == 0, log.read_text()[-3000:]
+    assert any("trm.train" in line for line in command_lines)  # the job's command line was seen
+    assert all(list(out.glob(f"env_pw/*/trial-0/{stage}")) for stage in ("reeval", "confirm"))  # the end's jobs ran
+    assert not [line for line in command_lines if SECRET in line]
     assert list((tmp_path / "work").rglob(".hydra/config.yaml"))  # Hydra did save the driver's and the trial's runs
     assert files_holding(tmp_path, SECRET) == []
-    study = optuna.load_study(study_name="env_pw", storage=f"sqlite:///{db}")
+    study = optuna.load_study(study_name="env_pw", storage=open_storage(pg_url))
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE]
     dumped = json.dumps(
         [
