@@ -27,7 +27,7 @@ from sweeps.trials.retry import retries_used
 from tests.fake_gcs import StandInGCS
 from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_list
 
-NOTICE_S = 8  # the notice's SIGTERM to the stop (Google's 30): the job's save and upload fit in it here
+NOTICE_S = 12  # the notice's SIGTERM to the stop (Google's 30): the job's save and upload fit in it here
 EVAL_INTERVAL = 150  # the periodic saves: none between the notice and the stop (a save there is the notice's)
 
 
@@ -116,9 +116,10 @@ def test_a_spot_notice_saves_to_gs_within_the_notice_and_the_trial_resumes_there
     assert notice.startswith("notice signalled=") and int(notice.split("=")[1]) > 0  # the job's processes among them
     assert "step" in seen, "no checkpoint in gs://bucket at the stop: the job did not save on the notice's SIGTERM"
     step = seen["step"]
-    assert isinstance(step, int) and 20 <= int(seen["progress"]) <= step < EVAL_INTERVAL  # the notice's save ...
-    assert notice_at < float(seen["uploaded_at"]) < stop_at  # ... uploaded within the notice
-    assert stop == "stop killed=0"  # the job had ended: nothing was left for the kill
+    what = f"progress {seen['progress']} at the notice, step {step} uploaded at {seen['uploaded_at']}: {events}"
+    assert isinstance(step, int) and 20 <= int(seen["progress"]) <= step < EVAL_INTERVAL, what  # the notice's save
+    assert notice_at < float(seen["uploaded_at"]) < stop_at, what  # ... uploaded within the notice
+    assert stop == "stop killed=0", what  # the job had ended: nothing was left for the kill
 
     first, second = optuna.load_study(study_name="halting", storage=fresh_pg_url).trials
     assert first.state == TrialState.FAIL and first.user_attrs[PREEMPTED_ATTR]
