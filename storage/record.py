@@ -116,25 +116,14 @@ DRIVER_TIMING_DETAIL = "driver_timing"
 # otherwise fail a live driver's trials between two of its beats.
 HEARTBEAT_GRACE_ATTR = "heartbeat_grace_s"
 
-# Names of TrialLaunch's and TrialOutcome's fields (storage/trial_record.py) for what writes one fact alone (the
-# driver's verdict on a job that stored no outcome) and for the tests that write older records; a reader takes the
-# record (`TrialLaunch.of(attrs).slot`). tests/test_record_types.py holds them equal to the fields.
-TRAIN_OVERRIDES_ATTR = "train_overrides"
-CHECKPOINT_URL_ATTR = "checkpoint_url"
-SLOT_ATTR = "slot"  # where the driver ran the trial's job (sweeps/launchers/slots.py: "pod", "vm-3", "vm-3/chips-0-1")
-PEAK_MEMORY_ATTR = (
-    "peak_memory_mb"  # rank 0's peak device memory in MiB (trm/measures/memory.py: what each device counts)
-)
-
 # A trial's wide, nested facts (timing stamps, every final metric, the full override list) live in one
 # attribute, `details`, so that the dashboard's and the CLI's attribute tables show what a user reads (outcome,
 # best value and step, steps, size, compute, code version, checkpoint) flat and short. Readers take them through
 # `trial_detail`; writers merge into the attribute with `merged_details` (the driver writes train_overrides at
 # launch and driver_timing at the end, the job final_metrics and timing in between: never at the same time).
 DETAILS_ATTR = "details"
-THROUGHPUT_DETAIL = (
-    "throughput"  # step speed and compile counts (trm/measures/throughput.py), read by sweeps.utilization
-)
+# Step speed and compile counts (trm/measures/throughput.py), read by sweeps.utilization.
+THROUGHPUT_DETAIL = "throughput"
 
 
 def trial_detail(attrs: Mapping[str, Any], key: str, default: Any = None) -> Any:

@@ -23,10 +23,8 @@ from contracts.eval_noise import binomial_stderr
 from dashboards.report_page import write_report
 from storage.confirm_record import ConfirmSeed, confirm_attr, confirmations
 from storage.record import (
-    CHECKPOINT_URL_ATTR,
     DETAILS_ATTR,
     SEED_VALUES_ATTR,
-    TRAIN_OVERRIDES_ATTR,
     Reeval,
     reeval_attr,
     reevals,
@@ -137,7 +135,7 @@ def test_bad_confirm_knobs_are_refused_naming_key_and_value(node: dict, message:
 def test_confirm_seeds_are_fresh_for_the_trial_and_the_same_every_time() -> None:
     dist = {"x": FloatDistribution(0, 1)}
     own = create_trial(value=0.5, params={"x": 0.5}, distributions=dist,
-                       user_attrs={DETAILS_ATTR: {TRAIN_OVERRIDES_ATTR: ["seed=1001", "optim.lr=0.001"]}})  # fmt: skip
+                       user_attrs={DETAILS_ATTR: {"train_overrides": ["seed=1001", "optim.lr=0.001"]}})  # fmt: skip
     assert fresh_seeds(own, 3, 1000, study_seeds=1) == [1000, 1002, 1003]  # its own seed skipped
     assert fresh_seeds(own, 1, 0, study_seeds=3) == [3]  # seeds 0..2 trained it (study.seeds=3)
     assert ConfirmSeed.of({"trial": 1}) is None and ConfirmSeed.of("x") is None  # not a record: not read
@@ -148,8 +146,8 @@ def test_confirm_seeds_are_fresh_for_the_trial_and_the_same_every_time() -> None
 
 def trial_attrs(tmp_path: Path, n: int, seed_values: list[float] | None = None) -> dict:
     attrs = {
-        DETAILS_ATTR: {TRAIN_OVERRIDES_ATTR: TRIAL, "final_metrics": {"eval/halted_examples": 16}},
-        CHECKPOINT_URL_ATTR: f"{tmp_path}/ckpt-{n}",
+        DETAILS_ATTR: {"train_overrides": TRIAL, "final_metrics": {"eval/halted_examples": 16}},
+        "checkpoint_url": f"{tmp_path}/ckpt-{n}",
         "train_seconds": 10.0 + n,  # its job's time (TrialOutcome.train_seconds): what a dry run prices a seed by
     }
     return attrs | ({SEED_VALUES_ATTR: seed_values} if seed_values else {})

@@ -13,7 +13,6 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from storage.record import CHECKPOINT_URL_ATTR
 from sweeps.best import main as best_main
 from tests.sweep_helpers import sweep_config
 from tests.test_sweeps import with_space
@@ -134,7 +133,7 @@ def test_sweeps_best_refuses_a_negative_trial_and_says_when_a_checkpoint_is_not_
     url = f"sqlite:///{tmp_path}/db.sqlite"
     study = optuna.create_study(study_name="shown", storage=url)
     failed = study.ask()
-    failed.set_user_attr(CHECKPOINT_URL_ATTR, str(tmp_path / "trial-0" / "checkpoints"))
+    failed.set_user_attr("checkpoint_url", str(tmp_path / "trial-0" / "checkpoints"))
     study.tell(failed, state=TrialState.FAIL)
     assert best_main(["study=shown", "trial=-1", f"storage.url={url}"]) == 2
     assert "trial='-1': the study has trials 0..0" in capsys.readouterr().err

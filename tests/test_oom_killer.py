@@ -20,7 +20,8 @@ import pytest
 from optuna.trial import TrialState
 
 from contracts.out_of_memory import killed_for_memory, memory_cgroup, oom_kills, out_of_memory
-from storage.record import INFEASIBLE_ATTR, JOB_ERROR_ATTR, MEMORY_ATTR, PEAK_MEMORY_ATTR
+from storage.record import INFEASIBLE_ATTR, JOB_ERROR_ATTR, MEMORY_ATTR
+from storage.trial_record import TrialOutcome
 from sweeps.trials.outcome import job_verdict
 from sweeps.trials.retry import stop_reason
 
@@ -159,7 +160,7 @@ def test_a_configuration_the_oom_killer_ends_is_launched_once_infeasible_with_it
     assert large.state == TrialState.FAIL and large.user_attrs[INFEASIBLE_ATTR] == "out of memory", reason
     assert reason.startswith("infeasible (out of memory, peak "), reason
     assert large.user_attrs[JOB_ERROR_ATTR].startswith("out of memory: the kernel's OOM killer ended the job")
-    peak = large.user_attrs[PEAK_MEMORY_ATTR]
+    peak = TrialOutcome.of(large.user_attrs).peak_memory_mb
     # The job's own sample before the kill: its resident set, which counts shared libraries the cgroup charges
     # elsewhere, so it may read above the cgroup's limit.
     assert isinstance(peak, float) and peak > 0 and f"peak {peak:.0f} MiB" in reason

@@ -13,7 +13,7 @@ import torch
 import yaml
 from optuna.trial import TrialState
 
-from storage.record import TRAIN_OVERRIDES_ATTR, trial_detail
+from storage.trial_record import TrialLaunch
 from sweeps.config.compose import compose_sweep_config
 from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
@@ -145,7 +145,7 @@ def test_one_command_dry_runs_preflights_and_trains_on_every_slice_size(
     Driver(typed_sweep(compose_sweep_config(command))).run()
     (trial,) = optuna.load_study(study_name="halting", storage=fresh_pg_url).trials
     assert trial.state == TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
-    assert f"runtime.expected_devices={devices}" in trial_detail(trial.user_attrs, TRAIN_OVERRIDES_ATTR)
+    assert f"runtime.expected_devices={devices}" in (TrialLaunch.of(trial.user_attrs).train_overrides or [])
     run = trial_dir(pod / "test-pod" / "worker-0" / "trm" / "runs" / "halting", 0) / "run"
     assert (run / "summary.json").is_file()
     for w in range(vms):  # every VM's job was given the slice's device count

@@ -18,7 +18,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from storage.record import SLOT_ATTR, trial_detail
+from storage.record import trial_detail
 from storage.trial_record import TrialLaunch
 from sweeps.config.compose import compose_sweep_config
 from sweeps.config.typed_config import typed_sweep
@@ -198,12 +198,12 @@ def test_slots_vm_runs_eight_trials_at_once_each_confined_to_its_vm(
     assert len(trials) == 8 and all(t.state == TrialState.COMPLETE for t in trials), [
         (t.number, t.state, t.user_attrs.get("fail_reason")) for t in trials
     ]
-    assert sorted(t.user_attrs[SLOT_ATTR] for t in trials) == [f"vm-{w}" for w in range(8)]
+    assert sorted(str(TrialLaunch.of(t.user_attrs).slot) for t in trials) == [f"vm-{w}" for w in range(8)]
     assert {TrialLaunch.of(t.user_attrs).chips for t in trials} == {4}  # its slot's chips, a fact of the record
     timing = [trial_detail(t.user_attrs, "driver_timing") for t in trials]
     assert max(t["launched_at"][0] for t in timing) < min(t["exited_at"][-1] for t in timing)  # all 8 at once
     for trial in trials:
-        worker = int(trial.user_attrs[SLOT_ATTR].split("-")[1])
+        worker = int(str(TrialLaunch.of(trial.user_attrs).slot).split("-")[1])
         envs = recorded_envs(pod8, worker)
         assert len(envs) == 1  # one training process on that VM, no other trial's
         env = envs[0]
@@ -245,14 +245,14 @@ def test_a_killed_slot_does_not_stop_the_others_and_a_dead_vm_takes_only_its_slo
     by_state = {state: [t for t in trials if t.state == state] for state in TrialState}
     killed = by_state[TrialState.FAIL]
     assert killed, "no trial was killed on VM 1"
-    assert all(t.user_attrs[SLOT_ATTR].startswith("vm-1/") for t in killed)
+    assert all(str(TrialLaunch.of(t.user_attrs).slot).startswith("vm-1/") for t in killed)
     assert all("worker-1" in t.user_attrs["fail_reason"] for t in killed)
     # The others were not stopped, and everything after the death ran on VM 0's two slots.
     completed = by_state[TrialState.COMPLETE]
     assert len(completed) == 5 and not by_state[TrialState.RUNNING] and not by_state[TrialState.WAITING]
     first_fail = min(t.number for t in killed)
     later = [t for t in trials if t.number > first_fail and t.state == TrialState.COMPLETE]
-    assert later and all(t.user_attrs[SLOT_ATTR].startswith("vm-0/") for t in later)
+    assert later and all(str(TrialLaunch.of(t.user_attrs).slot).startswith("vm-0/") for t in later)
 
 
 def _comm(pid: str) -> str:

@@ -14,14 +14,10 @@ from contracts.code_version import git_commit
 from contracts.out_of_memory import INFEASIBLE_OOM, out_of_memory
 from storage import open_storage
 from storage.record import (
-    CHECKPOINT_URL_ATTR,
     DETAILS_ATTR,
     INFEASIBLE_ATTR,
-    PEAK_MEMORY_ATTR,
     RUN_AGAIN_ATTR,
-    SLOT_ATTR,
     THROUGHPUT_DETAIL,
-    TRAIN_OVERRIDES_ATTR,
     merged_details,
 )
 from storage.study_record import StudyAttrs
@@ -89,7 +85,7 @@ def legacy_outcome_attrs(outcome: str, summary: dict[str, Any], stored: dict[str
         "train_seconds": summary.get("seconds"),
         "precision": summary.get("precision"),
         "device": summary.get("device"),
-        PEAK_MEMORY_ATTR: summary.get("peak_memory_mb"),
+        "peak_memory_mb": summary.get("peak_memory_mb"),
         "code_version": code_fingerprint(),
         "code_commit": git.commit if git else None,
         "code_dirty": git.dirty if git else None,
@@ -174,7 +170,7 @@ def test_records_round_trip_through_a_study_under_each_seed(tmp_path: Path) -> N
     assert TrialOutcome.of(attrs, seed_prefix(1)) == second
     assert TrialLaunch.of(attrs) == LAUNCH and TrialLaunch.of(attrs).chips == 2
     assert "seed1/outcome" in attrs and "seed1/params_count" in attrs  # seed i > 0 under its prefix
-    assert attrs[DETAILS_ATTR][TRAIN_OVERRIDES_ATTR] == LAUNCH.train_overrides  # seed 0's merged into the launch's
+    assert attrs[DETAILS_ATTR]["train_overrides"] == LAUNCH.train_overrides  # seed 0's merged into the launch's
 
 
 def test_an_older_record_reads_with_its_newer_facts_missing() -> None:
@@ -194,7 +190,7 @@ def test_an_older_record_reads_with_its_newer_facts_missing() -> None:
     )
     assert launch.chips is None
     # Before `chips` was a fact: a pod trial's device-count override says how many it trained on.
-    assert TrialLaunch.of({**old, DETAILS_ATTR: {TRAIN_OVERRIDES_ATTR: ["runtime.expected_devices=32"]}}).chips == 32
+    assert TrialLaunch.of({**old, DETAILS_ATTR: {"train_overrides": ["runtime.expected_devices=32"]}}).chips == 32
     assert TrialOutcome.of({}) == TrialOutcome() and TrialOutcome().final_metrics == {}
     assert TrialOutcome.of({"final_metrics": None, DETAILS_ATTR: None}).final_metrics == {}  # cleared on a retry
 
@@ -208,9 +204,8 @@ def test_attempt_attributes_follow_the_outcome_fields() -> None:
 
 
 def test_the_named_attributes_are_the_records_fields() -> None:
-    launch, outcome = {f.name for f in fields(TrialLaunch)}, {f.name for f in fields(TrialOutcome)}
-    assert {CHECKPOINT_URL_ATTR, SLOT_ATTR, TRAIN_OVERRIDES_ATTR} <= launch
-    assert {PEAK_MEMORY_ATTR, INFEASIBLE_ATTR, RUN_AGAIN_ATTR, THROUGHPUT_DETAIL} <= outcome
+    outcome = {f.name for f in fields(TrialOutcome)}
+    assert {INFEASIBLE_ATTR, RUN_AGAIN_ATTR, THROUGHPUT_DETAIL} <= outcome
     assert TrialOutcome.names_of(lambda o: (o.params_count, o.train_seconds)) == ("params_count", "train_seconds")
     with pytest.raises(AttributeError, match="no field 'params'"):
         TrialOutcome.names_of(lambda o: (o.params,))  # type: ignore[attr-defined]

@@ -25,10 +25,8 @@ from contracts.eval_noise import binomial_stderr
 from dashboards.report_page import write_report
 from storage import exclusive
 from storage.record import (
-    CHECKPOINT_URL_ATTR,
     DETAILS_ATTR,
     DUPLICATE_OF_ATTR,
-    TRAIN_OVERRIDES_ATTR,
     Reeval,
     reeval_attr,
     reevals,
@@ -354,7 +352,7 @@ def test_drivers_ending_together_reevaluate_each_trial_once(tmp_path: Path) -> N
             params={"x": 0.5},
             distributions={"x": FloatDistribution(0, 1)},
             value=0.5,
-            user_attrs={DETAILS_ATTR: {TRAIN_OVERRIDES_ATTR: TRIAL}, CHECKPOINT_URL_ATTR: f"{tmp_path}/ckpt"},
+            user_attrs={DETAILS_ATTR: {"train_overrides": TRIAL}, "checkpoint_url": f"{tmp_path}/ckpt"},
         )
     )
     number = study.trials[-1].number

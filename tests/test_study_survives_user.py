@@ -18,7 +18,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from storage import open_storage, retry_callback, trial_id_of
-from storage.record import CHECKPOINT_URL_ATTR, NOT_STARTED_ATTR
+from storage.record import NOT_STARTED_ATTR
 from storage.study_record import StudyAttrs
 from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
@@ -441,7 +441,7 @@ def test_an_orphan_with_no_retry_left_is_not_said_to_be_queued(max_retry: int, p
     if max_retry:  # the dead driver's trial is the first retry of trial 0
         study.add_trial(create_trial(state=TrialState.FAIL))
     trial = study.ask({"optim.lr": optuna.distributions.CategoricalDistribution([0.01])})
-    trial.set_user_attr(CHECKPOINT_URL_ATTR, str(tmp_path / "none"))
+    trial.set_user_attr("checkpoint_url", str(tmp_path / "none"))
     if max_retry:
         storage.set_trial_system_attr(trial_id_of(trial), "failed_trial", 0)
         storage.set_trial_system_attr(trial_id_of(trial), "retry_history", [0])

@@ -36,7 +36,6 @@ from storage.record import (
     JOB_ERROR_ATTR,
     MEMORY_ATTR,
     NOT_STARTED_ATTR,
-    PEAK_MEMORY_ATTR,
     PROGRESS_ATTR,
     RUN_AGAIN_ATTR,
     SEED_STD_ATTR,
@@ -301,7 +300,8 @@ class TrialRunner:
         if verdict.infeasible:  # the kernel killed it: the driver stores what the job could not
             trial.set_user_attr(prefix + INFEASIBLE_ATTR, verdict.infeasible)
             if verdict.peak_memory_mb is not None:
-                trial.set_user_attr(prefix + PEAK_MEMORY_ATTR, verdict.peak_memory_mb)
+                (peak,) = TrialOutcome.names_of(lambda o: (o.peak_memory_mb,))  # the one fact, not the record
+                trial.set_user_attr(prefix + peak, verdict.peak_memory_mb)
         if why is None:
             return self.tell_outcome(running, TrialState.FAIL, verdict.reason, retry=verdict.requeue)
         self.stopped_by = (trial.number, line, why)
