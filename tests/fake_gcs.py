@@ -10,13 +10,14 @@ Where gcsfs and Cloud Storage behave otherwise than a local disk, so does this s
 - No directories: a "directory" is a prefix of some object's name. `makedirs`/`mkdir` below a bucket do nothing,
   a prefix with no object under it does not exist, and deleting a prefix's last object makes it vanish.
 - A bucket must exist (a directory under the root): an object in a bucket that does not is FileNotFoundError,
-  gcsfs's 404. `makedirs` of a bare bucket name creates the bucket, as gcsfs's does.
+  gcsfs's 404. `makedirs` of any path in a missing bucket creates the bucket, as gcsfs's does (its `_mkdir` with
+  create_parents), where the caller may (storage.buckets.create).
 - An object appears whole when its upload ends (the writer's close), never part-written.
 - `mv` is a copy then a delete (fsspec's default, which gcsfs keeps): not atomic, both names exist in between.
 - Overwriting an object needs the delete permission, as on Cloud Storage.
 - Permissions: $FAKE_GCS_ROOT/<bucket>.denied lists the operations the caller's service account lacks, of
-  `get` (read an object or its metadata: storage.objects.get), `create`, `delete` and `list`; each is
-  PermissionError, gcsfs's 403, naming the permission.
+  `get` (read an object or its metadata: storage.objects.get), `create`, `delete` and `list` (objects), and
+  `bucket-create` (storage.buckets.create); each is PermissionError, gcsfs's 403, naming the permission.
 """
 
 from __future__ import annotations
@@ -74,9 +75,9 @@ class StandInGCS(AbstractFileSystem):
     def _allowed(self, bucket: str, operation: str, path: str) -> None:
         denied = store_root() / f"{bucket}.denied"
         if denied.is_file() and operation in denied.read_text().split():
+            permission = "storage.buckets.create" if operation == "bucket-create" else f"storage.objects.{operation}"
             raise PermissionError(
-                f"403 the caller does not have storage.objects.{operation} access to the Google Cloud Storage "
-                f"object gs://{path}"
+                f"403 the caller does not have {permission} access to the Google Cloud Storage object gs://{path}"
             )
 
     def _object(self, path: str, operation: str) -> Path:
@@ -183,13 +184,17 @@ class StandInGCS(AbstractFileSystem):
             parent = parent.parent
 
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
-        """gcsfs's: a bare bucket name creates the bucket; any longer path is a prefix, which needs nothing."""
+        """gcsfs's: the path's bucket is created if missing; a prefix below it needs nothing."""
         bucket, key = self._split(path)
-        if not key:
-            where = store_root() / bucket
-            if where.is_dir() and not exist_ok:
+        where = store_root() / bucket
+        if where.is_dir():
+            if not key and not exist_ok:
                 raise FileExistsError(f"bucket {bucket!r} exists")
-            where.mkdir(parents=True, exist_ok=True)
+            return
+        if not bucket or bucket.startswith("."):
+            raise ValueError(f"gs://{path}: no bucket name")
+        self._allowed(bucket, "bucket-create", bucket)
+        where.mkdir(parents=True)
 
     def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
         self.makedirs(path, exist_ok=True)

@@ -78,8 +78,8 @@ def _writable(url):
     """Why a checkpoint save to `url` would fail here, or None. The steps of a save (trm/checkpoints/checkpoint.py
     `put`), on a name of the probe's own beside the run's files: make the directory, write `<name>.tmp`, read it
     back, move it over `<name>`, then delete it. On an object store each is a permission of its own (gs://:
-    storage.objects.create, get, delete: a move is a copy and a delete, and makedirs does nothing there), so a
-    write and a delete alone pass where a save fails at its read-back."""
+    storage.objects.create, get, delete: a move is a copy and a delete; makedirs creates a missing bucket), so a
+    write and a delete alone pass where a save fails at its read-back, and fail where a save creates the bucket."""
     name = ".preflight-" + uuid.uuid4().hex[:8]
     data = ("preflight " + name).encode()
     fs = target = None
