@@ -28,7 +28,6 @@ from sweeps.driver import Driver
 from sweeps.launchers.base import JobSpec, MachineUnavailableError
 from sweeps.launchers.interrupts import ignore_stop_signals, interrupt_once
 from sweeps.launchers.slots import SLOT_CHOICES, NoSlotLeftError, SlotConfigError
-from sweeps.launchers.tpu.launcher import TpuPodLauncher
 from sweeps.search.space import to_overrides
 from sweeps.trials.outcome import clip_line
 from sweeps.trials.preemption import PREEMPTED_EXIT
@@ -49,10 +48,10 @@ def dry_run(driver: Driver) -> None:
         f"# study {sweep.study.name} ({sweep.scale} scale), storage {redact(driver.storage_url)}, launcher {str(sweep.launcher['_target_']).rsplit('.', 1)[-1]}"
     )
     pods = dict(sweep.estimate.pods)
-    if isinstance(driver.launcher, TpuPodLauncher):  # the slice it runs on, as `tpu-vm describe` gives it
-        shape = driver.launcher.shape()
-        print(f"# {shape.line()}")
-        pods.setdefault(shape.accelerator_type, shape.chips)
+    machine = driver.launcher.machine()  # a TPU slice, as `tpu-vm describe` gives it; None: this machine
+    if machine is not None:
+        print(f"# {machine.line}")
+        pods.setdefault(machine.accelerator_type, machine.chips)
     slot = driver.launcher.slots()[0]  # the first trial's: its own overrides (a pod's device count) are shown
     trials = []
     for _ in range(sweep.n_trials):

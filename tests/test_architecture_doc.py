@@ -271,3 +271,57 @@ def test_every_noqa_names_its_reason() -> None:
         if bare.search(line)
     ]
     assert found == [], "say why after the rule: # noqa: RULE - why"
+
+
+def launcher_classes() -> set[str]:
+    """The names of sweeps' launcher classes: every class of sweeps/launchers/ (where `_target_` may name one,
+    sweeps.config.optuna_parts.TARGETS) that has each Launcher member, the protocol itself included, and their
+    bases (ThisMachine)."""
+    import importlib
+    import inspect
+    from typing import Generic, Protocol
+
+    from sweeps.launchers.base import LAUNCHER_MEMBERS
+
+    found: set[type] = set()
+    for path in sorted((ROOT / "sweeps" / "launchers").rglob("*.py")):
+        module = importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts))
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and all(hasattr(cls, name) for name in LAUNCHER_MEMBERS):
+                found |= {c for c in cls.__mro__ if c not in (object, Protocol, Generic)}
+    return {cls.__name__ for cls in found}
+
+
+def class_checks(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """(line, class) of each `isinstance(x, C)` / `issubclass(x, C)` in `source` whose C (or one of a tuple's) is
+    one of `names`, written as a name or an attribute (`module.C`)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 2:
+            if node.func.id not in ("isinstance", "issubclass"):
+                continue
+            second = node.args[1]
+            for target in second.elts if isinstance(second, ast.Tuple) else [second]:
+                name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", None)
+                if name in names:
+                    found.append((node.lineno, name))
+    return found
+
+
+def test_no_launcher_is_recognised_by_its_class() -> None:
+    """docs/architecture.md, "The launcher interface": what is one launcher's own (the pod's preflight, the dry run's
+    machine line) is a member of the Launcher protocol that every launcher answers, so nothing in sweeps/ asks a
+    launcher's class."""
+    names = launcher_classes()
+    assert {"Launcher", "LocalLauncher", "TorchrunLauncher", "TpuPodLauncher", "ThisMachine"} <= names, names
+    bad = "if isinstance(launcher, TpuPodLauncher): pass\nok = isinstance(x, (int, tpu.LocalLauncher))\n"
+    assert class_checks(bad, names) == [(1, "TpuPodLauncher"), (2, "LocalLauncher")]  # the check sees them
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path in sorted((ROOT / "sweeps").rglob("*.py"))
+        for line, name in class_checks(path.read_text(), names)
+    ]
+    assert found == [], "ask the launcher through a Launcher member (sweeps/launchers/base.py), not its class"
+    assert "no launcher is recognised by its class" in DOC.read_text()

@@ -137,7 +137,7 @@ def test_one_command_dry_runs_preflights_and_trains_on_every_slice_size(
 
     assert preflight_main(command) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[-1] == "no problems: the pod is ready", out
+    assert out[-1] == "no problems: the machine is ready", out
     rows = [line for line in out if line.split()[:1] and line.split()[0].isdigit()]
     assert [r.split()[0] for r in rows] == [str(w) for w in range(vms)]
     assert all(r.split()[-1] == ",".join(["localhost"] * vms) for r in rows)  # each VM's own list of the workers

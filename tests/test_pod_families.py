@@ -15,9 +15,9 @@ from sweeps.config.typed_config import typed_sweep
 from sweeps.launchers.base import build_launcher
 from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu.launcher import TpuPodLauncher
+from sweeps.launchers.tpu.preflight import probe_args
 from sweeps.launchers.tpu.slice import FAMILIES
 from sweeps.preflight import main as preflight_main
-from sweeps.preflight import probe_args
 from tests.sweep_helpers import FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_list
 
 
@@ -79,6 +79,6 @@ def test_the_preflight_looks_for_the_chips_where_the_family_has_them(
     # The family's pattern, under the stand-in VM's own /dev, counts exactly its chips (not /dev/vfio/vfio).
     vm_glob = "~/dev/" + glob.removeprefix("/dev/")
     assert preflight_main([*args, f"preflight.chips_glob='{vm_glob}'"]) == 0, capsys.readouterr().out
-    assert capsys.readouterr().out.splitlines()[-1] == "no problems: the pod is ready"
+    assert capsys.readouterr().out.splitlines()[-1] == "no problems: the machine is ready"
     assert (pod / "test-pod" / "worker-0" / "dev" / "vfio" / "vfio").exists() == (glob != "/dev/accel*")
     assert FAMILIES[accelerator.split("-", maxsplit=1)[0]].device_glob == glob

@@ -31,4 +31,4 @@ def test_a_worker_starting_later_than_reach_s_still_reaches_worker_0(
     monkeypatch.setenv("FAKE_TPU_START_DELAY_S", late)
     code = main([*pod_args(tmp_path, fresh_pg_url), f"preflight.reach_s={REACH_S}"])
     out = capsys.readouterr().out.splitlines()
-    assert code == 0 and out[-1] == "no problems: the pod is ready", out
+    assert code == 0 and out[-1] == "no problems: the machine is ready", out

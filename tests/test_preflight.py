@@ -79,12 +79,12 @@ def test_preflight_names_the_one_broken_worker_and_the_driver_refuses_to_start(
         text=True,
         timeout=300,
     )
-    assert run.returncode == 2 and "error: the pod is not ready" in run.stderr, run.stderr[-2000:]
+    assert run.returncode == 2 and "error: the machine is not ready" in run.stderr, run.stderr[-2000:]
     assert "Traceback" not in run.stderr
 
     give_python(vm1, Path(sys.executable))  # fixed: the pod is ready
     assert main(pod_args(tmp_path, fresh_pg_url)) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "no problems: the pod is ready"
+    assert capsys.readouterr().out.splitlines()[-1] == "no problems: the machine is ready"
 
 
 def listening(port: int) -> bool:
@@ -154,8 +154,8 @@ def test_worker_0_seeing_fewer_peers_than_reached_it_is_a_problem(monkeypatch: p
     """Peers that connected to "worker 0" but not to the VM that is: the first host they were given is another."""
     from types import SimpleNamespace
 
+    from sweeps.launchers.tpu.preflight import Answer, problems
     from sweeps.launchers.tpu.slice import SliceShape
-    from sweeps.preflight import Answer, problems
 
     def facts(worker: int, port: dict[str, object]) -> dict[str, object]:
         versions = {"torch_xla": "2.9.0", "libtpu": "0.0.21"}
@@ -196,7 +196,7 @@ def test_rank_0_needs_its_own_credentials_on_the_vm_where_it_runs(
     def problems_of(*extra: str) -> list[str]:
         code = main([*args, *extra])
         found = capsys.readouterr().out.splitlines()[4:]
-        assert code == (1 if found != ["no problems: the pod is ready"] else 0), found
+        assert code == (1 if found != ["no problems: the machine is ready"] else 0), found
         return found
 
     found = problems_of("storage.password_env=TRM_TEST_DB_PW")
@@ -213,7 +213,7 @@ def test_rank_0_needs_its_own_credentials_on_the_vm_where_it_runs(
     # ran `wandb login` (its ~/.netrc).
     netrc = pod / "test-pod" / "worker-0" / ".netrc"
     netrc.write_text(f"machine api.wandb.ai\n  login user\n  password {'k' * 40}\n")
-    assert problems_of() == ["no problems: the pod is ready"]
+    assert problems_of() == ["no problems: the machine is ready"]
     # What the launcher exports in front of the job counts: here it turns W&B off on the VMs.
     found = problems_of("+launcher.env.WANDB_MODE=disabled")
     assert found == [
@@ -244,7 +244,7 @@ def test_each_way_w_and_b_would_differ_on_a_vm_is_named() -> None:
     """Online here and offline there, by a missing key or by the VM's own WANDB_MODE; online without a key."""
     from types import SimpleNamespace
 
-    from sweeps.preflight import _rank0_problems
+    from sweeps.launchers.tpu.preflight import _rank0_problems
 
     sweep = SimpleNamespace()
 

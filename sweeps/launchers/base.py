@@ -25,6 +25,7 @@ from hydra.errors import HydraException
 from contracts.overrides import parse_override
 from sweeps.config.config_values import UserConfigError
 from sweeps.config.optuna_parts import build
+from sweeps.config.schema import SweepConfig
 from sweeps.launchers.interrupts import signals_held
 from sweeps.launchers.job_command import LITERAL_KEYS
 from sweeps.launchers.slots import WHOLE, Slot
@@ -86,8 +87,27 @@ class JobSpec:
     slot: Slot = WHOLE  # where it runs (sweeps/launchers/slots.py): which workers, confined to which chips
 
 
+@dataclass(frozen=True)
+class Machine:
+    """What a dry run says of the machine a launcher runs on, asked of it (a TPU slice as `tpu-vm describe` gives it,
+    or as launcher.accelerator_type plans it)."""
+
+    line: str  # one line for a person: its name, type, state and size
+    accelerator_type: str  # what the study is priced on (estimate.pods' key: v4-32)
+    chips: int
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    """What a launcher's preflight found on its machine."""
+
+    shown: str  # for a person: the machine's line, then a row per worker
+    problems: list[str]  # one line each, naming where and the fix; none: the machine is ready
+
+
 class Launcher(Protocol):
-    """What the driver, a dry run and validation ask of a launcher (`conf/launcher/*.yaml` builds one)."""
+    """What the driver, a dry run, the preflight and validation ask of a launcher (`conf/launcher/*.yaml` builds one).
+    Every member is asked of every launcher: none is recognised by its class (tests/test_architecture_doc.py)."""
 
     def prepare(self) -> None:
         """Check the config and reach (or deploy to) the workers, before the study is opened."""
@@ -128,9 +148,24 @@ class Launcher(Protocol):
         raise MachineUnavailableError where the launcher is told not to wait."""
         ...
 
+    def machine(self) -> Machine | None:
+        """The machine the study is priced on, for a dry run's header; None where it is this one."""
+        ...
 
-class AlwaysAvailable:
-    """The Launcher members of a launcher whose machine is this one: it is never taken from the study."""
+    def preflight(self, sweep: SweepConfig, train: Mapping[str, Any] | None = None) -> PreflightReport | None:
+        """Its checks of the machine before a study starts trials there, and again once it is back (a TPU pod: a
+        probe on every VM); None where it has none. `train`: the trials' training config as composed, composed from
+        `sweep` when not given. The driver asks unless `preflight.enabled=false`; `python -m sweeps.preflight` asks."""
+        ...
+
+
+# What build_launcher checks a configured class for: the protocol's own members, read off it.
+LAUNCHER_MEMBERS = tuple(name for name in vars(Launcher) if not name.startswith("_"))
+
+
+class ThisMachine:
+    """The Launcher members of a launcher whose machine is this one: never taken from the study, nothing to
+    describe or to probe before one."""
 
     def unavailable(self) -> str | None:
         return None
@@ -138,18 +173,11 @@ class AlwaysAvailable:
     def wait_until_available(self, line: str) -> None:
         """Never asked: `unavailable` never says so."""
 
+    def machine(self) -> Machine | None:
+        return None
 
-LAUNCHER_MEMBERS = (
-    "prepare",
-    "launch",
-    "describe",
-    "world_size",
-    "shares_filesystem",
-    "slots",
-    "slot_alive",
-    "unavailable",
-    "wait_until_available",
-)
+    def preflight(self, sweep: SweepConfig, train: Mapping[str, Any] | None = None) -> PreflightReport | None:
+        return None
 
 
 class Process(Protocol):

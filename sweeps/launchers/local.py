@@ -14,9 +14,9 @@ from pathlib import Path
 
 from sweeps.launchers.base import (
     TERMINATE_GRACE_S,
-    AlwaysAvailable,
     JobHandle,
     JobSpec,
+    ThisMachine,
     Worker,
     machine_env,
     quote_literals,
@@ -27,7 +27,7 @@ from sweeps.launchers.slots import Slot, device_slots
 from sweeps.launchers.warm import WarmWorker
 
 
-class LocalLauncher(AlwaysAvailable):
+class LocalLauncher(ThisMachine):
     world_size = 1
     shares_filesystem = True  # the job runs here: its data path and interpreter can be checked here
 

@@ -12,10 +12,10 @@ import sys
 
 from sweeps.launchers.base import (
     TERMINATE_GRACE_S,
-    AlwaysAvailable,
     JobHandle,
     JobSpec,
     LauncherConfigError,
+    ThisMachine,
     quote_literals,
     start_worker,
     worker_env,
@@ -30,7 +30,7 @@ def free_port() -> int:
         return port
 
 
-class TorchrunLauncher(AlwaysAvailable):
+class TorchrunLauncher(ThisMachine):
     def __init__(
         self,
         nnodes: int = 1,

@@ -1,5 +1,5 @@
 """Asking every worker VM at once: sweeps/launchers/tpu/probe.py over one ssh each, the port check started on all
-of them together (sweeps/preflight.py judges the answers)."""
+of them together (sweeps/launchers/tpu/preflight.py judges the answers)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,31 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from sweeps.launchers.tpu.launcher import TpuPodLauncher
+from sweeps.launchers.slots import Slot
 from sweeps.launchers.tpu.probe import MARK, READY
 from sweeps.launchers.tpu.shell import shell_path
+from sweeps.launchers.tpu.slice import SliceShape
 
 PROBE = Path(__file__).with_name("probe.py")
+
+
+class Pod(Protocol):
+    """What the preflight asks of the pod's launcher (TpuPodLauncher, which runs the preflight: named here by what
+    it has, so that neither module imports the other)."""
+
+    python: str  # launcher.python: the VMs' interpreter
+    remote_dir: str  # launcher.remote_dir: where the jobs run on each VM
+    env: dict[str, str]  # the job's exports
+
+    def shape(self) -> SliceShape: ...
+
+    def worker_ids(self) -> list[int]: ...
+
+    def slots(self, kind: str | None = None) -> list[Slot]: ...
+
+    def ssh_argv(self, worker: str, remote_command: str) -> list[str]: ...
 
 
 @dataclass
@@ -34,7 +52,7 @@ def go_after(timeout_s: float, reach_s: float) -> float:
     return max(0.0, float(timeout_s) - 2 * float(reach_s) - 2)
 
 
-def ask_workers(launcher: TpuPodLauncher, args: dict[str, Any], timeout_s: float) -> list[Answer]:  # noqa: C901 (the READY/go barrier's states)
+def ask_workers(launcher: Pod, args: dict[str, Any], timeout_s: float) -> list[Answer]:  # noqa: C901 (the READY/go barrier's states)
     """The probe on every worker, in parallel; a worker that does not answer in `timeout_s` is an Answer too.
 
     Each worker's gcloud makes its own API round trips before its ssh, so the probes start seconds apart. Each

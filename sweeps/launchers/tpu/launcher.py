@@ -27,11 +27,15 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from sweeps.config.schema import SweepConfig
 from sweeps.launchers.base import (
     JobHandle,
     JobSpec,
     LauncherConfigError,
+    Machine,
+    PreflightReport,
     quote_literals,
     require,
     start_worker,
@@ -48,6 +52,7 @@ from sweeps.launchers.tpu.describe import (
     wait_for_ready,
 )
 from sweeps.launchers.tpu.gcloud import check_flags, keepalive_flags, scp_flags_of, track_args
+from sweeps.launchers.tpu.preflight import preflight as pod_preflight
 from sweeps.launchers.tpu.shell import (
     chips_free_check,
     job_command,
@@ -150,6 +155,17 @@ class TpuPodLauncher:
             check_configured(shape, configured)
             self._shape = shape
         return self._shape
+
+    def machine(self) -> Machine:
+        """The slice, for a dry run's header and its price (launcher.accelerator_type's plan in a dry run)."""
+        shape = self.shape()
+        return Machine(shape.line(), shape.accelerator_type, shape.chips)
+
+    def preflight(self, sweep: SweepConfig, train: Mapping[str, Any] | None = None) -> PreflightReport:
+        """The probe on every VM and what its answers show (sweeps/launchers/tpu/preflight.py), once the launcher's
+        own config is checked (validate: nothing else is asked of gcloud before it)."""
+        self.validate()
+        return pod_preflight(sweep, self, train)
 
     def describe_argv(self) -> list[str]:
         return [*self.base_args("describe"), str(self.tpu_name), *self._location_flags("describe"), "--format=json"]
