@@ -20,7 +20,8 @@ On --device cuda each part is a process of its own (a part's CUDA fault cannot p
 budget; its log is <out-dir>/logs/<part>.log. On --device cpu the parts run in this process (an interpreter start
 costs more than a tiny part), Triton's interpreter for the fused kernels, tiny shapes and few steps, and budgets are
 only compared; the profile is skipped (torch.profiler's CUDA kernel times need a GPU) and so is the reference
-without --ref. Exits 1 when a part failed (after the index is written).
+without --ref: gpu_session.json's `not_run` names what was left out and why. Exits 1 when a part failed (after the
+index is written).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def _bf16_train(args: argparse.Namespace, _: dict[str, Any]) -> list[str]:
 
 
 def _curves(args: argparse.Namespace, _: dict[str, Any]) -> list[str]:
-    return [*_size(args), *_ref(args), *(["--steps", "3"] if args.device == "cpu" else [])]
+    return [*_size(args), *_ref(args), *(["--steps", "2"] if args.device == "cpu" else [])]
 
 
 PARTS = (
@@ -117,6 +118,7 @@ PARTS = (
     Part("curves", "bench.kernel_curves", "kernel_curves", 80, _curves),
 )
 OUT_NAME = {p.name: p.out_name for p in PARTS}
+NO_REFERENCE = "no --ref (a TinyRecursiveModels checkout): the candidates and the curves run ours only"
 SESSION_BUDGET_S = sum(p.budget_s for p in PARTS)  # 480 s: 8 minutes, a rerun's margin in a 15-minute lease
 
 
@@ -213,6 +215,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     session: dict[str, Any] = run_header(NAME, argv)
     session.update(device=args.device, budget_s=SESSION_BUDGET_S, candidates=args.candidates.split(","), parts=[])
     session["reference"] = str(args.ref) if args.ref else None
+    session["not_run"] = {  # what this mode leaves out, and why (a skipped part's row says it too)
+        **{p.name: p.cpu_skip for p in PARTS if args.device == "cpu" and p.cpu_skip and p.name in args.parts},
+        **({} if args.ref else {"reference": NO_REFERENCE}),
+    }
+    session["triton"] = "interpreter (TRITON_INTERPRET=1)" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
     started = time.perf_counter()
     try:
         run_parts(args, session, started)
