@@ -44,6 +44,7 @@ lint: setup               ## ruff, mypy (strict), the import layers (lint-import
 # Tests run many training processes at once on few cores: OpenMP must not spin-wait (docs/benchmarks.md).
 # TEST_WORKERS pytest-xdist workers, a test file each at a time (--dist loadfile: a file's module fixtures and
 # process names stay in one worker); each worker gets its own PostgreSQL database. TEST_WORKERS=0: serial.
+# --no-loadscope-reorder: files are handed out in the suite's own order, the longest first (tests/conftest.py).
 # PYTHONDONTWRITEBYTECODE emptied (some machines set it): the suite starts hundreds of processes, each of which
 # would compile the project's modules again.
 TEST_WORKERS ?= 2
@@ -56,7 +57,7 @@ check: setup lint          ## lint + the fast lane (tests not marked slow); inst
 		$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 test: setup lint           ## lint + the whole suite, as CI runs it
-	$(PYTEST) --durations=20 -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST) --durations=20 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The XLA lane: its own venv (torch_xla pins its own torch), XLA on the CPU (PJRT_DEVICE=CPU).
 # torch and torch_xla are named in the same install as the project so pip can never pick another torch.
