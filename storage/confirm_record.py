@@ -65,8 +65,8 @@ class ConfirmSeed:
     def from_outcome(
         cls, trial: int, seed: int, metric: str, ended: TrialOutcome, checkpoint_url: str | None, examples_key: str
     ) -> ConfirmSeed:
-        """The record of a confirm job's end from the TrialOutcome its summary makes (TrialOutcome.from_summary: the
-        one place the summary's keys are renamed), the objective `metric`, where its checkpoints are and the final
+        """The record of a confirm job's end from the TrialOutcome its summary makes (RunSummary.trial_outcome in
+        contracts/run_summary.py: the one place the summary's names become the record's), the objective `metric`, where its checkpoints are and the final
         metric that counts the eval's puzzles (`examples_key`, contracts.metric_names': storage imports no contracts)."""
         final = ended.final_metrics
         examples = final.get(examples_key)

@@ -132,8 +132,9 @@ def legacy_chips(train_overrides: list[str] | None) -> int | None:
 
 @dataclass(frozen=True)
 class TrialOutcome(TrialFacts):
-    """What the job's rank 0 stores on its trial when it ends (trm/links/trial.py); the driver tells Optuna from it.
-    Values are as stored (JSON): a reader that computes with one checks its type."""
+    """What the job's rank 0 stores on its trial when it ends (trm/links/trial.py), made from its training summary
+    (contracts/run_summary.py RunSummary.trial_outcome); the driver tells Optuna from it. Values are as stored (JSON):
+    a reader that computes with one checks its type."""
 
     outcome: str | None = field(default=None, metadata=FLAT)  # COMPLETE, PRUNED, FAIL, PREEMPTED (trm/run_end.py)
     best_value: float | None = field(default=None, metadata=FLAT)  # the objective at its best eval
@@ -163,45 +164,8 @@ class TrialOutcome(TrialFacts):
     final_metrics: dict[str, float] = field(default_factory=dict, metadata=DETAIL)  # every metric of its last eval
     timing: dict[str, float] | None = field(default=None, metadata=DETAIL)  # its stamps (trm/measures/clock.py)
     throughput: dict[str, Any] | None = field(default=None, metadata=DETAIL_WHEN_SET)  # THROUGHPUT_DETAIL
-    # train.profile_steps: the trace the job wrote on rank 0's machine (trm/measures/profiling.py).
-    profile: dict[str, Any] | None = field(default=None, metadata=DETAIL_WHEN_SET)
-
-    @classmethod
-    def from_summary(
-        cls,
-        outcome: str,
-        summary: Mapping[str, Any],
-        code: tuple[str | None, str | None, bool | None],
-        infeasible: str | None = None,
-    ) -> TrialOutcome:
-        """The record of a job's end from its training summary (trm/train.py; the one place its keys are renamed to
-        the record's), its `code` (version, commit, dirty) and, for a failure, why its configuration cannot fit."""
-        error = summary.get("error")
-        return cls(
-            outcome=outcome,
-            best_value=summary.get("best_value"),
-            best_step=summary.get("best_step"),
-            steps=summary.get("steps"),
-            params_count=summary.get("params"),
-            flops_per_sample_step=summary.get("flops_per_sample_step"),
-            compute_flops=summary.get("compute_flops"),
-            train_seconds=summary.get("seconds"),
-            precision=summary.get("precision"),
-            device=summary.get("device"),
-            peak_memory_mb=summary.get("peak_memory_mb"),
-            code_version=code[0],
-            code_commit=code[1],
-            code_dirty=code[2],
-            best_checkpoint_note=(summary.get("best_checkpoint") or {}).get("note") or None,
-            error=str(error)[-2000:] if error else None,
-            retryable=bool(summary.get("retryable")) if error else None,
-            run_again=bool(summary.get("run_again")) if error else None,
-            infeasible=infeasible if error else None,
-            final_metrics=summary.get("final") or {},
-            timing=summary.get("timing"),
-            throughput=summary.get("throughput") or None,  # absent for a run too short to measure (sweeps.utilization)
-            profile=summary.get("profile") or None,
-        )
+    # train.profile_steps: the trace file or directory the job wrote on rank 0's machine (trm/measures/profiling.py).
+    profile: str | None = field(default=None, metadata=DETAIL_WHEN_SET)
 
 
 # The driver's own attributes of one attempt (storage/record.py names them).

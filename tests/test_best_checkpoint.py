@@ -54,9 +54,9 @@ def test_a_truncated_best_pt_is_rewritten_on_resume_from_the_checkpoint_of_its_s
     assert best_step in (10, 20)  # one of latest.pt (20) and previous.pt (10) holds it
     (ckpt / "best.pt").write_bytes((ckpt / "best.pt").read_bytes()[:1000])
     summary = run(config(tmp_path, data_root, "train.steps=30"))
-    assert summary["outcome"] == "COMPLETE"
-    assert checkpoint.load(str(ckpt), checkpoint.BEST)["step"] == summary["best_step"]
-    assert summary["best_checkpoint"]["note"] is None and summary["best_checkpoint"]["step"] == summary["best_step"]
+    assert summary.outcome == "COMPLETE"
+    assert checkpoint.load(str(ckpt), checkpoint.BEST)["step"] == summary.best_step
+    assert summary.best_checkpoint["note"] is None and summary.best_checkpoint["step"] == summary.best_step
 
 
 def test_a_best_pt_whose_state_is_gone_is_named_and_holds_the_next_best(tmp_path: Path, data_root: Path) -> None:
@@ -71,9 +71,9 @@ def test_a_best_pt_whose_state_is_gone_is_named_and_holds_the_next_best(tmp_path
     checkpoint.save(str(ckpt), checkpoint.LATEST, saved)
     (ckpt / "best.pt").write_bytes(b"truncated")
     summary = run(config(tmp_path, data_root, "train.steps=40"))
-    assert summary["outcome"] == "COMPLETE" and summary["best_step"] == 5
-    note = summary["best_checkpoint"]["note"]
-    assert summary["best_checkpoint"]["step"] == 40 and checkpoint.load(str(ckpt), checkpoint.BEST)["step"] == 40
+    assert summary.outcome == "COMPLETE" and summary.best_step == 5
+    note = summary.best_checkpoint["note"]
+    assert summary.best_checkpoint["step"] == 40 and checkpoint.load(str(ckpt), checkpoint.BEST)["step"] == 40
     assert note.startswith("best.pt holds step 40") and "best.pt of step 5 was not usable" in note
     assert str(ckpt / "best.pt.unreadable") in note and (ckpt / "best.pt.unreadable").read_bytes() == b"truncated"
 

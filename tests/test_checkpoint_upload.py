@@ -16,6 +16,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
+from contracts.run_summary import RunSummary
 from tests.fault_stores import DELAY_ENV, BrokenFileSystem, SlowFileSystem, register, site_dir
 from tests.test_train import FAST, config
 from trm.checkpoints import checkpoint
@@ -58,16 +59,16 @@ def test_the_upload_lands_the_staged_bytes_keeps_two_and_a_run_resumes_from_it(
     assert sorted(p.rsplit("/", 1)[1] for p in remote.ls(url, detail=False)) == ["best.pt", "latest.pt", "previous.pt"]
 
     summary = run(config(tmp_path, data_root, "train.steps=30", f"checkpoint.url={url}"))
-    assert _start_line(capsys.readouterr().out)["resumed_from"] == 20 and summary["outcome"] == "COMPLETE"
+    assert _start_line(capsys.readouterr().out)["resumed_from"] == 20 and summary.outcome == "COMPLETE"
     assert checkpoint.load(url)["step"] == 30 and checkpoint.load(url, checkpoint.PREVIOUS)["step"] == 20
-    assert checkpoint.load(url, checkpoint.BEST)["step"] == summary["best_step"]
+    assert checkpoint.load(url, checkpoint.BEST)["step"] == summary.best_step
 
 
 def test_the_end_of_a_run_waits_for_its_last_upload(tmp_path: Path, data_root: Path) -> None:
     url = f"{SlowFileSystem.protocol}://{tmp_path}/remote"
     summary = run(config(tmp_path, data_root, "train.steps=20", "checkpoint.keep_best=false", f"checkpoint.url={url}"))
     # Each upload's tmp write is slow; the run returned only once the step-20 checkpoint had landed at the url.
-    assert summary["outcome"] == "COMPLETE"
+    assert summary.outcome == "COMPLETE"
     assert checkpoint.load(str(tmp_path / "remote"))["step"] == 20
     assert checkpoint.load(str(tmp_path / "remote"), checkpoint.PREVIOUS)["step"] == 10
     assert not list((tmp_path / "remote").glob("*.tmp-*"))
@@ -86,8 +87,8 @@ class _TrialLink:
         if step == self.at_step:
             self.act()
 
-    def record_outcome(self, outcome: str, summary: dict) -> None:
-        self.outcomes.append((outcome, summary))
+    def record_outcome(self, summary: RunSummary) -> None:
+        self.outcomes.append(summary)
 
 
 def _sigterm() -> None:
@@ -105,8 +106,8 @@ def test_a_preempted_run_waits_for_the_upload_of_its_last_checkpoint(tmp_path: P
         config(tmp_path, data_root, "train.steps=100", "train.eval_interval=50", f"checkpoint.url={url}"),
         reporter=trial,
     )
-    assert summary["outcome"] == "PREEMPTED" and summary["steps"] == 20  # the check at step 20 saw the flag
-    assert [o for o, _ in trial.outcomes] == ["PREEMPTED"]
+    assert summary.outcome == "PREEMPTED" and summary.steps == 20  # the check at step 20 saw the flag
+    assert [s.outcome for s in trial.outcomes] == ["PREEMPTED"]
     # The preemption's save (no eval before it) landed before the run said it had stopped.
     assert checkpoint.load(str(tmp_path / "remote"))["step"] == 20
 
@@ -117,7 +118,7 @@ def test_a_run_that_fails_waits_for_the_upload_in_flight(tmp_path: Path, data_ro
     with pytest.raises(ConnectionError):
         run(config(tmp_path, data_root, "train.steps=100", f"checkpoint.url={url}"), reporter=trial)
     assert checkpoint.load(str(tmp_path / "remote"))["step"] == 10  # the retry resumes from it
-    assert trial.outcomes[0][0] == "FAIL" and "ConnectionError" in trial.outcomes[0][1]["error"]
+    assert trial.outcomes[0].outcome == "FAIL" and "ConnectionError" in str(trial.outcomes[0].error)
 
 
 def test_a_failing_upload_fails_the_run_and_keeps_what_was_there(tmp_path: Path, data_root: Path) -> None:

@@ -73,7 +73,7 @@ def test_a_run_says_which_device_it_trained_on(tmp_path: Path, data_root: Path, 
         ]  # fmt: skip
     )
     summary = run(TrainJob.of(cfg))
-    assert summary["outcome"] == "COMPLETE" and summary["device"] == "cpu"  # what the trial stores
+    assert summary.outcome == "COMPLETE" and summary.device == "cpu"  # what the trial stores
     assert json.loads((tmp_path / "summary.json").read_text())["device"] == "cpu"
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     start = next(line for line in lines if line.get("event") == "start")

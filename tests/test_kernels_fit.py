@@ -152,7 +152,7 @@ def test_a_run_whose_fused_kernels_cannot_launch_trains_on_torchs(
     extra += ("train.precision=bf16_reference", "train.kernels=fused_mix_nograd")
     with pytest.warns(RuntimeWarning, match="fused_mix_nograd cannot launch on this cpu device"):
         summary = run(config(tmp_path, data_root, *extra))
-    assert summary["outcome"] == "COMPLETE" and summary["steps"] == 2
+    assert summary.outcome == "COMPLETE" and summary.steps == 2
     start = next(json.loads(line) for line in capsys.readouterr().out.splitlines() if '"event": "start"' in line)
     assert start["kernels"].startswith("torch (train.kernels=fused_mix_nograd (explicit); train.kernels=fused_mix_nog")
 

@@ -149,8 +149,8 @@ def test_a_real_run_records_what_auto_chose_and_why(
         mode, reason = resolve_precision("auto", DeviceFacts("cpu", cpu_flags=read_cpu_flags()))
         expected = (mode, reason)
     summary = run(tiny(tmp_path, data_root))
-    assert summary["outcome"] == "COMPLETE"
-    assert (summary["precision"], summary["precision_reason"]) == expected
+    assert summary.outcome == "COMPLETE"
+    assert (summary.precision, summary.precision_reason) == expected
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert (saved["precision"], saved["precision_reason"]) == expected
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
@@ -170,26 +170,32 @@ def test_a_checkpoint_does_not_silently_change_precision(
     """A run that auto made bf16 (bf16 units), resumed where auto gives fp32 (none): refused, naming the key;
     continuing it in bf16 there is one explicit override away."""
     monkeypatch.setattr(trm.precision, "read_cpu_flags", lambda: AVX512_BF16)
-    assert run(tiny(tmp_path, data_root, "train.stop_after=2"))["precision"] == "bf16"
+    assert run(tiny(tmp_path, data_root, "train.stop_after=2")).precision == "bf16"
     monkeypatch.setattr(trm.precision, "read_cpu_flags", lambda: AVX2)
     with pytest.raises(checkpoint.CheckpointMismatchError, match=r"train.precision: 'bf16' there, 'fp32' here"):
         run(tiny(tmp_path, data_root))
     summary = run(tiny(tmp_path, data_root, "train.precision=bf16"))
-    assert summary["outcome"] == "COMPLETE" and summary["steps"] == 4 and summary["precision"] == "bf16"
+    assert summary.outcome == "COMPLETE" and summary.steps == 4 and summary.precision == "bf16"
 
 
 @pytest.mark.slow
 def test_the_trial_stores_the_precision(pg_url: str) -> None:
     import optuna
 
+    from contracts.run_summary import RunSummary
     from storage import open_storage
     from trm.links.trial import TrialLink
 
     study = optuna.create_study(study_name="precision_attr", storage=open_storage(pg_url), direction="maximize")
     trial = study.ask()
     TrialLink("precision_attr", trial.number, pg_url).record_outcome(
-        "COMPLETE",
-        {"best_value": 0.5, "precision": "fp32", "precision_reason": "auto: no bf16 units: ...", "device": "cuda:0"},
+        RunSummary(
+            outcome="COMPLETE",
+            best_value=0.5,
+            precision="fp32",
+            precision_reason="auto: no bf16 units: ...",
+            device="cuda:0",
+        )
     )
     assert study.trials[0].user_attrs["precision"] == "fp32"  # flat and short: what the attribute tables show
     assert study.trials[0].user_attrs["device"] == "cuda:0"

@@ -3,6 +3,7 @@ records read back through a real Optuna study, older records read, and the attem
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from contracts.code_version import git_commit
 from contracts.out_of_memory import INFEASIBLE_OOM, out_of_memory
+from contracts.run_summary import RunSummary
 from storage import open_storage
 from storage.record import (
     DETAILS_ATTR,
@@ -48,7 +50,7 @@ SUMMARY: dict[str, Any] = {  # a training summary as trm/train.py writes it, wit
     "final": {"eval/exact_accuracy": 0.7, "eval/loss": 1.25},
     "timing": {"run_start": 1.0, "first_step_start": 2.0, "first_step_end": 2.5, "last_step_end": 10.0},
     "throughput": {"samples_per_s": 100.0, "flops_per_s": 1e9},
-    "profile": {"dir": "/tmp/profile", "steps": [3, 5]},
+    "profile": "/tmp/run/profile/trace.json",
     "best_checkpoint": {"note": "best.pt is step 30's: step 40's was lost"},
 }
 FAILED: dict[str, Any] = {
@@ -135,7 +137,7 @@ def test_the_job_stores_what_it_stored_before_the_record_was_typed(
     study, url = sqlite_study(tmp_path)
     trial = launched(study)
     before = dict(study.trials[0].user_attrs)
-    TrialLink("records", trial.number, url, seed_index=seed_index).record_outcome(outcome, summary)
+    TrialLink("records", trial.number, url, seed_index=seed_index).record_outcome(RunSummary.of(summary))
     stored = study.trials[0].user_attrs
     prefix = seed_prefix(seed_index)
     expected = {**before, **legacy_outcome_attrs(outcome, summary, before, prefix)}
@@ -147,10 +149,10 @@ def test_the_job_stores_what_it_stored_before_the_record_was_typed(
 
 
 def test_failure_facts_are_stored_only_for_a_failure() -> None:
-    record = TrialOutcome.from_summary("COMPLETE", {**SUMMARY, "retryable": True}, code=("hash", None, None))
+    record = RunSummary.of({**SUMMARY, "retryable": True}).trial_outcome(code=("hash", None, None))
     attrs = record.as_attrs()
     assert not {"error", "retryable", "run_again", "infeasible"} & set(attrs)
-    failed = TrialOutcome.from_summary("FAIL", FAILED, code=("hash", "abc", False), infeasible=INFEASIBLE_OOM)
+    failed = RunSummary.of(FAILED).trial_outcome(code=("hash", "abc", False), infeasible=INFEASIBLE_OOM)
     assert failed.error is not None and len(failed.error) == 2000 and failed.error.endswith("x")
     assert (failed.retryable, failed.run_again, failed.infeasible) == (False, False, INFEASIBLE_OOM)
     assert THROUGHPUT_DETAIL not in failed.as_attrs()[DETAILS_ATTR]  # an empty measurement is not stored
@@ -159,8 +161,8 @@ def test_failure_facts_are_stored_only_for_a_failure() -> None:
 def test_records_round_trip_through_a_study_under_each_seed(tmp_path: Path) -> None:
     study, _ = sqlite_study(tmp_path)
     trial = launched(study)
-    first = TrialOutcome.from_summary("COMPLETE", SUMMARY, code=("hash", "abc", True))
-    second = TrialOutcome.from_summary("FAIL", FAILED, code=("hash", None, None), infeasible=INFEASIBLE_OOM)
+    first = RunSummary.of(SUMMARY).trial_outcome(code=("hash", "abc", True))
+    second = RunSummary.of(FAILED).trial_outcome(code=("hash", None, None), infeasible=INFEASIBLE_OOM)
     for index, record in ((0, first), (1, second)):
         stored = study.trials[0].user_attrs
         for key, value in record.as_attrs(stored, seed_prefix(index)).items():
@@ -260,3 +262,16 @@ def test_the_driver_stores_the_study_record_once_per_open(tmp_path: Path) -> Non
     assert isinstance(stored.uid, str) and isinstance(stored.pruner, dict) and isinstance(stored.definition, dict)
     again = StudyAttrs.of(Driver(sweep).open_study().user_attrs)
     assert again == StudyAttrs(**{**stored.as_attrs(), "drivers": 2})  # the same study, a second driver
+
+
+def test_a_run_summary_reads_back_from_its_json_and_keeps_the_live_stamps() -> None:
+    """summary.json and the `end` line are RunSummary.to_dict; `of` reads them back. The phase stamps are the
+    clock's live dict: `end`, stamped after the files are written, reaches the trial record made last."""
+    summary = RunSummary.of(SUMMARY)
+    assert RunSummary.of(json.loads(json.dumps(summary.to_dict()))) == summary
+    assert list(summary.to_dict())[:4] == ["outcome", "error", "steps", "rank_steps"]  # the order the file had
+    stamps = {"run_start": 1.0}
+    live = RunSummary(outcome="COMPLETE", timing=stamps)
+    stamps["end"] = 2.0
+    assert live.to_dict()["timing"] == {"run_start": 1.0, "end": 2.0}
+    assert live.trial_outcome(code=("hash", None, None)).timing == {"run_start": 1.0, "end": 2.0}

@@ -91,7 +91,7 @@ def test_training_on_the_reference_built_directory_trains_and_evaluates(tmp_path
         + ["train.eval_batch_size=2", "train.eval_examples=null", "train.precision=fp32", "train.progress=false"]
     )
     summary = run(TrainJob.of(cfg))
-    assert summary["outcome"] == "COMPLETE" and summary["steps"] == 2
+    assert summary.outcome == "COMPLETE" and summary.steps == 2
     records = read_metrics(tmp_path)
     assert [r["step"] for r in records if "train/lm_loss" in r] == [1, 2]
     (evaluated,) = [r for r in records if "eval/exact_accuracy" in r]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.run_summary import RunSummary
 from tests.test_train import config
 from trm.checkpoints import checkpoint
 from trm.run_end import NonFiniteLossError
@@ -240,7 +241,7 @@ def test_an_unreadable_latest_checkpoint_is_named_and_the_previous_one_resumed(
     assert _start_event(capsys.readouterr().out)["resumed_from"] == 10
     (warning,) = [r.getMessage() for r in caplog.records if r.name == "trm.checkpoints.checkpoint"]
     assert f"{latest} cannot be read" in warning and f"Resuming from {previous} (step 10)" in warning
-    assert summary["outcome"] == "COMPLETE" and summary["steps"] == 30
+    assert summary.outcome == "COMPLETE" and summary.steps == 30
     steps = [r["step"] for r in read_metrics(tmp_path) if "train/lm_loss" in r]
     assert steps == [5, 10, 15, 20, 15, 20, 25, 30]  # steps 15 and 20 trained again from step 10, nothing skipped
     assert (ckpt / "latest.pt.unreadable").is_file()  # kept aside, never rotated over a good previous.pt
@@ -270,7 +271,7 @@ def test_a_failing_summary_write_does_not_hide_the_error_that_ended_the_run(
     """An out_dir that fills up made `_run`'s `finally` raise an OSError writing summary.json, which replaced
     the error that ended the run, and that OSError was what the trial recorded."""
     (tmp_path / "summary.json").mkdir()  # summary.json cannot be written: an OSError in `finally`, as on a full disk
-    finished: list[tuple[str, dict]] = []
+    finished: list[RunSummary] = []
 
     class Trial:  # what a sweep trial's link records (trm.links.trial.TrialLink: only the first finish counts)
         def report(self, step: int, metrics: dict) -> str:
@@ -279,20 +280,17 @@ def test_a_failing_summary_write_does_not_hide_the_error_that_ended_the_run(
         def progress(self, step: int) -> None:
             pass
 
-        def record_outcome(self, outcome: str, summary: dict) -> None:
-            finished.append((outcome, summary))
+        def record_outcome(self, summary: RunSummary) -> None:
+            finished.append(summary)
 
     # The run itself fails for another reason: its first checkpoint cannot be written (as in the test above).
     (tmp_path / "checkpoints" / f"latest.pt.tmp-{os.getpid()}").mkdir(parents=True)
     with pytest.raises(checkpoint.CheckpointError, match=r"could not write checkpoint"):
         run(config(tmp_path, data_root, "train.steps=20"), reporter=Trial())
-    outcome, summary = finished[0]
-    assert (
-        outcome == "FAIL"
-        and summary["error"].startswith("CheckpointError")
-        and "could not write checkpoint" in summary["error"]
-    )
-    assert "summary.json" not in summary["error"]
-    assert summary["steps"] == 10 and summary["retryable"] is True
+    summary = finished[0]
+    error = str(summary.error)
+    assert summary.outcome == "FAIL" and error.startswith("CheckpointError") and "could not write checkpoint" in error
+    assert "summary.json" not in error
+    assert summary.steps == 10 and summary.retryable is True
     err = capfd.readouterr().err
     assert "warning: could not write" in err and "summary.json" in err and "CheckpointError" in err

@@ -15,6 +15,7 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from contracts.hydra_app import TrainJob, compose_train_config
+from contracts.run_summary import RunSummary
 from contracts.wandb_runs import (
     DEFAULT_HOST,
     api_key_found,
@@ -237,7 +238,7 @@ def test_tracking_failure_is_one_warning_and_a_no_op(
     tracker = make_tracker(TrainJob.of(cfg), is_main=True, extra={"params": 1})
     assert type(tracker) is Tracker
     tracker.log(5, {"train/lm_loss": 1.0})
-    tracker.close({"outcome": "COMPLETE"})
+    tracker.close(RunSummary(outcome="COMPLETE"))
     err = capsys.readouterr().err
     assert err.count("warning: W&B tracking is off") == 1 and "console" in err
     assert not find_runs(tmp_path)
@@ -262,7 +263,7 @@ def test_a_retry_logs_only_the_steps_its_chain_has_not(tmp_path: Path, offline_e
     tracker = make_tracker(TrainJob.of(cfg), is_main=True)
     for step in (10, 20, 30):
         tracker.log(step, {"train/lm_loss": float(step)})
-    tracker.close({"outcome": "COMPLETE", "steps": 30, "best_step": None, "final": {}})
+    tracker.close(RunSummary(outcome="COMPLETE", steps=30, best_step=None, final={}))
     assert read_offline_run(find_runs(tmp_path)[0]).series("train/lm_loss") == {30: 30.0}
 
 
@@ -272,15 +273,7 @@ def test_a_failing_run_is_recorded_as_fail(tmp_path: Path, offline_env: None) ->
     tracker = make_tracker(TrainJob.of(cfg), is_main=True, extra={"params": 7})
     assert isinstance(tracker, WandbTracker)
     tracker.log(3, {"train/lm_loss": 2.5, "train/lr": 0.1})
-    tracker.close(
-        {
-            "outcome": "FAIL",
-            "error": "NonFiniteLossError: non-finite loss at step 3",
-            "steps": 3,
-            "best_step": None,
-            "final": {},
-        }
-    )
+    tracker.close(RunSummary(outcome="FAIL", error="NonFiniteLossError: non-finite loss at step 3", steps=3, final={}))
     run = read_offline_run(find_runs(tmp_path)[0])
     assert run.project == "p-fail" and run.tags == ["extra"] and run.config["model"] == {"params": 7}
     assert run.summary["outcome"] == "FAIL" and "non-finite" in run.summary["error"] and run.exit_code == 1
@@ -391,7 +384,7 @@ def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: No
         tracker = make_tracker(TrainJob.of(cfg), is_main=True, extra={"params": 1})
         assert isinstance(tracker, WandbTracker)
         tracker.log(step, {"train/lm_loss": 1.0 / step})
-        tracker.close({"outcome": outcome, "steps": step})
+        tracker.close(RunSummary(outcome=outcome, steps=step))
     runs = [read_offline_run(p) for p in find_runs(tmp_path / "job")]
     assert [r.run_id for r in runs] == [run_id, run_id]
     assert [sorted(r.series("train/lm_loss")) for r in runs] == [[10], [20]] and runs[1].summary[
@@ -400,7 +393,7 @@ def test_a_resumed_job_writes_to_the_same_run_id(tmp_path: Path, offline_env: No
     # Without an id W&B draws a new one each time: two runs.
     plain = compose_train_config([f"out_dir={tmp_path / 'plain'}"])
     for _ in range(2):
-        make_tracker(TrainJob.of(plain), is_main=True).close({"outcome": "COMPLETE"})
+        make_tracker(TrainJob.of(plain), is_main=True).close(RunSummary(outcome="COMPLETE"))
     plain_ids = [read_offline_run(p).run_id for p in find_runs(tmp_path / "plain")]
     assert len(set(plain_ids)) == 2 and run_id not in plain_ids
 

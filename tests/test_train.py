@@ -38,7 +38,7 @@ def train_losses(records: list[dict]) -> dict[int, float]:
 @pytest.mark.slow
 def test_run_writes_metrics_checkpoints_and_summary(tmp_path: Path, data_root: Path) -> None:
     summary = run(config(tmp_path, data_root, "train.steps=20"))
-    assert summary["outcome"] == "COMPLETE" and summary["steps"] == 20
+    assert summary.outcome == "COMPLETE" and summary.steps == 20
     records = read_metrics(tmp_path)
     assert sorted(train_losses(records)) == [5, 10, 15, 20]
     evals = [r for r in records if "eval/exact_accuracy" in r]
@@ -47,10 +47,10 @@ def test_run_writes_metrics_checkpoints_and_summary(tmp_path: Path, data_root: P
         assert f"eval/{key}" in evals[0] and f"train/{key}" in records[0]
     assert evals[0]["eval/halted_examples"] == 32  # the whole fixed eval subset, every example once
     assert evals[0]["eval/steps"] == 3  # eval runs all halting steps
-    assert summary["best_step"] in (10, 20)
-    assert summary["best_value"] == max(r["eval/exact_accuracy"] for r in evals)
+    assert summary.best_step in (10, 20)
+    assert summary.best_value == max(r["eval/exact_accuracy"] for r in evals)
     saved = json.loads((tmp_path / "summary.json").read_text())
-    assert saved["outcome"] == "COMPLETE" and saved["params"] == summary["params"]
+    assert saved["outcome"] == "COMPLETE" and saved["params"] == summary.params
     # Step speed from the first log point (5) on, the evals at 10 and 20 taken out (trm/measures/throughput.py).
     speed = saved["throughput"]
     assert (speed["steps"], speed["devices"], speed["examples_per_device"]) == (15, 1, 16.0)
@@ -102,10 +102,10 @@ def test_a_checkpoint_of_another_run_is_refused_not_resumed(tmp_path: Path, data
     assert after["step"] == before["step"] == 20  # the refused runs wrote nothing over it
     # What may differ between a run and its resumption does not count: where it is watched, when it pauses.
     summary = run(config(tmp_path, data_root, "train.steps=20", "train.progress=true", "wandb.enabled=false"))
-    assert summary["outcome"] == "COMPLETE" and summary["steps"] == 20
+    assert summary.outcome == "COMPLETE" and summary.steps == 20
     # Starting over is explicit.
     summary = run(config(tmp_path, data_root, "train.steps=10", "checkpoint.resume=false"))
-    assert summary["steps"] == 10 and checkpoint.load(str(tmp_path / "checkpoints"))["step"] == 10
+    assert summary.steps == 10 and checkpoint.load(str(tmp_path / "checkpoints"))["step"] == 10
 
 
 @pytest.mark.slow
@@ -205,15 +205,15 @@ def test_best_tracking_follows_the_objective_direction(tmp_path: Path, data_root
         )
     )
     losses = {r["step"]: r["eval/lm_loss"] for r in read_metrics(tmp_path) if "eval/lm_loss" in r}
-    assert summary["best_value"] == pytest.approx(min(losses.values()))
-    assert summary["best_step"] == min(losses, key=losses.get)
+    assert summary.best_value == pytest.approx(min(losses.values()))
+    assert summary.best_step == min(losses, key=losses.get)
 
 
 @pytest.mark.slow
 def test_profile_steps_writes_a_chrome_trace_of_those_steps_and_names_it(tmp_path: Path, data_root: Path) -> None:
     summary = run(config(tmp_path, data_root, "train.steps=8", "train.stop_after=5", "train.profile_steps=[3,4]"))
-    assert summary["peak_memory_mb"] > 50  # the process's peak resident set on a CPU: torch alone is more
-    trace = Path(summary["profile"])
+    assert summary.peak_memory_mb > 50  # the process's peak resident set on a CPU: torch alone is more
+    trace = Path(summary.profile)
     assert trace == tmp_path / "profile" / "trace.json"
     assert json.loads((tmp_path / "summary.json").read_text())["profile"] == str(trace)
     events = json.loads(trace.read_text())["traceEvents"]  # the Chrome trace format Perfetto opens
@@ -223,7 +223,7 @@ def test_profile_steps_writes_a_chrome_trace_of_those_steps_and_names_it(tmp_pat
     assert not steps  # one window, started and stopped by hand: no schedule steps
     # resumed past the window (from step 5): nothing is traced again
     summary = run(config(tmp_path, data_root, "train.steps=8", "train.profile_steps=[3,4]"))
-    assert summary["profile"] is None and summary["steps"] == 8
+    assert summary.profile is None and summary.steps == 8
 
 
 def test_profile_steps_out_of_order_is_refused_naming_the_key() -> None:

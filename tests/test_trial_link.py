@@ -9,6 +9,7 @@ import pytest
 from optuna.trial import TrialState
 
 from contracts.hydra_app import TrainJob, compose_train_config
+from contracts.run_summary import RunSummary
 from storage import StorageUnavailableError, open_storage
 from storage.record import PROGRESS_ATTR
 from storage.study_record import StudyAttrs
@@ -36,7 +37,7 @@ def test_reports_continue_then_abandon_once_the_trial_was_failed(pg_url: str) ->
     assert link.report(30, {**METRICS, "eval/exact_accuracy": math.nan}) == "abandon"  # also when nothing is reported
     frozen = study.trials[0]
     assert frozen.intermediate_values == {10: 0.5}
-    link.record_outcome("COMPLETE", {"best_value": 0.5})
+    link.record_outcome(RunSummary(outcome="COMPLETE", best_value=0.5))
     assert "outcome" not in study.trials[0].user_attrs  # nothing may be written to a finished trial
 
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol, TextIO
 
 from contracts.metrics_log import WALL_TIME_KEY
 from contracts.out_of_memory import out_of_memory
+from contracts.run_summary import RunSummary
 from trm.runtime.base import RuntimeMismatchError
 from trm.tracking.tracker import Tracker
 
@@ -97,7 +98,7 @@ class Reporter(Protocol):
 
     def progress(self, step: int) -> None: ...
 
-    def record_outcome(self, outcome: str, summary: dict[str, Any]) -> None: ...
+    def record_outcome(self, summary: RunSummary) -> None: ...
 
 
 class RunLog:
@@ -114,22 +115,23 @@ class RunLog:
             self.metrics_file.flush()
         self.tracker.log(record["step"], {k: v for k, v in record.items() if k != "step"})
 
-    def close(self, summary: dict[str, Any]) -> None:
+    def close(self, summary: RunSummary) -> None:
         """Rank 0: close metrics.jsonl, write summary.json and print the `end` line; every rank: finish the tracker."""
         if self.metrics_file is not None:
+            written = summary.to_dict()
             # Best-effort: a full or read-only out_dir must not replace the error that ended the run (nor keep the
             # tracker and the trial from recording the real outcome); a failed write is a warning on stderr.
             try:
                 self.metrics_file.close()
-                (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+                (self.out_dir / "summary.json").write_text(json.dumps(written, indent=2))
             except OSError as write_err:
-                error = summary["error"]
+                error = summary.error
                 print(
                     f"warning: could not write metrics.jsonl / summary.json in {self.out_dir} "
-                    f"({type(write_err).__name__}: {write_err}); the run ended {summary['outcome']}"
+                    f"({type(write_err).__name__}: {write_err}); the run ended {summary.outcome}"
                     + (f": {error}" if error else ""),
                     file=sys.stderr,
                     flush=True,
                 )
-            print(json.dumps({"event": "end", **summary}), flush=True)
+            print(json.dumps({"event": "end", **written}), flush=True)
         self.tracker.close(summary)

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import sys
+from dataclasses import replace
 from typing import Any, cast
 
 import hydra
@@ -27,6 +28,7 @@ from tqdm import tqdm
 from contracts import train_config
 from contracts.hydra_app import CONFIG_PATH, HYDRA_CALLBACKS, TrainJob, run_app
 from contracts.metrics_log import open_metrics
+from contracts.run_summary import RunSummary
 from contracts.train_config import TrainApp
 from trm.checkpoints import writer_lock
 from trm.checkpoints.checkpoint import check_url
@@ -54,7 +56,7 @@ from trm.train_state import TrainState
 train_config.register()  # conf/train.yaml's schema (contracts/train_config.py), before hydra.main composes it
 
 
-def run(job: TrainJob, reporter: Reporter | None = None) -> dict[str, Any]:
+def run(job: TrainJob, reporter: Reporter | None = None) -> RunSummary:
     """Train to the end, to a pruning verdict, or to an error; return the summary (rank 0's is complete)."""
     cfg = job.app
     check_url(cfg.checkpoint.url)  # a gs:// without gcsfs: refused before the runtime starts, not at the first save
@@ -77,20 +79,20 @@ def run(job: TrainJob, reporter: Reporter | None = None) -> dict[str, Any]:
             # The peak too: a model too large for the machine fails in its set-up, and its peak says how far it got.
             peak = peak_memory_mb(runtime.device)
             reporter.record_outcome(
-                FAIL,
-                {
-                    "error": failed.error,
-                    "retryable": failed.retryable,
-                    "run_again": failed.run_again,
-                    "peak_memory_mb": peak,
-                },
+                RunSummary(
+                    outcome=FAIL,
+                    error=failed.error,
+                    retryable=failed.retryable,
+                    run_again=failed.run_again,
+                    peak_memory_mb=peak,
+                )
             )
         raise
     finally:
         runtime.close(clean)  # no barrier after a failure: a dead peer would make it wait for the timeout
 
 
-def train_loop(t: Trainer, reporter: Reporter | None) -> dict[str, Any]:
+def train_loop(t: Trainer, reporter: Reporter | None) -> RunSummary:
     """Train from `t.state.step` to the end, to a stop or to an error; the run's summary, recorded (metrics.jsonl,
     summary.json, the tracker, rank 0's reporter) however it ended. `run` records a failure raised here."""
     cfg, runtime, state, train = t.cfg, t.runtime, t.state, t.cfg.train
@@ -136,11 +138,11 @@ def train_loop(t: Trainer, reporter: Reporter | None) -> dict[str, Any]:
         bar.close()
         throughput = timer.summary(t.params.get("flops_per_sample_step", 0), train.global_batch_size, runtime.devices)
         summary = summarize(cfg, state, outcome, t.clock, t.params, t.chosen, str(runtime.device), throughput)
-        summary.update(profile=profiler.close(), peak_memory_mb=peak_memory_mb(runtime.device))  # trace written
+        summary = replace(summary, profile=profiler.close(), peak_memory_mb=peak_memory_mb(runtime.device))  # written
         log.close(summary)
         t.clock.stamp("end")  # after the W&B run is closed: what is left is the outcome write and exit
         if is_main and reporter is not None:
-            reporter.record_outcome(outcome.status, summary)
+            reporter.record_outcome(summary)
     return summary
 
 
@@ -260,29 +262,33 @@ def summarize(
     precision: Precision,
     device: str,
     throughput: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """The run's summary: summary.json, the `end` line, the tracker's summary and what the trial stores."""
-    return {
-        "outcome": outcome.status,
-        "error": outcome.error,
-        "steps": state.step,
-        "rank_steps": outcome.rank_steps,
-        "retryable": outcome.retryable,
-        "run_again": outcome.run_again,
-        "objective": cfg.train.objective,
-        "precision": precision.mode,  # what train.precision resolved to (auto: from the device), and why
-        "precision_reason": precision.reason,
-        "device": device,  # what runtime.device resolved to on rank 0 (cpu, cuda:0; xla for the XLA backend)
-        "best_value": state.best.found_value,
-        "best_step": state.best.step,
-        "best_checkpoint": state.best_file.to_dict() | {"note": state.best_file.note},  # what best.pt holds
-        "final": state.last_eval,
-        "seconds": clock.seconds(),
-        "timing": clock.stamps,  # the live dict: `end` is stamped after the files are written
-        "compute_flops": params.get("flops_per_sample_step", 0) * cfg.train.global_batch_size * state.step,
-        "throughput": throughput,  # steady-state step speed (trm/measures/throughput.py); None for a run too short to time
-        **params,
-    }
+) -> RunSummary:
+    """The run's summary (contracts/run_summary.py): summary.json, the `end` line, the tracker's summary and what the
+    trial stores."""
+    flops = params.get("flops_per_sample_step")  # rank 0's count only
+    return RunSummary(
+        outcome=outcome.status,
+        error=outcome.error,
+        steps=state.step,
+        rank_steps=outcome.rank_steps,
+        retryable=outcome.retryable,
+        run_again=outcome.run_again,
+        objective=cfg.train.objective,
+        precision=precision.mode,
+        precision_reason=precision.reason,
+        device=device,
+        best_value=state.best.found_value,
+        best_step=state.best.step,
+        best_checkpoint=state.best_file.to_dict() | {"note": state.best_file.note},
+        final=state.last_eval,
+        seconds=clock.seconds(),
+        timing=clock.stamps,  # the live dict: `end` is stamped after the files are written
+        compute_flops=(flops or 0) * cfg.train.global_batch_size * state.step,
+        throughput=throughput,
+        params=params["params"],
+        puzzle_emb_params=params["puzzle_emb_params"],
+        flops_per_sample_step=flops,
+    )
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="train", execution_whitelist=HYDRA_CALLBACKS)
@@ -296,7 +302,7 @@ def main(cfg: DictConfig) -> float | None:
         from trm import reeval
 
         return reeval.run(job).value
-    value = run(job).get("best_value")
+    value = run(job).best_value
     return None if value is None else float(value)
 
 

@@ -17,11 +17,11 @@ from optuna.storages import RDBStorage
 
 from contracts.code_version import git_commit
 from contracts.metric_names import HALTED_EXAMPLES
+from contracts.run_summary import RunSummary
 from contracts.train_config import SweepLink
 from storage.confirm_record import COMPLETE, FAIL, ConfirmSeed, confirm_attr, confirm_progress_attr
 from storage.record import ProgressRecord, Reeval
 from storage.study_record import StudyAttrs
-from storage.trial_record import TrialOutcome
 from trm.fingerprint import code_fingerprint
 from trm.links.trial import TrialLinkError, open_linked_study, retry
 
@@ -64,14 +64,14 @@ class ConfirmLink:
         except Exception as err:  # noqa: BLE001 (the database briefly away: the next log point writes again)
             log.warning("could not record progress at step %d: %s", step, err)
 
-    def record_outcome(self, outcome: str, summary: dict[str, Any]) -> None:
+    def record_outcome(self, summary: RunSummary) -> None:
         """Store the job's end as a ConfirmSeed (COMPLETE or FAIL only; the first call counts)."""
-        if self.finished or outcome not in (COMPLETE, FAIL):
+        if self.finished or summary.outcome not in (COMPLETE, FAIL):
             return
         self.finished = True
         git = git_commit()
-        ended = TrialOutcome.from_summary(
-            outcome, summary, code=(code_fingerprint(), git.commit if git else None, git.dirty if git else None)
+        ended = summary.trial_outcome(
+            code=(code_fingerprint(), git.commit if git else None, git.dirty if git else None)
         )
         record = ConfirmSeed.from_outcome(
             self.trial, self.seed, self.metric, ended, self.checkpoint_url, f"eval/{HALTED_EXAMPLES}"

@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 from contracts.code_version import git_commit
 from contracts.out_of_memory import INFEASIBLE_OOM, out_of_memory
 from contracts.pruners import PRUNER_TARGETS, current_pruner_spec
+from contracts.run_summary import RunSummary
 from contracts.train_config import RetryPolicy, SweepLink
 from storage import EngineSettings, StorageError, engine_settings, open_storage
 from storage.errors import sqlite_file_lost, storage_failure
@@ -34,7 +35,7 @@ from storage.record import (
     ProgressRecord,
 )
 from storage.study_record import StudyAttrs
-from storage.trial_record import TrialOutcome, seed_prefix
+from storage.trial_record import seed_prefix
 from trm.fingerprint import code_fingerprint
 from trm.measures.memory_watch import MemoryWatch
 
@@ -178,7 +179,7 @@ class TrialLink:
         except Exception as err:  # noqa: BLE001 (the trial finished elsewhere, or the database is briefly away)
             log.warning("could not record progress at step %d: %s", step, storage_failure(err))
 
-    def record_outcome(self, outcome: str, summary: dict[str, Any]) -> None:
+    def record_outcome(self, summary: RunSummary) -> None:
         """Store the outcome on the trial as a TrialOutcome (the driver reads it and tells Optuna); only the first
         call counts."""
         if self.finished:
@@ -190,10 +191,8 @@ class TrialLink:
         if trial.state != TrialState.RUNNING:
             return  # already finished by the driver: nothing may be written to a finished trial
         git = git_commit()  # None: the code is not a git checkout's
-        error = str(summary.get("error") or "")
-        record = TrialOutcome.from_summary(
-            outcome,
-            summary,
+        error = str(summary.error or "")
+        record = summary.trial_outcome(
             code=(code_fingerprint(), git.commit if git else None, git.dirty if git else None),
             infeasible=INFEASIBLE_OOM if error and out_of_memory(error) else None,
         )

@@ -21,23 +21,11 @@ from omegaconf import OmegaConf
 
 from contracts.hydra_app import TrainJob, to_dict
 from contracts.overrides import override_values
+from contracts.run_summary import RunSummary
 from contracts.train_config import SweepLink, TrainApp
 from storage.study_record import StudyAttrs
 
 MANUAL_GROUP = "manual"
-# Keys of the training summary (trm.train) that go into the W&B run summary.
-SUMMARY_KEYS = (
-    "outcome",
-    "objective",
-    "best_value",
-    "best_step",
-    "steps",
-    "params",
-    "puzzle_emb_params",
-    "flops_per_sample_step",
-    "compute_flops",
-    "seconds",
-)
 _ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:\s*([^,}\s]+)")
 
 
@@ -154,12 +142,26 @@ def run_tags(cfg: TrainApp, study_attrs: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(t[:64] for t in tags))  # W&B limits tags to 64 characters
 
 
-def run_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    out = {k: summary.get(k) for k in SUMMARY_KEYS if k in summary}
-    if summary.get("error"):
-        out["error"] = str(summary["error"])[-1000:]
-    for key, value in (summary.get("final") or {}).items():
+def run_summary(summary: RunSummary) -> dict[str, Any]:
+    """The W&B run's summary: the run's headline facts, its error's tail, every final metric and its step speed
+    (non-finite numbers as None: W&B refuses them)."""
+    s = summary
+    out: dict[str, Any] = {
+        "outcome": s.outcome,
+        "objective": s.objective,
+        "best_value": s.best_value,
+        "best_step": s.best_step,
+        "steps": s.steps,
+        "params": s.params,
+        "puzzle_emb_params": s.puzzle_emb_params,
+        "flops_per_sample_step": s.flops_per_sample_step,
+        "compute_flops": s.compute_flops,
+        "seconds": s.seconds,
+    }
+    if s.error:
+        out["error"] = str(s.error)[-1000:]
+    for key, value in (s.final or {}).items():
         out[f"final/{key}"] = value
-    for key, value in (summary.get("throughput") or {}).items():  # step speed, comparable across runs in W&B
+    for key, value in (s.throughput or {}).items():  # step speed, comparable across runs in W&B
         out[f"throughput/{key}"] = value
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}

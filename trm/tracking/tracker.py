@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contracts.hydra_app import TrainJob
+from contracts.run_summary import RunSummary
 from contracts.wandb_runs import default_project, finish_run, resolve_mode, run_settings
 from trm.tracking.run_config import run_identity, run_summary, run_tags, safe_config, sampled_params, study_attributes
 
@@ -43,7 +44,7 @@ class Tracker:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         pass
 
-    def close(self, summary: dict[str, Any]) -> None:
+    def close(self, summary: RunSummary) -> None:
         pass
 
 
@@ -65,15 +66,15 @@ class WandbTracker(Tracker):
         except Exception as err:  # noqa: BLE001 - tracking never stops training
             self._give_up(err)
 
-    def close(self, summary: dict[str, Any]) -> None:
+    def close(self, summary: RunSummary) -> None:
         if self.run is None or self.finished:
             return
         self.finished = True
         try:
             self.run.summary.update(run_summary(summary))
-            if summary.get("outcome") == "PREEMPTED":  # stopped by SIGTERM with a checkpoint; a retry resumes
+            if summary.outcome == "PREEMPTED":  # stopped by SIGTERM with a checkpoint; a retry resumes
                 self.run.mark_preempting()
-            finish_run(self.run, exit_code=1 if summary.get("outcome") == "FAIL" else 0)
+            finish_run(self.run, exit_code=1 if summary.outcome == "FAIL" else 0)
         except Exception as err:  # noqa: BLE001 - tracking never fails a run: one warning
             self._give_up(err)
         self.run = None
