@@ -60,7 +60,7 @@ def dry_run(driver: Driver) -> None:
         workdir = driver.roots.workdir(trial.number)
         spec = JobSpec(
             f"{sweep.study.name}-{trial.number}",
-            driver.trials.job_command(trial.number, sampled, trial.number, slot=slot).overrides(),
+            driver.trials.jobs.job_command(trial.number, sampled, trial.number, slot=slot).overrides(),
             workdir,
             slot=slot,
         )

@@ -325,9 +325,9 @@ def test_the_driver_gives_every_attempt_of_a_trial_its_chains_run_id(tmp_path: P
     """A retry (a new trial number resuming its chain's checkpoint) gets the run id of the chain's first attempt."""
     cfg = sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.enabled=true")
     runner = Driver(typed_sweep(cfg)).runner(study_uid="abcdef0123456789abcdef0123456789")
-    first = runner.job_command(3, {}, origin=3).overrides()
-    retry = runner.job_command(7, {}, origin=3).overrides()
-    seed1 = runner.job_command(7, {}, origin=3, seed_index=1).overrides()
+    first = runner.jobs.job_command(3, {}, origin=3).overrides()
+    retry = runner.jobs.job_command(7, {}, origin=3).overrides()
+    seed1 = runner.jobs.job_command(7, {}, origin=3, seed_index=1).overrides()
     ids = [[o for o in overrides if o.startswith("wandb.run_id=")] for overrides in (first, retry, seed1)]
     assert ids == [
         ["wandb.run_id=abcdef012345-t3-s0"],
@@ -339,7 +339,7 @@ def test_the_driver_gives_every_attempt_of_a_trial_its_chains_run_id(tmp_path: P
     )  # a valid override
     # A retry's job also gets the last step its chain's earlier jobs logged to that run.
     assert not any(o.startswith("wandb.logged_through_step=") for o in first)
-    later = runner.job_command(7, {}, origin=3, logged_through=40).overrides()
+    later = runner.jobs.job_command(7, {}, origin=3, logged_through=40).overrides()
     assert "wandb.logged_through_step=40" in later
     assert compose_train_config([o for o in later if o.startswith("wandb.")]).wandb.logged_through_step == 40
 
@@ -371,7 +371,7 @@ def test_a_retry_is_told_the_last_step_its_chain_logged(tmp_path: Path) -> None:
     assert driver.trials.chain_logged_through(retry_history(third)) == 40
     assert driver.trials.chain_logged_through(retry_history(third), seed_index=1) == 7
     off = Driver(typed_sweep(sweep_config(f"sqlite:///{tmp_path}/db.sqlite", tmp_path, "wandb.enabled=false")))
-    assert not [o for o in off.trials.job_command(0, {}, origin=0).overrides() if o.startswith("wandb.run_id")]
+    assert not [o for o in off.trials.jobs.job_command(0, {}, origin=0).overrides() if o.startswith("wandb.run_id")]
 
 
 @pytest.mark.slow

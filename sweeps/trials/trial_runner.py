@@ -4,7 +4,8 @@
     -> tell_outcome: COMPLETE (the seeds' mean) / PRUNED / FAIL (a retry queued while retries are left)
 
 The driver (sweeps/driver.py) owns the loop, the budget and the slots; the runner owns what one trial is: its
-directories (sweeps.trials.paths), its job's command line (sweeps.launchers.job_command), its heartbeat, and what Optuna is told.
+directories and its jobs' command lines (`jobs`: sweeps/trials/trial_jobs.py, which the dry run builds too), its
+heartbeat, and what Optuna is told.
 It reads the study, the typed sweep config, the launcher and the storage URL it is given, and calls `progress` for
 the note that ends each state-change line; it never reaches back into the driver.
 Invariant: the heartbeat of a trial stops only once its state is stored (a database outage leaves it ours).
@@ -45,16 +46,15 @@ from storage.record import (
 from storage.trial_record import TrialLaunch, TrialOutcome, attempt_attr, seed_prefix
 from sweeps.config.schema import SweepConfig
 from sweeps.launchers.base import JobSpec, Launcher
-from sweeps.launchers.job_command import JobCommand, StudyLink, job_name, training_overrides
+from sweeps.launchers.job_command import job_name
 from sweeps.launchers.slots import Slot
 from sweeps.search.space import to_overrides
 from sweeps.search.study import OpenStudy, StudyNotOpenError
 from sweeps.trials.outcome import Verdict, clip_reason, job_verdict, objective_values, seed_attrs, seed_mean
-from sweeps.trials.paths import StudyRoots, TrialPaths
 from sweeps.trials.recovery import requeue
-from sweeps.trials.retry import plan_retry, retry_of, stop_reason, visible_here, with_note
+from sweeps.trials.retry import plan_retry, retry_of, stop_reason, with_note
 from sweeps.trials.running import RunningTrial
-from sweeps.trials.wandb_summary import trial_wandb_overrides
+from sweeps.trials.trial_jobs import TrialJobs
 
 log = logging.getLogger("sweeps")
 
@@ -75,16 +75,12 @@ class TrialRunner:
         study_uid: str | None = None,
     ):
         self.sweep = sweep
-        self.base_overrides = list(base_overrides)
         self.launcher = launcher
-        self.storage_url = storage_url
         self.progress = progress  # the driver's ` [3/8 done, ...]` note that ends each state-change line
         self.opened = opened
         self.study_uid = study_uid or (opened.uid if opened else DRY_RUN_UID)
-        # Trial directories: <root>/<study name>/<first 8 of the study's uid>/trial-<n> (sweeps.trials.paths).
-        self.roots = StudyRoots.of(
-            sweep.output_root, sweep.trial.run_root, sweep.trial.checkpoint_root, str(sweep.study.name), self.study_uid
-        )
+        self.jobs = TrialJobs.of(sweep, base_overrides, launcher, storage_url, self.study_uid)  # dirs, commands
+        self.roots = self.jobs.roots
         self.stopped_by: tuple[int, str, str] | None = None  # (trial, the job's error line, why it stops the study)
 
     @property
@@ -104,22 +100,6 @@ class TrialRunner:
         """The first trial of a retry chain: its checkpoint directory is the one to resume from."""
         return chain_origin(trial)
 
-    def training_overrides(self, sampled: dict[str, Any]) -> list[str]:
-        """What a trial trains: pasted after `python -m trm.train` they re-train it (sweeps/best.py)."""
-        return training_overrides(self.base_overrides, sampled, self.sweep.study.objective, self.sweep.study.direction)
-
-    def checkpoint_url(self, origin: int) -> str:
-        """A retry chain's checkpoints: under its first trial's directory."""
-        return self.roots.checkpoint_url(origin)
-
-    def visible_checkpoints(self, origin: int) -> str | None:
-        """The retry chain's checkpoint directory where this machine can tell what is in it (sweeps.trials.retry)."""
-        return visible_here(self.trial_paths(origin, origin).checkpoint_url, self.launcher.shares_filesystem)
-
-    def trial_paths(self, number: int, origin: int, seed_index: int = 0) -> TrialPaths:
-        """Where the job of seed `seed_index` of trial `number` writes (its own directories when seeds > 1)."""
-        return self.roots.trial(number, origin, seed_index, self.sweep.study.seeds)
-
     def chain_logged_through(self, earlier: Iterable[int], seed_index: int = 0) -> int | None:
         """The last step the `earlier` attempts of a retry chain (retry_history) reached a log point at (their
         progress, written where they also log to W&B): the retry logs only the steps after it to the chain's run."""
@@ -134,36 +114,6 @@ class TrialRunner:
         ]
         return max(steps) if steps else None
 
-    def job_command(
-        self,
-        number: int,
-        sampled: dict[str, Any],
-        origin: int,
-        seed_index: int = 0,
-        slot: Slot | None = None,
-        logged_through: int | None = None,
-    ) -> JobCommand:
-        """The job's command line for one seed of trial `number` on `slot` (sweeps/launchers/job_command.py); a retry's
-        `logged_through` is chain_logged_through's."""
-        paths = self.trial_paths(number, origin, seed_index)
-        link = StudyLink(
-            study=str(self.sweep.study.name),
-            study_uid=self.study_uid,
-            trial_number=number,
-            storage=self.storage_url,
-            password_env=self.sweep.storage.password_env or None,
-            seed_index=seed_index if self.sweep.study.seeds > 1 else None,
-            sampled=tuple(sampled),
-        )
-        return JobCommand(
-            training=self.training_overrides(sampled),
-            tracking=trial_wandb_overrides(self.sweep.wandb, self.study_uid, origin, seed_index, logged_through),
-            out_dir=paths.run_dir,
-            checkpoint_url=paths.checkpoint_url,
-            link=link,
-            extra=slot.overrides if slot else (),
-        )
-
     def start_trial(self, trial: optuna.Trial, sampled: dict[str, Any], slot: Slot) -> RunningTrial:
         frozen = self.storage.get_trial(trial_id_of(trial))
         origin = self.origin_number(frozen)
@@ -176,9 +126,9 @@ class TrialRunner:
         launch = TrialLaunch(
             overrides=to_overrides(sampled),
             workdir=str(workdir),
-            checkpoint_url=self.checkpoint_url(origin),
+            checkpoint_url=self.jobs.checkpoint_url(origin),
             slot=slot.name,
-            train_overrides=[*self.training_overrides(sampled), *(slot.overrides if slot.whole else ())],
+            train_overrides=[*self.jobs.training_overrides(sampled), *(slot.overrides if slot.whole else ())],
             chips=slot.chips,
         )
         # A fresh `details` (a retry's predecessor's belong to its own attempt): the job and finish() add theirs.
@@ -200,7 +150,7 @@ class TrialRunner:
             earlier=tuple(retry_history(frozen)),
         )
         self.launch_seed(running, 0)
-        resumed = retry_of(trial.number, origin, self.visible_checkpoints(origin))
+        resumed = retry_of(trial.number, origin, self.jobs.visible_checkpoints(origin))
         where = "" if slot.whole else f" on {slot.name}"
         log.info(
             "trial %d started%s%s: %s%s",
@@ -217,10 +167,10 @@ class TrialRunner:
         has its own output and checkpoint directories (sweeps.trials.paths), and only seed 0 reports to the pruner."""
         trial = running.trial
         logged = self.chain_logged_through(running.earlier, index)
-        overrides = self.job_command(
+        overrides = self.jobs.job_command(
             trial.number, running.sampled, running.origin, index, running.slot, logged
         ).overrides()
-        workdir = self.trial_paths(trial.number, running.origin, index).workdir
+        workdir = self.jobs.trial_paths(trial.number, running.origin, index).workdir
         running.seed_index = index
         running.launched_at.append(time.time())
         running.progress, running.progress_seen = None, time.time()
@@ -318,7 +268,7 @@ class TrialRunner:
         `retry`: a FAIL worth a retry, queued while retries are left; the reason says which (sweeps/trials/retry.py)."""
         trial = running.trial
         frozen, max_retry = self.storage.get_trial(trial_id_of(trial)), self.sweep.heartbeat.max_retry
-        plan = plan_retry(frozen, max_retry, self.visible_checkpoints(running.origin)) if retry else None
+        plan = plan_retry(frozen, max_retry, self.jobs.visible_checkpoints(running.origin)) if retry else None
         stored = frozen.user_attrs
         timing = {"launched_at": running.launched_at, "exited_at": running.exited_at}
         trial.set_user_attr(DETAILS_ATTR, {**merged_details(stored), DRIVER_TIMING_DETAIL: timing})
