@@ -5,6 +5,7 @@ study's files and driver logs are kept then).
     python -m tests.chaos                           # 20 trials, 2 drivers, a private PostgreSQL (~10-15 min here)
     python -m tests.chaos --trials 40 --job-kills 4 --job-stops 2 --driver-kills 2 --pg-restarts 2 --seed 7
     python -m tests.chaos --pg-url postgresql://postgres@127.0.0.1:5433/trm_sweeps   # no PostgreSQL restart then
+    python -m tests.chaos --pod --shape v4-32 --minutes 30   # the pod soak (tests/chaos/pod_soak.py)
 """
 
 from __future__ import annotations
@@ -70,6 +71,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if "--pod" in given:  # the pod soak: a study on the stand-in gcloud's slice (tests/chaos/pod_soak.py)
+        from tests.chaos.pod_soak import main as pod_main
+
+        return pod_main([a for a in given if a != "--pod"])
     args = parse_args(argv)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="trm-soak-", dir="/tmp"))
     settings = SoakSettings(
