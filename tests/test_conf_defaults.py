@@ -119,8 +119,8 @@ def test_every_launcher_knob_in_conf_is_its_constructors_default(name: str) -> N
     assert set(conf) == set(params), f"conf/launcher/{name}.yaml vs the constructor"
     for key, value in conf.items():
         default = params[key].default
-        if key == "env" and default is None:  # tpu_pod: None stands for its module's DEFAULT_ENV
-            default = sys.modules[launcher.__module__].DEFAULT_ENV
+        if key == "env" and default is None:  # tpu_pod: None stands for its constructor's module's DEFAULT_ENV
+            default = sys.modules[launcher.__init__.__module__].DEFAULT_ENV
         interpolated = isinstance(value, str) and value.startswith("${") and value.endswith("}")
         shipped = OmegaConf.select(sweep, value[2:-1]) if interpolated else value
         if shipped != "???":

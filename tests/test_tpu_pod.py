@@ -283,9 +283,9 @@ def test_deploy_from_an_installed_copy_asks_for_the_wheel(
     """An installed trm-sweeps has no checkout to build a wheel from: refused before any VM is contacted, naming
     launcher.wheel; a launcher.wheel that is not a wheel file is refused too."""
     from sweeps.launchers.base import LauncherConfigError
-    from sweeps.launchers.tpu import launcher as tpu_pod
+    from sweeps.launchers.tpu import setup as pod_setup
 
-    monkeypatch.setattr(tpu_pod, "CHECKOUT", tmp_path / "site-packages")
+    monkeypatch.setattr(pod_setup, "CHECKOUT", tmp_path / "site-packages")
     with pytest.raises(LauncherConfigError, match=r"set launcher.wheel=/path/to/trm_sweeps-<version>.whl"):
         launcher(deploy=True).validate()
     with pytest.raises(LauncherConfigError, match=r"launcher.wheel='.*nothing.whl': not a wheel file"):
