@@ -24,6 +24,16 @@ def test_the_architecture_doc_lists_every_module_and_only_real_ones() -> None:
     assert sorted(named - modules) == [], "docs/architecture.md names modules that do not exist"
 
 
+def test_trm_keeps_its_top_level_small_and_its_rooms_named() -> None:
+    """docs/architecture.md, the trm/ tables: train.py's reading order over at most 25 modules at trm/'s top, the
+    rest in rooms by job; every room the doc names exists and holds modules."""
+    top = sorted(p.name for p in (ROOT / "trm").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 25, f"trm/ has {len(top)} modules at its top: put some in a room by job ({top})"
+    rooms = set(re.findall(r"`trm/(\w+)/`", DOC.read_text()))
+    assert {"links", "measures", "tracking", "checkpoints", "kernels", "runtime", "data"} <= rooms
+    assert all(any((ROOT / "trm" / room).glob("*.py")) for room in rooms), rooms
+
+
 def test_what_the_doc_says_of_the_preflight_probe_and_bench_holds() -> None:
     """Two claims no linter checks: the probe parses as Python 3.8 (it must run on an interpreter too old for the
     project, to report it), and bench/ imports nothing from tests/ (import-linter covers the five packages only)."""
