@@ -1,7 +1,8 @@
 """The horizon replays as one figure (issue 54): a column per table (500, 1,000, 2,000 steps; each seed), the share
 of studies holding a near-best configuration against the compute paid (with the 90% goal and the 40% budget as
-lines), and below it the regret on a log axis, its median with a band from the 10th to the 90th percentile of
-the replays. Written as plotly HTML and, through headless Chromium, as PNG (as bench/trm_bench_figure.py).
+lines), and below it the regret on a log axis: its median, and for the chosen rule and `none` a band from the 10th
+to the 90th percentile of the replays. Written as plotly HTML and, through headless Chromium, as PNG (as
+bench/trm_bench_figure.py).
 
     python -m bench.trm_bench_horizon_figure bench/results/trm_bench_horizon.json
 """
@@ -21,6 +22,7 @@ from plotly.subplots import make_subplots
 from bench.trm_bench_figure import png
 from bench.trm_bench_horizon import CURVE_POINTS, GOAL_FOUND, GOAL_SHARE
 
+BANDED = ("none",)  # the rules whose regret band is drawn, beside the chosen one's
 REGRET_FLOOR = 1e-3  # a log axis has no 0: a regret below this is drawn at it (the y-axis title says so)
 
 
@@ -52,11 +54,12 @@ def figure(result: dict[str, Any]) -> go.Figure:
         )  # fmt: skip
         low = [max(v, REGRET_FLOOR) for v in curves["regret_p10"]]
         high = [max(v, REGRET_FLOOR) for v in curves["regret_p90"]]
-        fig.add_trace(
-            go.Scatter(x=x + x[::-1], y=high + low[::-1], fill="toself", fillcolor=band_colour(colour),
-                       line={"width": 0}, legendgroup=row["rule"], showlegend=False, hoverinfo="skip"),
-            row=2, col=col,
-        )  # fmt: skip
+        if row["rule"] in BANDED or row["rule"] == chosen:  # every rule's band at once hides them all
+            fig.add_trace(
+                go.Scatter(x=x + x[::-1], y=high + low[::-1], fill="toself", fillcolor=band_colour(colour),
+                           line={"width": 0}, legendgroup=row["rule"], showlegend=False, hoverinfo="skip"),
+                row=2, col=col,
+            )  # fmt: skip
         fig.add_trace(
             go.Scatter(x=x, y=[max(v, REGRET_FLOOR) for v in curves["regret_p50"]], mode="lines",
                        legendgroup=row["rule"], showlegend=False, line={"color": colour, "width": width}),

@@ -123,7 +123,7 @@ def test_the_figure_draws_each_rule_per_table_with_the_goal_and_the_budget() -> 
     assert curves["found"][0] == 0 and curves["found"][-1] == 1  # unpruned: at the whole grid, every study holds it
     assert all(lo <= mid <= hi for lo, mid, hi in zip(curves["regret_p10"], curves["regret_p50"], curves["regret_p90"]))
     fig = figure({"rows": rows, "choice": {"rule": "median_late"}})
-    assert len(fig.data) == 4 * 3  # per row: the share, the regret band and its median
+    assert len(fig.data) == 4 * 3  # per row: the share, the regret median, and a band (both rules are banded)
     lines = [(s.type, s.y0 if s.y0 == s.y1 else s.x0) for s in fig.layout.shapes]
     assert lines.count(("line", horizon.GOAL_FOUND)) == 2 and lines.count(("line", horizon.GOAL_SHARE)) == 4
     assert fig.layout.yaxis3.type == "log" and min(fig.data[2].y) >= REGRET_FLOOR
