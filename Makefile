@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help setup check lint demo demo-unpruned test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning bench-table bench-replay bench-check bench-reference ref-given soak clean
+.PHONY: help setup check lint demo demo-unpruned test test-xla dashboard report bench bench-trainer bench-data bench-storage bench-sweep bench-pruning bench-table bench-replay bench-check bench-reference ref-given soak soak-pod clean
 
 help:                     ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 20
@@ -143,6 +143,11 @@ bench-reference: ref-given setup $(REF_STAMP)  ## ours vs the TRM reference: mak
 # every invariant checked. Exits 1 if one fails.
 soak: setup               ## SOAK_ARGS="--trials 40 --seed 7" for another run
 	$(BENCH_ENV) $(PY) -m tests.chaos $(SOAK_ARGS)
+
+# The pod soak (issue 56; docs/pod-unknowns.md, Pod soak): a 30-minute study on the stand-in gcloud's slice under
+# describe errors, a spot preemption, a VM that vanishes and one that goes silent; writes bench/results/pod_soak_<shape>.json.
+soak-pod: setup           ## v4-32, 30 min; POD_SOAK_ARGS="--shape v5litepod-16 --seed 2" for the other
+	$(BENCH_ENV) $(PY) -m tests.chaos --pod $(POD_SOAK_ARGS)
 
 clean:                    ## remove the venvs, outputs/ and pytest's cache
 	rm -rf $(VENV) $(XLA_VENV) outputs .pytest_cache

@@ -30,7 +30,7 @@ from bench._results import run_header
 from sweeps.launchers.torchrun import free_port
 from sweeps.testing import FAST_TRIAL, LAUNCHER_ENV, sweep_overrides
 from tests.chaos import pod_invariants as checks
-from tests.chaos.pod_faults import FAKE_GCLOUD, POD_FAULT_KINDS, PodHand, PodSoakSettings, pod_schedule
+from tests.chaos.pod_faults import FAKE_GCLOUD, POD_FAULT_KINDS, PodFault, PodHand, PodSoakSettings, pod_schedule
 from tests.chaos.postgres import ROOT, PrivatePostgres
 from tests.chaos.record import StudyRecord
 from tests.chaos.report import trial_row
@@ -76,9 +76,7 @@ def vm_setup_script(s: PodSoakSettings) -> Path:
     """launcher.setup's script, run on every VM by each prepare (a recreated VM is bare): the VM's venv, here a
     wrapper of this interpreter that imports this checkout (the one the driver runs)."""
     script = s.work / "vm-setup.sh"
-    python = (
-        f"#!/bin/sh\nPYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} \"$@\"\n"
-    )
+    python = f'#!/bin/sh\nPYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} "$@"\n'
     script.write_text(
         "mkdir -p ~/venv/bin\ncat > ~/venv/bin/python <<'EOF'\n" + python + "EOF\nchmod +x ~/venv/bin/python\n"
     )
@@ -148,13 +146,14 @@ def settle_processes(s: PodSoakSettings, wait_s: float = 20.0) -> list[dict[str,
     return left
 
 
-def run_soak(s: PodSoakSettings, url: str) -> dict[str, Any]:
-    """The study, the faults, the checks; everything as one result."""
+def run_soak(s: PodSoakSettings, url: str, faults: list[PodFault] | None = None) -> dict[str, Any]:
+    """The study, the faults (`faults`, else drawn from the seed: pod_schedule), the checks; everything as one
+    result."""
     for path in (s.pod_root, s.gcs_root / "bucket", s.output_root):
         path.mkdir(parents=True, exist_ok=True)
     rng = random.Random(s.seed)
     workers = slice_workers(s.shape)
-    faults = pod_schedule(rng, s, workers)
+    faults = pod_schedule(rng, s, workers) if faults is None else faults
     env = pod_env(s)
     log = s.work / "driver.log"
     t0 = time.monotonic()
@@ -296,4 +295,3 @@ def source_commit() -> str:
         return named.read_text().strip()
     proc = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     return proc.stdout.strip() or "unknown"
-
