@@ -164,8 +164,11 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 # files. Within each, collection order; a file's tests keep theirs. A stale entry costs balance, never a test.
 TESTS_DIR = Path(__file__).resolve().parent
 HEAVY_FIRST = (
-    "chaos/test_invariants.py",
     "test_sweeps.py",
+    "test_train.py",
+    "chaos/test_invariants.py",
+    "test_validation.py",
+    "test_distributed.py",
     "test_pod_spot_notice.py",
     "test_secrets.py",
     "test_packaging.py",
