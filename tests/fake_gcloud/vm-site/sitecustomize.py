@@ -6,7 +6,9 @@ import importlib.util
 import os
 import pathlib
 
-if os.environ.get("FAKE_GCS_ROOT"):
+# An interpreter without fsspec (gcloud's own, run by a caller whose PYTHONPATH holds this directory) has no gs://
+# to give: it starts without the store rather than with "Error in sitecustomize" on its stderr.
+if os.environ.get("FAKE_GCS_ROOT") and importlib.util.find_spec("fsspec") is not None:
     _spec = importlib.util.spec_from_file_location(
         "fake_gcs", pathlib.Path(__file__).resolve().parents[2] / "fake_gcs.py"
     )
