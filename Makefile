@@ -89,8 +89,8 @@ BENCH_ENV := OMP_WAIT_POLICY=PASSIVE
 bench: bench-data bench-storage bench-sweep bench-pruning bench-trainer   ## all of them, one at a time (docs/benchmarks.md)
 
 bench-trainer: setup      ## paper MLP-t / attention steps: fp32/bf16, eager/compile, vs matmul peak
-	$(BENCH_ENV) $(PY) -m bench.trainer --compile
-	$(BENCH_ENV) $(PY) -m bench.trainer --compile --arch trm_att_sudoku --out bench/results/trainer_att.json
+	$(BENCH_ENV) $(PY) -m bench.trainer.step --compile
+	$(BENCH_ENV) $(PY) -m bench.trainer.step --compile --arch trm_att_sudoku --out bench/results/trainer_att.json
 
 bench-data: setup         ## 1,000 x 1,000 build from a CSV; loader headroom over the trainer
 	$(BENCH_ENV) $(PY) -m bench.data_pipeline
@@ -102,22 +102,22 @@ bench-sweep: setup        ## per-trial overhead of the local (fresh and warm) an
 	$(BENCH_ENV) $(PY) -m bench.sweep_overhead --launchers local,local+launcher.warm=true,torchrun
 
 bench-pruning: setup      ## the CPU proxy study with and without the Hyperband pruner
-	$(BENCH_ENV) $(PY) -m bench.pruning
+	$(BENCH_ENV) $(PY) -m bench.pruning.studies
 
 # TRM-Bench-tiny (docs/benchmarks.md, Pruning): hours on 2 cores; the same command resumes, export runs any time.
 bench-table: setup        ## record (or resume) every tiny configuration's curve, 3 seeds; then export the table
-	$(BENCH_ENV) $(PY) -m bench.trm_bench_tiny record
-	$(PY) -m bench.trm_bench_tiny export
+	$(BENCH_ENV) $(PY) -m bench.trm_bench.tiny record
+	$(PY) -m bench.trm_bench.tiny export
 
 bench-replay: setup       ## every sampler x pruner replayed on the table; seeds 0 and 1 choose, seed 2 reports
-	$(PY) -m bench.trm_bench_replay --seed 0
-	$(PY) -m bench.trm_bench_replay --seed 1
-	$(PY) -m bench.trm_bench_replay --seed 2 --only tpe/median_late/blank
-	$(PY) -m bench.trm_bench_choice
+	$(PY) -m bench.trm_bench.replay --seed 0
+	$(PY) -m bench.trm_bench.replay --seed 1
+	$(PY) -m bench.trm_bench.replay --seed 2 --only tpe/median_late/blank
+	$(PY) -m bench.trm_bench.choice
 
 bench-check: setup        ## a real study of model_scaling's defaults on the table's held-out seed, beside its replays
-	$(BENCH_ENV) $(PY) -m bench.trm_bench_check run --seed 1
-	$(PY) -m bench.trm_bench_check report --seed 1
+	$(BENCH_ENV) $(PY) -m bench.trm_bench.check run --seed 1
+	$(PY) -m bench.trm_bench.check report --seed 1
 
 # Our train step vs the TRM reference's (a TinyRecursiveModels checkout at REF, imported from there, never copied),
 # side by side per mode. The reference's side runs under its own venv: torch pinned first, as in setup, then what
@@ -137,7 +137,7 @@ $(REF_STAMP): requirements.lock
 	touch $(REF_STAMP)
 
 bench-reference: ref-given setup $(REF_STAMP)  ## ours vs the TRM reference: make bench-reference REF=path/to/TinyRecursiveModels
-	$(BENCH_ENV) $(PY) -m bench.trainer_vs_reference --ref $(REF) --ref-python $(REF_PY) $(REF_ARGS)
+	$(BENCH_ENV) $(PY) -m bench.trainer.vs_reference --ref $(REF) --ref-python $(REF_PY) $(REF_ARGS)
 
 # The long soak (docs/reliability.md, Soak): the chaos suite (tests/chaos) at 20 trials, faults at random points;
 # every invariant checked. Exits 1 if one fails.

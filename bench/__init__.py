@@ -1,1 +1,2 @@
-"""Benchmarks: `python -m bench.<name>` (the Makefile's bench-* targets); results in bench/results and docs/benchmarks.md."""
+"""Benchmarks: `python -m bench.<name>` or `python -m bench.<room>.<name>` (rooms: trm_bench, pruning, gpu, trainer;
+the Makefile's bench-* targets); results in bench/results and docs/benchmarks.md."""

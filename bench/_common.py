@@ -180,7 +180,7 @@ STEP_PROFILE_KEYS = ("arch", "batch", "precision", "compile", "steps")  # what a
 
 
 def step_profile_parser(doc: str | None, batch: int, warmup: int, steps: int, out_name: str) -> argparse.ArgumentParser:
-    """The arguments of the step profiles (bench/cpu_profile.py, bench/gpu_profile.py): the paper preset's step at
+    """The arguments of the step profiles (bench/trainer/cpu_profile.py, bench/gpu/profile.py): the paper preset's step at
     one precision and compile mode, profiled for --steps after --warmup."""
     p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     p.add_argument("--arch", default="trm_mlp_t_sudoku")

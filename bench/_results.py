@@ -63,7 +63,9 @@ def cpu_facts() -> dict[str, Any]:
 def run_header(name: str, argv: list[str] | None) -> dict[str, Any]:
     """What every result starts with: which bench, the command that reproduces it, the machine it ran on."""
     args = sys.argv[1:] if argv is None else argv
-    return {"benchmark": name, "command": " ".join(["python", f"bench/{name}.py", *args]), "machine": cpu_facts()}
+    spec = sys._getframe(1).f_globals.get("__spec__")  # the calling bench's module, under -m and in-process alike
+    module = spec.name if spec is not None else f"bench.{name}"
+    return {"benchmark": name, "command": " ".join(["python", "-m", module, *args]), "machine": cpu_facts()}
 
 
 def write_results(name: str, result: dict[str, Any], table: str, out_dir: Path = RESULTS) -> Path:

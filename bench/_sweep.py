@@ -135,7 +135,7 @@ def projected_fraction(summary: dict[str, Any], trial_training_s: float, n_trial
 def trial_record(trial: FrozenTrial) -> dict[str, Any]:
     """What the benches keep of a trial: params, state, steps, compute, value and its reported curve."""
     outcome = TrialOutcome.of(trial.user_attrs)
-    return {  # the benches' own JSON (bench/pruning.py reads it back): its keys stay as the results on disk have them
+    return {  # the benches' own JSON (bench/pruning/studies.py reads it back): its keys stay as the results on disk have them
         "number": trial.number,
         "state": trial.state.name,
         "params": params_to_values(trial.params),

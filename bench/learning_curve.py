@@ -10,7 +10,7 @@ removed first unless --resume (trm.train would otherwise resume from its checkpo
 metrics). metrics.jsonl carries no timestamps, so this script follows the file while the run goes and
 stamps each record with the wall seconds since launch at which it appeared (eval rows: after the eval).
 Writes bench/results/learning_curve.json and bench/results/learning_curve.md (the markdown table); --results-dir and
---out-name put them elsewhere (bench/gpu_session.py's bf16 training run).
+--out-name put them elsewhere (bench/gpu/session.py's bf16 training run).
 """
 
 from __future__ import annotations

@@ -34,6 +34,17 @@ def test_trm_keeps_its_top_level_small_and_its_rooms_named() -> None:
     assert all(any((ROOT / "trm" / room).glob("*.py")) for room in rooms), rooms
 
 
+def test_bench_keeps_its_top_level_small_and_its_rooms_named() -> None:
+    """docs/architecture.md, bench/'s rooms: at most 25 modules at bench/'s top (the shared helpers and the one-off
+    benches), the rest in rooms by job; every room the doc names exists and holds modules, and every room is named."""
+    top = sorted(p.name for p in (ROOT / "bench").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 25, f"bench/ has {len(top)} modules at its top: put some in a room by job ({top})"
+    named = set(re.findall(r"`bench/(\w+)/`", DOC.read_text()))
+    rooms = {p.parent.name for p in (ROOT / "bench").glob("*/__init__.py")}
+    assert {"trm_bench", "gpu", "pruning", "trainer"} <= named, named
+    assert named == rooms, f"rooms of bench/ the doc does not name, or names wrongly: {sorted(named ^ rooms)}"
+
+
 def test_what_the_doc_says_of_the_preflight_probe_and_bench_holds() -> None:
     """Two claims no linter checks: the probe parses as Python 3.8 (it must run on an interpreter too old for the
     project, to report it), and bench/ imports nothing from tests/ (import-linter covers the five packages only)."""
@@ -58,7 +69,7 @@ DICTCONFIG_HOMES = {
     "contracts/schema_checks.py": "one block built from its schema, from a composed node",
     "contracts/hydra_run_dir.py": "a Hydra callback: Hydra hands it the config",
     "storage/hydra_secrets.py": "a Hydra callback: Hydra hands it the config",
-    "bench/_common.py": "the benches' StepRunner still holds the composed config (bench/'s rooms are to come)",
+    "bench/_common.py": "the benches' StepRunner steps a preset's composed config, as `trm.train` would compose it",
 }
 SEARCHED = (*PACKAGES, "bench")
 
@@ -86,7 +97,7 @@ TYPERS = {"typed_sweep", "typed_train_config", "of"}
 # Composes outside an entry point, and why: (module, function) -> the reason.
 COMPOSE_CHECKS = {
     ("sweeps/validation/validate_trials.py", "_composes"): "a trial's training config composed to refuse it, unused",
-    ("bench/_common.py", "train_config"): "the benches' StepRunner still takes the composed config (bench/'s rooms)",
+    ("bench/_common.py", "train_config"): "the benches' StepRunner takes the composed config, the trainer's own",
 }
 
 

@@ -14,23 +14,29 @@ from pathlib import Path
 import optuna
 import pytest
 
-from bench import gpu_profile, pruning, pruning_evidence, pruning_replays
+from bench.gpu import profile as gpu_profile
+from bench.pruning import evidence as pruning_evidence
+from bench.pruning import replays as pruning_replays
+from bench.pruning import studies as pruning
 from sweeps.config.compose import compose_sweep_config
 from sweeps.config.optuna_parts import build, pruner_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_bench(script: str, out: Path, *args: str) -> dict:
+def run_bench(script: str, out: Path, *args: str, name: str = "") -> dict:
+    """`python -m` the bench at bench/<script> (a room's too: pruning/studies.py); its results are <name>.json and .md
+    (the script's name unless given)."""
+    module = "bench." + script.removesuffix(".py").replace("/", ".")
     proc = subprocess.run(
-        [sys.executable, "-m", f"bench.{script.removesuffix('.py')}", "--quick", "--out-dir", str(out), *args],
+        [sys.executable, "-m", module, "--quick", "--out-dir", str(out), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    name = script.removesuffix(".py")
+    name = name or script.removesuffix(".py")
     assert (out / f"{name}.md").read_text().startswith(("|", "Build")), "the markdown table was not written"
     return json.loads((out / f"{name}.json").read_text())
 
@@ -127,7 +133,7 @@ def test_pruning_bench_summarizes_seeds_from_a_saved_result(tmp_path: Path) -> N
     saved = {"benchmark": "pruning", "study": "model_scaling", "n_trials": 4, "seeds": [1, 2], "per_seed": per_seed}
     (tmp_path / "in.json").write_text(json.dumps(saved))
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.pruning", "--render", str(tmp_path / "in.json")],
+        [sys.executable, "-m", "bench.pruning.studies", "--render", str(tmp_path / "in.json")],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -172,7 +178,17 @@ def test_pruning_bench_pairs_the_arms_once_per_seed(tmp_path: Path) -> None:
     min_resource, and an override of its own) compared with its own seed's unpruned one, on the same configurations."""
     pruned = "hyperband+study.prune_metric=eval/blank_accuracy"
     result = run_bench(
-        "pruning.py", tmp_path, "--n-trials", "2", "--seeds", "1,2", "--jobs", "2", "--arms", f"none,{pruned}"
+        "pruning/studies.py",
+        tmp_path,
+        "--n-trials",
+        "2",
+        "--seeds",
+        "1,2",
+        "--jobs",
+        "2",
+        "--arms",
+        f"none,{pruned}",
+        name="pruning",
     )
     assert result["seeds"] == [1, 2] and [r["seed"] for r in result["per_seed"]] == [1, 2]
     for r in result["per_seed"]:
@@ -214,7 +230,7 @@ def test_storage_latency_bench_counts_every_operation(tmp_path: Path, pg_server_
 @pytest.mark.slow
 def test_trainer_vs_reference_bench_runs_our_side_and_writes_the_table(tmp_path: Path) -> None:
     """Without a reference checkout (CI has none): our side of the smallest mode, the matmul peaks, the table."""
-    result = run_bench("trainer_vs_reference.py", tmp_path)
+    result = run_bench("trainer/vs_reference.py", tmp_path, name="trainer_vs_reference")
     (mode,) = result["modes"]
     assert mode["mode"] == "fp32 eager" and mode["batch"] == 2 and mode["ours_samples_per_s"] > 0
     assert mode["ours_utilization_vs_matmul_peak"] > 0
@@ -235,7 +251,9 @@ def test_gpu_candidates_bench_checks_and_times_every_candidate(tmp_path: Path) -
     step timings, the table. Two candidates (fused_mix_swiglu runs every kernel of the others'): the interpreter
     takes a minute a candidate."""
     candidates = ("--candidates", "torch,fused_mix_swiglu")
-    result = run_bench("gpu_candidates.py", tmp_path, "--device", "cpu", "--compile", "off", *candidates)
+    result = run_bench(
+        "gpu/candidates.py", tmp_path, "--device", "cpu", "--compile", "off", *candidates, name="gpu_candidates"
+    )
     checks = {c["choice"]: c for c in result["gradient_check"]}
     assert set(checks) == {"torch", "fused_mix_swiglu"}
     assert checks["torch"]["worst_ratio_to_torch_rounding"] == pytest.approx(1.0)
@@ -259,7 +277,7 @@ def test_gpu_candidates_bench_checks_and_times_every_candidate(tmp_path: Path) -
 def test_the_fastest_candidate_named_is_one_that_passed_the_gradient_check() -> None:
     """What the prepared GPU call profiles and what `auto` should become: never a faster choice whose gradients
     failed, nor one that did not run."""
-    from bench.gpu_candidates import fastest_passing
+    from bench.gpu.candidates import fastest_passing
 
     checks = [{"choice": c, "passes": ok} for c, ok in (("torch", True), ("fused_mix", False), ("fused_mix_bwd", True))]
     variants = [
@@ -276,7 +294,7 @@ def test_the_fastest_candidate_named_is_one_that_passed_the_gradient_check() -> 
 @pytest.mark.slow
 def test_trainer_vs_reference_bench_refuses_a_directory_that_is_no_checkout(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.trainer_vs_reference", "--quick", "--out-dir", str(tmp_path)]
+        [sys.executable, "-m", "bench.trainer.vs_reference", "--quick", "--out-dir", str(tmp_path)]
         + ["--ref", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
@@ -288,7 +306,7 @@ def test_trainer_vs_reference_bench_refuses_a_directory_that_is_no_checkout(tmp_
 
 
 def curve_trial(number: int, h_cycles: int, gflops_per_step: float, values: list[float]) -> dict:
-    """A recorded trial as bench/pruning.py saves it: evals every 100 steps, `values` as its exact accuracy."""
+    """A recorded trial as bench/pruning/studies.py saves it: evals every 100 steps, `values` as its exact accuracy."""
     steps = 100 * len(values)
     return {
         "number": number,
@@ -374,7 +392,7 @@ def test_cpu_profile_bench_accounts_for_every_matmul_flop(tmp_path: Path) -> Non
     """The profile's matmuls, read from the profiler's input shapes, are exactly the FLOPs trm.flops counts for
     the step (FlopCounterMode): no matmul is missed or double counted, so its per-shape shares can be trusted."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.cpu_profile", "--quick", "--out-dir", str(tmp_path)],
+        [sys.executable, "-m", "bench.trainer.cpu_profile", "--quick", "--out-dir", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -412,7 +430,7 @@ def test_median_late_keeps_each_saved_studys_best_in_its_replay() -> None:
 def test_pruning_settled_compares_only_the_trials_every_arm_settled() -> None:
     """A stopped run: trial 2 settled in one arm only, so both are compared on trials 0-1; the pruned arm's best
     within one eval SE of the reference's is kept, its FLOPs are the share of the reference's."""
-    from bench.pruning_settled import compare
+    from bench.pruning.settled import compare
     from trm.reeval import binomial_stderr
 
     def trial(number: int, state: str, value: float | None, flops: float) -> dict:
@@ -448,11 +466,11 @@ def test_the_gpu_profile_counts_our_triton_kernels_apart_from_inductors() -> Non
 @pytest.mark.parametrize("stream", ["bf16", "fp32"])
 def test_every_fused_kernel_tile_compiles_to_hopper_tensor_cores(tmp_path: Path, stream: str) -> None:
     """What trm/kernels/fused_mix.py and trm/kernels/fused_swiglu.py promise for their tiles, read off Triton's sm_90
-    compile (bench/triton_sm90.py) on this CPU, for both streams (bf16_reference's bf16, bf16's fp32): wgmma dots fed by
+    compile (bench/gpu/triton_sm90.py) on this CPU, for both streams (bf16_reference's bf16, bf16's fp32): wgmma dots fed by
     TMA copies, shared memory within a block's 227 KB, and no register spills."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.triton_sm90", "--stream", stream, "--out-dir", str(tmp_path)],
+        [sys.executable, "-m", "bench.gpu.triton_sm90", "--stream", stream, "--out-dir", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]

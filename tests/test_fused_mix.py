@@ -2,7 +2,7 @@
 rounding, forward and backward, and the choice is resolved and refused as trm/kernel_choice.py says.
 
 On this CPU the Triton kernel runs in Triton's interpreter (the same kernel source the GPU compiles); the GPU
-run of the same comparisons is bench/gpu_candidates.py's (docs/benchmarks.md, "Fused kernels")."""
+run of the same comparisons is bench/gpu/candidates.py's (docs/benchmarks.md, "Fused kernels")."""
 
 from __future__ import annotations
 

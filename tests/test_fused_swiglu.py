@@ -1,6 +1,6 @@
 """train.kernels=fused_mix_swiglu: the channel SwiGLU's Triton GEMMs (trm/kernels/fused_swiglu.py) compute the torch
 path's values and gradients to bf16 rounding, eager and traced by torch.compile. Triton's interpreter runs the kernels
-on this CPU; the GPU run of the same comparisons is bench/gpu_candidates.py's."""
+on this CPU; the GPU run of the same comparisons is bench/gpu/candidates.py's."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The prepared device call (bench/gpu_session.py) in its CPU mode: every part that can run without a GPU runs, on tiny
+"""The prepared device call (bench/gpu/session.py) in its CPU mode: every part that can run without a GPU runs, on tiny
 shapes through Triton's interpreter, and the one that cannot says why; a failing part loses no other part's result;
-docs/benchmarks.md's GPU rows are what bench/gpu_docs.py renders from the output they name."""
+docs/benchmarks.md's GPU rows are what bench/gpu/docs.py renders from the output they name."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from bench import gpu_docs, gpu_session
-from bench.gpu_candidates import fastest_passing
+from bench.gpu import docs as gpu_docs
+from bench.gpu import session as gpu_session
+from bench.gpu.candidates import fastest_passing
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_MAX_LINES = 400  # docs/benchmarks.md holds current results only (docs/benchmarks-history.md the rest)
@@ -22,11 +23,11 @@ DOC_MAX_LINES = 400  # docs/benchmarks.md holds current results only (docs/bench
 
 @pytest.fixture(scope="module")
 def cpu_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`python -m bench.gpu_session --device cpu`, as a user runs it; its output directory."""
+    """`python -m bench.gpu.session --device cpu`, as a user runs it; its output directory."""
     out = tmp_path_factory.mktemp("gpu_session")
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.gpu_session", "--device", "cpu", "--out-dir", str(out)],
+        [sys.executable, "-m", "bench.gpu.session", "--device", "cpu", "--out-dir", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -48,7 +49,7 @@ def test_the_cpu_mode_runs_every_part_but_the_profile_and_says_why(cpu_session: 
     }  # fmt: skip
     assert session["triton"] == "interpreter (TRITON_INTERPRET=1)"
     assert rows["profile"] == {
-        "part": "profile", "module": "bench.gpu_profile", "budget_s": 75, "status": "skipped",
+        "part": "profile", "module": "bench.gpu.profile", "budget_s": 75, "status": "skipped",
         "reason": "torch.profiler's CUDA kernel times need a GPU",
     }  # fmt: skip
     for name, row in rows.items():
@@ -120,8 +121,8 @@ def test_a_failing_part_is_recorded_and_the_next_part_still_runs(
         return ["--device", "cpu", "--quick", "--candidates", "torch", "--out-dir", str(args.out_dir)]
 
     parts = (
-        gpu_session.Part("first", "bench.gradient_check", "first", 1, bad),
-        gpu_session.Part("second", "bench.gradient_check", "gradient_check", 60, good),
+        gpu_session.Part("first", "bench.gpu.gradient_check", "first", 1, bad),
+        gpu_session.Part("second", "bench.gpu.gradient_check", "gradient_check", 60, good),
     )
     monkeypatch.setattr(gpu_session, "PARTS", parts)
     with pytest.raises(SystemExit) as stop:

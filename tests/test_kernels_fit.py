@@ -1,6 +1,6 @@
 """Whether train.kernels' fused kernels can run on a GPU (trm/kernel_choice.py): the tiles that fit each compute
 capability's shared memory, the fallback to torch's kernels at model build when a fused choice cannot launch, and the
-tile check of the persistent loop (bench/tile_check.py) in Triton's interpreter, which an off-by-one in its index
+tile check of the persistent loop (bench/gpu/tile_check.py) in Triton's interpreter, which an off-by-one in its index
 fails."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import tile_check
+from bench.gpu import tile_check
 from tests.test_fused_mix import shape
 from tests.test_train import config
 from trm.kernel_choice import (
@@ -46,7 +46,7 @@ UNLAUNCHABLE_MIX_TILE = (64, 4, 4, 3)
 
 
 def compiled_needs(capability: tuple[int, int], stream: str) -> list[TileNeed]:
-    """Every shipped tile's shared memory as Triton compiled it for sm_<capability> (bench/triton_sm90.py
+    """Every shipped tile's shared memory as Triton compiled it for sm_<capability> (bench/gpu/triton_sm90.py
     --capability, committed in bench/results), the stream bf16 (bf16_reference) or fp32 (bf16)."""
     name = "triton_sm{}{}".format(*capability) + ("_fp32" if stream == "fp32" else "")
     kernels = json.loads((RESULTS / f"{name}.json").read_text())["kernels"]
@@ -158,7 +158,7 @@ def test_a_run_whose_fused_kernels_cannot_launch_trains_on_torchs(
 
 
 def run_tile_check(out: Path) -> dict:
-    """bench/tile_check.py's CPU mode, in this process (Triton's interpreter: tests/conftest.py); its JSON."""
+    """bench/gpu/tile_check.py's CPU mode, in this process (Triton's interpreter: tests/conftest.py); its JSON."""
     try:
         tile_check.main(["--device", "cpu", "--quick", "--out-dir", str(out)])
     except SystemExit as stop:
@@ -205,7 +205,7 @@ def test_the_committed_sm120_needs_are_what_triton_compiles(tmp_path: Path) -> N
     where sm_90's sizes would mislead most)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.triton_sm90", "--capability", "120", "--out-dir", str(tmp_path)],
+        [sys.executable, "-m", "bench.gpu.triton_sm90", "--capability", "120", "--out-dir", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]

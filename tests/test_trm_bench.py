@@ -20,10 +20,11 @@ import optuna
 import pytest
 from omegaconf import OmegaConf
 
-from bench import trm_bench_figure, trm_bench_tiny
-from bench import trm_bench_replay as replay_bench
-from bench.trm_bench_table import EVAL_EXAMPLES, config, load
-from bench.trm_bench_tiny import curve, record_command
+from bench.trm_bench import figure as trm_bench_figure
+from bench.trm_bench import replay as replay_bench
+from bench.trm_bench import tiny as trm_bench_tiny
+from bench.trm_bench.table import EVAL_EXAMPLES, config, load
+from bench.trm_bench.tiny import curve, record_command
 from contracts.eval_noise import binomial_stderr
 from contracts.metrics_log import WALL_TIME_KEY, read_metrics
 from sweeps.config.schema import Draws
@@ -119,7 +120,7 @@ def test_the_recorder_runs_a_real_grid_study_and_exports_its_curves(tmp_path: Pa
     smoke += ["data.num_train=64", "data.num_test=16"]
     args = ["--state", str(tmp_path / "state"), "--seeds", "1", "--n-trials", "2", "--jobs", "2"]
     args += [f"--trial-override={o}" for o in smoke]
-    env_cmd = [sys.executable, "-m", "bench.trm_bench_tiny"]
+    env_cmd = [sys.executable, "-m", "bench.trm_bench.tiny"]
     subprocess.run([*env_cmd, "record", *args], cwd=ROOT, check=True, timeout=600)
     out = tmp_path / "table.json"
     subprocess.run([*env_cmd, "export", *args[:4], "--out", str(out)], cwd=ROOT, check=True, timeout=120)
@@ -253,7 +254,7 @@ def test_the_figure_is_written_as_html_and_png(tmp_path: Path) -> None:
     result = tmp_path / "replay.json"
     result.write_text(json.dumps(_replayed(tmp_path)))
     subprocess.run(  # a relative path, as docs/benchmarks.md's command gives it (Chromium needs a file:// URI)
-        [sys.executable, "-m", "bench.trm_bench_figure", "replay.json", "--show", "random/none/blank"],
+        [sys.executable, "-m", "bench.trm_bench.figure", "replay.json", "--show", "random/none/blank"],
         cwd=tmp_path, check=True, timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     html = (tmp_path / "replay.html").read_text()
@@ -377,10 +378,10 @@ def test_merged_runs_keep_each_strategys_latest_row_and_read_an_old_nan_as_never
 
 
 def test_the_real_study_check_judges_its_answer_by_the_table_and_counts_pruned_compute(tmp_path: Path) -> None:
-    """bench/trm_bench_check.py: a study's compute is every settled trial's training FLOPs (a pruned one's up to its
+    """bench/trm_bench/check.py: a study's compute is every settled trial's training FLOPs (a pruned one's up to its
     verdict) as a share of the grid's; its answer is its best trial's configuration, judged by the table's value of
     it; the replays' row of the same strategy and n_trials stands beside it."""
-    from bench import trm_bench_check
+    from bench.trm_bench import check as trm_bench_check
     from storage.trial_record import TrialOutcome
 
     table_path = tmp_path / "table.json"
@@ -429,10 +430,10 @@ def test_the_real_study_check_judges_its_answer_by_the_table_and_counts_pruned_c
 
 def test_model_scaling_ships_the_strategy_the_choice_rule_picks() -> None:
     """Issue 42: the defaults come from the replays, not from belief. model_scaling's sampler and pruner, as conf/
-    composes them, are exactly the conf/ files of the strategy bench.trm_bench_choice picks from the committed
+    composes them, are exactly the conf/ files of the strategy bench.trm_bench.choice picks from the committed
     replays of its choice seeds (the least worst-seed compute at which 90% of studies hold a configuration within
     one SE of the best), and the laptop's n_trials is the choice's (finds one in 9 of 10 on every choice seed)."""
-    from bench import trm_bench_choice
+    from bench.trm_bench import choice as trm_bench_choice
     from sweeps.config.compose import compose_sweep_config
 
     choice = trm_bench_choice.choose({s: trm_bench_choice.load_rows(s) for s in trm_bench_choice.CHOICE_SEEDS})
@@ -448,7 +449,7 @@ def test_the_choice_rule_takes_the_best_worst_seed_among_shipped_strategies() ->
     """The rule guards against one seed's luck: a strategy best on one seed and poor on the other loses to one good
     on both; a pruner variant that is not a conf/pruner/ file is reported but never chosen; a strategy short of
     MIN_REPS on a seed is not a candidate; n_trials is the worst seed's trials-to-find, rounded up."""
-    from bench.trm_bench_choice import MIN_REPS, choose
+    from bench.trm_bench.choice import MIN_REPS, choose
 
     def row(name: str, p90: float, trials: float, reps: int = MIN_REPS) -> dict[str, Any]:
         sampler, pruner, _ = name.split("/")
@@ -530,7 +531,7 @@ def _synthetic_seeds(path: Path, shifts: dict[int, float]) -> None:
 
 
 def test_the_seed_mean_truth_pools_the_training_seed_sd_over_the_top(tmp_path: Path) -> None:
-    from bench.trm_bench_table import seed_truth
+    from bench.trm_bench.table import seed_truth
 
     _synthetic_seeds(tmp_path / "t.json", {0: 0.0, 1: 0.1, 2: -0.1})
     tables = [load(tmp_path / "t.json", s) for s in (0, 1, 2)]
@@ -545,9 +546,9 @@ def test_the_seed_mean_truth_pools_the_training_seed_sd_over_the_top(tmp_path: P
 
 
 def test_one_trial_at_a_time_with_no_start_up_is_the_sequential_replay(tmp_path: Path) -> None:
-    """The pod replay's event loop stands in for bench/trm_bench_replay's loop at W=1: the same trials, pruned at
+    """The pod replay's event loop stands in for bench/trm_bench/replay.py's loop at W=1: the same trials, pruned at
     the same evals, the same best after each."""
-    from bench import trm_bench_pod as pod
+    from bench.trm_bench import pod
 
     synthetic_table(tmp_path / "t.json")
     table = load(tmp_path / "t.json", 0)
@@ -563,7 +564,7 @@ def test_one_trial_at_a_time_with_no_start_up_is_the_sequential_replay(tmp_path:
 
 
 def test_trials_at_once_pay_their_start_up_and_the_idle_workers(tmp_path: Path) -> None:
-    from bench import trm_bench_pod as pod
+    from bench.trm_bench import pod
 
     synthetic_table(tmp_path / "t.json")
     table = load(tmp_path / "t.json", 0)
@@ -581,7 +582,7 @@ def test_trials_at_once_pay_their_start_up_and_the_idle_workers(tmp_path: Path) 
 
 
 def test_seconds_are_the_median_over_the_seeds_recordings(tmp_path: Path) -> None:
-    from bench import trm_bench_pod as pod
+    from bench.trm_bench import pod
 
     _synthetic_seeds(tmp_path / "t.json", {0: 0.0, 1: 0.0, 2: 0.0})  # wall stretched x1, x2, x3 by the seed
     tables = [load(tmp_path / "t.json", s) for s in (0, 1, 2)]
@@ -592,7 +593,7 @@ def test_seconds_are_the_median_over_the_seeds_recordings(tmp_path: Path) -> Non
 
 
 def test_the_pod_replay_reads_the_platforms_measured_start_up() -> None:
-    from bench import trm_bench_pod as pod
+    from bench.trm_bench import pod
 
     saved = json.loads(pod.SWEEP_OVERHEAD.read_text())
     local = next(r for r in saved["launchers"] if r["launcher"] == "local")
@@ -603,7 +604,7 @@ def test_the_pod_replay_reads_the_platforms_measured_start_up() -> None:
 def test_the_real_study_check_follows_the_shipped_strategy_and_a_merge_names_its_seed(tmp_path: Path) -> None:
     """The check compared the real study with gp/none/blank's replays after the default moved to TPE; the seed-1
     replay files said "Seed 0" because `--merge` took the default seed."""
-    from bench import trm_bench_check
+    from bench.trm_bench import check as trm_bench_check
 
     cfg = OmegaConf.load(ROOT / "conf" / "study" / "model_scaling.yaml")
     chosen = {k.split("/")[-1].split("@")[0]: v for e in cfg.defaults if not isinstance(e, str) for k, v in e.items()}
@@ -629,9 +630,9 @@ def test_the_real_study_check_follows_the_shipped_strategy_and_a_merge_names_its
 def test_a_replayed_confirm_stage_ranks_the_top_by_their_mean_over_fresh_seeds(tmp_path: Path) -> None:
     """The study's own seed favours a lucky configuration; trained again on the fresh seeds, the configuration
     best in the mean wins, through the platform's own ranking (sweeps.trials.confirm_rank)."""
-    from bench import trm_bench_confirm as bench_confirm
-    from bench.trm_bench_pod import PodStudy, trial_seconds
-    from bench.trm_bench_table import seed_truth
+    from bench.trm_bench import confirm as bench_confirm
+    from bench.trm_bench.pod import PodStudy, trial_seconds
+    from bench.trm_bench.table import seed_truth
 
     _synthetic_seeds(tmp_path / "t.json", {0: 0.0, 1: 0.0, 2: 0.0})
     tables = [load(tmp_path / "t.json", s) for s in (0, 1, 2)]
@@ -649,7 +650,7 @@ def test_a_replayed_confirm_stage_ranks_the_top_by_their_mean_over_fresh_seeds(t
 
 
 def test_study_seeds_is_replayed_on_the_mean_curve_at_its_summed_cost(tmp_path: Path) -> None:
-    from bench import trm_bench_confirm as bench_confirm
+    from bench.trm_bench import confirm as bench_confirm
 
     _synthetic_seeds(tmp_path / "t.json", {0: 0.0, 1: 0.1, 2: -0.1})
     tables = [load(tmp_path / "t.json", s) for s in (0, 1, 2)]
@@ -687,14 +688,14 @@ def test_the_long_tables_provenance_names_the_recorder_that_reproduces_it(
     assert trm_bench_tiny.record(tmp_path, [0], 1, argv, table=trm_bench_tiny.LONG) == 0
     session = json.loads((tmp_path / "provenance.jsonl").read_text().splitlines()[0])
     assert session["benchmark"] == "trm_bench_long" and session["seeds"] == [0]
-    assert session["command"] == "python bench/trm_bench_tiny.py record --table long --seeds 0"
-    assert (ROOT / "bench" / "trm_bench_tiny.py").exists() and "study.name=trm_bench_long_seed0" in ran[0]
+    assert session["command"] == "python -m bench.trm_bench.tiny record --table long --seeds 0"
+    assert (ROOT / "bench" / "trm_bench" / "tiny.py").exists() and "study.name=trm_bench_long_seed0" in ran[0]
 
 
 def test_the_confirm_defaults_are_the_replays_choice() -> None:
-    """Issue 55: conf/'s top_k and seeds come from the committed confirm replays (bench/trm_bench_confirm.py), by
+    """Issue 55: conf/'s top_k and seeds come from the committed confirm replays (bench/trm_bench/confirm.py), by
     the rule: within 25% extra cost on every table seed, the best worst-seed near-best rate, then the least cost."""
-    from bench import trm_bench_confirm as bench_confirm
+    from bench.trm_bench import confirm as bench_confirm
     from sweeps.config.compose import compose_sweep_config
 
     rows = json.loads((ROOT / "bench" / "results" / "trm_bench_confirm.json").read_text())["rows"]
@@ -704,7 +705,7 @@ def test_the_confirm_defaults_are_the_replays_choice() -> None:
 
 
 def test_the_confirm_choice_rule_keeps_the_cost_bound_before_the_rate() -> None:
-    from bench import trm_bench_confirm as bench_confirm
+    from bench.trm_bench import confirm as bench_confirm
 
     def arm(k: int, n: int, rates: tuple[float, float], costs: tuple[float, float]) -> list[dict[str, Any]]:
         return [

@@ -1,4 +1,4 @@
-"""bench/trm_bench_horizon.py: the same replay at every horizon, read from the tables the project commits."""
+"""bench/trm_bench/horizon.py: the same replay at every horizon, read from the tables the project commits."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from bench import trm_bench_horizon as horizon
-from bench.trm_bench_table import Curve, Point, Table, config
+from bench.trm_bench import horizon
+from bench.trm_bench.table import Curve, Point, Table, config
 
 
 def test_the_thousand_step_studies_read_as_one_table_of_distinct_configurations() -> None:
@@ -111,7 +111,7 @@ def test_with_no_rule_within_the_budget_the_best_worst_case_is_chosen_and_said()
 
 
 def test_the_figure_draws_each_rule_per_table_with_the_goal_and_the_budget() -> None:
-    from bench.trm_bench_horizon_figure import REGRET_FLOOR, figure
+    from bench.trm_bench.horizon_figure import REGRET_FLOOR, figure
 
     table = synthetic(late_best=True)
     rows = [

@@ -14,7 +14,7 @@
   (MEASURED_CAPABILITIES: sm_90, the lent H100; docs/benchmarks.md, "Fused kernels") with Triton, when the precision
   is bf16, the mixer mlp_t, the sequence within the kernels' TMA blocks and arch.hidden_size a multiple of 8 (rows
   a TMA copy can take); else `torch`. Elsewhere the fused choices are unmeasured: below Hopper Triton compiles their
-  TMA copies to plain loads that spill registers in every tile (bench/triton_sm90.py --capability 80), and a newer
+  TMA copies to plain loads that spill registers in every tile (bench/gpu/triton_sm90.py --capability 80), and a newer
   GPU may lack the shared memory the mix-backward tiles take (consumer Blackwell, sm_120, has about 100 KB); they
   stay explicit choices there.
 
@@ -26,7 +26,7 @@ What the config allows may still not launch on this GPU: a kernel none of whose 
 block, a Triton compile error. `launchable` finds out at model build with a trial launch of one block, and then
 the model keeps torch's kernels with one warning naming why (as does `auto` on an unmeasured capability), so a run
 never fails at its first step for it. SHARED_MEMORY_PER_BLOCK and `unfit_kernels` say which tiles fit where, from
-what Triton's compile for that target allocates (bench/triton_sm90.py --capability; docs/benchmarks.md).
+what Triton's compile for that target allocates (bench/gpu/triton_sm90.py --capability; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ FUSED = {"fused_mix": "all", "fused_mix_nograd": "nograd", "fused_mix_bwd": "all
 FUSED_SWIGLU = ("fused_mix_swiglu",)  # choices that also set trm.model.Block.fused_swiglu
 AUTO_CUDA = "fused_mix_swiglu"  # the fastest on an H100 (docs/benchmarks.md, "Fused kernels")
 # How far a fused choice's values may be from the torch path's (relative to the largest): bf16 keeps 8 bits, and
-# two computations of the same function differ by a few units of 2^-8 (the tests and bench/gpu_candidates.py).
+# two computations of the same function differ by a few units of 2^-8 (the tests and bench/gpu/candidates.py).
 BF16_TOL = 2e-2
 # The compute capabilities the fused kernels were measured on (bench/results/gpu_candidates_*.json: test_fused_mix
 # keeps the two equal); `auto` picks them only there.
@@ -56,7 +56,7 @@ MEASURED_CAPABILITIES = ((9, 0),)
 BF16_PRECISIONS = ("bf16", "bf16_reference")
 
 
-# The Triton kernels each fused choice launches (the names bench/triton_sm90.py reports them by).
+# The Triton kernels each fused choice launches (the names bench/gpu/triton_sm90.py reports them by).
 MIX_FORWARD, MIX_SAVING, MIX_BACKWARD = "fused_mix forward", "fused_mix forward (saving the sum)", "fused_mix backward"
 SWIGLU_FORWARD, SWIGLU_SAVING = "fused_swiglu forward", "fused_swiglu forward (saving gate/up)"
 SWIGLU_BACKWARD = "fused_swiglu backward"

@@ -37,7 +37,7 @@ from torch import Tensor
 # width is a multiple of 256 (trm.model.SwiGLU), so every chunk divides it. 16 channels per warp at least: the chained
 # dots put every warp on the channel side, and fewer rows than that would repeat products. Compiled for sm_90 at the
 # paper's sizes, every dot is a wgmma, every copy a TMA copy within a block's shared memory, and no tile spills
-# registers (bench/triton_sm90.py; the tests check it).
+# registers (bench/gpu/triton_sm90.py; the tests check it).
 TILES = (
     (64, 64, 4, 3),  # first: the interpreter's (the smallest channel block: the tests' odd sizes at half the work)
     (128, 64, 8, 3),

@@ -43,7 +43,7 @@ from trm.kernels.fused_mix import (
 # trm.kernels.fused_mix.TILES: the autotuner times them on a GPU; the interpreter takes the first. Chunks divide the
 # inner width (a multiple of 256); 16 channels per warp at least (the chained dots put every warp on the channel side).
 # The loop holds the input-gradient accumulator [channels, SEQ_PAD] and three [channels, chunk] fp32 products. Compiled
-# for sm_90 at the paper's sizes (bench/triton_sm90.py; the tests check it): every dot a wgmma, every copy a TMA copy.
+# for sm_90 at the paper's sizes (bench/gpu/triton_sm90.py; the tests check it): every dot a wgmma, every copy a TMA copy.
 BWD_TILES = ((64, 32, 4), (128, 32, 8), (128, 64, 8), (64, 64, 4))  # the interpreter's first, as TILES
 
 

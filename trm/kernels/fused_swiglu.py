@@ -123,7 +123,7 @@ def launch_forward(
     x: Tensor, gate_up: Tensor, down: Tensor, save_gu: bool, tile: Tile | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
     """y (bf16, x's shape), with save_gu gate and up side by side ([tokens, 2 x inner] bf16; else empty), and act
-    ([tokens, inner] bf16: the down product's input); `tile`: run the kernel at that tile (bench/gpu_candidates.py
+    ([tokens, inner] bf16: the down product's input); `tile`: run the kernel at that tile (bench/gpu/candidates.py
     checks each), else at the autotuner's."""
     _check(x, gate_up, down)
     dim, inner = x.shape[-1], down.shape[1]

@@ -28,7 +28,7 @@ class Tile(NamedTuple):
 # Tile choices of each kernel: Triton's autotuner times them at the first call per shape on a GPU; the interpreter
 # takes the first. The inner width is a multiple of 256 (trm.model.SwiGLU), so every column block divides it.
 # Compiled for sm_90 at the paper's sizes, none spills registers and every dot is a wgmma fed by TMA copies
-# (bench/triton_sm90.py; the tests check it). Which won on an H100: docs/benchmarks.md, "Fused kernels".
+# (bench/gpu/triton_sm90.py; the tests check it). Which won on an H100: docs/benchmarks.md, "Fused kernels".
 FWD_TILES = (
     Tile(64, 64, 64, 4, 3),
     Tile(128, 128, 64, 8, 3),
@@ -103,7 +103,7 @@ def _swiglu_kernel(
         m0, n0 = _tile_origin(tile, inner, BLOCK_M, BLOCK_N)
         gate, up = _gate_up(x_desc, w_desc, m0, n0, dim, ROUND_X, INTERPRET, BLOCK_M, BLOCK_N, BLOCK_K)
         _store_act(act_desc, gu_desc, gate, up, m0, n0, inner, SAVE_GU, INTERPRET)
-    elif INTERPRET:  # the loop below as a while loop, on the same index lines (bench/tile_check.py runs it on a
+    elif INTERPRET:  # the loop below as a while loop, on the same index lines (bench/gpu/tile_check.py runs it on a
         # CPU): the interpreter's tl.range cannot start at a program id (a 1-element array there, not an index)
         stored = tile - tl.num_programs(0)  # the epilogue's own count: no dependency on the next tile's copies
         loaded = tile
