@@ -27,8 +27,8 @@ def test_a_short_pod_study_under_faults_ends_with_every_invariant_held(tmp_path:
         hang_s=25.0,
         tpu=unique_job_name(tmp_path),  # the stop's pkill spans the machine: a name of this test's own
     )
-    # After the first trial started (driver, preflight and a trial's start-up: ~40 s on a loaded 2-core machine).
-    faults = [PodFault("preempt", 55.0), PodFault("hang_ssh", 110.0, worker=2)]
+    # The preemption 3 s into a job's training (after the driver, the preflight and a start-up: ~60 s here).
+    faults = [PodFault("preempt", 30.0, into_training_s=3.0), PodFault("hang_ssh", 110.0, worker=2)]
     result = run_soak(settings, fresh_pg_url, faults)
     assert result["ok"], result["table"] + "\n" + "\n".join(result["driver_log_tail"])
     assert all(f["injected_at_s"] is not None for f in result["faults"]), result["faults"]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 FAKE_GCLOUD = Path(__file__).resolve().parents[1] / "fake_gcloud" / "gcloud"
 POD_FAULT_KINDS = ("preempt", "vanish", "hang_ssh")
+TRAINING_WAIT_S = 300.0  # preempt, vanish: how long a fault waits for a job in training before it goes anyway
 
 
 @dataclass(frozen=True)
@@ -27,8 +28,8 @@ class PodSoakSettings:
     shape: str = "v4-32"  # the stand-in slice's accelerator type ($FAKE_TPU_TYPE)
     minutes: float = 30.0  # the study's length: no trial starts after it (sweep `timeout`), running ones finish
     seed: int = 1  # the sweep's sampler seed, the describe errors' and the fault schedule's
-    train_steps: int = 40
-    eval_interval: int = 10  # also the checkpoint interval (a save at each eval) and the log interval
+    train_steps: int = 100
+    eval_interval: int = 20  # also the checkpoint interval (a save at each eval) and the log interval
     describe_error_rate: float = 0.05  # a 503 or 429 on this share of `tpu-vm describe` calls
     notice_s: float = 30.0  # the spot notice: SIGTERM to the stop (Compute Engine's 30 s)
     recreate_s: float = 120.0  # the preempted slice is READY again this long after the stop
@@ -57,6 +58,8 @@ class PodFault:
     kind: str  # one of POD_FAULT_KINDS
     at_s: float  # due this long after the driver started
     worker: int = 0  # vanish, hang_ssh: which VM
+    into_training_s: float = 0.0  # preempt, vanish: ... and once a job has trained this long (its start event)
+    trial: str = ""  # the trial whose job was training then ("" if none was within TRAINING_WAIT_S)
     injected_at_s: float | None = None
     healed_at_s: float | None = None  # the slice recreated (preempt, vanish) or the VM audible again (hang_ssh)
     note: str = ""
@@ -66,14 +69,16 @@ def pod_schedule(rng: random.Random, settings: PodSoakSettings, workers: int) ->
     """Each fault at a random time in its own share of the study (preempt in the first third's second half,
     vanish around the middle, hang_ssh in the last third's first half), so that one recovery ends before the next
     fault; vanish and hang_ssh on a random VM (not 0 for vanish when there is another: worker 0 also runs the job's
-    rank 0, which a preemption already covers)."""
+    rank 0, which a preemption already covers). Preempt and vanish wait, besides, for a job 1-10 s into its
+    training: at a random time most of a tiny trial here is its start-up, and a fault there tests no save."""
     length = settings.minutes * 60
     windows = {"preempt": (0.15, 0.3), "vanish": (0.45, 0.55), "hang_ssh": (0.68, 0.78)}
     faults = []
     for kind in settings.faults:
         low, high = windows[kind]
         worker = rng.randrange(1, workers) if kind == "vanish" and workers > 1 else rng.randrange(workers)
-        faults.append(PodFault(kind, round(rng.uniform(low, high) * length, 1), worker))
+        into = round(rng.uniform(1.0, 10.0), 1) if kind in ("preempt", "vanish") else 0.0
+        faults.append(PodFault(kind, round(rng.uniform(low, high) * length, 1), worker, into))
     return sorted(faults, key=lambda f: f.at_s)
 
 
@@ -103,11 +108,28 @@ class PodHand:
             if not self.sleep_until(fault.at_s):
                 fault.note = "not injected: the study had ended"
                 continue
+            if fault.into_training_s:
+                fault.trial = self.wait_for_training(fault.into_training_s)
             fault.injected_at_s = round(self.now(), 1)
             print(f"[pod soak {fault.injected_at_s:.0f}s] {fault.kind} (worker {fault.worker})", flush=True)
             self.inject(fault)
             fault.healed_at_s = round(self.now(), 1)
             print(f"[pod soak {fault.healed_at_s:.0f}s] {fault.kind} healed", flush=True)
+
+    def wait_for_training(self, into_s: float) -> str:
+        """Wait until a trial's job has been training `into_s` seconds (its worker-0.log has the start event and
+        no end yet), at most TRAINING_WAIT_S; that trial's directory name, or "" if none was."""
+        seen: dict[Path, float] = {}  # a trial's log -> when its start event was first seen
+        deadline = self.now() + TRAINING_WAIT_S
+        while self.now() < deadline and not self.stopped:
+            for log in self.settings.output_root.glob("*/*/trial-*/worker-0.log"):
+                text = log.read_text(errors="replace")
+                if '{"event": "start"' in text and '{"event": "end"' not in text:
+                    seen.setdefault(log, self.now())
+                    if self.now() - seen[log] >= into_s:
+                        return log.parent.name
+            time.sleep(0.25)
+        return ""
 
     def inject(self, fault: PodFault) -> None:
         s, pod = self.settings, self.settings.pod_root

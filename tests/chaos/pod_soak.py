@@ -226,13 +226,13 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['describes']} describes, {result['describe_errors_given']} answered 503/429 "
         f"({s['describe_error_rate']:.0%} drawn), {result['describe_warnings']} gave up on",
         "",
-        "| fault | worker | at (s) | healed (s) |",
-        "| --- | --- | --- | --- |",
+        "| fault | worker | trial training then | at (s) | healed (s) |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for f in result["faults"]:
         at = "-" if f["injected_at_s"] is None else f"{f['injected_at_s']:.0f}"
         healed = "-" if f["healed_at_s"] is None else f"{f['healed_at_s']:.0f}"
-        lines.append(f"| {f['kind']} | {f['worker']} | {at} | {healed} |")
+        lines.append(f"| {f['kind']} | {f['worker']} | {f['trial'] or '-'} | {at} | {healed} |")
     lines += ["", "| check | ok | detail |", "| --- | --- | --- |"]
     lines += [f"| {c['check']} | {'yes' if c['ok'] else '**NO**'} | {c['detail']} |" for c in result["checks"]]
     return "\n".join([*lines, "", f"**{'PASS' if result['ok'] else 'FAIL'}**"])
@@ -243,8 +243,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--shape", default="v4-32", help="the stand-in slice's accelerator type (v4-32, v5litepod-16)")
     p.add_argument("--minutes", type=float, default=30.0, help="the study's length (no trial starts after it)")
     p.add_argument("--seed", type=int, default=1, help="the sweep's, the describe errors' and the schedule's seed")
-    p.add_argument("--steps", type=int, default=40, help="training steps per trial (a save every --interval)")
-    p.add_argument("--interval", type=int, default=10, help="eval, checkpoint and log interval")
+    p.add_argument("--steps", type=int, default=100, help="training steps per trial (a save every --interval)")
+    p.add_argument("--interval", type=int, default=20, help="eval, checkpoint and log interval")
     p.add_argument("--faults", default=",".join(POD_FAULT_KINDS), help=f"of {POD_FAULT_KINDS}, comma-separated")
     p.add_argument("--notice-s", type=float, default=30.0, help="spot notice: SIGTERM to the stop")
     p.add_argument("--recreate-s", type=float, default=120.0, help="the preempted slice READY again after")
