@@ -249,6 +249,9 @@ class Driver:
                     del self.running[number]
                     self.free_slot(running, code)
                     self.exhausted = False  # it may have queued a retry: the next draw decides again
+        if self.running and (gone := self.launcher.watch()) is not None:
+            self.pause(gone)  # the machine taken while its jobs still run (a maintenance event, a spot stop)
+            return False
         if self.trials.stopped_by is not None:  # a job's error every configuration meets: nothing more is started
             number, line, why = self.trials.stopped_by
             log.error(

@@ -148,6 +148,12 @@ class Launcher(Protocol):
         raise MachineUnavailableError where the launcher is told not to wait."""
         ...
 
+    def watch(self) -> str | None:
+        """Asked on every pass of the driver's loop while trials run: None, or why the machine is gone (as
+        `unavailable` says it), so a machine taken while its jobs still run is noticed without waiting for one to end
+        (a TPU slice: described at most every launcher.watch_s)."""
+        ...
+
     def machine(self) -> Machine | None:
         """The machine the study is priced on, for a dry run's header; None where it is this one."""
         ...
@@ -172,6 +178,9 @@ class ThisMachine:
 
     def wait_until_available(self, line: str) -> None:
         """Never asked: `unavailable` never says so."""
+
+    def watch(self) -> str | None:
+        return None
 
     def machine(self) -> Machine | None:
         return None

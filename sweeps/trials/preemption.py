@@ -1,6 +1,8 @@
 """A machine taken from under a study (a spot TPU slice PREEMPTED, STOPPED or REPAIRING) is a pause, not a failure.
 
-The driver asks its launcher (`Launcher.unavailable`) when a job fails and before each launch. When the machine is
+The driver asks its launcher (`Launcher.unavailable`) when a job fails and before each launch, and while trials run
+(`Launcher.watch`: a TPU slice described every launcher.watch_s), so a machine taken under jobs that still run or hang
+is noticed too. When the machine is
 gone, each trial of ours that runs, and one drawn but not launched yet, is set aside: FAIL, the launcher's line in
 PREEMPTED_ATTR and in its fail_reason, and a retry copy queued at once that spends no retry of heartbeat.max_retry
 (sweeps.trials.recovery.requeue counts it in RETRIES_NOT_SPENT_ATTR). The copy resumes its chain's checkpoint where the

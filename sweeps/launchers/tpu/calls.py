@@ -15,6 +15,7 @@ ssh_flags scp takes too); sweeps/launchers/tpu/gcloud.py says what gcloud's sour
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 
 from sweeps.launchers.base import LauncherConfigError, require
@@ -61,6 +62,7 @@ class PodCalls:
         describe_attempts: int = 4,
         describe_backoff_s: float = 5.0,
         recover_timeout_s: float = 1800.0,
+        watch_s: float = 60.0,
         ssh_alive_interval_s: int = 30,
         ssh_alive_count: int = 4,
         accelerator_type: str | None = None,
@@ -78,7 +80,8 @@ class PodCalls:
         self.gcloud_track = str(gcloud_track)
         self.setup, self.on_preempted, self.state_poll_s = setup, on_preempted, state_poll_s
         self.describe_attempts, self.describe_backoff_s = describe_attempts, describe_backoff_s
-        self.recover_timeout_s = recover_timeout_s
+        self.recover_timeout_s, self.watch_s = recover_timeout_s, watch_s
+        self.watched_at = time.monotonic()  # when `watch` last described the slice
         self.ssh_alive_interval_s, self.ssh_alive_count = ssh_alive_interval_s, ssh_alive_count
         # A dry run with launcher.accelerator_type prices the study on that type: no slice need exist yet.
         self.accelerator_type, self.planning = accelerator_type, bool(dry_run and accelerator_type)

@@ -66,6 +66,15 @@ class TpuPodLauncher(PodSetup):
             return None
         return answer.gone(str(self.tpu_name))
 
+    def watch(self) -> str | None:
+        """While trials run: the slice asked afresh every launcher.watch_s, as `unavailable` asks it (an API error
+        says nothing), so a maintenance event, a spot notice's stop or a deleted slice is noticed while its jobs
+        still run or hang, not only once one of them ends."""
+        if not self.watch_s or time.monotonic() - self.watched_at < self.watch_s:
+            return None
+        self.watched_at = time.monotonic()
+        return self.unavailable()
+
     def wait_until_available(self, line: str) -> None:
         """Wait for READY (launcher.on_preempted), then prepare the slice anew: a recreated one has fresh VMs, new
         addresses, and none of the setup, venv or code the old ones had; no job of ours may still run there. A

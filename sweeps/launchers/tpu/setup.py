@@ -48,8 +48,11 @@ class PodSetup(PodCalls):
                 f"launcher.ssh_alive_interval_s={alive[0]!r}, launcher.ssh_alive_count={alive[1]!r}: expected whole "
                 "seconds >= 0 (0: no keep-alive) and a count >= 1"
             )
-        if not self.recover_timeout_s >= 0:
-            raise LauncherConfigError(f"launcher.recover_timeout_s={self.recover_timeout_s!r}: expected seconds >= 0")
+        if not (self.recover_timeout_s >= 0 and self.watch_s >= 0):
+            raise LauncherConfigError(
+                f"launcher.recover_timeout_s={self.recover_timeout_s!r}, launcher.watch_s={self.watch_s!r}: expected "
+                "seconds >= 0 (watch_s=0: the slice is asked only when a job ends and before a launch)"
+            )
         if self.slot_kind == "pod" and self.worker_ids() != list(range(self.shape().workers)):
             # libtpu takes the slice's topology from the TPU's metadata: a job on some VMs waits for the rest.
             raise LauncherConfigError(
