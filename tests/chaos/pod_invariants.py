@@ -57,7 +57,8 @@ def no_retry_on_infrastructure(record: StudyRecord) -> Check:
     """No chain spent a retry of heartbeat.max_retry (the soak injects infrastructure faults only), and each
     attempt after one set aside for the machine carries that as a retry not spent."""
     spent = [f"trial {t.number}: {retries_used(t)} retry(ies) spent" for t in record.trials if retries_used(t)]
-    aside = [t for t in record.trials if t.user_attrs.get(PREEMPTED_ATTR)]
+    # Set aside: FAIL with the mark (a queued copy inherits its attributes, the mark among them, until it runs).
+    aside = [t for t in record.trials if t.state == TrialState.FAIL and t.user_attrs.get(PREEMPTED_ATTR)]
     for t in aside:
         chain = record.chain[t.number]
         later = [record.by_number[n] for n in chain if n > t.number]
@@ -67,20 +68,22 @@ def no_retry_on_infrastructure(record: StudyRecord) -> Check:
 
 
 def no_checkpoint_lost(record: StudyRecord, eval_interval: int) -> Check:
-    """An attempt that continues another resumed at or after the other's last periodic save (a save at each eval,
-    every `eval_interval` steps): the step the other last reported (its progress), rounded down to a save."""
+    """An attempt that continues others resumed at or after their last periodic save (a save at each eval, every
+    `eval_interval` steps): the furthest step an earlier attempt of its chain reported (its progress), rounded
+    down to a save. An attempt that never started training (no start event: set aside in its start-up, or still
+    queued, which every_configuration_trained reports) resumed nothing."""
     lost, resumed = [], []
     for t in record.trials:
         chain = record.chain[t.number]
-        if t.number == chain[0]:
+        start = resumed_from(Path(str(t.user_attrs.get("workdir") or "")))
+        if t.number == chain[0] or start is None:
             continue
-        before = record.by_number[chain[chain.index(t.number) - 1]]
-        reached = int((before.user_attrs.get(PROGRESS_ATTR) or {}).get("step") or 0)
-        start = resumed_from(Path(str(t.user_attrs.get("workdir"))))
+        earlier = [record.by_number[n] for n in chain[: chain.index(t.number)]]
+        reached = max(int((e.user_attrs.get(PROGRESS_ATTR) or {}).get("step") or 0) for e in earlier)
         saved = reached // eval_interval * eval_interval
-        resumed.append(f"{before.number}->{t.number}: reached {reached}, resumed {start}")
-        if start is None or start < saved:
-            lost.append(f"trial {t.number} resumed from {start}, trial {before.number} had saved step {saved}")
+        resumed.append(f"{chain[0]}->{t.number}: reached {reached}, resumed {start}")
+        if start < saved:
+            lost.append(f"trial {t.number} resumed from {start}, its chain {chain} had saved step {saved}")
     return Check("no checkpoint lost", lost, "; ".join(resumed) or "no attempt continued another")
 
 
