@@ -1,5 +1,5 @@
 """The noise of an eval: the standard error of a share of puzzles solved. One definition for the re-evaluation
-(trm/reeval.py), the evidence-checking pruner (contracts/pruning_evidence.py) and the benches that judge a study's
+(trm/reeval.py), the evidence-checking pruner (contracts/pruning/evidence.py) and the benches that judge a study's
 answer by it (bench/trm_bench/table.py). Pure arithmetic: no torch."""
 
 from __future__ import annotations

@@ -1,19 +1,22 @@
 """The pruners a study may build, in the driver and in each job (which rebuilds the stored spec): Optuna's, and the
-wrapper that prunes only where the study's audit trials back a rung (contracts/pruning_evidence.py). Here, beside
-that wrapper, in the layer both the platform and the trainer import: a new pruner class is a line here and its
-conf/pruner/ file.
+project's own rules in contracts/pruning/ (the evidence wrapper, the headroom rule). Here, in the layer both the
+platform and the trainer import: a new rule is its module in contracts/pruning/ and its conf/pruner/ file, and
+nothing here changes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-EVIDENCE_PRUNER = "contracts.pruning_evidence.EvidencePruner"
-HEADROOM_PRUNER = "contracts.pruning_headroom.HeadroomPruner"
-# Hydra's instantiate allowlist (`_execution_whitelist_`) for a pruner spec, stored or configured.
-PRUNER_TARGETS = ["optuna.pruners.*", EVIDENCE_PRUNER, HEADROOM_PRUNER]
-# The wrapper's earlier home, as studies stored before it moved name it: read as where it lives now.
-MOVED_PRUNER_TARGETS = {"sweeps.pruning_evidence.EvidencePruner": EVIDENCE_PRUNER}
+EVIDENCE_PRUNER = "contracts.pruning.evidence.EvidencePruner"
+# Hydra's instantiate allowlist (`_execution_whitelist_`, trailing `.*`: anything under the package) for a pruner
+# spec, stored or configured.
+PRUNER_TARGETS = ["optuna.pruners.*", "contracts.pruning.*"]
+# The wrapper's earlier homes, as studies stored before each move name it: read as where it lives now.
+MOVED_PRUNER_TARGETS = {
+    "sweeps.pruning_evidence.EvidencePruner": EVIDENCE_PRUNER,
+    "contracts.pruning_evidence.EvidencePruner": EVIDENCE_PRUNER,
+}
 
 
 def current_pruner_spec(spec: Any) -> Any:

@@ -1,4 +1,4 @@
-"""The report's one line on what the evidence-checking pruner measured (contracts/pruning_evidence.py): which audit
+"""The report's one line on what the evidence-checking pruner measured (contracts/pruning/evidence.py): which audit
 trials it measured on and, per step, the rank agreement and whether pruning was on there. Read from the study
 record (StudyAttrs.pruner_evidence), as the job's pruner last wrote it; nothing when the study has no such record."""
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
-# What the evidence wrapper (contracts/pruning_evidence.py) measured, rewritten whenever it changes
+# What the evidence wrapper (contracts/pruning/evidence.py) measured, rewritten whenever it changes
 # (StudyAttrs.pruner_evidence).
 
 

@@ -1,5 +1,5 @@
 """The study's side of the record as one typed record, `StudyAttrs`: what the driver writes on a study when it opens
-it (sweeps/search/study.py), what the evidence wrapper writes as it measures (contracts/pruning_evidence.py), and
+it (sweeps/search/study.py), what the evidence wrapper writes as it measures (contracts/pruning/evidence.py), and
 what the jobs, the report, the W&B summary and the CLIs read.
 
 A writer builds a record of the facts it owns and stores them with `store` (only the facts it set, only where the
@@ -39,7 +39,7 @@ class StudyAttrs:
     # an old name (a new storage, a deleted study) never resumes the old study's checkpoints.
     uid: str | None = None
     drivers: int | None = None  # how many drivers have opened the study: each gets its own sampler seed
-    # What the evidence wrapper measured (contracts/pruning_evidence.py), rewritten whenever it changes.
+    # What the evidence wrapper measured (contracts/pruning/evidence.py), rewritten whenever it changes.
     pruner_evidence: EvidenceRecord | None = None
 
     @classmethod

@@ -1,4 +1,4 @@
-"""The evidence-checking pruner (contracts/pruning_evidence.py) on real Optuna studies in SQLite: it lets the wrapped
+"""The evidence-checking pruner (contracts/pruning/evidence.py) on real Optuna studies in SQLite: it lets the wrapped
 pruner prune only at steps where the audit trials' values rank as their final values do."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from contracts.pruning_evidence import EvidencePruner
+from contracts.pruning.evidence import EvidencePruner
 from dashboards.report_page import write_report
 from storage import open_storage
 from storage.heartbeat import retry_callback
@@ -26,7 +26,7 @@ from trm.links.trial import TrialLink
 
 # A median pruner with one start-up trial prunes any trial below the completed trials' median at a step.
 MEDIAN = {"_target_": "optuna.pruners.MedianPruner", "n_startup_trials": 1, "n_warmup_steps": 0}
-SPEC = {"_target_": "contracts.pruning_evidence.EvidencePruner", "wrapped": MEDIAN, "audit_first": 4, "min_audit": 4}
+SPEC = {"_target_": "contracts.pruning.evidence.EvidencePruner", "wrapped": MEDIAN, "audit_first": 4, "min_audit": 4}
 
 
 def study_with_audits(
@@ -172,13 +172,13 @@ def test_a_study_stored_before_the_wrapper_moved_is_the_same_study_and_its_jobs_
         " sorted(m for m in sys.modules if m.split('.')[0] in ('sweeps', 'dashboards')))\n"
     )
     out = subprocess.run([sys.executable, "-c", job], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["contracts.pruning_evidence", "prune", "[]"]
+    assert out == ["contracts.pruning.evidence", "prune", "[]"]
 
 
 @pytest.mark.parametrize("study_name", ["curriculum", "halting"])
 def test_studies_of_recursion_depth_ship_the_evidence_pruner(study_name: str) -> None:
     spec = pruner_spec(typed_sweep(compose_sweep_config([f"study={study_name}"])).pruner, train_steps=500)
-    assert spec["_target_"] == "contracts.pruning_evidence.EvidencePruner"
+    assert spec["_target_"] == "contracts.pruning.evidence.EvidencePruner"
     assert spec["wrapped"]["max_resource"] == 500  # `auto` resolved inside the wrapper too
     assert isinstance(build(spec), EvidencePruner)
     # the user's choice wins over the study's default; a study of something else keeps the global one

@@ -1,4 +1,4 @@
-"""contracts/pruning_headroom.py: a trial is cut only when the most a finished trial gained from that step would
+"""contracts/pruning/headroom.py: a trial is cut only when the most a finished trial gained from that step would
 still leave it short of their best; run in real Optuna studies."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import yaml
 from hydra.utils import instantiate
 
 from contracts.pruners import PRUNER_TARGETS
-from contracts.pruning_headroom import HeadroomPruner
+from contracts.pruning.headroom import HeadroomPruner
 
 CONF = Path(__file__).parents[1] / "conf" / "pruner" / "headroom.yaml"
 

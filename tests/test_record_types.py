@@ -214,7 +214,7 @@ def test_the_named_attributes_are_the_records_fields() -> None:
 
 
 # The study attributes the driver wrote by hand before StudyAttrs (sweeps/search/study.py open_study), with the
-# evidence wrapper's record (contracts/pruning_evidence.py).
+# evidence wrapper's record (contracts/pruning/evidence.py).
 HAND_WRITTEN_STUDY_ATTRS = (
     "objective", "objectives", "pruner", "prune_metric", "sampler", "launcher", "scale", "definition", "uid",
     "drivers", "pruner_evidence",

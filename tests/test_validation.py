@@ -188,7 +188,7 @@ def test_a_range_that_does_not_fit_the_keys_type_is_refused(
         (["pruner=evidence", "pruner.wrapped._target_=os.system"], r"pruner.wrapped._target_='os.system': .*whitelist"),
         (
             ["pruner=evidence", "pruner.min_agreement=2"],
-            r"pruner \(contracts.pruning_evidence.EvidencePruner\): ValueError: min_agreement=2",
+            r"pruner \(contracts.pruning.evidence.EvidencePruner\): ValueError: min_agreement=2",
         ),
         (
             ["pruner=evidence", "pruner.audit_first=2", "pruner.audit_every=0"],

@@ -1,4 +1,4 @@
-"""The evidence-checking pruner (contracts/pruning_evidence.py) replayed on the saved unpruned studies' curves.
+"""The evidence-checking pruner (contracts/pruning/evidence.py) replayed on the saved unpruned studies' curves.
 
     python -m bench.pruning.evidence                     # reads bench/results/pruning_1000steps.json
     python -m bench.pruning.evidence --results other.json --out-name pruning_evidence_other
@@ -30,7 +30,7 @@ import optuna
 from bench._results import RESULTS, run_header, write_results
 from bench.pruning.studies import replay_curves
 from contracts.eval_noise import binomial_stderr
-from contracts.pruning_evidence import EvidencePruner
+from contracts.pruning.evidence import EvidencePruner
 from storage.study_record import StudyAttrs
 
 OBJECTIVE = "eval/exact_accuracy"

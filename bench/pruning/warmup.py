@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 
 from bench.pruning.evidence import Rule, replay_all, trained
-from contracts.pruning_evidence import EvidencePruner
+from contracts.pruning.evidence import EvidencePruner
 
 SHARES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 METRIC = "eval/blank_accuracy"

@@ -35,7 +35,7 @@ def pruner_spec(pruner: Mapping[str, Any], train_steps: int) -> dict[str, Any]:
 
 def resolve_steps(spec: dict[str, Any], train_steps: int) -> dict[str, Any]:
     """`spec` (a pruner's `_target_` dict, changed in place) with its lengths in the trial's steps, also in a
-    wrapped pruner (contracts/pruning_evidence.py): `max_resource: auto` is the trial length, and an
+    wrapped pruner (contracts/pruning/evidence.py): `max_resource: auto` is the trial length, and an
     `n_warmup_steps` between 0 and 1 a share of it (no verdict before it, whatever train.steps a study has)."""
     for node in (spec, spec.get("wrapped")):
         if not isinstance(node, dict):

@@ -65,7 +65,7 @@ def _check_arguments(key: str, cls: type, arguments: dict[str, Any]) -> None:
 def check_optuna(sweep: SweepConfig, train_steps: int) -> None:
     """Build the sampler and the pruner exactly as the driver does (the pruner with max_resource resolved), so a
     bad `_target_` or argument is refused here, named, and not at the second ask or in every trial's report.
-    A wrapped pruner (contracts/pruning_evidence.py) is checked the same way."""
+    A wrapped pruner (contracts/pruning/evidence.py) is checked the same way."""
     pruner = pruner_spec(sweep.pruner, train_steps)
     wrapped = [("pruner.wrapped", pruner["wrapped"])] if "wrapped" in pruner else []  # first: named as its own
     for key, node in (("sampler", sweep.sampler), *wrapped, ("pruner", pruner)):

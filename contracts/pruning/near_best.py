@@ -1,4 +1,4 @@
-"""The near-best check of the evidence-checking pruner (contracts/pruning_evidence.py, `check: near_best`): at each
+"""The near-best check of the evidence-checking pruner (contracts/pruning/evidence.py, `check: near_best`): at each
 step, would the wrapped pruner have stopped one of the study's own best audit trials there?
 
 Why: a rank agreement over the audit trials (the `agreement` check) cannot be measured when the audits are

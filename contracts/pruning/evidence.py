@@ -31,7 +31,7 @@ from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 from scipy.stats import kendalltau
 
-from contracts.pruning_near_best import cut_steps, near_best
+from contracts.pruning.near_best import cut_steps, near_best
 from storage.heartbeat import chain_origin
 from storage.record import EvidenceRecord, RungEvidence
 from storage.study_record import StudyAttrs
@@ -133,7 +133,7 @@ class EvidencePruner(BasePruner):
         self, study: optuna.Study, trials: Sequence[FrozenTrial], audits: Sequence[FrozenTrial]
     ) -> EvidenceRecord:
         """On at a step where >= min_audit audits reported and the wrapped pruner would have cut none of the audits
-        within one eval standard error of their best (contracts/pruning_near_best.py)."""
+        within one eval standard error of their best (contracts/pruning/near_best.py)."""
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
         best = near_best(audits, maximize, int(self.eval_examples or 1))
         ordered = sorted(trials, key=lambda t: t.number)
