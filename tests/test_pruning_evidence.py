@@ -157,6 +157,8 @@ def test_a_study_stored_before_the_wrapper_moved_is_the_same_study_and_its_jobs_
     old = {**SPEC, "_target_": "sweeps.pruning_evidence.EvidencePruner"}
     assert current_pruner_spec(old) == SPEC and current_pruner_spec({"wrapped": old})["wrapped"] == SPEC
     assert old["_target_"] == "sweeps.pruning_evidence.EvidencePruner"  # the stored value is left as it is
+    contracts_era = {**SPEC, "_target_": "contracts.pruning_evidence.EvidencePruner"}  # before contracts/pruning/
+    assert current_pruner_spec(contracts_era) == SPEC
     here = {part: [] for part in PARTS} | {"space": {}, "pruner": SPEC}
     assert study_changes({**here, "pruner": old}, [], here) == []
     assert [c.what for c in study_changes({**here, "pruner": {**old, "min_audit": 5}}, [], here)] == ["pruner"]
