@@ -121,11 +121,13 @@ def train_loop(t: Trainer, reporter: Reporter | None) -> RunSummary:
             bar.update(1)
             if done % train.log_interval == 0 or done == total:
                 log_point(t, log, timer, bar, reporter, cycles)
-            verdict = None  # no eval at this step
             if done % train.eval_interval == 0 or done == total:
                 with timer.excluded():  # evals and checkpoints are not step time
-                    verdict = eval_point(t, log, reporter, cycles)
-            if (status := stop_status(t, verdict, preemption)) is not None:
+                    verdict, to_best = eval_point(t, log, reporter, cycles)
+                    status = stop_status(t, verdict, to_best, preemption)
+            else:
+                status = stop_status(t, None, False, preemption)  # no eval at this step
+            if status is not None:
                 outcome.status = status
                 break
         t.clock.stamp("train_end")  # after the last step's eval and checkpoint: training work ends here
@@ -195,9 +197,9 @@ def log_point(
         bar.set_postfix(loss=f"{record['train/lm_loss']:.3f}", acc=f"{record['train/accuracy']:.3f}")
 
 
-def eval_point(t: Trainer, log: RunLog, reporter: Reporter | None, cycles: tuple[int, int]) -> str:
-    """Evaluate, keep the best, ask the reporter for its verdict (the same on every rank) and, unless it is
-    "abandon", save latest.pt (and best.pt when this eval takes it); the verdict."""
+def eval_point(t: Trainer, log: RunLog, reporter: Reporter | None, cycles: tuple[int, int]) -> tuple[str, bool]:
+    """Evaluate, keep the best and ask the reporter for its verdict (the same on every rank); the verdict and
+    whether this step's save writes best.pt too. The save itself is `stop_status`'s: one save per step."""
     train, state, done = t.cfg.train, t.state, t.state.step
     ema = state.ema
     eval_model = cast(ACTModel, ema.module) if (ema is not None and train.eval_with_ema) else state.model
@@ -210,28 +212,30 @@ def eval_point(t: Trainer, log: RunLog, reporter: Reporter | None, cycles: tuple
     to_best = t.checkpointer.takes_best(value, done, improved)
     verdict = reporter.report(done, state.last_eval) if (t.runtime.is_main and reporter is not None) else "continue"
     verdict = t.runtime.broadcast_object(verdict)  # every rank stops at the same step
-    if verdict != "abandon":
-        t.checkpointer.save(best=to_best)
-    return verdict
+    return verdict, to_best
 
 
-def stop_status(t: Trainer, verdict: str | None, preemption: PreemptionFlag) -> str | None:
-    """Whether the run stops after the step just done, given its eval's `verdict` (None: no eval at this step): the
-    outcome to stop with, or None to go on. The one place a run decides to stop (an error stops it by raising); a
-    stop that needs a checkpoint its eval did not write saves one here. Every rank calls it after every step: the
-    preemption check and the saves are collective."""
+def stop_status(t: Trainer, verdict: str | None, to_best: bool, preemption: PreemptionFlag) -> str | None:
+    """Whether the run stops after the step just done, given its eval's `verdict` (None: no eval at this step) and
+    whether that eval takes best.pt (`to_best`): the outcome to stop with, or None to go on. The one place a run
+    decides to stop (an error stops it by raising) and the one save of a step: an eval, a preemption notice and a
+    `stop_after` that meet at one step share it. Every rank calls it after every step: the preemption check and the
+    save are collective.
+
+    "abandon" (the trial was given to someone else) saves nothing, unless a preemption notice came too: the driver
+    sets a preempted slice's trials aside, and the trial, queued again, resumes from this save."""
     train, done = t.cfg.train, t.state.step
-    if verdict == "abandon":  # the trial was given to someone else: stop at once, nothing saved
+    preempted = done % train.preemption_check_interval == 0 and any(t.runtime.all_gather_object(preemption.raised))
+    evaluated = verdict is not None and verdict != "abandon"
+    if preempted or evaluated or (done == train.stop_after and verdict != "abandon"):
+        t.checkpointer.save(best=to_best)
+    if verdict == "abandon":
         return ABANDONED
     if verdict == "prune":
         return PRUNED
     if done == train.stop_after:
-        if verdict is None:
-            t.checkpointer.save()
         return COMPLETE
-    if done % train.preemption_check_interval == 0 and any(t.runtime.all_gather_object(preemption.raised)):
-        # A VM got SIGTERM (preemption notice): save while we still can.
-        t.checkpointer.save()
+    if preempted:  # a VM got SIGTERM (a preemption notice): saved above while we still can
         return PREEMPTED
     return COMPLETE if done == train.steps else None
 
