@@ -164,6 +164,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 # files. Within each, collection order; a file's tests keep theirs. A stale entry costs balance, never a test.
 TESTS_DIR = Path(__file__).resolve().parent
 HEAVY_FIRST = (
+    "test_pod_soak.py",
     "test_sweeps.py",
     "test_train.py",
     "chaos/test_invariants.py",
