@@ -34,7 +34,7 @@ from storage.trial_record import TrialLaunch
 from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.config.optuna_parts import pruner_spec
 from sweeps.config.schema import SweepConfig
-from sweeps.launchers.base import build_launcher
+from sweeps.launchers.base import build_launcher, cancel_all
 from sweeps.launchers.interrupts import signals_held
 from sweeps.launchers.slots import SlotPool
 from sweeps.preflight import check_before_study
@@ -218,8 +218,8 @@ class Driver:
         """Waiting will not help: stop our jobs, each with the launcher's grace (a checkpoint), and end on `fatal`
         (sweeps.run: its one line, exit 2). Their trials stay RUNNING where they were stored: the same command, on
         the study's storage again, finds them orphaned and queues them to resume (sweeps/trials/recovery.py)."""
+        cancel_all([running.job for running in self.running.values()])
         for running in self.running.values():
-            running.job.cancel()
             running.heartbeat.stop()
         self.running.clear()
         raise fatal from None

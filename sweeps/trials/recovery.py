@@ -26,6 +26,7 @@ from storage.record import (
     UNTRAINED_ATTRS,
 )
 from storage.trial_record import TrialLaunch, seed_prefix
+from sweeps.launchers.base import cancel_all
 from sweeps.search.space import SearchSpace
 from sweeps.trials.outcome import clip_reason, orphan_verdict
 from sweeps.trials.retry import plan_retry, visible_here, with_note
@@ -146,8 +147,7 @@ def abandon(
     """The driver is interrupted: stop every job of ours first (a stop nothing interrupts: sweeps.launchers.interrupts;
     `grace_s`: the launcher's kill grace unless given), then `record` each trial. One that cannot be recorded (the database gone) leaves the others to be: the next driver
     finds it orphaned, its job stopped, and settles it."""
-    for trial in running.values():
-        trial.job.cancel(grace_s)
+    cancel_all([trial.job for trial in running.values()], grace_s)  # at once: a dead VM's stop waits its timeout
     for number, trial in running.items():
         trial.exited_at.append(time.time())
         try:
