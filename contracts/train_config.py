@@ -176,10 +176,13 @@ class CheckpointConfig:
     staging: Literal["auto", "always", "never"] = MISSING
     local_dir: str = MISSING
     upload_wait_s: float = MISSING
+    stop_grace_s: float | None = MISSING
 
     def __post_init__(self) -> None:
         require("checkpoint.lock_wait_s", self.lock_wait_s, self.lock_wait_s >= 0, ">= 0 seconds")
         require("checkpoint.upload_wait_s", self.upload_wait_s, self.upload_wait_s >= 0, ">= 0 seconds")
+        grace = self.stop_grace_s
+        require("checkpoint.stop_grace_s", grace, grace is None or grace >= 0, ">= 0 seconds, or null for no deadline")
         require(
             "checkpoint.local_dir",
             self.local_dir,

@@ -242,3 +242,38 @@ def test_a_staged_multi_process_job_keeps_each_ranks_carry_and_resumes_it(tmp_pa
     carries = [r["carry"]["inputs"] for r in previous["ranks"]]
     assert not bool((carries[0] == carries[1]).all())  # each rank's own puzzles
     assert json.loads((out / "summary.json").read_text())["rank_steps"] == [20, 20]
+
+
+def test_a_stop_ends_within_its_kill_grace_cutting_a_save_that_would_not(
+    tmp_path: Path, data_root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A notice's save waited for the upload in flight without bound and its own upload for checkpoint.upload_wait_s
+    (90 s): past the pod's 120 s SIGKILL. With checkpoint.stop_grace_s (the launcher's kill_grace_s) the stop ends
+    by then: here 11 s less the 10 s kept for the exit leave 1 s, less than the step-10 upload took (3 s)."""
+    monkeypatch.setenv(DELAY_ENV, "3")
+    url = f"{SlowFileSystem.protocol}://{tmp_path}/remote"
+    signalled: list[float] = []
+
+    def notice() -> None:  # once the step-10 upload landed (the stop's wait for one in flight is the other bound)
+        while not (tmp_path / "remote" / checkpoint.LATEST).exists():
+            time.sleep(0.1)
+        signalled.append(time.monotonic())
+        _sigterm()
+
+    trial = _TrialLink(15, notice)
+    extra = ("train.steps=100", "train.eval_interval=10", "checkpoint.keep_best=false", f"checkpoint.url={url}")
+    summary = run(config(tmp_path, data_root, *extra, "checkpoint.stop_grace_s=11"), reporter=trial)
+    stopped_s = time.monotonic() - signalled[0]
+    assert summary.outcome == "PREEMPTED" and summary.steps == 20
+    assert stopped_s < 11, f"the stop took {stopped_s:.1f} s, past its 11 s grace"
+    assert checkpoint.load(str(tmp_path / "remote"))["step"] == 10  # landed within the grace; step 20's was cut
+    err = capsys.readouterr().err
+    assert "the stop's checkpoint of step 20 was not written" in err and "checkpoint.stop_grace_s=11" in err
+
+
+def test_the_pod_tells_each_job_its_kill_grace() -> None:
+    from sweeps.launchers.base import JobSpec
+    from sweeps.launchers.tpu.launcher import TpuPodLauncher
+
+    pods = TpuPodLauncher(tpu_name="t", zone="z", kill_grace_s=95)
+    assert "checkpoint.stop_grace_s=95 " in pods.remote_command(JobSpec("j", ["train.steps=3"], Path(".")))

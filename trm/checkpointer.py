@@ -6,6 +6,8 @@ none of them (torchtitan's CheckpointManager beside its trainer).
 - `takes_best`, `save`: latest.pt at every save, best.pt too at an eval that takes it.
 - `finish`: the end of training, after its last save: the upload in flight has landed.
 - `failed`: an error ends the run: why, once the upload in flight has landed (or its grace ended).
+- `stop_from`: a SIGTERM came (a preemption notice, a launcher's stop): the stop's save and upload end within
+  checkpoint.stop_grace_s of it, or the save is cut and the last uploaded checkpoint kept.
 
 Every method but `takes_best` and `failed` is collective: every rank calls it at the same step. Rank 0 alone reads
 and writes the files (only it may see the path); every rank restores its own carry and RNG. For a remote
@@ -14,6 +16,8 @@ checkpoint.url rank 0 writes a local copy and uploads it in the background (trm/
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +36,11 @@ class CheckpointerSettings(CheckpointSettings, Protocol):
     checkpoints read: where and how saves go (CheckpointSettings), and whether best.pt is kept."""
 
     keep_best: bool
+    stop_grace_s: float | None
+
+
+# What a stop keeps of its kill grace for after the save and upload: the summary, the tracker's close, the exit.
+STOP_EXIT_S = 10.0
 
 
 class Checkpointer:
@@ -40,6 +49,21 @@ class Checkpointer:
     def __init__(self, runtime: Runtime, state: TrainState, settings: CheckpointerSettings) -> None:
         self.runtime, self.state, self.settings = runtime, state, settings
         self.uploads = upload.Uploads()  # rank 0's, in flight
+        self.deadline: float | None = None  # time.time() by which a stop's save and upload end (`stop_from`)
+
+    def stop_from(self, notice_at: float) -> None:
+        """A SIGTERM came at `notice_at` (time.time(); the earliest of every rank's): with checkpoint.stop_grace_s,
+        the stop's save and upload end by `notice_at` + the grace - STOP_EXIT_S (`save` cuts the save when its upload
+        would not land by then; `finish` waits no longer)."""
+        grace = self.settings.stop_grace_s
+        if grace is not None:
+            self.deadline = notice_at + grace - STOP_EXIT_S
+
+    def _wait_s(self) -> float:
+        """How long a stop waits for the upload in flight: checkpoint.upload_wait_s, and no later than the deadline."""
+        if self.deadline is None:
+            return self.settings.upload_wait_s
+        return max(0.0, min(self.settings.upload_wait_s, self.deadline - time.time()))
 
     def resume(self) -> None:
         """Restore the state from the checkpoint at checkpoint.url if there is one (collective).
@@ -86,6 +110,15 @@ class Checkpointer:
         flight ended; if it could not save, or the previous upload failed, every rank raises its error, so all stop
         together."""
         runtime, state = self.runtime, self.state
+        if self.deadline is not None:
+            cut = runtime.broadcast_object(self._cut() if runtime.is_main else None)  # every rank saves, or none
+            if cut is not None:
+                failed, message = cut
+                if failed:
+                    raise checkpoint.CheckpointError(message)
+                if runtime.is_main:
+                    print(f"warning: {message}", file=sys.stderr, flush=True)
+                return
         ranks, carry = gather_carry(runtime, state)
         # On every rank: under multi-host SPMD (XLA) a computation over the replicated weights runs on all hosts or
         # waits for the missing ones. One reduction, one read back.
@@ -105,11 +138,28 @@ class Checkpointer:
             non_finite, message = failure
             raise (NonFiniteLossError if non_finite else checkpoint.CheckpointError)(message)
 
+    def _cut(self) -> tuple[bool, str] | None:
+        """Rank 0, before a save with a deadline: wait for the upload in flight until the deadline; (True, why) if it
+        did not land, (False, why) when the save would not land by the deadline either (its upload would take the
+        last one's time), None to save."""
+        late = self.uploads.wait(self._wait_s())
+        if late is not None:
+            return True, late
+        left, need = self._wait_s(), self.uploads.last_s
+        if need is None or need <= left:
+            return None
+        return False, (
+            f"the stop's checkpoint of step {self.state.step} was not written: {left:.1f} s were left of "
+            f"checkpoint.stop_grace_s={self.settings.stop_grace_s:g} (less {STOP_EXIT_S:g} s for the exit) and the last "
+            f"upload took {need:.1f} s; the last uploaded checkpoint at {self.settings.url} is kept. Raise "
+            "launcher.kill_grace_s (the job's checkpoint.stop_grace_s), or save more often (train.eval_interval)"
+        )
+
     def finish(self) -> list[int]:
         """The end of training (collective), after its last save: rank 0 waits for the upload in flight (at most
         checkpoint.upload_wait_s); if it failed or is still running, every rank raises a CheckpointError naming it.
         Returns every rank's step (proof that all stopped at the same one)."""
-        late = self.uploads.wait(self.settings.upload_wait_s) if self.runtime.is_main else None
+        late = self.uploads.wait(self._wait_s()) if self.runtime.is_main else None
         everyone = self.runtime.all_gather_object((self.state.step, late))
         if everyone[0][1] is not None:
             raise checkpoint.CheckpointError(everyone[0][1])
@@ -119,7 +169,7 @@ class Checkpointer:
         """Record in `outcome` why the run failed, once an upload in flight (rank 0's) has landed, waiting at most
         checkpoint.upload_wait_s (a retry resumes from the newest complete checkpoint); an upload that failed or did
         not land is named in the record too."""
-        late = self.uploads.wait(self.settings.upload_wait_s)
+        late = self.uploads.wait(self._wait_s())
         outcome.failed(err)
         if late is not None:
             outcome.error = f"{outcome.error}; and {late}"

@@ -225,7 +225,12 @@ def stop_status(t: Trainer, verdict: str | None, to_best: bool, preemption: Pree
     "abandon" (the trial was given to someone else) saves nothing, unless a preemption notice came too: the driver
     sets a preempted slice's trials aside, and the trial, queued again, resumes from this save."""
     train, done = t.cfg.train, t.state.step
-    preempted = done % train.preemption_check_interval == 0 and any(t.runtime.all_gather_object(preemption.raised))
+    notices = []  # when each rank's SIGTERM came, if one did
+    if done % train.preemption_check_interval == 0:
+        notices = [at for at in t.runtime.all_gather_object(preemption.raised_at) if at is not None]
+    preempted = bool(notices)
+    if preempted:
+        t.checkpointer.stop_from(min(notices))  # the save below ends within the kill grace, or is cut
     evaluated = verdict is not None and verdict != "abandon"
     if preempted or evaluated or (done == train.stop_after and verdict != "abandon"):
         t.checkpointer.save(best=to_best)

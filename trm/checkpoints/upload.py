@@ -24,6 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Protocol
@@ -56,6 +57,7 @@ class Uploads:
         self._what = ""  # "step N to <url>": what the upload in flight (or the last one) copies
         self._error: str | None = None  # why the last upload failed; cleared once reported
         self._late = False  # the upload in flight outlasted a bounded wait (reported): no later wait waits again
+        self.last_s: float | None = None  # seconds the last upload that landed took: what the next one may take
 
     @property
     def in_flight(self) -> bool:
@@ -75,9 +77,11 @@ class Uploads:
 
     def _copy(self, url: str, source: Path, names: tuple[str, ...]) -> None:
         try:
+            start = time.monotonic()
             data = memoryview(source.read_bytes())
             for name in names:  # latest.pt first: best.pt of the same step never lands without it
                 checkpoint.put(url, name, data)
+            self.last_s = time.monotonic() - start
         except Exception as err:  # noqa: BLE001 (a store's client raises its own kinds; each is reported, none lost)
             self._error = f"could not upload checkpoint {self._what}: {type(err).__name__}: {err}"
 

@@ -128,7 +128,9 @@ class TpuPodLauncher(PodSetup):
     def remote_command(self, spec: JobSpec) -> str:
         env = {**self.env, **spec.slot.env, **spec.env}
         exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
-        train = shlex.join(["-m", "trm.train", *quote_literals([*spec.overrides, f"{JOB_TAG_KEY}={spec.name}"])])
+        # The job's stop (save, upload) ends within this launcher's SIGTERM-to-SIGKILL grace: it is told the grace.
+        grace = f"checkpoint.stop_grace_s={self.kill_grace_s:g}"
+        train = shlex.join(["-m", "trm.train", *quote_literals([*spec.overrides, grace, f"{JOB_TAG_KEY}={spec.name}"])])
         here = shell_path(self.remote_dir)
         job = f"{exports} {shell_path(self.python)} {train}".strip()
         return job_command(f"mkdir -p {here} && cd {here}", job, launch_id=uuid.uuid4().hex[:16])
