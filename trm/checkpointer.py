@@ -84,7 +84,7 @@ class Checkpointer:
             raise failure
         if saved is not None:
             checkpoint.check_identity(saved, state.identity, f"{url.rstrip('/')}/{checkpoint.LATEST}")
-            state.restore(saved, runtime.rank, runtime.device)
+            state.restore(saved, runtime.rank, runtime.device, runtime.world_size)
             if self.settings.keep_best:
                 checked, failure = None, None
                 if runtime.is_main:

@@ -111,16 +111,28 @@ class TrainState:
             best_file.KEY: self.best_file.to_dict(),
         }
 
-    def restore(self, saved: Mapping[str, Any], rank: int, device: torch.device) -> None:
-        """Continue from `saved` (a `capture`) as rank `rank`: weights, optimizers, data position, this rank's
-        carry and RNG, the sums since the last log point, the best so far and the latest eval."""
+    def restore(self, saved: Mapping[str, Any], rank: int, device: torch.device, world_size: int) -> None:
+        """Continue from `saved` (a `capture`) as rank `rank` of `world_size`: weights, optimizers, data position, this
+        rank's carry and RNG, the sums since the last log point, the best so far and the latest eval.
+
+        A checkpoint of another process count (a slice that came back larger or smaller): under SPMD its global carry
+        and data position hold for any count, and every process's RNG is rank 0's (one seed, one program), so a rank
+        it lacks takes rank 0's. Per-rank carries (DDP) are each rank's share of the batch: refused, every rank
+        alike (CheckpointMismatchError), naming both counts."""
         self.model.load_state_dict(saved["model"])
         for opt, opt_state in zip(self.optimizers, saved["optimizers"]):
             opt.load_state_dict(opt_state)
         if self.ema is not None and saved.get("ema") is not None:
             self.ema.load_state_dict(saved["ema"])
         self.loader.load_state_dict(saved["loader"])
-        mine = saved["ranks"][rank]
+        ranks = saved["ranks"]
+        if saved.get("carry") is None and len(ranks) != world_size:
+            raise checkpoint.CheckpointMismatchError(
+                f"the checkpoint of step {saved['step']} was written by {len(ranks)} processes, each with its own share "
+                f"of the batch's carry, and this run has {world_size}: resume it with {len(ranks)} processes (the "
+                "machine or launcher.slots it ran on), or start it again with checkpoint.resume=false"
+            )
+        mine = ranks[rank] if rank < len(ranks) else ranks[0]
         carry: Mapping[str, Tensor] = saved.get("carry") or mine["carry"]  # SPMD's global carry, saved once
         self.carry = Carry(**{k: v.to(device) for k, v in carry.items()})
         torch.set_rng_state(mine["rng"])
