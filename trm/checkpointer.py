@@ -119,6 +119,9 @@ class Checkpointer:
                 if runtime.is_main:
                     print(f"warning: {message}", file=sys.stderr, flush=True)
                 return
+        # Every rank runs the work still pending (the step's sums since the last log point) together: under
+        # multi-host SPMD a computation forced on rank 0 alone waits for hosts that never join it.
+        runtime.step_boundary()
         ranks, carry = gather_carry(runtime, state)
         # On every rank: under multi-host SPMD (XLA) a computation over the replicated weights runs on all hosts or
         # waits for the missing ones. One reduction, one read back.
@@ -130,7 +133,7 @@ class Checkpointer:
                     raise NonFiniteLossError(
                         f"non-finite weights at step {state.step}: no checkpoint written (the last good one is kept)"
                     )
-                write(state.capture(ranks, carry), self.settings, best, self.uploads)
+                write(runtime.to_cpu_tree(state.capture(ranks, carry)), self.settings, best, self.uploads)
             except (checkpoint.CheckpointError, NonFiniteLossError) as err:
                 failure = (isinstance(err, NonFiniteLossError), str(err))
         failure = runtime.broadcast_object(failure)

@@ -11,13 +11,15 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
 from contracts.train_config import RuntimeConfig
+
+T = TypeVar("T")
 
 
 class ControlPlaneError(RuntimeError):
@@ -58,6 +60,12 @@ class Runtime:
     def to_cpu(self, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
         """`tensors` moved to the CPU (under multi-host SPMD a collective: every process calls it)."""
         return {k: v.cpu() for k, v in tensors.items()}
+
+    def to_cpu_tree(self, tree: T) -> T:
+        """`tree` (nested dicts, lists, tuples: a checkpoint rank 0 writes) with its device tensors on the CPU, for
+        `torch.save`. Here as it is: torch.save copies each eager tensor itself. Rank 0 alone may call it, after
+        `step_boundary` on every rank (the save's contract: trm/checkpointer.py)."""
+        return tree
 
     def loss_divisor(self, global_batch: int) -> int:
         """What the train step divides its summed loss by so the gradient is the global batch mean.

@@ -24,7 +24,7 @@ never needs torch_xla.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch_xla
@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from trm.runtime.base import Runtime
 
 MESH_AXIS = "data"
+T = TypeVar("T")
 
 
 class XlaWorldMismatchError(RuntimeError):
@@ -89,6 +90,13 @@ class XlaRuntime(Runtime):
         uses: one sync of the list, then one device-to-host call for all of it) rather than one `.cpu()`, each its
         own sync and copy, per tensor. Every process calls it (a multi-host copy of sharded data is collective)."""
         return dict(xm._maybe_convert_to_cpu(tensors))
+
+    def to_cpu_tree(self, tree: T) -> T:
+        """Every tensor of `tree` to the CPU in one transfer (`xm._maybe_convert_to_cpu`, as `xm.save` does), not
+        torch.save's sync and copy per tensor. Rank 0 alone calls it: after `step_boundary` on every rank the
+        replicated tensors (weights, optimizer, EMA, sums) hold no pending work, so the copy runs no computation
+        that the other hosts would have to join; the batch-sharded carry went through `to_cpu` on every process."""
+        return cast(T, xm._maybe_convert_to_cpu(tree))
 
     def loss_divisor(self, global_batch: int) -> int:
         """Under SPMD the step's loss sums over the *global* batch (no gradient averaging afterwards)."""
