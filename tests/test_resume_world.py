@@ -15,6 +15,8 @@ from trm.runtime import init_runtime
 from trm.train import run
 from trm.train_setup import setup
 
+pytestmark = pytest.mark.slow  # each test trains
+
 
 def test_a_checkpoint_restores_on_a_larger_or_smaller_slice_under_spmd_and_is_refused_under_ddp(
     tmp_path: Path, data_root: Path

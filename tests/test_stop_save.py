@@ -7,10 +7,14 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from contracts.run_summary import RunSummary
 from tests.test_train import config
 from trm.checkpoints import checkpoint
 from trm.train import run
+
+pytestmark = pytest.mark.slow  # each test trains
 
 
 class NoticeAtEval:
