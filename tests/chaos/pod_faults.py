@@ -125,12 +125,15 @@ class PodHand:
             print(f"[pod soak {fault.healed_at_s:.0f}s] {fault.kind} healed", flush=True)
 
     def wait_for_training(self, into_s: float) -> str:
-        """Wait until a trial's job has been training `into_s` seconds (its worker-0.log has the start event and
-        no end yet), at most TRAINING_WAIT_S; that trial's directory name, or "" if none was."""
+        """Wait until the latest trial's job has been training `into_s` seconds (its worker-0.log has the start
+        event and no end yet), at most TRAINING_WAIT_S; that trial's directory name, or "" if none was. Only the
+        latest: an earlier attempt's log killed in training has a start and no end for ever (slots=pod: one trial
+        runs at a time)."""
         seen: dict[Path, float] = {}  # a trial's log -> when its start event was first seen
         deadline = self.now() + TRAINING_WAIT_S
         while self.now() < deadline and not self.stopped:
-            for log in self.settings.output_root.glob("*/*/trial-*/worker-0.log"):
+            logs = self.settings.output_root.glob("*/*/trial-*/worker-0.log")
+            for log in sorted(logs, key=lambda p: int(p.parent.name.partition("-")[2]))[-1:]:
                 text = log.read_text(errors="replace")
                 if '{"event": "start"' in text and '{"event": "end"' not in text:
                     seen.setdefault(log, self.now())
