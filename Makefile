@@ -144,7 +144,7 @@ bench-reference: ref-given setup $(REF_STAMP)  ## ours vs the TRM reference: mak
 soak: setup               ## SOAK_ARGS="--trials 40 --seed 7" for another run
 	$(BENCH_ENV) $(PY) -m tests.chaos $(SOAK_ARGS)
 
-# The pod soak (issue 56; docs/pod-unknowns.md, Pod soak): a 30-minute study on the stand-in gcloud's slice under
+# The pod soak (issue 56; docs/reliability.md, Pod soak): a 30-minute study on the stand-in gcloud's slice under
 # describe errors, a spot preemption, a VM that vanishes and one that goes silent; writes bench/results/pod_soak_<shape>.json.
 soak-pod: setup           ## v4-32, 30 min; POD_SOAK_ARGS="--shape v5litepod-16 --seed 2" for the other
 	$(BENCH_ENV) $(PY) -m tests.chaos --pod $(POD_SOAK_ARGS)
