@@ -20,9 +20,11 @@ from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import LauncherConfigError, MachineUnavailableError
 from sweeps.launchers.slots import NoSlotLeftError
+from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu.launcher import TpuPodLauncher
 from sweeps.run import exit_for
-from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, trial_list
+from sweeps.trials.retry import retries_used
+from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_list
 
 
 def admin(*action: str) -> None:
@@ -146,3 +148,61 @@ def test_a_vm_gone_under_a_ready_slice_pauses_a_pod_study_spending_no_retry(
     first, copy = optuna.load_study(study_name="halting", storage=fresh_pg_url).trials
     assert first.state == TrialState.FAIL and first.user_attrs[PREEMPTED_ATTR].startswith("slot pod failed its check")
     assert copy.state == TrialState.WAITING and copy.user_attrs[RETRIES_NOT_SPENT_ATTR] == 1
+
+
+@pytest.mark.slow  # trains two trials on the stand-in pod
+def test_a_vm_recreated_under_a_ready_slice_is_set_up_again_and_charges_no_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_pg_url: str
+) -> None:
+    """VM 1 vanishes mid-trial and the slice is recreated while it reads READY (the pod soak's fault): the slot's
+    check finds no id of the latest prepare on the fresh VMs, so the study pauses, prepares the slice again and
+    resumes. Was: the slot's check passed on the fresh VM (ssh answers, no chip held), the failed job was charged
+    a retry and every later job met VMs without launcher.setup's venv (exit 127)."""
+    pod = fake_pod(tmp_path, monkeypatch, 2)
+    bucket = tmp_path / "bucket"  # the checkpoints' store outside the VMs (gs:// on a real pod): survives them
+    trial = [o for o in FAST_TRIAL if not o.startswith("train.steps")]
+    trial += ["train.steps=200", "runtime.backend=torch", f"runtime.port={free_port()}"]
+    cfg = compose_sweep_config(
+        [
+            *stand_in_pod_overrides(fresh_pg_url, tmp_path / "out", "'~/venv/bin/python'"),
+            "n_trials=2",
+            "pruner=none",
+            f"trial.overrides={trial_list(trial)}",
+            f"trial.checkpoint_root={bucket}",
+            "heartbeat.interval_s=1",
+            "heartbeat.max_retry=0",  # a retry charged would leave its configuration failed
+            "poll_s=0.2",
+            "reeval.at_end=false",
+            "wandb.enabled=false",
+            "preflight.enabled=false",
+            "launcher.state_poll_s=0.3",
+        ]
+    )
+    # A fresh VM has no venv: launcher.setup makes one (a wrapper of this interpreter) on every prepare.
+    cfg.launcher.setup = f"mkdir -p ~/venv/bin && printf '#!/bin/sh\\nexec {sys.executable} \"$@\"\\n' > ~/venv/bin/python && chmod +x ~/venv/bin/python"
+
+    def vanish_then_recreate() -> None:
+        deadline = time.monotonic() + 240
+        while not any(bucket.rglob("latest.pt")):
+            assert time.monotonic() < deadline, "no checkpoint"
+            time.sleep(0.1)
+        admin("vanish=1")
+        admin("recreate")  # the slice reads READY throughout: only the VMs are new
+
+    hand = threading.Thread(target=vanish_then_recreate)
+    hand.start()
+    Driver(typed_sweep(cfg)).run()
+    hand.join()
+    trials = optuna.load_study(study_name="halting", storage=fresh_pg_url).trials
+    by_params: dict[str, list[optuna.trial.FrozenTrial]] = {}
+    for t in trials:
+        by_params.setdefault(repr(sorted(t.params.items())), []).append(t)
+    assert len(by_params) == 2, [(t.state, t.params) for t in trials]
+    for chain in by_params.values():  # each configuration's last attempt COMPLETE, no retry charged on any
+        assert chain[-1].state == TrialState.COMPLETE, [t.user_attrs.get("fail_reason") for t in chain]
+        assert all(retries_used(t) == 0 for t in chain)
+    set_aside = [t for t in trials if t.state == TrialState.FAIL]
+    assert set_aside and all(t.user_attrs[PREEMPTED_ATTR].startswith("slot pod failed its check") for t in set_aside)
+    setups = (pod / "calls.log").read_text().count("mkdir -p ~/venv/bin")
+    assert setups >= 2, setups  # prepared again after the recreate
+    assert (pod / "test-pod" / "worker-1" / "venv" / "bin" / "python").exists()  # the fresh VM set up anew

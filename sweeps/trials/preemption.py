@@ -36,8 +36,9 @@ def machine_gone(storage: RDBStorage, launcher: Launcher, running: RunningTrial,
     """The launcher's line when a job that failed, or stopped on a preemption notice (outcome PREEMPTED: a spot
     VM's SIGTERM), lost its machine; None when the machine is there (the job's own end stands). A failed job on the
     whole machine (slots=pod) whose slot fails `slot_alive` lost it too, whatever the launcher's description says
-    (a slice that still reads READY after a VM died): no other slot could take its trials, and the launcher's
-    recovery checks the machine before any trial starts again."""
+    (a slice that still reads READY after a VM died, or whose VM was recreated without the set-up: the tpu_pod
+    launcher's slot check finds no id of its latest prepare there): no other slot could take its trials, and the
+    launcher's recovery sets the machine up again and checks it before any trial starts again."""
     if code == 0:
         attrs = storage.get_trial(trial_id_of(running.trial)).user_attrs
         if TrialOutcome.of(attrs, seed_prefix(running.seed_index)).outcome != "PREEMPTED":
@@ -46,8 +47,8 @@ def machine_gone(storage: RDBStorage, launcher: Launcher, running: RunningTrial,
         return gone
     if code != 0 and running.slot.whole and not launcher.slot_alive(running.slot):
         return (
-            f"slot {running.slot.name} failed its check after the job (a VM gone, or its chips still held), though "
-            "the machine reads as available"
+            f"slot {running.slot.name} failed its check after the job (a VM gone or recreated without its set-up, "
+            "or its chips still held), though the machine reads as available"
         )
     return None
 

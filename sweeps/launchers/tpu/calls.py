@@ -86,6 +86,8 @@ class PodCalls:
         # A dry run with launcher.accelerator_type prices the study on that type: no slice need exist yet.
         self.accelerator_type, self.planning = accelerator_type, bool(dry_run and accelerator_type)
         self._shape: SliceShape | None = None
+        # The latest prepare's id, left on every VM (PodSetup.prepare); None before the first: nothing to check.
+        self.prepare_id: str | None = None
 
     def shape(self) -> SliceShape:
         """The slice as `tpu-vm describe` gives it (asked once, once it is usable: before anything is checked or

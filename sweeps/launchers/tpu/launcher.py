@@ -33,7 +33,14 @@ from sweeps.launchers.slots import Slot
 from sweeps.launchers.tpu.describe import unknown_line, wait_for_ready
 from sweeps.launchers.tpu.preflight import preflight as pod_preflight
 from sweeps.launchers.tpu.setup import PodSetup
-from sweeps.launchers.tpu.shell import chips_free_check, job_command, job_pattern, shell_path, stop_command
+from sweeps.launchers.tpu.shell import (
+    chips_free_check,
+    job_command,
+    job_pattern,
+    prepared_check,
+    shell_path,
+    stop_command,
+)
 
 log = logging.getLogger(__name__)
 
@@ -111,17 +118,21 @@ class TpuPodLauncher(PodSetup):
         return shlex.join(self.ssh_argv(workers, self.remote_command(spec)))
 
     def slot_alive(self, slot: Slot) -> bool:
-        """Whether every VM of the slot still answers ssh and no process of an earlier job still holds the slot's
-        chips (a failed or stopped job on a dead VM, or one that outlived its stop, retires only its slots)."""
+        """Whether every VM of the slot still answers ssh, was set up by the latest prepare (its id there: a VM
+        recreated under a slice that still reads READY has none) and no process of an earlier job still holds the
+        slot's chips (a failed or stopped job on a dead VM, or one that outlived its stop, retires only its slots;
+        with slots=pod the study pauses and prepares the slice again: sweeps/trials/preemption.py)."""
         workers = ",".join(map(str, slot.workers)) if slot.workers else "all"
         check = chips_free_check(slot.env.get("TPU_VISIBLE_CHIPS"))
+        if self.prepare_id is not None:
+            check = f"{prepared_check(self.remote_dir, self.prepare_id)}; {check}"
         try:
             proc = subprocess.run(
                 self.ssh_argv(workers, check), check=False, capture_output=True, text=True, timeout=self.ssh_timeout_s
             )
         except subprocess.TimeoutExpired:
             return False
-        if proc.returncode == 1 and "still runs" in proc.stdout:
+        if proc.returncode == 1 and ("still runs" in proc.stdout or "not set up" in proc.stdout):
             log.warning("slot %s: %s; it takes no more trials", slot.name, proc.stdout.strip().replace("\n", "; "))
         return proc.returncode == 0
 

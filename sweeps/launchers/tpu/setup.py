@@ -8,13 +8,14 @@ import glob
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from sweeps.launchers.base import LauncherConfigError, require
 from sweeps.launchers.tpu.calls import PodCalls
 from sweeps.launchers.tpu.describe import ON_PREEMPTED
 from sweeps.launchers.tpu.gcloud import check_flags
-from sweeps.launchers.tpu.shell import python_check, python_refusal, shell_path
+from sweeps.launchers.tpu.shell import prepared_mark, python_check, python_refusal, shell_path
 
 # Where this code runs from: a checkout (pyproject.toml beside the packages) or an installed wheel.
 CHECKOUT = Path(__file__).resolve().parents[3]
@@ -83,7 +84,9 @@ class PodSetup(PodCalls):
     def prepare(self) -> None:
         """Validate, check every worker answers (first contact: the key set-up may take minutes), run
         launcher.setup on each, check it has a Python the project runs on, and deploy this code version when asked.
-        Run again on a slice recreated after a preemption (wait_until_available): its VMs are new."""
+        Run again on a slice recreated after a preemption (wait_until_available): its VMs are new. Last, a new
+        prepare id is left on every VM (shell.PREPARED_FILE): `slot_alive` finds a VM recreated under a slice that
+        still reads READY by its missing id, so the study sets the slice up again instead of charging its trials."""
         self.validate()
         self._run_all("true", "reaching the workers", self.connect_timeout_s)
         if self.setup:
@@ -91,6 +94,9 @@ class PodSetup(PodCalls):
         self.check_python()
         if self.deploy:
             self._deploy()
+        prepare_id = uuid.uuid4().hex[:16]
+        self._run_all(prepared_mark(self.remote_dir, prepare_id), "leaving the prepare's id on every worker")
+        self.prepare_id = prepare_id
 
     def check_python(self) -> None:
         """launcher.python on every worker is at least MIN_PYTHON (a TPU VM image's python3 may be older)."""

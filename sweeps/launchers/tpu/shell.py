@@ -149,3 +149,24 @@ def chips_free_check(visible_chips: str | None) -> str:
         + chips
         + 'echo "worker ${TPU_WORKER_ID:-$(hostname)}: pid $p still runs on the slot\'s chips"; exit 1; done; exit 0'
     )
+
+
+# The file, in launcher.remote_dir, that `prepare` leaves on every VM: the prepare's id. A VM without it (or with
+# another id) was not set up by this driver's latest prepare: one recreated under a slice that still read READY.
+PREPARED_FILE = ".trm-prepared"
+
+
+def prepared_mark(remote_dir: str, prepare_id: str) -> str:
+    """A command that leaves `prepare_id` in remote_dir's PREPARED_FILE (the directory made if need be)."""
+    here = shell_path(remote_dir)
+    return f"mkdir -p {here} && echo {shlex.quote(prepare_id)} > {here}/{PREPARED_FILE}"
+
+
+def prepared_check(remote_dir: str, prepare_id: str) -> str:
+    """A command that exits 1, saying so, unless remote_dir's PREPARED_FILE holds `prepare_id`: the VM was set up
+    by the latest prepare (its venv, its code); then nothing is printed and the next command runs."""
+    return (
+        f"grep -qx {shlex.quote(prepare_id)} {shell_path(remote_dir)}/{PREPARED_FILE} 2>/dev/null || "
+        "{ echo \"worker ${TPU_WORKER_ID:-$(hostname)}: not set up by this study's latest prepare (a VM recreated "
+        'under the slice)"; exit 1; }'
+    )
