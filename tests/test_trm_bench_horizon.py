@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from bench.trm_bench import horizon
-from bench.trm_bench.table import Curve, Point, Table, config
+from bench.trm_bench import horizon, rule_choice
+from bench.trm_bench.table import Curve, Point, Table, config, seed_truth
+from bench.trm_bench.truths import EVAL_ONLY, truncated, truths
 
 
 def test_the_thousand_step_studies_read_as_one_table_of_distinct_configurations() -> None:
@@ -93,21 +94,21 @@ def test_the_rule_is_chosen_by_its_worst_table_within_the_budget_and_judged_on_t
         rows.append(row(name, "median_late", 0.95 if name != "1000" else 0.4, 0.35, n))  # lost at 1,000 steps
         # 0.80 everywhere; pays 0.9 of the 27-configuration table: no budget there (n_trials covers the grid)
         rows.append(row(name, "headroom", 0.8, 0.38 if n == 72 else 0.9, n))
-    choice = horizon.choose_rule(rows)
+    choice = rule_choice.choose_rule(rows)
     assert choice.rule == "headroom" and choice.worst_near_best == 0.8 and choice.worst_paid == 0.38
     assert choice.within_budget and choice.provisional and choice.held_out_holds is None
-    held = horizon.choose_rule([*rows, row(horizon.HELD_OUT, "headroom", 0.91, 0.39, 44)])
-    assert held.held_out_holds is True and horizon.HELD_OUT not in held.tables
-    short = horizon.choose_rule([*rows, row(horizon.HELD_OUT, "headroom", 0.89, 0.39, 44)])
+    held = rule_choice.choose_rule([*rows, row(rule_choice.HELD_OUT, "headroom", 0.91, 0.39, 44)])
+    assert held.held_out_holds is True and rule_choice.HELD_OUT not in held.tables
+    short = rule_choice.choose_rule([*rows, row(rule_choice.HELD_OUT, "headroom", 0.89, 0.39, 44)])
     assert short.held_out_holds is False
 
 
 def test_with_no_rule_within_the_budget_the_best_worst_case_is_chosen_and_said() -> None:
     rows = [row("tiny:0", "none", 1.0, 0.57), row("tiny:0", "median_late", 0.7, 0.45)]
-    choice = horizon.choose_rule(rows)
+    choice = rule_choice.choose_rule(rows)
     assert choice.rule == "none" and not choice.within_budget
     with pytest.raises(ValueError, match="no selectable rule"):
-        horizon.choose_rule([row("tiny:0", "median_40", 1.0, 0.1)])
+        rule_choice.choose_rule([row("tiny:0", "median_40", 1.0, 0.1)])
 
 
 def test_the_figure_draws_each_rule_per_table_with_the_goal_and_the_budget() -> None:
@@ -125,5 +126,52 @@ def test_the_figure_draws_each_rule_per_table_with_the_goal_and_the_budget() -> 
     fig = figure({"rows": rows, "choice": {"rule": "median_late"}})
     assert len(fig.data) == 4 * 3  # per row: the share, the regret median, and a band (both rules are banded)
     lines = [(s.type, s.y0 if s.y0 == s.y1 else s.x0) for s in fig.layout.shapes]
-    assert lines.count(("line", horizon.GOAL_FOUND)) == 2 and lines.count(("line", horizon.GOAL_SHARE)) == 4
+    assert lines.count(("line", rule_choice.GOAL_FOUND)) == 2 and lines.count(("line", rule_choice.GOAL_SHARE)) == 4
     assert fig.layout.yaxis3.type == "log" and min(fig.data[2].y) >= REGRET_FLOOR
+
+
+def two_seeds() -> tuple[Table, Table]:
+    """Ten configurations on two training seeds: configuration 0 is the best on seed 0 alone (a lucky seed), 1 is
+    the best on average; the rest are far behind."""
+    ends = {0: (0.95, 0.55), 1: (0.90, 0.92)}
+
+    def table(seed: int) -> Table:
+        curves = {}
+        for i in range(10):
+            end = ends.get(i, (0.3, 0.3))[seed]
+            points = tuple(Point(s, end * s / 400, 0.5, float(s), 0.0) for s in (100, 200, 300, 400))
+            curves[config({"arch.hidden_size": i})] = Curve({"arch.hidden_size": i}, points)
+        return Table(seed, curves, 256)
+
+    return table(0), table(1)
+
+
+def test_a_study_is_judged_by_its_reported_configurations_seed_mean_not_by_its_lucky_seed() -> None:
+    seed0, seed1 = two_seeds()
+    named = {"tiny:0": seed0, "tiny:1": seed1}
+    judge = truths(named, named)
+    truth, said = judge["tiny:0"]
+    assert truth.best_params.startswith("1") and "mean over seeds 0, 1" in said
+    lucky = config({"arch.hidden_size": 0})
+    # the replays that report configuration 0 hold the best of seed 0's table by the eval SE, not by the seed mean
+    runs = [horizon.replay(seed0, "none", s, None) for s in range(8)]
+    row = horizon.summarize("tiny:0", seed0, "none", runs, judge["tiny:0"])
+    assert all(r.reported[-1] == lucky for r in runs)
+    assert row["near_best_eval_at_n_trials"] == 1.0 and row["near_best_at_n_trials"] == 0.0
+    assert row["curves"]["found_eval"][-1] == 1.0 and row["curves"]["found"][-1] == 0.0
+    assert row["judged_by"] == said and row["truth"]["best"] == pytest.approx((0.90 + 0.92) / 2)
+
+
+def test_the_one_seed_table_borrows_the_training_seed_sd_at_its_own_horizon_from_the_long_seeds() -> None:
+    seed0, seed1 = two_seeds()  # 400 steps; cut at 200, the long seeds' SD is half the one at their end
+    thousand = truncated(seed0, 200)
+    alone = truths({"1000": thousand}, {"1000": thousand})
+    assert alone == {}  # no two long seeds: judged on its eval SE (summarize says so)
+    assert horizon.summarize("1000", thousand, "none", [horizon.replay(thousand, "none", 0, None)])["judged_by"] == (
+        EVAL_ONLY
+    )
+    judge = truths({"1000": thousand}, {"1000": thousand, "long:0": seed0, "long:1": seed1})
+    truth, said = judge["1000"]
+    at_end = seed_truth([seed0, seed1]).seed_sd
+    assert truth.seed_sd == pytest.approx(at_end / 2) and truth.se == truth.seed_sd and "step 200" in said
+    assert truth.means[config({"arch.hidden_size": 0})] == pytest.approx(0.95 / 2)

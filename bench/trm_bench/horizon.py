@@ -5,13 +5,7 @@ read the verdict's step from the study's own audit trials.
 
     python -m bench.trm_bench.horizon --reps 200
 
-The choice of model_scaling's pruning rule over horizons is fixed here before the held-out table exists
-(`choose_rule`, HELD_OUT: TRM-Bench-long's seed 1, whose curves were still being recorded when the rule was
-committed): among the rules a user can select (a conf/pruner/ file), the one whose worst near-best share at the
-shipped n_trials over every other table is the highest, among those that pay at most GOAL_SHARE of the grid on
-every table with at least that many configurations (ties: the least worst pay). Until TRM-Bench-long's seed 0 is
-in, the choice is marked provisional. The held-out table then says whether it holds: >= GOAL_FOUND near-best at
-<= GOAL_SHARE paid.
+The choice of model_scaling's rule over these replays, and its held-out table: bench/trm_bench/rule_choice.py.
 
 Each replay is a study on an in-memory Optuna storage with the rule's pruner built from conf/pruner/ (as the study
 would build it for that horizon), the table's configurations in one random order (seeded by the replay, the same
@@ -22,9 +16,12 @@ samplers on the 500-step table.
 
 The tables: TRM-Bench-tiny's seeds (500 steps, 72 configurations), the saved unpruned 1,000-step studies
 (bench/results/pruning_1000steps.json: 27 configurations, one training seed, their trials deduplicated), and
-TRM-Bench-long's seeds (2,000 steps) once they hold MIN_CURVES curves. Judged per table: the study holds a
-configuration within one eval SE of that table's best (Table.target), at the shipped n_trials (or every
-configuration, where the table has fewer) and at the end; the cost is the share of the table's unpruned FLOPs.
+TRM-Bench-long's seeds (2,000 steps, the configurations both seeds hold) once they hold MIN_CURVES curves. Judged
+at the shipped n_trials (or every configuration, where the table has fewer) and at the end: the configuration the
+study would report (its best trial's) is near-best by its mean over the table's training seeds, within one
+seed-inclusive SE of the best mean (bench/trm_bench/truths.py says how for each table; the rows say which SE);
+beside it, the eval-SE-only judgment of the table's own seed (Table.target). The cost is the share of the table's
+unpruned FLOPs.
 """
 
 from __future__ import annotations
@@ -42,11 +39,13 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from bench._results import RESULTS, ROOT, percentile, run_header, write_results
+from bench._results import RESULTS, percentile, run_header, write_results
 from bench.trm_bench.pod import SHIPPED_N_TRIALS
 from bench.trm_bench.replay import build_pruner, study_conf
-from bench.trm_bench.table import Curve, Point, Table, config, load
+from bench.trm_bench.rule_choice import HELD_OUT, REQUIRED, choose_rule
+from bench.trm_bench.table import Config, Curve, Point, SeedTruth, Table, config, load
 from bench.trm_bench.tiny import LONG, TINY
+from bench.trm_bench.truths import EVAL_ONLY, shared, truths
 
 # A rule: a pruner (a conf/pruner/ file or a bench/trm_bench/replay.py VARIANTS name), reporting the shipped prune
 # metric, or with "/exact" the objective itself (study.prune_metric=eval/exact_accuracy).
@@ -65,10 +64,7 @@ RULES = (
 METRIC = "eval/blank_accuracy"  # the prune metric model_scaling ships (study.prune_metric)
 METRICS_BY_SUFFIX = {"exact": "eval/exact_accuracy"}
 MIN_CURVES = 12  # a long seed's table joins once a study of it could prune at all past the audits
-HELD_OUT = "long:1"  # judged, never chosen on (committed before its curves were recorded)
-REQUIRED = ("tiny:0", "tiny:1", "tiny:2", "1000", "long:0")  # the choice is provisional until all are replayed
-GOAL_FOUND = 0.90  # issue 54: near-best in this share of studies ...
-GOAL_SHARE = 0.40  # ... paying at most this share of the unpruned grid
+MIN_SD_CURVES = 5  # ... and lends its training-seed SD (to the one-seed 1,000-step table) from this many
 THOUSAND = RESULTS / "pruning_1000steps.json"
 
 
@@ -99,9 +95,10 @@ class Outcome:
     """One replayed study: after each trial, the FLOPs spent so far and whether the study holds a near-best one."""
 
     gflops: list[float]
-    holds: list[bool]
+    holds: list[bool]  # on the table's own seed, within one eval SE of its best
     best: list[float]  # the study's best value so far (0 before its first finished trial)
     pruned: int
+    reported: list[Config | None]  # the configuration of the study's best trial so far: what it would report
 
 
 def parse_rule(rule: str) -> tuple[str, str]:
@@ -128,6 +125,8 @@ def replay(table: Table, rule: str, seed: int, first: dict[str, Any] | None) -> 
     gflops: list[float] = []
     holds: list[bool] = []
     bests: list[float] = []
+    reported: list[Config | None] = []
+    leader: Config | None = None
     for c in order:
         curve = table.curves[c]
         trial = study.ask()
@@ -143,44 +142,63 @@ def replay(table: Table, rule: str, seed: int, first: dict[str, Any] | None) -> 
             pruned += 1
         else:
             spent += curve.gflops
-            best = max(best, curve.value)
+            if leader is None or curve.value > best:
+                leader, best = c, curve.value
             study.tell(trial, curve.value)
         gflops.append(spent)
         holds.append(best >= table.target - 1e-12)
         bests.append(best)
-    return Outcome(gflops, holds, bests, pruned)
+        reported.append(leader)
+    return Outcome(gflops, holds, bests, pruned, reported)
 
 
 CURVE_POINTS = 101  # the figure's compute axis: 0%, 1%, ..., 100% of the grid
 
 
-def at_compute(run: Outcome, budget: float) -> tuple[bool, float]:
-    """Whether the study held a near-best configuration, and its best, among the trials finished within `budget`."""
-    held, best = False, 0.0
-    for spent, holds, value in zip(run.gflops, run.holds, run.best):
+def judged(run: Outcome, i: int, truth: SeedTruth | None) -> bool:
+    """Whether the study, after its trial i, would report a near-best configuration (`truth`: by its seed mean;
+    None: on the table's own seed, within one eval SE)."""
+    if truth is None:
+        return run.holds[i]
+    reported = run.reported[i]
+    return reported is not None and truth.near_best(reported)
+
+
+def at_compute(run: Outcome, budget: float, truth: SeedTruth | None) -> tuple[bool, bool, float]:
+    """Among the trials finished within `budget`: whether the study held a near-best configuration (judged by
+    `truth`, then by the eval SE alone), and its best value."""
+    state = (False, False, 0.0)
+    for i, spent in enumerate(run.gflops):
         if spent > budget + 1e-9:
             break
-        held, best = holds, value
-    return held, best
+        state = (judged(run, i, truth), run.holds[i], run.best[i])
+    return state
 
 
-def curves(table: Table, runs: list[Outcome]) -> dict[str, list[float]]:
-    """Over the replays, at each share of the grid's compute: the share holding a near-best configuration, and the
-    regret (table best - study best) at its 10th, 50th and 90th percentiles (the figure's band)."""
-    out: dict[str, list[float]] = {"found": [], "regret_p10": [], "regret_p50": [], "regret_p90": []}
+def curves(table: Table, runs: list[Outcome], truth: SeedTruth | None = None) -> dict[str, list[float]]:
+    """Over the replays, at each share of the grid's compute: the share holding a near-best configuration (judged
+    by `truth`; "found_eval": by the eval SE alone), and the regret (table best - study best) at its 10th, 50th and
+    90th percentiles (the figure's band)."""
+    out: dict[str, list[float]] = {"found": [], "found_eval": [], "regret_p10": [], "regret_p50": [], "regret_p90": []}
     for i in range(CURVE_POINTS):
         budget = i / (CURVE_POINTS - 1) * table.grid_gflops
-        states = [at_compute(r, budget) for r in runs]
-        regret = [table.best - best for _, best in states]
-        out["found"].append(sum(held for held, _ in states) / len(runs))
+        states = [at_compute(r, budget, truth) for r in runs]
+        regret = [table.best - best for _, _, best in states]
+        out["found"].append(sum(held for held, _, _ in states) / len(runs))
+        out["found_eval"].append(sum(held for _, held, _ in states) / len(runs))
         for q in (10, 50, 90):
             out[f"regret_p{q}"].append(float(percentile(regret, q) or 0.0))
     return out
 
 
-def summarize(name: str, table: Table, rule: str, runs: list[Outcome]) -> dict[str, Any]:
+def summarize(
+    name: str, table: Table, rule: str, runs: list[Outcome], truth: tuple[SeedTruth, str] | None = None
+) -> dict[str, Any]:
+    """One rule on one table over its replays; near-best judged by `truth` (its seed truth and which SE) where the
+    table has one, else by the eval SE alone."""
     n = min(SHIPPED_N_TRIALS, len(table.curves))
     grid = table.grid_gflops
+    seed, said = truth if truth is not None else (None, EVAL_ONLY)
     return {
         "table": name,
         "rule": rule,
@@ -188,14 +206,17 @@ def summarize(name: str, table: Table, rule: str, runs: list[Outcome]) -> dict[s
         "configurations": len(table.curves),
         "reps": len(runs),
         "n_trials": n,
-        "near_best_at_n_trials": sum(r.holds[n - 1] for r in runs) / len(runs),
+        "judged_by": said,
+        "truth": None if seed is None else seed.summary(),
+        "near_best_at_n_trials": sum(judged(r, n - 1, seed) for r in runs) / len(runs),
+        "near_best_eval_at_n_trials": sum(r.holds[n - 1] for r in runs) / len(runs),
         "paid_at_n_trials_median": statistics.median(r.gflops[n - 1] / grid for r in runs),
-        "near_best_at_end": sum(r.holds[-1] for r in runs) / len(runs),
+        "near_best_at_end": sum(judged(r, len(r.holds) - 1, seed) for r in runs) / len(runs),
         "paid_at_end_median": statistics.median(r.gflops[-1] / grid for r in runs),
         "pruned_share_median": statistics.median(r.pruned / len(r.gflops) for r in runs),
         "best": table.best,
         "se": table.se,
-        "curves": curves(table, runs),
+        "curves": curves(table, runs, seed),
     }
 
 
@@ -209,21 +230,24 @@ def tables(long_min: int = MIN_CURVES) -> dict[str, Table]:
     out = {f"tiny:{s}": load(TINY.out, s) for s in TINY.seeds}
     out["1000"] = study_table()
     if LONG.out.exists():
-        for s in LONG.seeds:
-            rows = json.loads(LONG.out.read_text())["seeds"].get(str(s), [])
-            if len(rows) >= long_min:
-                out[f"long:{s}"] = load(LONG.out, s)
+        saved = json.loads(LONG.out.read_text())["seeds"]
+        longs = [load(LONG.out, s) for s in LONG.seeds if len(saved.get(str(s), [])) >= long_min]
+        out.update({f"long:{t.seed}": t for t in shared(longs)})  # judged by the mean over both: the shared ones
     return out
 
 
-def run_all(named: dict[str, Table], rules: Iterable[str], reps: int, jobs: int) -> list[dict[str, Any]]:
+def run_all(
+    named: dict[str, Table], rules: Iterable[str], reps: int, jobs: int, every: dict[str, Table] | None = None
+) -> list[dict[str, Any]]:
+    """Every rule on every table in `named`, judged by the seed truths of `every` table there is."""
     _, baseline = study_conf()
+    judges = truths(named, every if every is not None else named)
     rows = []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         for name, table in named.items():
             for rule in rules:
                 runs = list(pool.map(_one, [(name, table, rule, s, baseline) for s in range(reps)], chunksize=8))
-                row = summarize(name, table, rule, runs)
+                row = summarize(name, table, rule, runs, judges.get(name))
                 print(
                     f"{name:8s} {rule:18s} near-best at n_trials {row['near_best_at_n_trials']:.2f} "
                     f"for {row['paid_at_n_trials_median']:.2f}",
@@ -236,74 +260,37 @@ def run_all(named: dict[str, Table], rules: Iterable[str], reps: int, jobs: int)
 def markdown(rows: list[dict[str, Any]], named: dict[str, Table]) -> str:
     lines = [
         "Random-order replays, the same orders for every rule (model_scaling's baseline first where the table has "
-        f"it), prune metric {METRIC} (a rule ending /exact: eval/exact_accuracy). Near-best: within one eval SE of "
-        "the table's best. Paid: the share of the table's unpruned FLOPs.",
+        f"it), prune metric {METRIC} (a rule ending /exact: eval/exact_accuracy). Near-best: the configuration the "
+        "study would report is within one SE of the best, its mean over the table's training seeds against the best "
+        "mean, with the SE the table's truth line says (eval + seed); beside it, on the table's own seed within one "
+        "eval SE. Paid: the share of the table's unpruned FLOPs.",
         "",
-        "| table | steps | configurations (best, SE) | rule | near-best at n_trials | paid at n_trials | near-best "
+    ]
+    said = {r["table"]: (r["judged_by"], r["truth"]) for r in rows}
+    for name, (judge, truth) in said.items():
+        t = named[name]
+        detail = (
+            f"own best {t.best:.4f}, eval SE {t.se:.4f}"
+            if truth is None
+            else f"best mean {truth['best']:.4f} ({truth['best_params']}), seed SD {truth['seed_sd']:.4f}, "
+            f"SE {truth['se']:.4f}, {truth['near_best']} near-best; own best {t.best:.4f}, eval SE {t.se:.4f}"
+        )
+        lines.append(f"- {name}: judged by {judge}: {detail}.")
+    lines += [
+        "",
+        "| table | steps | configurations | rule | near-best at n_trials | (eval SE) | paid at n_trials | near-best "
         "at end | paid at end | trials pruned |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        t = named[r["table"]]
         lines.append(
-            f"| {r['table']} | {r['steps']} | {r['configurations']} ({t.best:.4f}, {t.se:.4f}) | {r['rule']} | "
-            f"{100 * r['near_best_at_n_trials']:.0f}% (n={r['n_trials']}) | {100 * r['paid_at_n_trials_median']:.0f}% "
+            f"| {r['table']} | {r['steps']} | {r['configurations']} | {r['rule']} | "
+            f"{100 * r['near_best_at_n_trials']:.0f}% (n={r['n_trials']}) | "
+            f"{100 * r['near_best_eval_at_n_trials']:.0f}% | {100 * r['paid_at_n_trials_median']:.0f}% "
             f"| {100 * r['near_best_at_end']:.0f}% | {100 * r['paid_at_end_median']:.0f}% "
             f"| {100 * r['pruned_share_median']:.0f}% |"
         )
     return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class RuleChoice:
-    rule: str
-    worst_near_best: float  # over the choice tables, at the shipped n_trials
-    worst_paid: float  # over the budget tables (>= SHIPPED_N_TRIALS configurations), at the shipped n_trials
-    tables: tuple[str, ...]
-    provisional: bool  # a REQUIRED table is missing
-    within_budget: bool  # False: no rule paid <= GOAL_SHARE on every budget table; the best worst case regardless
-    held_out_holds: bool | None  # None: the held-out table is not replayed yet
-
-
-def selectable(rule: str, conf: Path = ROOT / "conf") -> bool:
-    return (conf / "pruner" / f"{parse_rule(rule)[0]}.yaml").exists()
-
-
-def choose_rule(rows: list[dict[str, Any]], conf: Path = ROOT / "conf") -> RuleChoice:
-    """The rule in the module's docstring, on the rows of one run (every rule on every table)."""
-    by_rule: dict[str, dict[str, dict[str, Any]]] = {}
-    for r in rows:
-        by_rule.setdefault(r["rule"], {})[r["table"]] = r
-    names = sorted({r["table"] for r in rows} - {HELD_OUT})
-    candidates = {rule: t for rule, t in by_rule.items() if selectable(rule, conf) and set(names) <= set(t)}
-    if not candidates:
-        raise ValueError(f"no selectable rule (a conf/pruner/ file) is replayed on every table {names}")
-
-    def worst_found(rule: str) -> float:
-        return min(candidates[rule][n]["near_best_at_n_trials"] for n in names)
-
-    def worst_paid(rule: str) -> float:
-        budget = [n for n in names if candidates[rule][n]["configurations"] >= SHIPPED_N_TRIALS]
-        return max((candidates[rule][n]["paid_at_n_trials_median"] for n in budget), default=0.0)
-
-    within = [rule for rule in candidates if worst_paid(rule) <= GOAL_SHARE]
-    pool = within or list(candidates)
-    rule = min(sorted(pool), key=lambda n: (-worst_found(n), worst_paid(n)))
-    held = by_rule[rule].get(HELD_OUT)
-    holds = (
-        None
-        if held is None
-        else held["near_best_at_n_trials"] >= GOAL_FOUND and held["paid_at_n_trials_median"] <= GOAL_SHARE
-    )
-    return RuleChoice(
-        rule,
-        worst_found(rule),
-        worst_paid(rule),
-        tuple(names),
-        provisional=not set(REQUIRED) <= set(names),
-        within_budget=bool(within),
-        held_out_holds=holds,
-    )
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -324,7 +311,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if args.rows_from:
         rows = json.loads(args.rows_from.read_text())["rows"]
     else:
-        rows = run_all(named, args.rules.split(","), args.reps, args.jobs)
+        rows = run_all(named, args.rules.split(","), args.reps, args.jobs, every=tables(long_min=MIN_SD_CURVES))
     choice = choose_rule(rows)
     result = {**run_header("trm_bench_horizon", argv), "metric": METRIC, "rows": rows, "choice": asdict(choice)}
     said = {None: "not replayed yet", True: "holds", False: "does NOT hold"}[choice.held_out_holds]

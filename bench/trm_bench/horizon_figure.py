@@ -20,7 +20,8 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from bench.trm_bench.figure import png
-from bench.trm_bench.horizon import CURVE_POINTS, GOAL_FOUND, GOAL_SHARE
+from bench.trm_bench.horizon import CURVE_POINTS
+from bench.trm_bench.rule_choice import GOAL_FOUND, GOAL_SHARE
 
 BANDED = ("none",)  # the rules whose regret band is drawn, beside the chosen one's
 REGRET_FLOOR = 1e-3  # a log axis has no 0: a regret below this is drawn at it (the y-axis title says so)
