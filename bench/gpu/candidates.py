@@ -48,7 +48,8 @@ if [a for i, a in enumerate(sys.argv[1:]) if sys.argv[i] == "--device"][-1:] == 
 import torch
 
 from bench._common import StepRunner, arch_of, train_config
-from bench._results import RESULTS, fmt, median, run_header, write_results
+from bench._results import fmt, median, run_header, write_results
+from bench.gpu import cli
 from bench.gpu.tile_check import markdown_rows as tile_markdown
 from bench.gpu.tile_check import tile_check
 from bench.trainer.step import measure, paired_ratio, summarize, variant_row, warm_up
@@ -74,10 +75,9 @@ NAME = "gpu_candidates"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--ref", type=Path, default=None, help="TinyRecursiveModels checkout (none: ours only)")
-    p.add_argument("--ref-python", default=sys.executable, help="interpreter of the reference (einops, pydantic)")
-    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    p.add_argument("--arch", default=None, help="conf/arch preset (trm_mlp_t_sudoku; tiny with --quick)")
+    cli.add_reference(p)
+    cli.add_device(p)
+    cli.add_arch(p)
     p.add_argument("--batch", type=int, default=None, help="batch of the timed steps (768; 2 with --quick)")
     p.add_argument("--check-batch", type=int, default=None, help="batch of the gradient check (32; 2 with --quick)")
     p.add_argument(
@@ -85,7 +85,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="torch,fused_mix_nograd,fused_mix_bwd,fused_mix_swiglu",
         help="train.kernels choices, in order",
     )
-    p.add_argument("--precision", default="bf16_reference", choices=("bf16_reference", "bf16"))
+    cli.add_precision(p)
     p.add_argument("--compile", default="model", choices=("off", "net", "model"), help="train.compile of ours")
     p.add_argument("--repeats", type=int, default=None, help="measured rounds (7; 1 with --quick)")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured steps per runner (the compile)")
@@ -96,14 +96,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--sublayer-calls", type=int, default=None, help="timed calls per sublayer case (20; 1 --quick; 0: no part 3)"
     )
     p.add_argument("--threads", type=int, default=min(8, len(os.sched_getaffinity(0))))
-    p.add_argument("--quick", action="store_true", help="smoke run: tiny arch, batch 2, 1 round")
+    cli.add_quick(p, "smoke run: tiny arch, batch 2, 1 round")
     p.add_argument(
         "--no-checks",
         action="store_true",
         help="skip the gradient and tile checks (bench/gpu/session.py runs them apart)",
     )
-    p.add_argument("--out-dir", type=Path, default=RESULTS)
-    p.add_argument("--out-name", default=NAME)
+    cli.add_output(p, NAME)
     args = p.parse_args(argv)
     args.arch = args.arch or ("tiny" if args.quick else "trm_mlp_t_sudoku")
     args.batch = args.batch or (2 if args.quick else 768)

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from bench._results import RESULTS, run_header, write_results
+from bench._results import run_header, write_results
+from bench.gpu import cli
 from bench.gpu.candidates import gradient_check, gradient_markdown
 from contracts.choices import KERNEL_CHOICES
 
@@ -31,14 +32,13 @@ NAME = "gradient_check"
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    p.add_argument("--arch", default=None, help="conf/arch preset (trm_mlp_t_sudoku; tiny with --quick)")
+    cli.add_device(p)
+    cli.add_arch(p)
     p.add_argument("--check-batch", type=int, default=None, help="batch of the step (32; 2 with --quick)")
     p.add_argument("--candidates", default="torch,fused_mix_nograd,fused_mix_bwd,fused_mix_swiglu")
-    p.add_argument("--precision", default="bf16_reference", choices=("bf16_reference", "bf16"))
-    p.add_argument("--quick", action="store_true", help="tiny arch, batch 2: the interpreter's sizes")
-    p.add_argument("--out-dir", type=Path, default=RESULTS)
-    p.add_argument("--out-name", default=NAME)
+    cli.add_precision(p)
+    cli.add_quick(p)
+    cli.add_output(p, NAME)
     args = p.parse_args(argv)
     args.arch = args.arch or ("tiny" if args.quick else "trm_mlp_t_sudoku")
     args.check_batch = args.check_batch or (2 if args.quick else 32)

@@ -33,7 +33,8 @@ from typing import Any
 import torch
 
 from bench._common import StepRunner, arch_of, train_config
-from bench._results import RESULTS, run_header, write_results
+from bench._results import run_header, write_results
+from bench.gpu import cli
 from bench.trainer.vs_reference import ReferenceRunner, ReferenceWorker, build_reference
 from contracts.choices import KERNEL_CHOICES
 from trm.step import carry_dtype
@@ -43,20 +44,18 @@ NAME = "kernel_curves"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--ref", type=Path, default=None, help="TinyRecursiveModels checkout (none: ours only)")
-    p.add_argument("--ref-python", default=sys.executable, help="interpreter of the reference (einops, pydantic)")
-    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    p.add_argument("--arch", default=None, help="conf/arch preset (trm_mlp_t_sudoku; tiny with --quick)")
+    cli.add_reference(p)
+    cli.add_device(p)
+    cli.add_arch(p)
     p.add_argument("--batch", type=int, default=None, help="the batch every runner fits (96; 2 with --quick)")
     p.add_argument("--steps", type=int, default=None, help="steps of each runner (300; 4 with --quick)")
     p.add_argument("--fused", default="fused_mix_swiglu", help="the fused train.kernels choice")
-    p.add_argument("--precision", default="bf16_reference", choices=("bf16_reference", "bf16"))
+    cli.add_precision(p)
     p.add_argument("--lr", type=float, default=1e-3, help="optim.lr, constant: no warm-up (the paper's starts at 0)")
     p.add_argument("--compile", default="off", choices=("off", "net", "model"), help="train.compile of ours")
     p.add_argument("--threads", type=int, default=min(8, len(os.sched_getaffinity(0))))
-    p.add_argument("--quick", action="store_true", help="tiny arch, batch 2, 4 steps: the interpreter's sizes")
-    p.add_argument("--out-dir", type=Path, default=RESULTS)
-    p.add_argument("--out-name", default=NAME)
+    cli.add_quick(p, "tiny arch, batch 2, 4 steps: the interpreter's sizes")
+    cli.add_output(p, NAME)
     args = p.parse_args(argv)
     args.arch = args.arch or ("tiny" if args.quick else "trm_mlp_t_sudoku")
     args.batch = args.batch or (2 if args.quick else 96)

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._results import ROOT, run_header
+from bench.gpu import cli
 
 NAME = "gpu_session"
 Argv = Callable[[argparse.Namespace, dict[str, Any]], list[str]]
@@ -124,9 +125,8 @@ SESSION_BUDGET_S = sum(p.budget_s for p in PARTS)  # 480 s: 8 minutes, a rerun's
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    p.add_argument("--ref", type=Path, default=None, help="TinyRecursiveModels checkout (none: ours only)")
-    p.add_argument("--ref-python", default=sys.executable, help="interpreter of the reference (einops, pydantic)")
+    cli.add_device(p)
+    cli.add_reference(p)
     p.add_argument("--candidates", default="torch,fused_mix_swiglu", help="train.kernels choices (the shipped ones)")
     p.add_argument("--parts", default=",".join(p.name for p in PARTS), help="which parts, in PARTS' order")
     p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results" / NAME)

@@ -25,13 +25,13 @@ if [a for i, a in enumerate(sys.argv[1:]) if sys.argv[i] == "--device"][-1:] == 
 
 import argparse
 import traceback
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from bench._common import arch_of, train_config
-from bench._results import RESULTS, fmt, run_header, write_results
+from bench._results import fmt, run_header, write_results
+from bench.gpu import cli
 from trm.kernel_choice import BF16_TOL
 from trm.kernels import fused_swiglu, swiglu_gemms
 from trm.model import Block, TRMConfig
@@ -136,13 +136,12 @@ def markdown_rows(rows: list[dict[str, Any]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    p.add_argument("--arch", default=None, help="conf/arch preset (trm_mlp_t_sudoku; tiny with --quick)")
+    cli.add_device(p)
+    cli.add_arch(p)
     p.add_argument("--batch", type=int, default=None, help="batch rows: tokens = batch x total_len (768; 2 --quick)")
-    p.add_argument("--precision", default="bf16_reference", choices=("bf16_reference", "bf16"))
-    p.add_argument("--quick", action="store_true", help="tiny arch, batch 2: the interpreter's sizes")
-    p.add_argument("--out-dir", type=Path, default=RESULTS)
-    p.add_argument("--out-name", default=NAME)
+    cli.add_precision(p)
+    cli.add_quick(p)
+    cli.add_output(p, NAME)
     args = p.parse_args(argv)
     args.arch = args.arch or ("tiny" if args.quick else "trm_mlp_t_sudoku")
     args.batch = args.batch or (2 if args.quick else 768)

@@ -20,7 +20,6 @@ import os
 import re
 import subprocess
 import tempfile
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import triton
@@ -28,7 +27,8 @@ from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 from triton.compiler import ASTSource
 
-from bench._results import RESULTS, run_header, write_results
+from bench._results import run_header, write_results
+from bench.gpu import cli
 from trm.kernel_choice import MIX_BACKWARD, MIX_FORWARD, MIX_SAVING, SWIGLU_BACKWARD, SWIGLU_FORWARD, SWIGLU_SAVING
 from trm.kernels import fused_mix, fused_mix_backward, swiglu_gemms
 from trm.model import SwiGLU
@@ -173,8 +173,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--stream", default="bf16", choices=("bf16", "fp32"), help="the carry: bf16 (bf16_reference) or fp32 (bf16)"
     )
-    p.add_argument("--out-dir", type=Path, default=RESULTS)
-    p.add_argument("--out-name", default=NAME)
+    cli.add_output(p, NAME)
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("TRITON_INTERPRET=1: the interpreter replaces the kernels; unset it to compile them")
