@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import fsspec
 import pytest
@@ -249,8 +250,9 @@ def test_a_stop_ends_within_its_kill_grace_cutting_a_save_that_would_not(
 ) -> None:
     """A notice's save waited for the upload in flight without bound and its own upload for checkpoint.upload_wait_s
     (90 s): past the pod's 120 s SIGKILL. With checkpoint.stop_grace_s (the launcher's kill_grace_s) the stop ends
-    by then: here 11 s less the 10 s kept for the exit leave 1 s, less than the step-10 upload took (3 s)."""
-    monkeypatch.setenv(DELAY_ENV, "3")
+    by then: here 11 s less the 2.75 s kept for the exit (a quarter) leave 8.25 s, less than the step-10 upload took
+    (9 s)."""
+    monkeypatch.setenv(DELAY_ENV, "9")
     url = f"{SlowFileSystem.protocol}://{tmp_path}/remote"
     signalled: list[float] = []
 
@@ -271,9 +273,33 @@ def test_a_stop_ends_within_its_kill_grace_cutting_a_save_that_would_not(
     assert "the stop's checkpoint of step 20 was not written" in err and "checkpoint.stop_grace_s=11" in err
 
 
-def test_the_pod_tells_each_job_its_kill_grace() -> None:
+def test_every_launcher_tells_each_job_its_kill_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the pod told its jobs their kill grace: a local or torchrun job's stop had no deadline, so a slow stop
+    save met the SIGKILL 10 s after the SIGTERM. Every launcher tells it now, the warm worker's jobs too."""
     from sweeps.launchers.base import JobSpec
+    from sweeps.launchers.local import LocalLauncher
+    from sweeps.launchers.torchrun import TorchrunLauncher
     from sweeps.launchers.tpu.launcher import TpuPodLauncher
 
+    spec = JobSpec("j", ["train.steps=3"], Path("."))
     pods = TpuPodLauncher(tpu_name="t", zone="z", kill_grace_s=95)
-    assert "checkpoint.stop_grace_s=95 " in pods.remote_command(JobSpec("j", ["train.steps=3"], Path(".")))
+    assert "checkpoint.stop_grace_s=95 " in pods.remote_command(spec)
+    assert "checkpoint.stop_grace_s=7" in LocalLauncher(kill_grace_s=7).command(spec)
+    assert "checkpoint.stop_grace_s=8" in TorchrunLauncher(kill_grace_s=8).command(spec, 0, 29500)
+    forked: list[list[str]] = []
+    warm = LocalLauncher(warm=True, kill_grace_s=6)
+    monkeypatch.setattr(warm, "warm_worker", lambda logs: SimpleNamespace(fork=lambda o, *a: forked.append(o)))
+    warm.launch(spec)
+    assert "checkpoint.stop_grace_s=6" in forked[0]
+
+
+@pytest.mark.parametrize(("grace", "deadline"), [(10.0, 107.5), (120.0, 210.0), (2.0, 101.5)])
+def test_a_stops_exit_reserve_is_a_share_of_its_grace_not_all_of_it(grace: float, deadline: float) -> None:
+    """The reserve for the exit was 10 s whatever the grace: with the local launchers' 10 s grace a stop's save had
+    no time at all. It is a quarter of the grace, at most 10 s."""
+    from trm.checkpointer import Checkpointer
+
+    settings = SimpleNamespace(stop_grace_s=grace, upload_wait_s=90.0)
+    checkpointer = Checkpointer(None, None, settings)  # type: ignore[arg-type]
+    checkpointer.stop_from(100.0)
+    assert checkpointer.deadline == pytest.approx(deadline)

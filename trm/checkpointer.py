@@ -39,8 +39,14 @@ class CheckpointerSettings(CheckpointSettings, Protocol):
     stop_grace_s: float | None
 
 
-# What a stop keeps of its kill grace for after the save and upload: the summary, the tracker's close, the exit.
-STOP_EXIT_S = 10.0
+# What a stop keeps of its kill grace for after the save and upload (the summary, the tracker's close, the exit): a
+# quarter of the grace, at most 10 s. The pod's 120 s keep 10 s; the local launchers' 10 s keep 2.5 s, not all of it.
+STOP_EXIT_SHARE, STOP_EXIT_S = 0.25, 10.0
+
+
+def exit_reserve(grace_s: float) -> float:
+    """The seconds of a stop's kill grace `grace_s` kept for the exit after its save and upload."""
+    return min(STOP_EXIT_S, STOP_EXIT_SHARE * grace_s)
 
 
 class Checkpointer:
@@ -53,11 +59,11 @@ class Checkpointer:
 
     def stop_from(self, notice_at: float) -> None:
         """A SIGTERM came at `notice_at` (time.time(); the earliest of every rank's): with checkpoint.stop_grace_s,
-        the stop's save and upload end by `notice_at` + the grace - STOP_EXIT_S (`save` cuts the save when its upload
-        would not land by then; `finish` waits no longer)."""
+        the stop's save and upload end by `notice_at` + the grace less its exit_reserve (`save` cuts the save when its
+        upload would not land by then; `finish` waits no longer)."""
         grace = self.settings.stop_grace_s
         if grace is not None:
-            self.deadline = notice_at + grace - STOP_EXIT_S
+            self.deadline = notice_at + grace - exit_reserve(grace)
 
     def _wait_s(self) -> float:
         """How long a stop waits for the upload in flight: checkpoint.upload_wait_s, and no later than the deadline."""
@@ -148,12 +154,12 @@ class Checkpointer:
         late = self.uploads.wait(self._wait_s())
         if late is not None:
             return True, late
-        left, need = self._wait_s(), self.uploads.last_s
+        left, need, grace = self._wait_s(), self.uploads.last_s, self.settings.stop_grace_s or 0.0
         if need is None or need <= left:
             return None
         return False, (
             f"the stop's checkpoint of step {self.state.step} was not written: {left:.1f} s were left of "
-            f"checkpoint.stop_grace_s={self.settings.stop_grace_s:g} (less {STOP_EXIT_S:g} s for the exit) and the last "
+            f"checkpoint.stop_grace_s={grace:g} (less {exit_reserve(grace):g} s for the exit) and the last "
             f"upload took {need:.1f} s; the last uploaded checkpoint at {self.settings.url} is kept. Raise "
             "launcher.kill_grace_s (the job's checkpoint.stop_grace_s), or save more often (train.eval_interval)"
         )

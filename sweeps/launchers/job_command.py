@@ -15,6 +15,13 @@ from sweeps.search.space import to_overrides
 
 JOB_TAG_KEY = "sweep.job"  # the launcher's tag on every worker's command line (lets it find and stop them)
 
+
+def stop_grace(kill_grace_s: float) -> str:
+    """The override every launcher adds to its jobs: its SIGTERM-to-SIGKILL grace (launcher.kill_grace_s), so that a
+    job's stop (save, upload) ends within it (trm/checkpointer.py) on every launcher, not only the pod's."""
+    return f"checkpoint.stop_grace_s={kill_grace_s:g}"
+
+
 # Overrides whose values the driver builds from names and paths (study.name, output_root, the storage URL): plain
 # strings that must reach trm.train as they are, whatever characters they hold. Every other override is a Hydra
 # expression the user wrote (trial.overrides, a sampled `optim.betas=[0.9,0.95]`) and passes untouched.

@@ -23,6 +23,7 @@ from sweeps.launchers.base import (
     start_worker,
     worker_env,
 )
+from sweeps.launchers.job_command import stop_grace
 from sweeps.launchers.slots import Slot, device_slots
 from sweeps.launchers.warm import WarmWorker
 
@@ -58,7 +59,11 @@ class LocalLauncher(ThisMachine):
         return shlex.join(self.command(spec))
 
     def command(self, spec: JobSpec) -> list[str]:
-        return [self.python, "-m", "trm.train", *quote_literals(spec.overrides)]
+        return [self.python, "-m", "trm.train", *self.overrides(spec)]
+
+    def overrides(self, spec: JobSpec) -> list[str]:
+        """The job's overrides, told this launcher's kill grace (its stop's save ends within it)."""
+        return quote_literals([*spec.overrides, stop_grace(self.kill_grace_s)])
 
     def launch(self, spec: JobSpec) -> JobHandle:
         env = worker_env(spec)
@@ -68,7 +73,7 @@ class LocalLauncher(ThisMachine):
         if not self.warm:
             worker = start_worker("worker-0", self.command(spec), spec.workdir, env, log_path)
             return JobHandle([worker], grace_s=self.kill_grace_s)
-        job = self.warm_worker(spec.workdir.parent).fork(quote_literals(spec.overrides), spec.workdir, env, log_path)
+        job = self.warm_worker(spec.workdir.parent).fork(self.overrides(spec), spec.workdir, env, log_path)
         return JobHandle([Worker("worker-0", job, log_path)], grace_s=self.kill_grace_s)
 
     def warm_worker(self, logs: Path) -> WarmWorker:

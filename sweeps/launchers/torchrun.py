@@ -20,6 +20,7 @@ from sweeps.launchers.base import (
     start_worker,
     worker_env,
 )
+from sweeps.launchers.job_command import stop_grace
 from sweeps.launchers.slots import Slot, device_slots
 
 
@@ -73,7 +74,7 @@ class TorchrunLauncher(ThisMachine):
             self.python, "-m", "torch.distributed.run",
             f"--nnodes={self.nnodes}", f"--node_rank={node_rank}", f"--nproc_per_node={self.nproc_per_node}",
             "--master_addr=127.0.0.1", f"--master_port={port}",
-            "-m", "trm.train", *quote_literals(spec.overrides),
+            "-m", "trm.train", *quote_literals([*spec.overrides, stop_grace(self.kill_grace_s)]),
         ]  # fmt: skip
 
     def launch(self, spec: JobSpec) -> JobHandle:
