@@ -424,3 +424,22 @@ def test_a_slot_whose_chips_an_earlier_job_still_holds_takes_no_more_trials(pod:
         leftover.kill()
         leftover.wait()
     assert pods.slot_alive(high)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("slots", "said", "not_said"),
+    [("pod", "the study pauses: the job's trial is queued again (no retry spent)", "takes no more trials"),
+     ("vm", "this slot takes no more trials; the study goes on", "pauses")],
+)  # fmt: skip
+def test_a_slot_that_fails_its_check_says_what_the_driver_does_next(
+    pod: Path, caplog: pytest.LogCaptureFixture, slots: str, said: str, not_said: str
+) -> None:
+    """With slots=pod the check's warning said the slot "takes no more trials", though the driver pauses and sets
+    the slice up again: it says what happened and what comes next, for each kind of slot."""
+    pods = launcher(slots=slots)
+    pods.prepare_id = "not-this-one"  # no VM holds it: each reads as recreated without its set-up
+    with caplog.at_level("WARNING", logger="sweeps.launchers.tpu.launcher"):
+        assert not pods.slot_alive(pods.slots()[0])
+    line = next(r.getMessage() for r in caplog.records if "failed its check" in r.getMessage())
+    assert "not set up by this study's latest prepare" in line and said in line and not_said not in line

@@ -65,6 +65,7 @@ class PodCalls:
         watch_s: float = 60.0,
         ssh_alive_interval_s: int = 30,
         ssh_alive_count: int = 4,
+        ssh_sessions: int = 8,
         accelerator_type: str | None = None,
         dry_run: bool = False,
     ):
@@ -83,6 +84,7 @@ class PodCalls:
         self.recover_timeout_s, self.watch_s = recover_timeout_s, watch_s
         self.watched_at = time.monotonic()  # when `watch` last described the slice
         self.ssh_alive_interval_s, self.ssh_alive_count = ssh_alive_interval_s, ssh_alive_count
+        self.ssh_sessions = ssh_sessions  # the most gcloud processes one job's workers run in
         # A dry run with launcher.accelerator_type prices the study on that type: no slice need exist yet.
         self.accelerator_type, self.planning = accelerator_type, bool(dry_run and accelerator_type)
         self._shape: SliceShape | None = None

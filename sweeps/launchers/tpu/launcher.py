@@ -1,8 +1,9 @@
 """A trial on every worker VM of a Cloud TPU pod through `gcloud compute tpus tpu-vm ssh`.
 
-One ssh session per worker (`--worker=i`), not one `--worker=all` session, so each worker has its own log
-and exit code: when one fails the handle names it and stops the others. Cancel also runs `pkill` on every
-VM (`--worker=all`), because killing the local ssh client does not stop the remote python.
+Each worker has its own log and exit code: when one fails the handle names it and stops the others. Up to
+launcher.ssh_sessions VMs each get an ssh session of their own (`--worker=i`); a larger slice's VMs are grouped,
+at most that many sessions (sweeps/launchers/tpu/sessions.py). Cancel also runs `pkill` on every VM of the job
+(`--worker=all`, one session), because killing the local ssh client does not stop the remote python.
 
 Its knobs and calls to gcloud: sweeps/launchers/tpu/calls.py; its set-up: sweeps/launchers/tpu/setup.py.
 """
@@ -25,13 +26,13 @@ from sweeps.launchers.base import (
     Machine,
     PreflightReport,
     quote_literals,
-    start_worker,
     worker_env,
 )
-from sweeps.launchers.job_command import JOB_TAG_KEY
+from sweeps.launchers.job_command import JOB_TAG_KEY, stop_grace
 from sweeps.launchers.slots import Slot
 from sweeps.launchers.tpu.describe import unknown_line, wait_for_ready
 from sweeps.launchers.tpu.preflight import preflight as pod_preflight
+from sweeps.launchers.tpu.sessions import start_sessions
 from sweeps.launchers.tpu.setup import PodSetup
 from sweeps.launchers.tpu.shell import (
     chips_free_check,
@@ -133,15 +134,15 @@ class TpuPodLauncher(PodSetup):
         except subprocess.TimeoutExpired:
             return False
         if proc.returncode == 1 and ("still runs" in proc.stdout or "not set up" in proc.stdout):
-            log.warning("slot %s: %s; it takes no more trials", slot.name, proc.stdout.strip().replace("\n", "; "))
+            found = proc.stdout.strip().replace("\n", "; ")
+            log.warning("slot %s failed its check after its job failed: %s; %s", slot.name, found, after_check(slot))
         return proc.returncode == 0
 
     def remote_command(self, spec: JobSpec) -> str:
         env = {**self.env, **spec.slot.env, **spec.env}
         exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
-        # The job's stop (save, upload) ends within this launcher's SIGTERM-to-SIGKILL grace: it is told the grace.
-        grace = f"checkpoint.stop_grace_s={self.kill_grace_s:g}"
-        train = shlex.join(["-m", "trm.train", *quote_literals([*spec.overrides, grace, f"{JOB_TAG_KEY}={spec.name}"])])
+        overrides = [*spec.overrides, stop_grace(self.kill_grace_s), f"{JOB_TAG_KEY}={spec.name}"]
+        train = shlex.join(["-m", "trm.train", *quote_literals(overrides)])
         here = shell_path(self.remote_dir)
         job = f"{exports} {shell_path(self.python)} {train}".strip()
         return job_command(f"mkdir -p {here} && cd {here}", job, launch_id=uuid.uuid4().hex[:16])
@@ -152,18 +153,9 @@ class TpuPodLauncher(PodSetup):
         return stop_command(job_pattern(job), self.kill_grace_s if grace_s is None else grace_s)
 
     def launch(self, spec: JobSpec) -> JobHandle:
-        command = self.remote_command(spec)
         vms = list(spec.slot.workers) or self.worker_ids()
-        workers = [
-            start_worker(
-                f"worker-{w}",
-                self.ssh_argv(str(w), command),
-                spec.workdir,
-                worker_env(spec, with_slot=False),  # the slot's environment goes in the remote command
-                spec.workdir / f"worker-{w}.log",
-            )
-            for w in vms
-        ]
+        env = worker_env(spec, with_slot=False)  # the slot's environment goes in the remote command
+        workers = start_sessions(vms, self.ssh_sessions, self.ssh_argv, self.remote_command(spec), spec.workdir, env)
         cancel_on = ",".join(map(str, spec.slot.workers)) if spec.slot.workers else "all"
         return JobHandle(
             workers,
@@ -172,3 +164,13 @@ class TpuPodLauncher(PodSetup):
             ),
             grace_s=self.kill_grace_s,
         )
+
+
+def after_check(slot: Slot) -> str:
+    """What the driver does once `slot_alive` found `slot` unfit (sweeps/trials/preemption.py, Driver.free_slot)."""
+    if slot.whole:  # slots=pod: the slice's only slot
+        return (
+            "the study pauses: the job's trial is queued again (no retry spent), and the slice's VMs are set up again "
+            "and checked (no job of ours left on them) before the next trial, for up to launcher.recover_timeout_s"
+        )
+    return "this slot takes no more trials; the study goes on on the slice's other slots"

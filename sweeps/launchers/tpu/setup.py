@@ -49,6 +49,12 @@ class PodSetup(PodCalls):
                 f"launcher.ssh_alive_interval_s={alive[0]!r}, launcher.ssh_alive_count={alive[1]!r}: expected whole "
                 "seconds >= 0 (0: no keep-alive) and a count >= 1"
             )
+        sessions = self.ssh_sessions
+        if not (isinstance(sessions, int) and not isinstance(sessions, bool) and sessions >= 1):
+            raise LauncherConfigError(
+                f"launcher.ssh_sessions={sessions!r}: expected an integer >= 1 (the most gcloud ssh processes one "
+                "job's workers run in; 1 session per VM up to it, VMs grouped beyond)"
+            )
         if not (self.recover_timeout_s >= 0 and self.watch_s >= 0):
             raise LauncherConfigError(
                 f"launcher.recover_timeout_s={self.recover_timeout_s!r}, launcher.watch_s={self.watch_s!r}: expected "

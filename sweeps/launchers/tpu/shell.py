@@ -122,6 +122,34 @@ def job_command(setup: str, job: str, launch_id: str) -> str:
     )
 
 
+# A grouped session's tags (sweeps/launchers/tpu/sessions.py reads them): each line a VM prints arrives as
+# `[trm-worker N] line`, and its status last as `[trm-worker N exit S]`.
+WORKER_TAG = "trm-worker"
+# Where a TPU VM learns its worker number: what torch_xla and JAX read (the ssh session has no TPU_WORKER_ID).
+WORKER_NUMBER_URL = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/agent-worker-number"
+
+
+def tagged_command(job: str) -> str:
+    """`job` (job_command's) for a session to several VMs at once (`--worker=i,j,k`): gcloud runs one command on
+    each and merges their output into its own, and its exit status is one worker's at most. So each VM tags its
+    lines and reports its status in a last tagged line, by its worker number: TPU_WORKER_ID where set (GKE), else
+    the metadata server's agent-worker-number, else a host name ending in -w-N (a TPU VM's). A VM that finds none
+    refuses to start the job, saying so, untagged."""
+    number = (
+        'w=${TPU_WORKER_ID:-}; [ -n "$w" ] || '
+        f"w=$(curl -sf -m 10 -H 'Metadata-Flavor: Google' {WORKER_NUMBER_URL} 2>/dev/null); "
+        "[ -n \"$w\" ] || w=$(hostname | sed -n 's/.*-w-\\([0-9][0-9]*\\)$/\\1/p'); "
+        'case "$w" in ""|*[!0-9]*) echo "a VM of this ssh session could not tell its worker number (TPU_WORKER_ID, '
+        "the metadata server's agent-worker-number, a host name ending in -w-N): set launcher.ssh_sessions to at "
+        "least the slice's VM count, a session per VM\"; exit 1;; esac; "
+    )
+    tag = f"[{WORKER_TAG} $w"
+    return (
+        f'{number}s=$(mktemp) && {{ ( {job} ); echo $? > "$s"; }} 2>&1 | sed -u "s/^/{tag}] /"; '
+        f'c=$(cat "$s"); rm -f "$s"; [ -n "$c" ] || c=1; echo "{tag} exit $c]"; exit $c'
+    )
+
+
 def stop_command(pattern: str, grace_s: float) -> str:
     """SIGTERM to the job's processes (they checkpoint), SIGKILL to those left after `grace_s` (a job stuck in
     compilation, TPU start-up or a collective never acts on SIGTERM and would keep its chips), then wait until
