@@ -14,7 +14,7 @@ else the re-evaluated winner where its top trials were evaluated again (sweeps/t
 and its intervals. `confirm=true [confirm.top_k=K] [confirm.seeds=N] [confirm.first_seed=S]` runs the confirm stage
 now, or resumes it (jobs on the sweep's launcher, up to `max_concurrent` at once, none started after `timeout`
 seconds); with `dry_run=true` it prints what the stage would train and its cost, and runs nothing. `reeval=true [reeval.top_k=K] [reeval.examples=N]` runs that re-evaluation now
-(jobs on the sweep's launcher: `site=`, `launcher=`, `output_root=`, `study.seeds=`, `study.value=` as the study
+(jobs on the sweep's launcher: `site=`, `launcher=`, `launcher.python=`, `output_root=`, `study.seeds=`, `study.value=` as the study
 was run with; defaults from conf/sweep.yaml, examples null = the whole test split). `paired=OTHER` compares the
 study with another of the same draws in the same storage (the demo and `make demo-unpruned`): whether they trained
 the same configurations and found the same re-evaluated winner, or winners within one eval standard error.
@@ -68,6 +68,7 @@ USAGE = __doc__.split("\n\n")[0].strip() + "\n\n" + __doc__.split("\n\n", 1)[1].
 SWEEP_KEYS = (
     "site",
     "launcher",
+    "launcher.python",  # the jobs' interpreter, where it is not the one running sweeps.best
     "output_root",
     "study.seeds",
     "study.value",

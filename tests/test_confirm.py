@@ -252,14 +252,45 @@ def confirm_records(db: str, name: str) -> dict[tuple[int, int], dict]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+def gated_python(tmp_path: Path) -> tuple[Path, Path]:
+    """The jobs' interpreter (launcher.python) and its gate: this Python, except that every training job after the
+    first waits until the gate's `release` exists. So a Ctrl-C sent once the first job's seed is stored lands while
+    the second job runs, however loaded the machine (it used to finish first now and then: the stage then ended with
+    both seeds)."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    script = tmp_path / "python-gated"
+    script.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = -m ] && [ "$2" = trm.train ]; then\n'
+        f"  if [ -e {gate}/first ]; then while [ ! -e {gate}/release ]; do sleep 0.1; done; fi\n"
+        f"  touch {gate}/first\n"
+        "fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    script.chmod(0o755)
+    return script, gate / "release"
+
+
 def test_an_interrupted_stage_resumes_with_the_same_command_and_trains_no_seed_twice(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`sweeps.best confirm=true` is stopped by Ctrl-C once its first job has stored its seed; the same command then
-    runs only the seed that lacks a record (the first's record is the same one), and the ranking, sweeps.best,
-    sweeps.status, the report and the W&B summary show the configurations confirmed."""
+    """`sweeps.best confirm=true` is stopped by Ctrl-C once its first job has stored its seed (the second held at its
+    start: gated_python); the same command then runs only the seed that lacks a record (the first's record is the
+    same one), and the ranking, sweeps.best, sweeps.status, the report and the W&B summary show the configurations
+    confirmed."""
     db, study = stored_study(tmp_path, "resumed", [0.30, 0.32, 0.1])
-    argv = best_argv(db, tmp_path, "resumed", "confirm=true", "confirm.top_k=2", "confirm.seeds=1", "max_concurrent=1")
+    python, release = gated_python(tmp_path)
+    argv = best_argv(
+        db,
+        tmp_path,
+        "resumed",
+        "confirm=true",
+        "confirm.top_k=2",
+        "confirm.seeds=1",
+        "max_concurrent=1",
+        f"launcher.python={python}",
+    )
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV} | {"OMP_WAIT_POLICY": "PASSIVE"}
     proc = subprocess.Popen([sys.executable, "-m", "sweeps.best", *argv], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
@@ -268,9 +299,10 @@ def test_an_interrupted_stage_resumes_with_the_same_command_and_trains_no_seed_t
         time.sleep(0.5)
     first = confirm_records(db, "resumed")
     assert len(first) == 1, proc.communicate()[0][-3000:]
-    proc.send_signal(signal.SIGINT)  # Ctrl-C: the second job (started by now, or not) is stopped
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: the second job (held at its start, or not started yet) is stopped
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0 and len(confirm_records(db, "resumed")) == 1, out[-3000:]
+    release.touch()  # the same command's jobs run through
     ((done_trial, done_seed),) = first
     assert done_trial == 1 and done_seed == 1000  # trial 1 reported best: confirmed first, on the first fresh seed
 
