@@ -37,6 +37,8 @@ from sweeps.config.config_values import SweepConfigError
 from sweeps.config.schema import ReevalSettings
 from sweeps.config.typed_config import typed_block, typed_sweep
 from sweeps.driver import Driver
+from sweeps.launchers.base import JobSpec
+from sweeps.launchers.local import LocalLauncher
 from sweeps.trials.reeval import (
     failure_line,
     interval,
@@ -370,3 +372,73 @@ def test_drivers_ending_together_reevaluate_each_trial_once(tmp_path: Path) -> N
     waiting.join(timeout=60)
     assert not waiting.is_alive() and [r.trial.number for r in ended[0]] == [number]
     assert not (driver.roots.workdir(number) / "reeval").exists()  # no second job
+
+
+# A stand-in re-eval job: stamps when it starts and ends, and stores its record on the study as trm/reeval.py does.
+STAND_IN_JOB = """
+import sys, time, optuna
+from storage.record import Reeval, reeval_attr
+db, name, number, stamps = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+with open(stamps, "a") as f:
+    f.write(f"{number} start {time.time()}\\n")
+time.sleep(2.0)
+record = Reeval(number, "eval/exact_accuracy", 0.5 + number / 100, 0.02, 512, 500, "/ckpt/best.pt")
+optuna.load_study(study_name=name, storage=db).set_user_attr(reeval_attr(number), record.as_dict())
+with open(stamps, "a") as f:
+    f.write(f"{number} end {time.time()}\\n")
+"""
+
+
+class StandInLauncher(LocalLauncher):
+    """The local launcher, whose job is STAND_IN_JOB instead of `python -m trm.train`."""
+
+    def __init__(self, db: str, stamps: Path):
+        super().__init__()
+        self.db, self.stamps = db, stamps
+
+    def command(self, spec: JobSpec) -> list[str]:
+        values = dict(o.split("=", 1) for o in spec.overrides if o.startswith(("sweep.study=", "sweep.trial_number=")))
+        number, name = values["sweep.trial_number"], values["sweep.study"]
+        return [sys.executable, "-c", STAND_IN_JOB, self.db, name, number, str(self.stamps)]
+
+
+def most_at_once(stamps: Path) -> int:
+    events = sorted(
+        (float(t), +1 if kind == "start" else -1) for _, kind, t in map(str.split, stamps.read_text().splitlines())
+    )
+    at_once = peak = 0
+    for _, change in events:
+        at_once += change
+        peak = max(peak, at_once)
+    return peak
+
+
+@pytest.mark.slow  # starts a process per re-evaluation
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("max_concurrent", [1, 2])
+def test_reevaluations_run_up_to_max_concurrent_at_once(tmp_path: Path, max_concurrent: int) -> None:
+    """The end of a study re-evaluated its top trials one after another, leaving a laptop's other core idle; now
+    up to max_concurrent jobs run at once, as trials do, and every trial still gets its record, once."""
+    db = f"sqlite:///{tmp_path}/db.sqlite"
+    cfg = sweep_config(
+        db, tmp_path, "study.name=at_once", "n_trials=3", "reeval.top_k=3", f"max_concurrent={max_concurrent}", trial=TRIAL
+    )  # fmt: skip
+    driver = Driver(typed_sweep(cfg))
+    study = driver.open_study()
+    for value in (0.5, 0.6, 0.7):
+        study.add_trial(
+            create_trial(
+                params={"x": value},
+                distributions={"x": FloatDistribution(0, 1)},
+                value=value,
+                user_attrs={DETAILS_ATTR: {"train_overrides": TRIAL}, "checkpoint_url": f"{tmp_path}/ckpt"},
+            )
+        )
+    stamps = tmp_path / "stamps.txt"
+    ranked = reevaluate_at_end(
+        study, driver.storage, driver.sweep, StandInLauncher(db, stamps), driver.roots, "UID", db
+    )
+    assert sorted(r.trial.number for r in ranked) == [0, 1, 2]
+    assert sorted(reevals(study.user_attrs)) == [0, 1, 2]
+    assert most_at_once(stamps) == max_concurrent
+    assert len(stamps.read_text().splitlines()) == 6  # one job per trial

@@ -40,14 +40,14 @@ from storage.confirm_record import (
 )
 from storage.record import reevals
 from storage.trial_record import TrialLaunch, TrialOutcome
-from sweeps.config.schema import ConfirmSettings, SweepConfig
-from sweeps.launchers.base import JobHandle, JobSpec, Launcher
+from sweeps.config.schema import ConfirmSettings
+from sweeps.launchers.base import JobHandle, JobSpec
 from sweeps.launchers.job_command import StudyLink, job_name
 from sweeps.launchers.slots import Slot, SlotPool
 from sweeps.trials.confirm_rank import Confirmed
 from sweeps.trials.confirmed import confirmed_lines, confirmed_ranking, study_rule
 from sweeps.trials.paths import StudyRoots
-from sweeps.trials.reeval import ranking, top_trials
+from sweeps.trials.reeval import StageRun, ranking, top_trials
 from sweeps.trials.wandb_summary import trial_wandb_overrides
 
 log = logging.getLogger("sweeps")
@@ -179,16 +179,8 @@ class Running:
     progress_seen: float = field(default_factory=time.time)
 
 
-@dataclass
-class ConfirmStageRun:
+class ConfirmStageRun(StageRun):
     """One run of the stage over a study: its launcher, directories and link to the study."""
-
-    study: optuna.Study
-    sweep: SweepConfig
-    launcher: Launcher
-    roots: StudyRoots
-    uid: str
-    storage_url: str
 
     def overrides(self, job: Planned, slot: Slot, examples: int | None = None) -> list[str] | None:
         """The job's command line: training, or with `examples` the re-evaluation of the seed's checkpoint on that

@@ -12,8 +12,9 @@ report and the W&B summary rank by the re-evaluation (`ranking`) and say when th
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -31,8 +32,9 @@ from storage.record import (
 )
 from storage.trial_record import TrialLaunch
 from sweeps.config.schema import SweepConfig
-from sweeps.launchers.base import JobSpec, Launcher
+from sweeps.launchers.base import JobHandle, JobSpec, Launcher
 from sweeps.launchers.job_command import StudyLink, job_name
+from sweeps.launchers.slots import Slot, SlotPool
 from sweeps.search.space import params_to_values, to_overrides
 from sweeps.trials.outcome import clip_line, raised_line
 from sweeps.trials.paths import StudyRoots
@@ -211,6 +213,16 @@ def reeval_overrides(
     ]
 
 
+@dataclass
+class ReevalJob:
+    """One trial's re-eval job, running on its slot since `started` (time.monotonic())."""
+
+    trial: FrozenTrial
+    slot: Slot
+    handle: JobHandle
+    started: float = field(default_factory=time.monotonic)
+
+
 def reevaluate(
     study: optuna.Study,
     sweep: SweepConfig,
@@ -220,49 +232,105 @@ def reevaluate(
     storage_url: str,
     only_missing: bool = False,
 ) -> list[Ranked]:
-    """Run the re-eval job of each of `sweep.reeval`'s top_k trials in turn and return the ranking. Each job runs on the slot
-    its trial trained on (its checkpoint may be on that slot's own disk: a pod has no shared filesystem), or the
-    first slot where the trial's is not one of this launcher's. `only_missing`: skip trials already re-evaluated
-    (a restarted driver's end of study)."""
+    """Run the re-eval job of each of `sweep.reeval`'s top_k trials, up to max_concurrent at once (as trials run: a
+    laptop's other core is not left idle), and return the ranking. Each job runs on the slot its trial trained on (its
+    checkpoint may be on that slot's own disk: a pod has no shared filesystem), or the first slot where the trial's is
+    not one of this launcher's. `only_missing`: skip trials already re-evaluated (a restarted driver's end of study)."""
     stored = reevals(study.user_attrs)
-    settings, seeds = sweep.reeval, sweep.study.seeds
-    checkpoint = "best.pt" if sweep.study.value == "best" else "latest.pt"
     slots = {slot.name: slot for slot in launcher.slots()}
-    for trial in top_trials(study, settings.top_k):
-        slot = slots.get(str(TrialLaunch.of(trial.user_attrs).slot), next(iter(slots.values())))
-        if only_missing and trial.number in stored:
-            continue
-        link = StudyLink(str(study.study_name), uid, trial.number, storage_url, sweep.storage.password_env or None)
-        out_dir = f"{roots.run_root}/trial-{trial.number}/reeval"
-        overrides = reeval_overrides(trial, link, out_dir, seeds, settings.examples, checkpoint)
-        if overrides is None:
-            log.warning("trial %d recorded no training overrides or checkpoint: not re-evaluated", trial.number)
-            continue
-        workdir = roots.workdir(trial.number) / "reeval"
-        name = f"{job_name(str(study.study_name), uid, trial.number)}-reeval"
-        try:
-            handle = launcher.launch(JobSpec(name, [*overrides, *slot.overrides], workdir, slot=slot))
-        except Exception as err:  # noqa: BLE001 (the study is done and stays so: a re-eval that cannot start is one warning)
-            log.warning("re-evaluation of trial %d could not start: %s: %s", trial.number, type(err).__name__, err)
-            continue
-        try:
-            code = handle.wait(timeout_s=sweep.stall_timeout_s)
-        except BaseException:
-            handle.cancel()
-            raise
-        if code is None:
-            handle.cancel(grace_s=0)
-        record = reevals(study.user_attrs).get(trial.number)
-        if code != 0 or record is None:
-            why = failure_line(handle.failure, code, sweep.stall_timeout_s)
-            log.warning("re-evaluation of trial %d failed: %s", trial.number, why)
-            if record is not None:  # an earlier one's value stays, marked: the ranking puts it after reusable ones
-                study.set_user_attr(reeval_attr(trial.number), {**record.as_dict(), "failed": clip_line(why, 300)})
-            continue
-        log.info("trial %d re-evaluated: %s = %s", trial.number, record.metric, interval(record))
+    todo = [
+        (trial, slots.get(str(TrialLaunch.of(trial.user_attrs).slot), next(iter(slots.values()))))
+        for trial in top_trials(study, sweep.reeval.top_k)
+        if not (only_missing and trial.number in stored)
+    ]
+    pool = SlotPool(list(slots.values()), sweep.max_concurrent)
+    launch = ReevalLaunch(study, sweep, launcher, roots, uid, storage_url)
+    running: list[ReevalJob] = []
+    try:
+        while todo or running:
+            for trial, slot in list(todo):  # in rank order, each on its own slot once that one is free
+                if take(pool, slot):
+                    todo.remove((trial, slot))
+                    if (handle := launch.start(trial, slot)) is None:
+                        pool.give_back(slot)
+                    else:
+                        running.append(ReevalJob(trial, slot, handle))
+            for job in list(running):
+                code = job.handle.poll()
+                if code is None and time.monotonic() - job.started < sweep.stall_timeout_s:
+                    continue
+                if code is None:
+                    job.handle.cancel(grace_s=0)
+                running.remove(job)
+                pool.give_back(job.slot)
+                settle(study, job, code, sweep.stall_timeout_s)
+            if running:
+                time.sleep(sweep.poll_s)
+    except BaseException:
+        for job in running:
+            job.handle.cancel()
+        raise
     for line in ranking_lines(study):
         log.info(line)
     return ranking(study)
+
+
+def take(pool: SlotPool, slot: Slot) -> bool:
+    """Take `slot` (its trial's) from `pool` when it is free; False leaves the pool as it was."""
+    if (taken := pool.take()) is None:
+        return False
+    if pool.prefer(taken, slot.name).name == slot.name:
+        return True
+    pool.give_back(taken)
+    return False
+
+
+@dataclass
+class StageRun:
+    """A stage at a study's end that starts jobs like trials (the re-evaluation; the confirm stage, confirm.py): the
+    study, its sweep config and launcher, its directories and the jobs' link to the study."""
+
+    study: optuna.Study
+    sweep: SweepConfig
+    launcher: Launcher
+    roots: StudyRoots
+    uid: str
+    storage_url: str
+
+
+class ReevalLaunch(StageRun):
+    """Starts the re-evaluation's jobs."""
+
+    def start(self, trial: FrozenTrial, slot: Slot) -> JobHandle | None:
+        """Start `trial`'s re-eval job on `slot`; None (a warning) when it recorded no overrides or cannot start."""
+        sweep, roots, name = self.sweep, self.roots, str(self.study.study_name)
+        checkpoint = "best.pt" if sweep.study.value == "best" else "latest.pt"
+        link = StudyLink(name, self.uid, trial.number, self.storage_url, sweep.storage.password_env or None)
+        out_dir = f"{roots.run_root}/trial-{trial.number}/reeval"
+        overrides = reeval_overrides(trial, link, out_dir, sweep.study.seeds, sweep.reeval.examples, checkpoint)
+        if overrides is None:
+            log.warning("trial %d recorded no training overrides or checkpoint: not re-evaluated", trial.number)
+            return None
+        spec = JobSpec(f"{job_name(name, self.uid, trial.number)}-reeval", [*overrides, *slot.overrides],
+                       roots.workdir(trial.number) / "reeval", slot=slot)  # fmt: skip
+        try:
+            return self.launcher.launch(spec)
+        except Exception as err:  # noqa: BLE001 (the study is done and stays so: a re-eval that cannot start is one warning)
+            log.warning("re-evaluation of trial %d could not start: %s: %s", trial.number, type(err).__name__, err)
+            return None
+
+
+def settle(study: optuna.Study, job: ReevalJob, code: int | None, waited_s: float) -> None:
+    """Log how the job ended (`code` None: stopped after `waited_s`); a failed one marks the earlier record."""
+    number = job.trial.number
+    record = reevals(study.user_attrs).get(number)
+    if code != 0 or record is None:
+        why = failure_line(job.handle.failure, code, waited_s)
+        log.warning("re-evaluation of trial %d failed: %s", number, why)
+        if record is not None:  # an earlier one's value stays, marked: the ranking puts it after reusable ones
+            study.set_user_attr(reeval_attr(number), {**record.as_dict(), "failed": clip_line(why, 300)})
+        return
+    log.info("trial %d re-evaluated: %s = %s", number, record.metric, interval(record))
 
 
 def reevaluate_at_end(
