@@ -5,10 +5,12 @@
     read the outcome the job stored on the trial -> tell COMPLETE / PRUNED / FAIL (reason kept)
 
 The driver never imports the model: it talks to the job through its command line and the study record. This
-module is the loop and the end of the study; it holds a TrialRunner (sweeps.trials.trial_runner) that takes one trial
-from start to tell. The rest lives apart: the study (sweeps.search.study), the budget and the baseline (sweeps.search.budget),
+module is the loop, its database outages and its pauses; it holds a TrialRunner (sweeps.trials.trial_runner) that takes
+one trial from start to tell, and TrialStarts (sweeps.trials.starts) that starts trials on free slots within the
+budget. The rest lives apart: the study (sweeps.search.study), the budget and the baseline (sweeps.search.budget),
 outcome decisions (sweeps.trials.outcome), launchers (sweeps.launchers.base.Launcher), progress (sweeps.trials.progress), slots
-(sweeps.launchers.slots), drawing within budget (sweeps.search.draw), orphans and stalled jobs (sweeps.trials.recovery).
+(sweeps.launchers.slots), drawing within budget (sweeps.search.draw), orphans and stalled jobs (sweeps.trials.recovery),
+what runs once the loop ends: re-evaluation, confirm stage, W&B summary (sweeps.trials.study_end).
 
 Invariant: the loop's trials and its database-outage handling are one state machine over `self.running`; each
 decision in it is a pure function elsewhere (sweeps/trials/outcome.py).
@@ -26,11 +28,10 @@ import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from storage import redact, resolve_url, trial_id_of
+from storage import redact, resolve_url
 from storage.errors import storage_failure
 from storage.record import RUN_AGAIN_ATTR
 from storage.sqlite_file import SqliteFile
-from storage.trial_record import TrialLaunch
 from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.config.optuna_parts import pruner_spec
 from sweeps.config.schema import SweepConfig
@@ -41,21 +42,19 @@ from sweeps.preflight import check_before_study
 from sweeps.search.budget import enqueue_baseline, study_done
 from sweeps.search.definition import study_definition
 from sweeps.search.distinct_draws import choose_sampler, exhausted_line
-from sweeps.search.draw import Draw, draw_within_budget, failed_unless_started
 from sweeps.search.queued import log_left_queued
 from sweeps.search.space import SearchSpace, parse_space
 from sweeps.search.study import OpenStudy, open_study, quiet_optuna_warnings
-from sweeps.trials.confirm import ConfirmStageRun, confirm_at_end
 from sweeps.trials.paths import StudyRoots
-from sweeps.trials.preemption import machine_gone, mark_preempted, preempted_reason, queue_copy, set_aside_unstarted
+from sweeps.trials.preemption import machine_gone, mark_preempted, preempted_reason, queue_copy
 from sweeps.trials.progress import ProgressView, duration, print_best, route_optuna_logging
 from sweeps.trials.recovery import abandon, settle_orphans, stop_stalled
-from sweeps.trials.reeval import reevaluate_at_end
 from sweeps.trials.rerun import queue_failed_again
 from sweeps.trials.retry import StudyStoppedByJobError
 from sweeps.trials.running import STORAGE_ERRORS, RunningTrial, explain_heartbeat_warnings, storage_fatal
+from sweeps.trials.starts import TrialStarts
+from sweeps.trials.study_end import run_end_stages
 from sweeps.trials.trial_runner import TrialRunner
-from sweeps.trials.wandb_summary import log_study_summary
 from sweeps.validation.validate import trial_length, validate_sweep
 
 log = logging.getLogger("sweeps")
@@ -79,7 +78,6 @@ class Driver:
         self.storage_url = resolve_url(self.sweep.storage.url, Path(DEFAULT_SQLITE_PATH).resolve())
         self.trials = self.runner()  # a dry run's until open_study gives it the study
         self.running: dict[int, RunningTrial] = {}
-        self.exhausted = False  # the sampler keeps drawing configurations the study already has
         self.outage_ended = 0.0  # when the database last came back after an outage (epoch seconds)
         self.last_recover = 0.0  # when recover() last ran (epoch seconds)
         self.timed_out: str | None = None  # set when `timeout` stopped new trials: what the last lines say
@@ -189,21 +187,10 @@ class Driver:
             # Ctrl-C, and a job's error every configuration meets, are run again by the same command (once fixed).
             self.abandon_running(why, run_again=isinstance(err, (KeyboardInterrupt, StudyStoppedByJobError)))
             raise
-        if self.exhausted:
+        if self.starts.exhausted:
             log.info(exhausted_line(study.get_trials(deepcopy=False), self.space, self.sweep.n_trials))
         self.log_summary()
-        if self.sweep.reeval.at_end:  # the top trials' checkpoints on a larger eval (sweeps/trials/reeval.py)
-            reevaluate_at_end(
-                study, self.storage, self.sweep, self.launcher, self.roots, self.trials.study_uid, self.storage_url
-            )
-        if self.sweep.confirm.at_end:  # the top configurations on fresh seeds (sweeps/trials/confirm.py)
-            stage = ConfirmStageRun(
-                study, self.sweep, self.launcher, self.roots, self.trials.study_uid, self.storage_url
-            )
-            confirm_at_end(
-                study, self.storage, stage, deadline=started + self.sweep.timeout if self.sweep.timeout else None
-            )
-        log_study_summary(study, self.sweep)
+        run_end_stages(self.trials, self.storage_url, started + self.sweep.timeout if self.sweep.timeout else None)
         return study
 
     def check_storage(self) -> None:
@@ -247,8 +234,8 @@ class Driver:
             with signals_held():  # Ctrl-C waits until a trial being told is told and out of self.running
                 if code is not None and self.trials.settle(running, code):
                     del self.running[number]
-                    self.free_slot(running, code)
-                    self.exhausted = False  # it may have queued a retry: the next draw decides again
+                    self.starts.free_slot(running, code)
+                    self.starts.exhausted = False  # it may have queued a retry: the next draw decides again
         if self.running and (gone := self.launcher.watch()) is not None:
             self.pause(gone)  # the machine taken while its jobs still run (a maintenance event, a spot stop)
             return False
@@ -262,7 +249,7 @@ class Driver:
                 line,
             )
             raise StudyStoppedByJobError(line)
-        if not self.running and (out_of_time or self.exhausted or study_done(self.study, self.sweep.n_trials)):
+        if not self.running and (out_of_time or self.starts.exhausted or study_done(self.study, self.sweep.n_trials)):
             return True
         if time.time() - self.last_recover > self.sweep.heartbeat.interval_s:
             self.recover()  # another driver may have died meanwhile: its trials come back to us
@@ -273,48 +260,17 @@ class Driver:
         return False
 
     @functools.cached_property
+    def starts(self) -> TrialStarts:
+        """Trials started on free slots within the budget (sweeps/trials/starts.py): first used in the loop, over the
+        runner of the study open_study opened."""
+        return TrialStarts(self.trials, self.space, self.running)
+
+    @property
     def slot_pool(self) -> SlotPool:
-        """Where trials run (sweeps/launchers/slots.py): one per slot of launcher.slots, at most max_concurrent at once."""
-        return SlotPool(self.launcher.slots(), self.sweep.max_concurrent)
+        return self.starts.pool
 
     def start_within_budget(self) -> None:
-        """Start a trial on every free slot until the budget (or the search space) is spent."""
-        gone: str | None = None
-        while gone is None and (slot := self.slot_pool.take()) is not None:
-            # Ctrl-C waits until a drawn trial's job is ours to stop (sweeps.launchers.interrupts): none is left untracked.
-            draw: Draw | None = None
-            with signals_held():
-                try:  # a failed draw (the database restarting) or launch hands the slot back, or no trial starts again
-                    draw = draw_within_budget(self.study, self.storage, self.space, self.sweep.n_trials)
-                    self.exhausted = draw.exhausted
-                    if draw.trial is None:
-                        self.slot_pool.give_back(slot)
-                        break
-                    if (gone := self.launcher.unavailable()) is not None:  # before each launch
-                        self.slot_pool.give_back(slot)
-                        set_aside_unstarted(self.study, self.storage, draw.trial, gone)
-                        continue
-                    with failed_unless_started(self.study, self.storage, draw.trial):
-                        # A retry carries its predecessor's slot (Optuna copies the attributes): back there if free.
-                        before = TrialLaunch.of(self.storage.get_trial(trial_id_of(draw.trial)).user_attrs).slot
-                        slot = self.slot_pool.prefer(slot, before)
-                        running = self.trials.start_trial(draw.trial, draw.sampled, slot)
-                except optuna.exceptions.UpdateFinishedTrialError:
-                    # Another driver settled it between our draw and its start (it saw no heartbeat within its
-                    # grace) and queued a copy, which a driver will run: this one draws again.
-                    self.slot_pool.give_back(slot)
-                    log.warning(
-                        "trial %s was settled by another driver before it started (no heartbeat within "
-                        "heartbeat.grace_s=%g s: raise it on a loaded machine); drawing again",
-                        draw.trial.number if draw is not None and draw.trial is not None else "drawn",
-                        self.sweep.heartbeat.grace_s,
-                    )
-                    continue
-                except BaseException:
-                    self.slot_pool.give_back(slot)
-                    raise
-                self.running[running.trial.number] = running
-        if gone is not None:
+        if (gone := self.starts.start_within_budget()) is not None:
             self.pause(gone)  # outside signals_held: Ctrl-C ends a wait that may last hours
 
     def pause(self, line: str) -> None:
@@ -333,15 +289,7 @@ class Driver:
         self.running.clear()
         self.launcher.wait_until_available(line)
         check_before_study(self.sweep, self.launcher)  # a tpu_pod study: the preflight on the new VMs
-        self.__dict__.pop("slot_pool", None)  # the slots of the machine as it is now (a retired VM is new)
-
-    def free_slot(self, running: RunningTrial, code: int) -> None:
-        """A settled trial's slot takes the next trial, unless its job failed because its machine is gone."""
-        if code != 0 and not self.launcher.slot_alive(running.slot):
-            log.warning("%s no longer answers: its slot takes no more trials", running.slot.name)
-            self.slot_pool.retire(running.slot)
-        else:
-            self.slot_pool.give_back(running.slot)
+        self.starts.new_slots()
 
     def after_outage(self) -> None:
         """The database answers again. During the outage no heartbeat and no job progress could be stored: give

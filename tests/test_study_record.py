@@ -413,9 +413,9 @@ def test_a_database_outage_during_a_draw_gives_the_slot_back(
     outage is the error a restarting server gives SQLAlchemy, raised by the second draw; the rest is a real study."""
     import sqlalchemy
 
-    from sweeps import driver as driver_module
+    from sweeps.trials import starts as starts_module
 
-    real_draw, draws = driver_module.draw_within_budget, []
+    real_draw, draws = starts_module.draw_within_budget, []
 
     def draw_during_a_restart(*args: Any, **kwargs: Any) -> Any:
         draws.append(len(draws))
@@ -423,7 +423,7 @@ def test_a_database_outage_during_a_draw_gives_the_slot_back(
             raise sqlalchemy.exc.OperationalError("SELECT ...", {}, Exception("server closed the connection"))
         return real_draw(*args, **kwargs)
 
-    monkeypatch.setattr(driver_module, "draw_within_budget", draw_during_a_restart)
+    monkeypatch.setattr(starts_module, "draw_within_budget", draw_during_a_restart)
     study = _run_driver(
         pg_url, tmp_path, "outage-draw", "n_trials=2", "storage_outage_backoff.first_s=0.1",
         space={"optim.lr": "choice(0.01, 0.02)"},

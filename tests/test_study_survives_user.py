@@ -509,7 +509,7 @@ def test_a_trial_another_driver_settles_before_it_starts_is_drawn_again_not_a_cr
 ) -> None:
     """Between a draw and its start another driver may settle the trial (it saw no heartbeat within its grace,
     on a loaded machine): writing the start then raised UpdateFinishedTrialError and ended this driver."""
-    import sweeps.driver as driver_module
+    import sweeps.trials.starts as starts_module
     from sweeps.search.draw import Draw
 
     db = f"sqlite:///{tmp_path}/db.sqlite"
@@ -525,7 +525,7 @@ def test_a_trial_another_driver_settles_before_it_starts_is_drawn_again_not_a_cr
         optuna.load_study(study_name=study.study_name, storage=db).tell(draw.trial.number, state=TrialState.FAIL)
         return draw
 
-    monkeypatch.setattr(driver_module, "draw_within_budget", draw_settled_by_another)
+    monkeypatch.setattr(starts_module, "draw_within_budget", draw_settled_by_another)
     with caplog.at_level("WARNING", logger="sweeps"):
         driver.start_within_budget()
     assert not driver.running and len(draws) == 1

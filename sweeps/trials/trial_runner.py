@@ -3,9 +3,9 @@
     start_trial -> launch_seed (one job per seed) -> settle / on_job_end (the job's verdict, sweeps/trials/outcome.py)
     -> tell_outcome: COMPLETE (the seeds' mean) / PRUNED / FAIL (a retry queued while retries are left)
 
-The driver (sweeps/driver.py) owns the loop, the budget and the slots; the runner owns what one trial is: its
-directories and its jobs' command lines (`jobs`: sweeps/trials/trial_jobs.py, which the dry run builds too), its
-heartbeat, and what Optuna is told.
+The driver (sweeps/driver.py) owns the loop, and TrialStarts (sweeps/trials/starts.py) the budget and the slots; the
+runner owns what one trial is: its directories and its jobs' command lines (`jobs`: sweeps/trials/trial_jobs.py, which
+the dry run builds too), its heartbeat, and what Optuna is told.
 It reads the study, the typed sweep config, the launcher and the storage URL it is given, and calls `progress` for
 the note that ends each state-change line; it never reaches back into the driver.
 Invariant: the heartbeat of a trial stops only once its state is stored (a database outage leaves it ours).

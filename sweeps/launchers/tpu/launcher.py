@@ -167,7 +167,7 @@ class TpuPodLauncher(PodSetup):
 
 
 def after_check(slot: Slot) -> str:
-    """What the driver does once `slot_alive` found `slot` unfit (sweeps/trials/preemption.py, Driver.free_slot)."""
+    """What the driver does once `slot_alive` found `slot` unfit (sweeps/trials/preemption.py, TrialStarts.free_slot)."""
     if slot.whole:  # slots=pod: the slice's only slot
         return (
             "the study pauses: the job's trial is queued again (no retry spent), and the slice's VMs are set up again "
