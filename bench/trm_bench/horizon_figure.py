@@ -73,7 +73,7 @@ def figure(result: dict[str, Any]) -> go.Figure:
     fig.update_xaxes(title_text="compute paid, share of the unpruned grid", tickformat=".0%", range=[0, 1])
     fig.update_yaxes(tickformat=".0%", range=[0, 1.02], row=1)
     fig.update_yaxes(type="log", row=2)
-    fig.update_yaxes(title_text="studies near the best", row=1, col=1)
+    fig.update_yaxes(title_text="studies near the best (seed mean, eval + seed SE)", row=1, col=1)
     fig.update_yaxes(title_text=f"regret (exact), log; < {REGRET_FLOOR:g} drawn at it", row=2, col=1)
     fig.update_layout(
         title=f"Pruning rules at each horizon, random orders; dashed: the {GOAL_FOUND:.0%} goal, dotted: the "
