@@ -21,14 +21,13 @@ $(STAMP): pyproject.toml requirements.lock
 
 # A real small study on this machine: SQLite, local processes (2 at once), the tiny CPU preset, model_scaling's
 # sampler and pruner (TPE, the median rule from half the trial: chosen on TRM-Bench-tiny, docs/benchmarks.md), then
-# the re-evaluation and the confirm stage, within 10 minutes on 2 cores. It overrides four laptop defaults, each
-# said with its reason in docs/benchmarks.md, The demo study: n_trials=6 (of 40), study.enqueue_baseline=false (no
-# baseline trial first), confirm.top_k=2 (of 5; the top two trained again on a fresh seed), launcher.warm=true (one
-# torch import for all the jobs; default: one per job).
+# the re-evaluation and the confirm stage, within 10 minutes on 2 cores. It overrides three laptop defaults, each
+# said with its reason in docs/benchmarks.md, The demo study: n_trials=5 (of 40), confirm.top_k=2 (of 5; the top two
+# trained again on a fresh seed), launcher.warm=true (one torch import for all the jobs; default: one per job).
 # demo-unpruned runs the same study with pruner=none under its own name (the sampler's later draws follow the
 # values seen, so the two may train other configurations); its last command says whether the two re-evaluated
 # winners agree.
-DEMO := study=model_scaling n_trials=6 study.enqueue_baseline=false confirm.top_k=2 launcher.warm=true
+DEMO := study=model_scaling n_trials=5 confirm.top_k=2 launcher.warm=true
 demo: setup               ## a real small study: SQLite, local processes, the tiny CPU preset, pruning
 	$(PY) -m sweeps.run $(DEMO)
 
