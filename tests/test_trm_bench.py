@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from bench.trm_bench import figure as trm_bench_figure
 from bench.trm_bench import replay as replay_bench
+from bench.trm_bench import table_specs
 from bench.trm_bench import tiny as trm_bench_tiny
 from bench.trm_bench.table import EVAL_EXAMPLES, config, load
 from bench.trm_bench.tiny import curve, record_command
@@ -316,7 +317,7 @@ def test_a_lost_state_carries_the_committed_curves_and_queues_only_the_rest(tmp_
 def test_a_lost_long_state_queues_the_long_tables_configurations_it_lacks_in_order(tmp_path: Path) -> None:
     """A new session found the long table's state gone: `record --table long` would have trained its 3 committed
     curves again (2.5 job-hours per seed) before any new one."""
-    long = trm_bench_tiny.LONG
+    long = table_specs.LONG
     committed = tmp_path / "long.json"
     have = [long.configurations[i] for i in (0, 5, 43)]
     rows = [{"params": dict(p), "curve": [{"step": 2000, "exact": 0.5}]} for p in have]
@@ -477,15 +478,15 @@ def test_the_long_table_queues_its_configurations_in_one_order_for_every_seed(tm
     """`--table long` records a subset of the space: every MLP-t configuration and 8 attention ones, queued before
     the first sweeps.run in one shuffled order shared by the seeds (so seeds recorded side by side hold the same
     configurations), at 2,000 steps with evals every 100 steps on 512 puzzles."""
-    long = trm_bench_tiny.LONG
+    long = table_specs.LONG
     assert trm_bench_tiny.queue_configurations(tmp_path, 0, long)
     assert trm_bench_tiny.queue_configurations(tmp_path, 1, long)
     assert not trm_bench_tiny.queue_configurations(tmp_path, 0, long)  # an existing study keeps its own queue
-    assert not trm_bench_tiny.queue_configurations(tmp_path, 2, trm_bench_tiny.TINY)  # the grid's table: no queue
+    assert not trm_bench_tiny.queue_configurations(tmp_path, 2, table_specs.TINY)  # the grid's table: no queue
     orders = []
     for seed in (0, 1):
         study = optuna.load_study(
-            study_name=trm_bench_tiny.study_name(seed, long), storage=f"sqlite:///{tmp_path}/seed{seed}.db"
+            study_name=table_specs.study_name(seed, long), storage=f"sqlite:///{tmp_path}/seed{seed}.db"
         )
         waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
         orders.append([t.system_attrs["fixed_params"] for t in waiting])
@@ -501,7 +502,7 @@ def test_the_long_table_queues_its_configurations_in_one_order_for_every_seed(tm
     assert attention == set(itertools.product((32, 64), (1, 2), (1, 3)))  # both widths, layer counts, depth ends
     assert mixers[:8] != sorted(mixers[:8])  # shuffled: a partial table is spread over the space
     command = record_command(tmp_path, 1, 1, table=long)
-    assert "n_trials=44" in command and f"study.name={trm_bench_tiny.study_name(1, long)}" in command
+    assert "n_trials=44" in command and f"study.name={table_specs.study_name(1, long)}" in command
     trial = command[-1]
     for override in ("'train.steps=2000'", "'train.eval_interval=100'", "'train.eval_examples=512'", "'seed=1'"):
         assert override in trial
@@ -685,7 +686,7 @@ def test_the_long_tables_provenance_names_the_recorder_that_reproduces_it(
         trm_bench_tiny.subprocess, "run", lambda cmd, **_: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0)
     )
     argv = ["record", "--table", "long", "--seeds", "0"]
-    assert trm_bench_tiny.record(tmp_path, [0], 1, argv, table=trm_bench_tiny.LONG) == 0
+    assert trm_bench_tiny.record(tmp_path, [0], 1, argv, table=table_specs.LONG) == 0
     session = json.loads((tmp_path / "provenance.jsonl").read_text().splitlines()[0])
     assert session["benchmark"] == "trm_bench_long" and session["seeds"] == [0]
     assert session["command"] == "python -m bench.trm_bench.tiny record --table long --seeds 0"
@@ -730,6 +731,6 @@ def test_an_export_from_a_new_state_keeps_the_committed_curves_it_has_not_record
     committed = synthetic_table(table)["seeds"]["0"][:3]
     table.write_text(json.dumps({"seeds": {"0": committed}, "recording_sessions": []}))
     state = tmp_path / "state"
-    assert trm_bench_tiny.queue_configurations(state, 0, trm_bench_tiny.LONG)  # a new study, nothing trained yet
-    exported = trm_bench_tiny.export(state, [0], table, trm_bench_tiny.LONG)
+    assert trm_bench_tiny.queue_configurations(state, 0, table_specs.LONG)  # a new study, nothing trained yet
+    exported = trm_bench_tiny.export(state, [0], table, table_specs.LONG)
     assert sorted(map(str, exported["seeds"]["0"])) == sorted(map(str, committed))

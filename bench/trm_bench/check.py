@@ -6,7 +6,7 @@ replays' distribution for the same strategy and n_trials on that seed's curves.
     python -m bench.trm_bench.check report --seed 1 --n-trials 24     # -> bench/results/trm_bench_check_seed1.*
 
 `run` is `python -m sweeps.run study=model_scaling` with the study's own sampler and pruner (whatever conf/ ships),
-the table's trial overrides (bench/trm_bench/tiny.py TRIAL) and `seed=S` in every trial, on its own SQLite file
+the table's trial overrides (bench/trm_bench/table_specs.py TRIAL) and `seed=S` in every trial, on its own SQLite file
 under the table's state directory; the same command resumes it. Its trials run as the default runs them
 (max_concurrent from the laptop site); the replays run one trial at a time, which is one of the things checked.
 
@@ -32,8 +32,8 @@ from optuna.trial import TrialState
 from bench._results import RESULTS, ROOT, run_header, write_results
 from bench._sweep import hydra_list
 from bench.trm_bench.table import config, load
-from bench.trm_bench.tiny import DEFAULT_STATE, OUT, TRIAL
-from bench.trm_bench.tiny import storage_url as table_storage_url
+from bench.trm_bench.table_specs import DEFAULT_STATE, OUT, TRIAL
+from bench.trm_bench.table_specs import storage_url as table_storage_url
 from storage import open_storage
 from storage.trial_record import TrialOutcome
 from sweeps.search.space import params_to_values

@@ -44,7 +44,7 @@ from bench.trm_bench.pod import SHIPPED_N_TRIALS
 from bench.trm_bench.replay import build_pruner, study_conf
 from bench.trm_bench.rule_choice import HELD_OUT, REQUIRED, choose_rule
 from bench.trm_bench.table import Config, Curve, Point, SeedTruth, Table, config, load
-from bench.trm_bench.tiny import LONG, TINY
+from bench.trm_bench.table_specs import LONG, TINY
 from bench.trm_bench.truths import EVAL_ONLY, shared, truths
 
 # A rule: a pruner (a conf/pruner/ file or a bench/trm_bench/replay.py VARIANTS name), reporting the shipped prune

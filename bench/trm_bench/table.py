@@ -24,7 +24,7 @@ from typing import Any
 from contracts.eval_noise import binomial_stderr
 
 Config = frozenset[tuple[str, Any]]  # {training key: value}, order-free (as sweeps.search.distinct_draws.as_config)
-EVAL_EXAMPLES = 256  # the tiny table's eval puzzles (bench/trm_bench/tiny.py TRIAL: train.eval_examples)
+EVAL_EXAMPLES = 256  # the tiny table's eval puzzles (bench/trm_bench/table_specs.py TRIAL: train.eval_examples)
 POOLED_OVER = 10  # the training-seed SD is pooled over this many configurations with the best seed-mean
 METRICS = {"eval/exact_accuracy": "exact", "eval/blank_accuracy": "blank"}  # study metric -> the table's column
 
