@@ -15,9 +15,11 @@ import optuna
 import pytest
 
 from bench.gpu import profile as gpu_profile
+from bench.pruning import comparison as pruning_comparison
+from bench.pruning import curve_replay
 from bench.pruning import evidence as pruning_evidence
 from bench.pruning import replays as pruning_replays
-from bench.pruning import studies as pruning
+from bench.pruning import report as pruning_report
 from sweeps.config.compose import compose_sweep_config
 from sweeps.config.optuna_parts import build, pruner_spec
 
@@ -142,8 +144,8 @@ def test_pruning_bench_summarizes_seeds_from_a_saved_result(tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stderr[-3000:]
     # the aggregation the table printed, on the same input
 
-    result = {**saved, "per_seed": [pruning.seed_result(r["seed"], r["arms"]) for r in per_seed]}
-    reference, arm = pruning.aggregate(result["per_seed"])
+    result = {**saved, "per_seed": [pruning_comparison.seed_result(r["seed"], r["arms"]) for r in per_seed]}
+    reference, arm = pruning_comparison.aggregate(result["per_seed"])
     assert reference["arm"] == "none" and reference["goal_every_seed"] is None
     assert reference["median_steps_ratio"] == 1.0 and reference["median_best_gap"] == 0.0
     one, two = arm["per_seed"]
@@ -156,7 +158,7 @@ def test_pruning_bench_summarizes_seeds_from_a_saved_result(tmp_path: Path) -> N
     assert reference["per_seed"][1]["states"] == {"COMPLETE": 4, "PRUNED": 0, "FAIL": 1}
     result["aggregate"] = [reference, arm]
     # the summary table (the per-seed replays below it are not compared: Hyperband's brackets hash the study name)
-    summary = pruning.render(result).split("### Seed 1")[0]
+    summary = pruning_report.render(result).split("### Seed 1")[0]
     assert proc.stdout.startswith(summary)
     assert (
         f"| **{pruned}** | **median of 2** | | | **35%** | **35%** | **+0.0525** | no / no (in every seed) |"
@@ -164,10 +166,10 @@ def test_pruning_bench_summarizes_seeds_from_a_saved_result(tmp_path: Path) -> N
     )
     assert "### Seed 1" in proc.stdout and "### Seed 2" in proc.stdout
     # One seed (no --seeds): its arms at the top level, one table row each, the goal judged per arm.
-    one_seed = pruning.seed_result(1, per_seed[0]["arms"])
+    one_seed = pruning_comparison.seed_result(1, per_seed[0]["arms"])
     single = {**saved, "seed": one_seed.pop("seed"), **one_seed}
     del single["seeds"], single["per_seed"]
-    rows = pruning.render(single).splitlines()[2:4]
+    rows = pruning_report.render(single).splitlines()[2:4]
     assert rows[0].startswith("| none | 4 / 0 / 0 | 2000 |") and rows[0].endswith("| 100% | 100% | +0.0000 | - |")
     assert rows[1].startswith(f"| {pruned} | 1 / 3 / 0 | 800 |") and rows[1].endswith("| 40% | 40% | +0.0050 | yes |")
 
@@ -328,8 +330,8 @@ def test_grouped_median_replay_compares_a_trial_only_with_its_groups_completed_t
         curve_trial(3, 2, 1, [0.15, 0.3]),
     ]
     median = lambda: optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0)  # noqa: E731 - a fresh pruner per replay, in one line
-    bare = pruning.replay_curves(trials, median(), "eval/exact_accuracy")
-    grouped = pruning.replay_curves(
+    bare = curve_replay.replay_curves(trials, median(), "eval/exact_accuracy")
+    grouped = curve_replay.replay_curves(
         trials,
         pruning_replays.GroupedPruner(median(), pruning_replays.GROUPS["the same H cycles"]),
         "eval/exact_accuracy",
@@ -352,14 +354,14 @@ def test_halving_on_flop_steps_judges_a_costly_trial_at_its_first_rung_of_flops(
     GFLOPs as the step the first rung (200) is trial 0's step 200 but trial 1's step 100 (400 GFLOPs), where it is
     pruned: 400 + 400 GFLOPs in all. With training steps as the step it runs to step 200 (800 GFLOPs) first."""
     trials = [curve_trial(0, 1, 1, [0.5, 0.6, 0.7, 0.8]), curve_trial(1, 1, 4, [0.2, 0.3, 0.4, 0.5])]
-    flops = pruning.replay_curves(trials, make(), "eval/exact_accuracy", resource="gflops")
-    steps = pruning.replay_curves(trials, make(), "eval/exact_accuracy", resource="steps")
+    flops = curve_replay.replay_curves(trials, make(), "eval/exact_accuracy", resource="gflops")
+    steps = curve_replay.replay_curves(trials, make(), "eval/exact_accuracy", resource="steps")
     assert flops["pruned"] == steps["pruned"] == [1]
     assert flops["flops"] == pytest.approx((400 + 400) * 1e9) and flops["study"].trials[1].last_step == 400
     assert steps["flops"] == pytest.approx((400 + 800) * 1e9) and steps["study"].trials[1].last_step == 200
     assert flops["best"] == steps["best"] == 0.8
     with pytest.raises(ValueError, match=r"resource='flops': expected one of steps, gflops"):
-        pruning.replay_curves(trials, make(), "eval/exact_accuracy", resource="flops")
+        curve_replay.replay_curves(trials, make(), "eval/exact_accuracy", resource="flops")
 
 
 def test_pruning_replays_run_optunas_pruners_on_the_saved_curves(tmp_path: Path) -> None:
@@ -379,7 +381,7 @@ def test_pruning_replays_run_optunas_pruners_on_the_saved_curves(tmp_path: Path)
             bare["flops_ratio"],
         )
         hyperband = optuna.pruners.HyperbandPruner(1000, pruning_replays.gflops(arms), 3)
-        run = pruning.replay_curves(arm["trials"], hyperband, "eval/exact_accuracy", resource="gflops")
+        run = curve_replay.replay_curves(arm["trials"], hyperband, "eval/exact_accuracy", resource="gflops")
         stops = [t.last_step for t in run["study"].trials if t.state == optuna.trial.TrialState.PRUNED]
         assert stops and min(stops) >= 1000, stops
     result = pruning_replays.main(["--out-dir", str(tmp_path)])

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import optuna
 
 from bench._results import RESULTS, run_header, write_results
-from bench.pruning.studies import replay_curves
+from bench.pruning.curve_replay import replay_curves
 from contracts.eval_noise import binomial_stderr
 from contracts.pruning.evidence import EvidencePruner
 from storage.study_record import StudyAttrs
@@ -51,7 +51,7 @@ AGREEMENTS = (0.3, 0.5, 0.7)
 
 class Rule(NamedTuple):
     """A replayed rule: the metric its trials report, a factory for a fresh pruner per replay (some keep state on
-    the instance: Hyperband its brackets), and what is reported as Optuna's step (bench.pruning.studies.RESOURCES)."""
+    the instance: Hyperband its brackets), and what is reported as Optuna's step (bench.pruning.curve_replay.RESOURCES)."""
 
     metric: str
     make: Callable[[], optuna.pruners.BasePruner]
