@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig
 
 from sweeps.config.compose import compose_sweep_config
+from sweeps.launchers.base import build_launcher
+from sweeps.launchers.tpu.launcher import TpuPodLauncher
 from sweeps.testing import FAST_TRIAL, sweep_overrides, trial_list
 
 __all__ = ["FAST_TRIAL", "sweep_overrides", "trial_list"]  # the suite imports them from here too
@@ -73,20 +76,61 @@ def unique_job_name(tmp_path: Path) -> str:
     return f"pod-job-{tmp_path.name}"
 
 
-def stand_in_pod_overrides(db: str, out: Path, python: str) -> list[str]:
-    """`sweeps.run` overrides of a one-trial halting study on the stand-in pod (`fake_pod`'s slice `test-pod`):
-    its gcloud, the VMs' interpreter and directory, the study on PostgreSQL `db`, trial directories under `out`."""
+POD_SLICE = ("site=pod", "launcher.tpu_name=test-pod", "launcher.zone=us-central2-b")  # `fake_pod`'s slice
+
+
+def stand_in_vms(python: str) -> list[str]:
+    """Launcher overrides for the stand-in pod's VMs: its gcloud, the VMs' interpreter and directory, no env."""
     return [
-        "site=pod",
-        "launcher.tpu_name=test-pod",
-        "launcher.zone=us-central2-b",
         f"launcher.gcloud={FAKE_GCLOUD}",
         f"launcher.python={python}",
         "launcher.remote_dir='~/trm'",
         "launcher.env={}",
+    ]
+
+
+def pod_launcher(*extra: str) -> TpuPodLauncher:
+    """The pod launcher of `POD_SLICE` with `extra` launcher overrides (no slice is asked until it is used)."""
+    cfg = compose_sweep_config([*POD_SLICE, *extra])
+    launcher = build_launcher(cfg.launcher)
+    assert isinstance(launcher, TpuPodLauncher)
+    return launcher
+
+
+def stand_in_pod_overrides(db: str, out: Path, python: str) -> list[str]:
+    """`sweeps.run` overrides of a one-trial halting study on the stand-in pod (`fake_pod`'s slice `test-pod`):
+    its gcloud, the VMs' interpreter and directory, the study on PostgreSQL `db`, trial directories under `out`."""
+    return [
+        *POD_SLICE,
+        *stand_in_vms(python),
         "storage=postgres",
         f"storage.url={db}",
         f"output_root={out}",
         "study=halting",
         "n_trials=1",
     ]
+
+
+POD_TRIAL = [*FAST_TRIAL, "runtime.backend=torch"]  # a fast trial on the stand-in pod's VMs, which have no XLA
+
+
+def stand_in_pod_study(db: str, out: Path, python: str, trial: list[str]) -> list[str]:
+    """`stand_in_pod_overrides` with what every stand-in pod study that trains sets: no pruner, `trial` as every
+    trial's overrides, a heartbeat a second, a 0.2 s driver loop, no re-evaluation at the end."""
+    return [
+        *stand_in_pod_overrides(db, out, python),
+        "pruner=none",
+        f"trial.overrides={trial_list(trial)}",
+        "heartbeat.interval_s=1",
+        "poll_s=0.2",
+        "reeval.at_end=false",
+    ]
+
+
+FRESH_VM_PYTHON = "'~/venv/bin/python'"  # the interpreter `venv_setup` makes on each VM
+
+
+def venv_setup() -> str:
+    """launcher.setup for VMs that come and go: a fresh VM has no venv, so every prepare makes one (a wrapper of
+    this interpreter) at FRESH_VM_PYTHON."""
+    return f"mkdir -p ~/venv/bin && printf '#!/bin/sh\\nexec {sys.executable} \"$@\"\\n' > ~/venv/bin/python && chmod +x ~/venv/bin/python"

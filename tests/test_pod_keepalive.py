@@ -12,17 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.config.compose import compose_sweep_config
-from sweeps.launchers.base import JobSpec, LauncherConfigError, build_launcher
-from sweeps.launchers.tpu.launcher import TpuPodLauncher
-from tests.sweep_helpers import FAKE_GCLOUD, fake_pod, unique_job_name
-
-
-def pod_launcher(*extra: str) -> TpuPodLauncher:
-    cfg = compose_sweep_config(["site=pod", "launcher.tpu_name=test-pod", "launcher.zone=us-central2-b", *extra])
-    launcher = build_launcher(cfg.launcher)
-    assert isinstance(launcher, TpuPodLauncher)
-    return launcher
+from sweeps.launchers.base import JobSpec, LauncherConfigError
+from tests.sweep_helpers import FAKE_GCLOUD, fake_pod, pod_launcher, stand_in_vms, unique_job_name
 
 
 def test_every_ssh_has_a_keep_alive_by_default_and_a_users_own_option_comes_first() -> None:
@@ -44,10 +35,7 @@ def test_a_session_to_a_silent_vm_ends_within_the_keep_alive(tmp_path: Path, mon
     python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "job.py"} "$@"\n')
     python.chmod(0o755)
     pods = pod_launcher(
-        f"launcher.gcloud={FAKE_GCLOUD}",
-        f"launcher.python={python}",
-        "launcher.remote_dir='~/trm'",
-        "launcher.env={}",
+        *stand_in_vms(str(python)),
         "launcher.ssh_alive_interval_s=1",
         "launcher.ssh_alive_count=2",
         "launcher.kill_grace_s=1",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from storage.record import PREEMPTED_ATTR, RETRIES_NOT_SPENT_ATTR
@@ -18,7 +19,7 @@ from sweeps.config.compose import compose_sweep_config
 from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import MachineUnavailableError
-from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, trial_list
+from tests.sweep_helpers import POD_TRIAL, fake_pod, stand_in_pod_study
 
 SAVE_S = 2  # the stand-in job's save after SIGTERM: SIGKILL at once (grace 0) cuts it short
 
@@ -46,37 +47,29 @@ def saving_python(tmp_path: Path) -> Path:
     return script
 
 
+def two_vm_study(tmp_path: Path, db: str, *extra: str) -> DictConfig:
+    """Two trials at once on the stand-in pod, one per VM, whose jobs save on SIGTERM (saving_python); the study ends
+    when the slice is taken (on_preempted=exit); `extra` last."""
+    return compose_sweep_config(
+        [
+            *stand_in_pod_study(db, tmp_path / "out", str(saving_python(tmp_path)), POD_TRIAL),
+            "launcher.slots=vm",
+            "launcher.ssh_timeout_s=20",
+            "launcher.on_preempted=exit",
+            "n_trials=2",
+            "wandb.enabled=false",
+            "preflight.enabled=false",
+            *extra,
+        ]
+    )
+
+
 @pytest.mark.slow
 def test_a_pause_gives_the_running_jobs_their_grace_to_save(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_pg_url: str
 ) -> None:
     pod = fake_pod(tmp_path, monkeypatch, 2)
-    cfg = compose_sweep_config(
-        [
-            "site=pod",
-            "launcher.tpu_name=test-pod",
-            "launcher.zone=us-central2-b",
-            f"launcher.gcloud={FAKE_GCLOUD}",
-            f"launcher.python={saving_python(tmp_path)}",
-            "launcher.slots=vm",
-            "launcher.remote_dir='~/trm'",
-            "launcher.env={}",
-            "launcher.ssh_timeout_s=20",
-            "launcher.on_preempted=exit",
-            "storage=postgres",
-            f"storage.url={fresh_pg_url}",
-            f"output_root={tmp_path}/out",
-            "study=halting",
-            "n_trials=2",
-            "pruner=none",
-            f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.backend=torch'])}",
-            "heartbeat.interval_s=1",
-            "poll_s=0.2",
-            "wandb.enabled=false",
-            "reeval.at_end=false",
-            "preflight.enabled=false",
-        ]
-    )
+    cfg = two_vm_study(tmp_path, fresh_pg_url)
     vms = [pod / "test-pod" / f"worker-{w}" / "trm" for w in (0, 1)]
 
     def maintenance_then_a_vm_fails() -> None:

@@ -23,7 +23,14 @@ from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu.launcher import TpuPodLauncher
 from sweeps.trials.recovery import requeue
 from sweeps.trials.retry import plan_retry, retries_used
-from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_list
+from tests.sweep_helpers import (
+    FAKE_GCLOUD,
+    FAST_TRIAL,
+    FRESH_VM_PYTHON,
+    fake_pod,
+    stand_in_pod_study,
+    venv_setup,
+)
 
 
 def admin(action: str) -> None:
@@ -101,22 +108,16 @@ def test_a_preemption_mid_trial_pauses_the_study_and_the_trial_resumes_on_the_re
     trial += ["train.steps=200", "runtime.backend=torch", f"runtime.port={free_port()}"]
     cfg = compose_sweep_config(
         [
-            *stand_in_pod_overrides(fresh_pg_url, tmp_path / "out", "'~/venv/bin/python'"),
-            "pruner=none",
-            f"trial.overrides={trial_list(trial)}",
+            *stand_in_pod_study(fresh_pg_url, tmp_path / "out", FRESH_VM_PYTHON, trial),
             f"trial.checkpoint_root={bucket}",
-            "heartbeat.interval_s=1",
             "heartbeat.max_retry=0",  # a retry spent would leave the trial failed
-            "poll_s=0.2",
-            "reeval.at_end=false",
             "launcher.state_poll_s=0.3",
             f"preflight.expect={{torch: '{torch.__version__}', torch_xla: null}}",
             "preflight.chips_glob='~/dev/accel*'",
             "preflight.min_free_gb=0",
         ]
     )
-    # A fresh VM has no venv: launcher.setup makes one (here a wrapper of this interpreter) on every prepare.
-    cfg.launcher.setup = f"mkdir -p ~/venv/bin && printf '#!/bin/sh\\nexec {sys.executable} \"$@\"\\n' > ~/venv/bin/python && chmod +x ~/venv/bin/python"
+    cfg.launcher.setup = venv_setup()  # a fresh VM has no venv: every prepare makes one
 
     def preempt_then_recreate() -> None:
         deadline = time.monotonic() + 240

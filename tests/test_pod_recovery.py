@@ -24,7 +24,15 @@ from sweeps.launchers.torchrun import free_port
 from sweeps.launchers.tpu.launcher import TpuPodLauncher
 from sweeps.run import exit_for
 from sweeps.trials.retry import retries_used
-from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_list
+from tests.sweep_helpers import (
+    FAKE_GCLOUD,
+    FAST_TRIAL,
+    FRESH_VM_PYTHON,
+    POD_TRIAL,
+    fake_pod,
+    stand_in_pod_study,
+    venv_setup,
+)
 
 
 def admin(*action: str) -> None:
@@ -53,26 +61,10 @@ def looping_python(tmp_path: Path) -> Path:
 def pod_study(tmp_path: Path, db: str, *extra: str) -> Driver:
     cfg = compose_sweep_config(
         [
-            "site=pod",
-            "launcher.tpu_name=test-pod",
-            "launcher.zone=us-central2-b",
-            f"launcher.gcloud={FAKE_GCLOUD}",
-            f"launcher.python={looping_python(tmp_path)}",
-            "launcher.remote_dir='~/trm'",
-            "launcher.env={}",
+            *stand_in_pod_study(db, tmp_path / "out", str(looping_python(tmp_path)), POD_TRIAL),
             "launcher.ssh_timeout_s=20",
             "launcher.on_preempted=exit",
-            "storage=postgres",
-            f"storage.url={db}",
-            f"output_root={tmp_path}/out",
-            "study=halting",
-            "n_trials=1",
-            "pruner=none",
-            f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.backend=torch'])}",
-            "heartbeat.interval_s=1",
-            "poll_s=0.2",
             "wandb.enabled=false",
-            "reeval.at_end=false",
             "preflight.enabled=false",
             *extra,
         ]
@@ -164,22 +156,16 @@ def test_a_vm_recreated_under_a_ready_slice_is_set_up_again_and_charges_no_retry
     trial += ["train.steps=200", "runtime.backend=torch", f"runtime.port={free_port()}"]
     cfg = compose_sweep_config(
         [
-            *stand_in_pod_overrides(fresh_pg_url, tmp_path / "out", "'~/venv/bin/python'"),
+            *stand_in_pod_study(fresh_pg_url, tmp_path / "out", FRESH_VM_PYTHON, trial),
             "n_trials=2",
-            "pruner=none",
-            f"trial.overrides={trial_list(trial)}",
             f"trial.checkpoint_root={bucket}",
-            "heartbeat.interval_s=1",
             "heartbeat.max_retry=0",  # a retry charged would leave its configuration failed
-            "poll_s=0.2",
-            "reeval.at_end=false",
             "wandb.enabled=false",
             "preflight.enabled=false",
             "launcher.state_poll_s=0.3",
         ]
     )
-    # A fresh VM has no venv: launcher.setup makes one (a wrapper of this interpreter) on every prepare.
-    cfg.launcher.setup = f"mkdir -p ~/venv/bin && printf '#!/bin/sh\\nexec {sys.executable} \"$@\"\\n' > ~/venv/bin/python && chmod +x ~/venv/bin/python"
+    cfg.launcher.setup = venv_setup()  # a fresh VM has no venv: every prepare makes one
 
     def vanish_then_recreate() -> None:
         deadline = time.monotonic() + 240

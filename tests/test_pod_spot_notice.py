@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib
 import json
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,7 +24,14 @@ from sweeps.driver import Driver
 from sweeps.launchers.torchrun import free_port
 from sweeps.trials.retry import retries_used
 from tests.fake_gcs import StandInGCS
-from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_list
+from tests.sweep_helpers import (
+    FAKE_GCLOUD,
+    FAST_TRIAL,
+    FRESH_VM_PYTHON,
+    fake_pod,
+    stand_in_pod_study,
+    venv_setup,
+)
 
 NOTICE_S = 12  # the notice's SIGTERM to the stop (Google's 30): the job's save and upload fit in it here
 EVAL_INTERVAL = 150  # the periodic saves: none between the notice and the stop (a save there is the notice's)
@@ -63,22 +69,16 @@ def test_a_spot_notice_saves_to_gs_within_the_notice_and_the_trial_resumes_there
     ]
     cfg = compose_sweep_config(
         [
-            *stand_in_pod_overrides(fresh_pg_url, tmp_path / "out", "'~/venv/bin/python'"),
-            "pruner=none",
-            f"trial.overrides={trial_list(trial)}",
+            *stand_in_pod_study(fresh_pg_url, tmp_path / "out", FRESH_VM_PYTHON, trial),
             "trial.checkpoint_root=gs://bucket/ckpt",
-            "heartbeat.interval_s=1",
             "heartbeat.max_retry=0",  # a retry spent would leave the trial failed
-            "poll_s=0.2",
-            "reeval.at_end=false",
             "launcher.state_poll_s=0.3",
             f"preflight.expect={{torch: '{torch.__version__}', torch_xla: null}}",
             "preflight.chips_glob='~/dev/accel*'",
             "preflight.min_free_gb=0",
         ]
     )
-    # A fresh VM has no venv: launcher.setup makes one (here a wrapper of this interpreter) on every prepare.
-    cfg.launcher.setup = f"mkdir -p ~/venv/bin && printf '#!/bin/sh\\nexec {sys.executable} \"$@\"\\n' > ~/venv/bin/python && chmod +x ~/venv/bin/python"
+    cfg.launcher.setup = venv_setup()  # a fresh VM has no venv: every prepare makes one
     seen: dict[str, object] = {}
 
     def preempt_mid_trial() -> None:

@@ -10,21 +10,11 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from sweeps.config.compose import compose_sweep_config
-from sweeps.launchers.base import JobSpec, build_launcher
-from sweeps.launchers.tpu.launcher import TpuPodLauncher
-from tests.sweep_helpers import fake_pod, unique_job_name
+from sweeps.launchers.base import JobSpec
+from tests.sweep_helpers import fake_pod, pod_launcher, stand_in_vms, unique_job_name
 
-FAKE_GCLOUD = Path(__file__).parent / "fake_gcloud" / "gcloud"
 BASE = Path(__file__).resolve().parent.parent / "conf" / "launcher" / "_base.yaml"
 SAVE_S = 14  # the stand-in job's save: longer than _base's grace, far shorter than the pod's
-
-
-def pod_launcher(*extra: str) -> TpuPodLauncher:
-    cfg = compose_sweep_config(["site=pod", "launcher.tpu_name=test-pod", "launcher.zone=us-central2-b", *extra])
-    launcher = build_launcher(cfg.launcher)
-    assert isinstance(launcher, TpuPodLauncher)
-    return launcher
 
 
 def test_the_pod_launcher_resolves_a_pod_sized_grace_and_its_stop_waits_that_long() -> None:
@@ -53,12 +43,7 @@ def test_a_stop_lets_a_slow_save_finish_on_every_vm(tmp_path: Path, monkeypatch:
     )
     slow.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{code}' \"$@\"\n")
     slow.chmod(0o755)
-    pods = pod_launcher(
-        f"launcher.gcloud={FAKE_GCLOUD}",
-        f"launcher.python={slow}",
-        "launcher.remote_dir='~/trm'",
-        "launcher.env={}",
-    )
+    pods = pod_launcher(*stand_in_vms(str(slow)))
     handle = pods.launch(JobSpec(unique_job_name(tmp_path), ["out_dir=run"], tmp_path / "local"))
     vms = [pod / "test-pod" / f"worker-{w}" / "trm" for w in (0, 1)]
     deadline = time.monotonic() + 60

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.config.compose import compose_sweep_config
 from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
 from sweeps.launchers.base import MachineUnavailableError
-from tests.sweep_helpers import FAKE_GCLOUD, FAST_TRIAL, fake_pod, trial_list
-from tests.test_pod_pause import saving_python
+from tests.sweep_helpers import FAKE_GCLOUD, fake_pod
+from tests.test_pod_pause import two_vm_study
 
 UNWATCHED_S = 60  # after this the stand-in jobs fail on their own (fail-now): the old driver's only cue
 
@@ -26,33 +25,11 @@ def test_a_maintenance_event_is_noticed_while_the_jobs_still_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_pg_url: str
 ) -> None:
     pod = fake_pod(tmp_path, monkeypatch, 2)
-    cfg = compose_sweep_config(
-        [
-            "site=pod",
-            "launcher.tpu_name=test-pod",
-            "launcher.zone=us-central2-b",
-            f"launcher.gcloud={FAKE_GCLOUD}",
-            f"launcher.python={saving_python(tmp_path)}",
-            "launcher.slots=vm",
-            "launcher.remote_dir='~/trm'",
-            "launcher.env={}",
-            "launcher.ssh_timeout_s=20",
-            "launcher.on_preempted=exit",
-            "launcher.watch_s=1",
-            "storage=postgres",
-            f"storage.url={fresh_pg_url}",
-            f"output_root={tmp_path}/out",
-            "study=halting",
-            f"study.name=watch-{tmp_path.name}",  # the jobs' names, which a stop's pkill matches: this test's own
-            "n_trials=2",
-            "pruner=none",
-            f"trial.overrides={trial_list([*FAST_TRIAL, 'runtime.backend=torch'])}",
-            "heartbeat.interval_s=1",
-            "poll_s=0.2",
-            "wandb.enabled=false",
-            "reeval.at_end=false",
-            "preflight.enabled=false",
-        ]
+    cfg = two_vm_study(
+        tmp_path,
+        fresh_pg_url,
+        "launcher.watch_s=1",
+        f"study.name=watch-{tmp_path.name}",  # the jobs' names, which a stop's pkill matches: this test's own
     )
     vms = [pod / "test-pod" / f"worker-{w}" / "trm" for w in (0, 1)]
     ended, unwatched = threading.Event(), threading.Event()
