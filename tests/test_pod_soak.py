@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.pod_faults import PodFault, PodSoakSettings
-from tests.chaos.pod_soak import run_soak
+from tests.chaos.pod_soak import global_batch, run_soak
 from tests.sweep_helpers import unique_job_name
 
 
@@ -36,3 +36,10 @@ def test_a_short_pod_study_under_faults_ends_with_every_invariant_held(tmp_path:
     # The preemption met a running trial: set aside (its FAIL says so) and continued, no retry spent.
     assert set_aside and all((t["fail_reason"] or "").startswith("preempted: ") for t in set_aside), result["trials"]
     assert result["vms"] == 4 and result["describes"] > 0
+
+
+def test_an_eight_vm_slice_gets_a_batch_its_chips_divide() -> None:
+    """The seeds' v4-64 (8 VMs, 32 chips) was refused before its study started: test_tiny's batch of 16 is not
+    divisible by 32 chips. The 16-chip shapes keep the batch their records were run with."""
+    assert global_batch("v4-32") == 16 and global_batch("v5litepod-16") == 16
+    assert global_batch("v4-64") == 32 and global_batch("v5litepod-64") == 64

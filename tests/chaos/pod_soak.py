@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
 import shutil
@@ -25,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 
 from bench._results import run_header
 from sweeps.launchers.torchrun import free_port
+from sweeps.launchers.tpu.slice import shape_of_type
 from sweeps.testing import FAST_TRIAL, LAUNCHER_ENV, sweep_overrides
 from tests.chaos import pod_invariants as checks
 from tests.chaos.pod_faults import FAKE_GCLOUD, POD_FAULT_KINDS, PodFault, PodHand, PodSoakSettings, pod_schedule
@@ -83,9 +86,17 @@ def vm_setup_script(s: PodSoakSettings) -> Path:
     return script
 
 
+def global_batch(shape: str) -> int:
+    """test_tiny's global batch, raised to a multiple of the slice's chips (the driver refuses a batch the chips do
+    not divide): 16 on a 16-chip v4-32 or v5litepod-16, 32 on the 8-VM v4-64 the seeds plan."""
+    chips = shape_of_type("soak", shape).chips
+    return math.lcm(int(OmegaConf.load(ROOT / "conf" / "experiment" / "test_tiny.yaml").train.global_batch_size), chips)
+
+
 def driver_argv(s: PodSoakSettings, url: str) -> list[str]:
     trial = [o for o in FAST_TRIAL if not o.startswith(("train.steps", "train.log_interval", "train.eval_interval"))]
     trial += [
+        f"train.global_batch_size={global_batch(s.shape)}",
         f"train.steps={s.train_steps}",
         f"train.log_interval={s.eval_interval}",
         f"train.eval_interval={s.eval_interval}",
