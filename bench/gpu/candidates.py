@@ -52,14 +52,9 @@ from bench._results import fmt, median, run_header, write_results
 from bench.gpu import cli
 from bench.gpu.tile_check import markdown_rows as tile_markdown
 from bench.gpu.tile_check import tile_check
+from bench.trainer.reference_side import ReferenceRunner, ReferenceWorker, build_reference, load_same_start
 from bench.trainer.step import measure, paired_ratio, summarize, variant_row, warm_up
-from bench.trainer.vs_reference import (
-    ReferenceRunner,
-    ReferenceWorker,
-    build_reference,
-    gpu_facts,
-    load_same_start,
-)
+from bench.trainer.vs_reference import gpu_facts
 from contracts.choices import KERNEL_CHOICES
 from trm.flops import flops_per_sample_step
 from trm.kernel_choice import apply_kernels

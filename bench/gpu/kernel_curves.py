@@ -35,7 +35,7 @@ import torch
 from bench._common import StepRunner, arch_of, train_config
 from bench._results import run_header, write_results
 from bench.gpu import cli
-from bench.trainer.vs_reference import ReferenceRunner, ReferenceWorker, build_reference
+from bench.trainer.reference_side import ReferenceRunner, ReferenceWorker, build_reference
 from contracts.choices import KERNEL_CHOICES
 from trm.step import carry_dtype
 
