@@ -21,7 +21,8 @@ two together.
 
 A table that records a subset of the space (the longer one) queues its configurations in the study before the
 first `sweeps.run`, in one fixed shuffled order shared by every seed, so that seeds recorded side by side hold the
-same configurations at any moment and a partial table is spread over the space.
+same configurations at any moment and a partial table is spread over the space (the longer one's MLP-t sub-grid
+first: table_specs.long_configurations says why).
 
 `export` reads the studies back: per trial its parameters and, per eval, exact and blank accuracy, the cumulative
 training FLOPs (trm.flops per sample step x batch x step) and the wall seconds since the job's first step (from
