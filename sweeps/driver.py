@@ -35,9 +35,10 @@ from storage.sqlite_file import SqliteFile
 from storage.url import DEFAULT_SQLITE_PATH
 from sweeps.config.optuna_parts import pruner_spec
 from sweeps.config.schema import SweepConfig
-from sweeps.launchers.base import build_launcher, cancel_all
+from sweeps.launchers.base import build_launcher
 from sweeps.launchers.interrupts import signals_held
 from sweeps.launchers.slots import SlotPool
+from sweeps.launchers.workers import cancel_all
 from sweeps.preflight import check_before_study
 from sweeps.search.budget import enqueue_baseline, study_done
 from sweeps.search.definition import study_definition

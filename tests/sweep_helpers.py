@@ -52,7 +52,7 @@ def fake_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, acce
     monkeypatch.setenv("FAKE_GCLOUD_RETRY_S", "0.05")  # gcloud's 5 s between attempts on ssh's 255
     # `--fake-admin preempt`: the VMs gone at once, no notice (a test of the spot notice's SIGTERM sets its own).
     monkeypatch.setenv("FAKE_TPU_PREEMPT_NOTICE_S", "0")
-    # The VMs' /etc/environment: the launchers' OpenMP policy (sweeps.launchers.base.machine_env), so the jobs do
+    # The VMs' /etc/environment: the launchers' OpenMP policy (sweeps.launchers.workers.machine_env), so the jobs do
     # not spin-wait on this machine's shared cores; and the test server's password file where it needs one (each
     # VM's credentials; TRM_SWEEPS_TEST_PG may name a server with a password). Nothing else of the caller's
     # reaches them, as over real ssh.

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.launchers.base import JobHandle, JobSpec, start_worker
+from sweeps.launchers.base import JobSpec
 from sweeps.launchers.torchrun import TorchrunLauncher, free_port
+from sweeps.launchers.workers import JobHandle, start_worker
 
 pytestmark = pytest.mark.slow  # every test here starts processes or trains
 

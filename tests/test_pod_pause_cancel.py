@@ -1,4 +1,4 @@
-"""A pause stops every job of a slice whose VMs died at once (sweeps.launchers.base.cancel_all): each stop is a
+"""A pause stops every job of a slice whose VMs died at once (sweeps.launchers.workers.cancel_all): each stop is a
 gcloud ssh that a dead VM holds until launcher.ssh_timeout_s, so N jobs cost one timeout, not N (37 minutes for a
 pod's 32 chip slots one at a time)."""
 
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.launchers.base import JobSpec, cancel_all
+from sweeps.launchers.base import JobSpec
 from sweeps.launchers.tpu.launcher import TpuPodLauncher
+from sweeps.launchers.workers import cancel_all
 from tests.sweep_helpers import FAKE_GCLOUD, fake_pod, unique_job_name
 
 VMS = 4

@@ -22,8 +22,9 @@ from sweeps.config.optuna_parts import pruner_spec
 from sweeps.config.schema import Objective
 from sweeps.config.typed_config import typed_sweep
 from sweeps.driver import Driver
-from sweeps.launchers.base import JobSpec, quote_literals
+from sweeps.launchers.base import JobSpec
 from sweeps.launchers.job_command import job_name
+from sweeps.launchers.quoting import quote_literals
 from sweeps.launchers.tpu.launcher import TpuPodLauncher
 from sweeps.validation.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, summary_of, sweep_config, sweep_overrides, trial_dir

@@ -7,7 +7,7 @@ own, would train on and its trial stay RUNNING with nothing recorded. Two guards
 - `interrupt_once`: the driver's handler for SIGINT and SIGTERM. The first raises KeyboardInterrupt (the driver
   stops its jobs and records its trials); every later one only says, once, that the stop is under way.
 - `signals_held`: SIGINT and SIGTERM wait until a block ends, then are delivered to the handler that was in
-  place before it. A job's stop (sweeps.launchers.base.JobHandle) runs inside one, so it always finishes:
+  place before it. A job's stop (sweeps.launchers.workers.JobHandle) runs inside one, so it always finishes:
   every worker gets SIGTERM, and SIGKILL after the grace.
 - `ignore_stop_signals`: once the stop is done and the driver exits, later ones are ignored. Python puts back
   the default action for a handled signal while it finalizes, so a Ctrl-C then would kill the driver (exit -2)

@@ -12,20 +12,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from sweeps.launchers.base import (
-    TERMINATE_GRACE_S,
-    JobHandle,
-    JobSpec,
-    ThisMachine,
-    Worker,
-    machine_env,
-    quote_literals,
-    start_worker,
-    worker_env,
-)
+from sweeps.launchers.base import JobSpec, ThisMachine, worker_env
 from sweeps.launchers.job_command import stop_grace
+from sweeps.launchers.quoting import quote_literals
 from sweeps.launchers.slots import Slot, device_slots
 from sweeps.launchers.warm import WarmWorker
+from sweeps.launchers.workers import TERMINATE_GRACE_S, JobHandle, Worker, machine_env, start_worker
 
 
 class LocalLauncher(ThisMachine):

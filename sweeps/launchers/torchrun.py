@@ -10,18 +10,11 @@ import shlex
 import socket
 import sys
 
-from sweeps.launchers.base import (
-    TERMINATE_GRACE_S,
-    JobHandle,
-    JobSpec,
-    LauncherConfigError,
-    ThisMachine,
-    quote_literals,
-    start_worker,
-    worker_env,
-)
+from sweeps.launchers.base import JobSpec, LauncherConfigError, ThisMachine, worker_env
 from sweeps.launchers.job_command import stop_grace
+from sweeps.launchers.quoting import quote_literals
 from sweeps.launchers.slots import Slot, device_slots
+from sweeps.launchers.workers import TERMINATE_GRACE_S, JobHandle, start_worker
 
 
 def free_port() -> int:

@@ -41,9 +41,10 @@ from storage.confirm_record import (
 from storage.record import reevals
 from storage.trial_record import TrialLaunch, TrialOutcome
 from sweeps.config.schema import ConfirmSettings
-from sweeps.launchers.base import JobHandle, JobSpec
+from sweeps.launchers.base import JobSpec
 from sweeps.launchers.job_command import StudyLink, job_name
 from sweeps.launchers.slots import Slot, SlotPool
+from sweeps.launchers.workers import JobHandle
 from sweeps.trials.confirm_rank import Confirmed
 from sweeps.trials.confirmed import confirmed_lines, confirmed_ranking, study_rule
 from sweeps.trials.paths import StudyRoots

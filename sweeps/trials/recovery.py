@@ -26,7 +26,7 @@ from storage.record import (
     UNTRAINED_ATTRS,
 )
 from storage.trial_record import TrialLaunch, seed_prefix
-from sweeps.launchers.base import cancel_all
+from sweeps.launchers.workers import cancel_all
 from sweeps.search.space import SearchSpace
 from sweeps.trials.outcome import clip_reason, orphan_verdict
 from sweeps.trials.retry import plan_retry, visible_here, with_note

@@ -32,9 +32,10 @@ from storage.record import (
 )
 from storage.trial_record import TrialLaunch
 from sweeps.config.schema import SweepConfig
-from sweeps.launchers.base import JobHandle, JobSpec, Launcher
+from sweeps.launchers.base import JobSpec, Launcher
 from sweeps.launchers.job_command import StudyLink, job_name
 from sweeps.launchers.slots import Slot, SlotPool
+from sweeps.launchers.workers import JobHandle
 from sweeps.search.space import params_to_values, to_overrides
 from sweeps.trials.outcome import clip_line, raised_line
 from sweeps.trials.paths import StudyRoots

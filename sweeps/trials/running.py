@@ -18,8 +18,8 @@ import sqlalchemy
 from storage import HeartbeatThread, StorageGoneError, database_gone, redact
 from storage.errors import StoragePermissionError, permission_denied, sqlite_file_lost, storage_failure
 from storage.sqlite_file import SqliteFile
-from sweeps.launchers.base import JobHandle
 from sweeps.launchers.slots import WHOLE, Slot
+from sweeps.launchers.workers import JobHandle
 
 # What a storage call raises while the database is restarting, unreachable, or gone (storage_fatal tells which).
 STORAGE_ERRORS = (

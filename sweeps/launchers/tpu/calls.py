@@ -4,7 +4,7 @@
 Quoting: the remote command is one argv element for gcloud (no local shell); the remote shell parses it,
 so every piece is `shlex.quote`d once: overrides with spaces, quotes, brackets or `$` arrive intact, and a path
 under `~` keeps its `~` for that shell (sweeps/launchers/tpu/shell.py). (The values the driver builds from
-names and paths are quoted for Hydra first: sweeps.launchers.base.quote_literals.)
+names and paths are quoted for Hydra first: sweeps.launchers.quoting.quote_literals.)
 
 Every gcloud call has `--quiet`: its stdin is closed, so a prompt (the first ssh's key passphrase) could only
 fail; `launcher.ssh_flags` adds gcloud's own to every ssh (`--internal-ip`, or `--tunnel-through-iap` on

@@ -19,16 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from sweeps.config.schema import SweepConfig
-from sweeps.launchers.base import (
-    JobHandle,
-    JobSpec,
-    LauncherConfigError,
-    Machine,
-    PreflightReport,
-    quote_literals,
-    worker_env,
-)
+from sweeps.launchers.base import JobSpec, LauncherConfigError, Machine, PreflightReport, worker_env
 from sweeps.launchers.job_command import JOB_TAG_KEY, stop_grace
+from sweeps.launchers.quoting import quote_literals
 from sweeps.launchers.slots import Slot
 from sweeps.launchers.tpu.describe import unknown_line, wait_for_ready
 from sweeps.launchers.tpu.preflight import preflight as pod_preflight
@@ -42,6 +35,7 @@ from sweeps.launchers.tpu.shell import (
     shell_path,
     stop_command,
 )
+from sweeps.launchers.workers import JobHandle
 
 log = logging.getLogger(__name__)
 

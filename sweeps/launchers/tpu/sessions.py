@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from sweeps.launchers.base import Worker, start_worker
 from sweeps.launchers.tpu.shell import WORKER_TAG, tagged_command
+from sweeps.launchers.workers import Worker, start_worker
 
 TAGGED = re.compile(rb"^\[" + WORKER_TAG.encode() + rb" (\d+)(?: exit (\d+)\]\n?$|\] )")
 NAMED = re.compile(rb"\bworker (\d+)\b")  # gcloud's own lines: `SSH: Attempting to connect to worker 3...`
@@ -113,7 +113,7 @@ class Session:
 
 
 class GroupedWorker:
-    """One VM of a Session, as a worker's process (sweeps.launchers.base.Process): signals go to the session's
+    """One VM of a Session, as a worker's process (sweeps.launchers.workers.Process): signals go to the session's
     group (its gcloud and ssh clients), which the job's other VMs of the session share."""
 
     def __init__(self, session: Session, worker: int):
