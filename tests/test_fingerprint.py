@@ -13,7 +13,7 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 
 from contracts.hydra_app import TrainJob, compose_train_config, to_dict
-from contracts.train_config import NOT_TRAINING_KEYS, WORKER_LOCAL_KEYS, under
+from contracts.training_keys import NOT_TRAINING_KEYS, WORKER_LOCAL_KEYS, under
 from trm.fingerprint import config_fingerprint, training_identity
 from trm.tracking.run_config import safe_config
 

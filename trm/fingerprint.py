@@ -13,7 +13,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from contracts.code_version import code_fingerprint
-from contracts.train_config import NOT_TRAINING_KEYS, WORKER_LOCAL_KEYS, under
+from contracts.training_keys import NOT_TRAINING_KEYS, WORKER_LOCAL_KEYS, under
 
 __all__ = ["code_fingerprint", "config_fingerprint", "training_identity"]  # code_fingerprint: a contract
 

@@ -34,7 +34,7 @@ from optuna.trial import FrozenTrial
 from contracts.hydra_app import packaged_yaml
 from contracts.overrides import parse_override
 from contracts.pruners import current_pruner_spec
-from contracts.train_config import NOT_TRAINING_KEYS, under
+from contracts.training_keys import NOT_TRAINING_KEYS, under
 from sweeps.config.config_values import UserConfigError
 from sweeps.config.schema import Study
 from sweeps.search.space import SearchSpace
