@@ -82,22 +82,25 @@ def png(html: Path, out: Path, width: int = 1540, height: int = 600) -> None:
         )  # fmt: skip
 
 
+def write_figure(fig: go.Figure, result: Path, width: int = 1540, height: int = 600) -> None:
+    """The figure beside its result JSON as HTML and PNG. The HTML loads plotly.js from its CDN (inline it is 4.6 MB,
+    per figure, in git); the PNG is drawn from a self-contained copy, as Chromium here reaches no network."""
+    html = result.with_suffix(".html")
+    fig.write_html(html, include_plotlyjs="cdn")
+    with tempfile.TemporaryDirectory() as tmp:
+        inline = Path(tmp) / html.name
+        fig.write_html(inline, include_plotlyjs=True)
+        png(inline, result.with_suffix(".png"), width, height)
+    print(f"{html}\n{result.with_suffix('.png')}")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("result", type=Path, help="a bench/trm_bench/replay.py result JSON")
     p.add_argument("--show", default="", help="comma list of strategies drawn in colour")
     args = p.parse_args(argv)
     result = json.loads(args.result.read_text())
-    html = args.result.with_suffix(".html")
-    fig = figure(result, [s for s in args.show.split(",") if s])
-    # The HTML kept beside the results loads plotly.js from its CDN (inline it is 4.6 MB, per figure, in git); the
-    # PNG is drawn from a self-contained copy, as Chromium here reaches no network.
-    fig.write_html(html, include_plotlyjs="cdn")
-    with tempfile.TemporaryDirectory() as tmp:
-        inline = Path(tmp) / html.name
-        fig.write_html(inline, include_plotlyjs=True)
-        png(inline, args.result.with_suffix(".png"))
-    print(f"{html}\n{args.result.with_suffix('.png')}")
+    write_figure(figure(result, [s for s in args.show.split(",") if s]), args.result)
 
 
 if __name__ == "__main__":

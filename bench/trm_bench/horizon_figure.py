@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from bench.trm_bench.figure import png
+from bench.trm_bench.figure import write_figure
 from bench.trm_bench.horizon import CURVE_POINTS
 from bench.trm_bench.rule_choice import GOAL_FOUND, GOAL_SHARE
 
@@ -90,13 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("result", type=Path, help="a bench/trm_bench/horizon.py result JSON")
     args = p.parse_args(argv)
     fig = figure(json.loads(args.result.read_text()))
-    html = args.result.with_suffix(".html")
-    fig.write_html(html, include_plotlyjs="cdn")  # as bench/trm_bench/figure.py: the PNG from an inline copy
-    with tempfile.TemporaryDirectory() as tmp:
-        inline = Path(tmp) / html.name
-        fig.write_html(inline, include_plotlyjs=True)
-        png(inline, args.result.with_suffix(".png"), width=int(fig.layout.width) + 40, height=800)
-    print(f"{html}\n{args.result.with_suffix('.png')}")
+    write_figure(fig, args.result, width=int(fig.layout.width) + 40, height=800)
 
 
 if __name__ == "__main__":

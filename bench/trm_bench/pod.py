@@ -20,6 +20,8 @@ score the compute at the first hit on one seed's own best:
   its start-up, one after the other (the least any schedule pays for the whole grid).
 - **The study's own budget.** A study stops after `--n-trials` trials (the shipped site's n_trials): what it
   costs there is what a user pays. The cost at the first hit is reported beside it.
+- **The sub-grid a table holds.** A table with part of the space (TRM-Bench-long) is replayed on the sub-grid of
+  model_scaling's space that every seed of it holds whole, its grid and truth cut to it (bench/trm_bench/subgrid.py).
 - **Near the seed-mean best.** A configuration's truth is its mean over the table's training seeds; the target is
   the best mean less one seed-inclusive SE (the pooled training-seed SD of the top configurations over the square
   root of the seed count, bench.trm_bench.table.seed_truth). A study holds a near-best configuration when the
@@ -45,6 +47,7 @@ from optuna.trial import TrialState
 
 from bench._results import RESULTS, percentile, run_header, write_results
 from bench.trm_bench.replay import MAX_REDRAWS, TABLE, Strategy, build_pruner, build_sampler, draw, study_conf
+from bench.trm_bench.subgrid import cut, subgrid_space
 from bench.trm_bench.table import Config, Curve, SeedTruth, Table, config, load, provenance, seed_truth
 from sweeps.search.distinct_draws import DistinctSampler
 from sweeps.search.draw import MAX_DUPLICATE_DRAWS
@@ -214,6 +217,8 @@ def summarize(
         # what a user gets and pays at the study's own n_trials
         "near_best_at_end": sum(final_ok) / len(runs),
         "paid_at_end_median": statistics.median(s.paid_s / grid for s in runs),
+        "paid_at_end_p10": percentile([s.paid_s / grid for s in runs], 10),
+        "paid_at_end_p90": percentile([s.paid_s / grid for s in runs], 90),
         "used_at_end_median": statistics.median(s.ends[-1].used_s / grid for s in runs),
         "wall_at_end_median_s": statistics.median(s.wall_s for s in runs),
         # had the user known when to stop
@@ -228,21 +233,36 @@ def summarize(
     }
 
 
-_TABLES: dict[tuple[Path, int], Table] = {}
-
-
-def _table(path: Path, seed: int) -> Table:
-    """Seed `seed`'s curves with each eval's seconds the median over every seed of the table (cached per process)."""
-    if (path, seed) not in _TABLES:
+def seed_tables(path: Path, seeds: Sequence[int] | None = None) -> tuple[list[Table], SearchSpace]:
+    """The seeds' tables (default: every seed with curves) cut to the sub-grid of model_scaling's space that all of
+    them hold whole (bench/trm_bench/subgrid.py), and that space: what a sampler is replayed on."""
+    if seeds is None:
         seeds = [int(s) for s, rows in json.loads(path.read_text())["seeds"].items() if rows]
-        _TABLES[(path, seed)] = with_median_seconds(load(path, seed), [load(path, s) for s in seeds])
-    return _TABLES[(path, seed)]
+    tables = [load(path, s) for s in seeds]
+    held = set.intersection(*(set(t.curves) for t in tables))
+    space = subgrid_space(study_conf()[0], held)
+    return [cut(t, space) for t in tables], space
+
+
+_VIEWS: dict[tuple[Path, int], tuple[Table, SearchSpace]] = {}
+
+
+def _view(path: Path, seed: int) -> tuple[Table, SearchSpace]:
+    """Seed `seed`'s curves on the replayed sub-grid, each eval's seconds the median over every seed of the table
+    (cached per process), and the sub-grid's space."""
+    if (path, seed) not in _VIEWS:
+        tables, space = seed_tables(path)
+        own = next(t for t in tables if t.seed == seed)
+        _VIEWS[(path, seed)] = with_median_seconds(own, tables), space
+    return _VIEWS[(path, seed)]
 
 
 def _one(args: tuple[Path, int, Strategy, int, int, int, float]) -> PodStudy:
     path, table_seed, strategy, seed, workers, n_trials, startup_s = args
-    space, baseline = study_conf()
-    return replay_pod(_table(path, table_seed), strategy, seed, space, baseline, workers, n_trials, startup_s)
+    table, space = _view(path, table_seed)
+    baseline = study_conf()[1]
+    first = baseline if config(baseline) in table.curves else None  # a sub-grid without it starts with a draw
+    return replay_pod(table, strategy, seed, space, first, workers, n_trials, startup_s)
 
 
 def run_all(
@@ -256,7 +276,7 @@ def run_all(
     startup_s: float,
     jobs: int,
 ) -> list[dict[str, Any]]:
-    table = _table(path, table_seed)
+    table = _view(path, table_seed)[0]
     rows = []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         for strategy in strategies:
@@ -313,13 +333,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--out-name", default=None, help="default: trm_bench_pod_<table>_seed<seed>")
     args = p.parse_args(argv)
     startup_s = measured_startup_s() if args.startup_s is None else args.startup_s
-    saved = json.loads(args.table.read_text())
-    seeds = [int(s) for s in args.truth_seeds.split(",")] if args.truth_seeds else sorted(map(int, saved["seeds"]))
-    truth = seed_truth([load(args.table, s) for s in seeds])
+    seeds = [int(s) for s in args.truth_seeds.split(",")] if args.truth_seeds else None
+    truth = seed_truth(seed_tables(args.table, seeds)[0])
     strategies = [Strategy.parse(name) for name in args.only.split(",")]
     workers = [int(w) for w in args.workers.split(",")]
     rows = run_all(args.table, args.seed, truth, strategies, workers, args.reps, args.n_trials, startup_s, args.jobs)
-    table = _table(args.table, args.seed)
+    table = _view(args.table, args.seed)[0]
     result = {
         **run_header("trm_bench_pod", argv),
         "table": provenance(args.table),
