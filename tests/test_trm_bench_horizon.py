@@ -98,7 +98,9 @@ def test_the_rule_is_chosen_by_its_worst_table_within_the_budget_and_judged_on_t
     assert choice.rule == "headroom" and choice.worst_near_best == 0.8 and choice.worst_paid == 0.38
     assert choice.within_budget and choice.provisional and choice.held_out_holds is None
     held = rule_choice.choose_rule([*rows, row(rule_choice.HELD_OUT, "headroom", 0.91, 0.39, 44)])
-    assert held.held_out_holds is True and rule_choice.HELD_OUT not in held.tables
+    assert held.held_out_holds is True and held.held_out_whole and rule_choice.HELD_OUT not in held.tables
+    partial = rule_choice.choose_rule([*rows, row(rule_choice.HELD_OUT, "headroom", 0.91, 0.39, 14)])
+    assert partial.held_out_holds is True and not partial.held_out_whole
     short = rule_choice.choose_rule([*rows, row(rule_choice.HELD_OUT, "headroom", 0.89, 0.39, 44)])
     assert short.held_out_holds is False
 
@@ -175,3 +177,14 @@ def test_the_one_seed_table_borrows_the_training_seed_sd_at_its_own_horizon_from
     at_end = seed_truth([seed0, seed1]).seed_sd
     assert truth.seed_sd == pytest.approx(at_end / 2) and truth.se == truth.seed_sd and "step 200" in said
     assert truth.means[config({"arch.hidden_size": 0})] == pytest.approx(0.95 / 2)
+
+
+def test_the_choice_stays_provisional_until_every_required_table_is_replayed_whole() -> None:
+    """A long table joins the replays from horizon.MIN_CURVES curves; the choice waits for all of them."""
+    whole = dict(rule_choice.REQUIRED)
+    rows = [row(name, "median_late", 0.95, 0.35, n) for name, n in whole.items()]
+    assert not rule_choice.choose_rule(rows).provisional
+    partial = [r if r["table"] != "long:0" else {**r, "configurations": 14} for r in rows]
+    assert rule_choice.choose_rule(partial).provisional
+    assert rule_choice.missing_tables({r["table"]: r for r in partial}) == [f"long:0 (14 of {whole['long:0']})"]
+    assert rule_choice.missing_tables({r["table"]: r for r in rows[1:]}) == ["tiny:0"]

@@ -2,9 +2,10 @@
 (`choose_rule`, HELD_OUT: TRM-Bench-long's seed 1, whose curves were still being recorded when the rule was
 committed): among the rules a user can select (a conf/pruner/ file), the one whose worst near-best share at the
 shipped n_trials over every other table is the highest, among those that pay at most GOAL_SHARE of the grid on
-every table with at least that many configurations (ties: the least worst pay). Until TRM-Bench-long's seed 0 is
-in, the choice is marked provisional. The held-out table then says whether it holds: >= GOAL_FOUND near-best at
-<= GOAL_SHARE paid.
+every table with at least that many configurations (ties: the least worst pay). Until every REQUIRED
+table is replayed whole (TRM-Bench-long's seed 0 with all its configurations), the choice is marked provisional.
+The held-out table then says whether it holds: >= GOAL_FOUND near-best at <= GOAL_SHARE paid (on the
+configurations recorded so far, until it is whole).
 
 The near-best share each row carries is the seed-inclusive one where the table has a seed truth (bench/trm_bench/
 truths.py): a long table's truth is the mean over both of its seeds, so the held-out seed's final values enter the
@@ -21,9 +22,12 @@ from typing import Any
 
 from bench._results import ROOT
 from bench.trm_bench.pod import SHIPPED_N_TRIALS
+from bench.trm_bench.table_specs import LONG
 
 HELD_OUT = "long:1"  # judged, never chosen on (committed before its curves were recorded)
-REQUIRED = ("tiny:0", "tiny:1", "tiny:2", "1000", "long:0")  # the choice is provisional until all are replayed
+# The tables the choice needs, with the configurations each holds whole: provisional until every one is replayed
+# whole (a long table joins the replays from horizon.MIN_CURVES curves, long before it is recorded).
+REQUIRED = {"tiny:0": 72, "tiny:1": 72, "tiny:2": 72, "1000": 27, "long:0": LONG.size}
 GOAL_FOUND = 0.90  # issue 54: near-best in this share of studies ...
 GOAL_SHARE = 0.40  # ... paying at most this share of the unpruned grid
 
@@ -34,9 +38,10 @@ class RuleChoice:
     worst_near_best: float  # over the choice tables, at the shipped n_trials
     worst_paid: float  # over the budget tables (>= SHIPPED_N_TRIALS configurations), at the shipped n_trials
     tables: tuple[str, ...]
-    provisional: bool  # a REQUIRED table is missing
+    provisional: bool  # a REQUIRED table is missing or not whole yet
     within_budget: bool  # False: no rule paid <= GOAL_SHARE on every budget table; the best worst case regardless
     held_out_holds: bool | None  # None: the held-out table is not replayed yet
+    held_out_whole: bool = False  # its verdict is on every configuration of the table (False: on those recorded)
 
 
 def selectable(rule: str, conf: Path = ROOT / "conf") -> bool:
@@ -70,12 +75,24 @@ def choose_rule(rows: list[dict[str, Any]], conf: Path = ROOT / "conf") -> RuleC
         if held is None
         else held["near_best_at_n_trials"] >= GOAL_FOUND and held["paid_at_n_trials_median"] <= GOAL_SHARE
     )
+    some = next(iter(by_rule.values()))  # every rule ran on every table: any one's rows say how whole each is
     return RuleChoice(
         rule,
         worst_found(rule),
         worst_paid(rule),
         tuple(names),
-        provisional=not set(REQUIRED) <= set(names),
+        provisional=bool(missing_tables(some)),
         within_budget=bool(within),
         held_out_holds=holds,
+        held_out_whole=held is not None and held["configurations"] >= LONG.size,
     )
+
+
+def missing_tables(rows_by_table: dict[str, dict[str, Any]]) -> list[str]:
+    """The REQUIRED tables not replayed, or replayed on fewer configurations than the whole table (with how many)."""
+    out = []
+    for name, whole in REQUIRED.items():
+        got = rows_by_table.get(name, {}).get("configurations", 0)
+        if got < whole:
+            out.append(f"{name} ({got} of {whole})" if got else name)
+    return out
