@@ -378,57 +378,6 @@ def test_merged_runs_keep_each_strategys_latest_row_and_read_an_old_nan_as_never
     assert rows["random/median/blank"]["trials_to_find_p90"] == math.inf
 
 
-def test_the_real_study_check_judges_its_answer_by_the_table_and_counts_pruned_compute(tmp_path: Path) -> None:
-    """bench/trm_bench/check.py: a study's compute is every settled trial's training FLOPs (a pruned one's up to its
-    verdict) as a share of the grid's; its answer is its best trial's configuration, judged by the table's value of
-    it; the replays' row of the same strategy and n_trials stands beside it."""
-    from bench.trm_bench import check as trm_bench_check
-    from storage.trial_record import TrialOutcome
-
-    table_path = tmp_path / "table.json"
-    synthetic_table(table_path)
-    table = load(table_path, 0)
-    study = optuna.create_study(
-        study_name=trm_bench_check.study_name(0),
-        storage=trm_bench_check.storage_url(tmp_path, 0),
-        direction="maximize",
-    )
-    best = dict(zip(KEYS, (64, 2, 3, 3, "mlp_t")))  # the synthetic table's best
-    runs = [
-        (dict(zip(KEYS, (32, 1, 1, 1, "mlp_t"))), 500, 0.3),
-        (best, 500, 0.9),
-        (dict(zip(KEYS, (64, 1, 1, 1, "attention"))), 250, None),
-    ]
-    choices = dict(zip(KEYS, ((32, 64), (1, 2), (1, 2, 3), (1, 2, 3), ("attention", "mlp_t"))))
-    spent = 0.0
-    for params, steps, value in runs:
-        gflops = next(p.gflops for p in table.curves[config(params)].points if p.step == steps)
-        spent += gflops
-        study.add_trial(
-            optuna.trial.create_trial(
-                params=params,
-                distributions={k: optuna.distributions.CategoricalDistribution(choices[k]) for k in params},
-                value=value,
-                state=optuna.trial.TrialState.PRUNED if value is None else optuna.trial.TrialState.COMPLETE,
-                user_attrs=TrialOutcome(compute_flops=gflops * 1e9).as_attrs(),
-            )
-        )
-    study.enqueue_trial(best)  # waiting: not settled, not counted
-    replays = tmp_path / "replays.json"
-    row = {
-        "strategy": trm_bench_check.shipped_strategy(),
-        "found_with_n_trials": {"3": 0.5},
-        "compute_with_n_trials_median": {"3": 0.2},
-    }
-    replays.write_text(json.dumps({"rows": [row]}))
-    r = trm_bench_check.report(tmp_path, 0, 3, table_path, replays)
-    assert r["trials"] == {"complete": 2, "settled": 3}
-    assert r["compute_share"] == pytest.approx(spent / table.grid_gflops)
-    assert r["best_params"] == best and r["found"] and r["best_in_table"] == table.best
-    assert (r["replays_found"], r["replays_compute_median"]) == (0.5, 0.2)
-    assert "found" in trm_bench_check.markdown(0, r) and "50% of studies" in trm_bench_check.markdown(0, r)
-
-
 def test_model_scaling_ships_the_strategy_the_choice_rule_picks() -> None:
     """Issue 42: the defaults come from the replays, not from belief. model_scaling's sampler and pruner, as conf/
     composes them, are exactly the conf/ files of the strategy bench.trm_bench.choice picks from the committed
