@@ -60,9 +60,11 @@ def figure(result: dict[str, Any]) -> go.Figure:
     fig.update_yaxes(title_text="studies ending near the best (seed mean, eval + seed SE)", row=1, col=1)
     fig.update_layout(
         title=f"The default against every bare sampler x pruner, {result['workers']} trials at once, n_trials "
-        f"{result['n_trials']}; dashed: the {GOAL_FOUND:.0%} goal, dotted: the {GOAL_SHARE:.0%} budget",
-        width=560 * max(len(horizons), 1) + 260,
-        height=620,
+        f"{result['n_trials']}<br>dashed: the {GOAL_FOUND:.0%} goal, dotted: the {GOAL_SHARE:.0%} budget; bars: "
+        "10th-90th percentile of what the replays paid",
+        width=560 * max(len(horizons), 1) + 420,
+        height=1000,
+        legend={"font": {"size": 10}, "tracegroupgap": 0},
         template="plotly_white",
     )
     return fig
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("result", type=Path, help="a bench/trm_bench/pairs.py result JSON")
     args = p.parse_args(argv)
     fig = figure(json.loads(args.result.read_text()))
-    write_figure(fig, args.result, width=int(fig.layout.width) + 40, height=660)
+    write_figure(fig, args.result, width=int(fig.layout.width) + 40, height=int(fig.layout.height) + 40)
 
 
 if __name__ == "__main__":
