@@ -246,10 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     result = report(state, args.seed, n_trials, strategy=args.strategy, table=args.table)
     header = run_header("trm_bench_check", sys.argv[1:] if argv is None else argv)
     text = markdown(args.seed, result)
-    name = (
-        f"trm_bench_check_seed{args.seed}" if args.table == "tiny" else f"trm_bench_check_{args.table}_seed{args.seed}"
-    )
-    write_results(name, {**header, **result}, text)
+    write_results(study_name(args.seed, args.table), {**header, **result}, text)  # the study's name is the file's
     print(text)
     return 0
 

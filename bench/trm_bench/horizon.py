@@ -42,7 +42,7 @@ from optuna.trial import TrialState
 from bench._results import RESULTS, percentile, run_header, write_results
 from bench.trm_bench.pod import SHIPPED_N_TRIALS
 from bench.trm_bench.replay import build_pruner, study_conf
-from bench.trm_bench.rule_choice import HELD_OUT, choose_rule, missing_tables
+from bench.trm_bench.rule_choice import HELD_OUT, choose_rule
 from bench.trm_bench.table import Config, Curve, Point, SeedTruth, Table, config, load
 from bench.trm_bench.table_specs import LONG, TINY
 from bench.trm_bench.truths import EVAL_ONLY, shared, truths
@@ -317,8 +317,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     said = {None: "not replayed yet", True: "holds", False: "does NOT hold"}[choice.held_out_holds]
     if choice.held_out_holds is not None and not choice.held_out_whole:
         said += " on the configurations recorded so far"
-    by_table = {r["table"]: r for r in rows if r["rule"] == choice.rule}
-    missing = ", ".join(missing_tables(by_table))
+    missing = ", ".join(choice.missing)
     verdict = (
         f"\n\nChosen rule: {choice.rule}"
         + (f" (provisional: {missing} missing)" if choice.provisional else "")

@@ -42,6 +42,7 @@ class RuleChoice:
     within_budget: bool  # False: no rule paid <= GOAL_SHARE on every budget table; the best worst case regardless
     held_out_holds: bool | None  # None: the held-out table is not replayed yet
     held_out_whole: bool = False  # its verdict is on every configuration of the table (False: on those recorded)
+    missing: tuple[str, ...] = ()  # the REQUIRED tables not replayed whole (missing_tables)
 
 
 def selectable(rule: str, conf: Path = ROOT / "conf") -> bool:
@@ -75,16 +76,17 @@ def choose_rule(rows: list[dict[str, Any]], conf: Path = ROOT / "conf") -> RuleC
         if held is None
         else held["near_best_at_n_trials"] >= GOAL_FOUND and held["paid_at_n_trials_median"] <= GOAL_SHARE
     )
-    some = next(iter(by_rule.values()))  # every rule ran on every table: any one's rows say how whole each is
+    missing = tuple(missing_tables(by_rule[rule]))
     return RuleChoice(
         rule,
         worst_found(rule),
         worst_paid(rule),
         tuple(names),
-        provisional=bool(missing_tables(some)),
+        provisional=bool(missing),
         within_budget=bool(within),
         held_out_holds=holds,
         held_out_whole=held is not None and held["configurations"] >= LONG.size,
+        missing=missing,
     )
 
 
