@@ -96,6 +96,7 @@ def test_the_rule_is_chosen_by_its_worst_table_within_the_budget_and_judged_on_t
         rows.append(row(name, "headroom", 0.8, 0.38 if n == 72 else 0.9, n))
     choice = rule_choice.choose_rule(rows)
     assert choice.rule == "headroom" and choice.worst_near_best == 0.8 and choice.worst_paid == 0.38
+    assert choice.budget_tables == ("tiny:0", "tiny:1")  # the 27-configuration table is no budget table
     assert choice.within_budget and choice.provisional and choice.held_out_holds is None
     held = rule_choice.choose_rule([*rows, row(rule_choice.HELD_OUT, "headroom", 0.91, 0.39, 44)])
     assert held.held_out_holds is True and held.held_out_whole and rule_choice.HELD_OUT not in held.tables
@@ -111,6 +112,9 @@ def test_with_no_rule_within_the_budget_the_best_worst_case_is_chosen_and_said()
     assert choice.rule == "none" and not choice.within_budget
     with pytest.raises(ValueError, match="no selectable rule"):
         rule_choice.choose_rule([row("tiny:0", "median_40", 1.0, 0.1)])
+    # Only tables n_trials covers (a partial long table): no pay is judged, which the choice says, not "0% paid".
+    small = rule_choice.choose_rule([row("long:0", "median_late", 0.7, 0.68, 18)])
+    assert small.budget_tables == () and small.worst_paid == 0.0 and small.within_budget
 
 
 def test_the_figure_draws_each_rule_per_table_with_the_goal_and_the_budget() -> None:

@@ -321,8 +321,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     verdict = (
         f"\n\nChosen rule: {choice.rule}"
         + (f" (provisional: {missing} missing)" if choice.provisional else "")
-        + f"; worst near-best {choice.worst_near_best:.0%} over {', '.join(choice.tables)}, worst paid "
-        f"{choice.worst_paid:.0%}"
+        + f"; worst near-best {choice.worst_near_best:.0%} over {', '.join(choice.tables)}, "
+        + (
+            f"worst paid {choice.worst_paid:.0%} (over {', '.join(choice.budget_tables)})"
+            if choice.budget_tables
+            else f"pay not judged (no table of >= {SHIPPED_N_TRIALS} configurations)"
+        )
         + ("" if choice.within_budget else " (no rule within the budget)")
         + f". Held-out {HELD_OUT}: {said}."
     )

@@ -43,6 +43,7 @@ class RuleChoice:
     held_out_holds: bool | None  # None: the held-out table is not replayed yet
     held_out_whole: bool = False  # its verdict is on every configuration of the table (False: on those recorded)
     missing: tuple[str, ...] = ()  # the REQUIRED tables not replayed whole (missing_tables)
+    budget_tables: tuple[str, ...] = ()  # those worst_paid is over (none: worst_paid 0.0 means no pay was judged)
 
 
 def selectable(rule: str, conf: Path = ROOT / "conf") -> bool:
@@ -63,8 +64,9 @@ def choose_rule(rows: list[dict[str, Any]], conf: Path = ROOT / "conf") -> RuleC
     def worst_found(rule: str) -> float:
         return min(candidates[rule][n]["near_best_at_n_trials"] for n in names)
 
+    budget = [n for n in names if by_rule[next(iter(candidates))][n]["configurations"] >= SHIPPED_N_TRIALS]
+
     def worst_paid(rule: str) -> float:
-        budget = [n for n in names if candidates[rule][n]["configurations"] >= SHIPPED_N_TRIALS]
         return max((candidates[rule][n]["paid_at_n_trials_median"] for n in budget), default=0.0)
 
     within = [rule for rule in candidates if worst_paid(rule) <= GOAL_SHARE]
@@ -87,6 +89,7 @@ def choose_rule(rows: list[dict[str, Any]], conf: Path = ROOT / "conf") -> RuleC
         held_out_holds=holds,
         held_out_whole=held is not None and held["configurations"] >= LONG.size,
         missing=missing,
+        budget_tables=tuple(budget),
     )
 
 
