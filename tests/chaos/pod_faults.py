@@ -27,6 +27,7 @@ class PodSoakSettings:
     work: Path  # the pod's VMs, the bucket store, the trials' directories, the driver's log
     shape: str = "v4-32"  # the stand-in slice's accelerator type ($FAKE_TPU_TYPE)
     minutes: float = 30.0  # the study's length: no trial starts after it (sweep `timeout`), running ones finish
+    n_trials: int = 10000  # the study's configurations (sweep `n_trials`): the soak's end by --minutes, not by it
     seed: int = 1  # the sweep's sampler seed, the describe errors' and the fault schedule's
     train_steps: int = 100
     eval_interval: int = 20  # also the checkpoint interval (a save at each eval) and the log interval
@@ -58,7 +59,7 @@ class PodFault:
     kind: str  # one of POD_FAULT_KINDS
     at_s: float  # due this long after the driver started
     worker: int = 0  # vanish, hang_ssh: which VM
-    into_training_s: float = 0.0  # preempt, vanish: ... and once a job has trained this long (its start event)
+    into_training_s: float = 0.0  # ... and once a job has trained this long (its start event): any kind may wait
     trial: str = ""  # the trial whose job was training then ("" if none was within TRAINING_WAIT_S)
     injected_at_s: float | None = None
     healed_at_s: float | None = None  # the slice recreated (preempt, vanish) or the VM audible again (hang_ssh)
@@ -109,7 +110,8 @@ class PodHand:
                 fault.note = "not injected: the study had ended"
                 continue
             if fault.into_training_s:
-                fault.trial = self.wait_for_training(fault.into_training_s)
+                hit = {f.trial for f in self.faults if f.trial}
+                fault.trial = self.wait_for_training(fault.into_training_s, hit)
             at_s = round(self.now(), 1)
             print(
                 f"[pod soak {at_s:.0f}s] {fault.kind} (worker {fault.worker}, {fault.trial or 'no job'} training)",
@@ -124,16 +126,18 @@ class PodHand:
             fault.healed_at_s = round(self.now(), 1)
             print(f"[pod soak {fault.healed_at_s:.0f}s] {fault.kind} healed", flush=True)
 
-    def wait_for_training(self, into_s: float) -> str:
+    def wait_for_training(self, into_s: float, hit: set[str]) -> str:
         """Wait until the latest trial's job has been training `into_s` seconds (its worker-0.log has the start
         event and no end yet), at most TRAINING_WAIT_S; that trial's directory name, or "" if none was. Only the
-        latest: an earlier attempt's log killed in training has a start and no end for ever (slots=pod: one trial
-        runs at a time)."""
+        latest, and not one of `hit` (the trials earlier faults met): an attempt killed in training has a start and
+        no end in its log for ever (slots=pod: one trial runs at a time), so a fault that follows a preemption
+        waits for the next attempt's training instead of landing at once on the dead one's."""
         seen: dict[Path, float] = {}  # a trial's log -> when its start event was first seen
         deadline = self.now() + TRAINING_WAIT_S
         while self.now() < deadline and not self.stopped:
             logs = self.settings.output_root.glob("*/*/trial-*/worker-0.log")
-            for log in sorted(logs, key=lambda p: int(p.parent.name.partition("-")[2]))[-1:]:
+            latest = sorted(logs, key=lambda p: int(p.parent.name.partition("-")[2]))[-1:]
+            for log in (p for p in latest if p.parent.name not in hit):
                 text = log.read_text(errors="replace")
                 if '{"event": "start"' in text and '{"event": "end"' not in text:
                     seen.setdefault(log, self.now())

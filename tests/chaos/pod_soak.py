@@ -125,7 +125,7 @@ def driver_argv(s: PodSoakSettings, url: str) -> list[str]:
         "launcher.ssh_alive_interval_s": str(s.ssh_alive_interval_s),
         "launcher.ssh_alive_count": "3",
         "trial.checkpoint_root": "gs://bucket/ckpt",
-        "n_trials": "10000",  # the study ends by its timeout: no trial starts after --minutes
+        "n_trials": str(s.n_trials),  # the soak's 10000: it ends by its timeout, no trial starts after --minutes
         "timeout": str(int(s.minutes * 60)),
         "seed": str(s.seed),
         "stall_timeout_s": "300",
