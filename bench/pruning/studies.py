@@ -93,6 +93,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "pruner.min_resource=10",
             "poll_s=0.2",
             "reeval.at_end=false",  # the re-evaluation after a study is no part of what the arms compare
+            "confirm.at_end=false",  # nor the laptop site's confirm stage (the top trials trained again)
             *args.overrides,
         ]
     return args
