@@ -25,8 +25,11 @@ from sweeps.run import dry_run
 from sweeps.validation.validate import SweepConfigError
 from tests.sweep_helpers import FAST_TRIAL, fake_pod, stand_in_pod_overrides, trial_dir, trial_list
 
-# Batches every slice here divides: 32 examples over 4 to 32 chips and 1 to 8 processes.
+# Batches every slice here divides: 32 examples over 4 to 32 chips and 1 to 8 processes. Two steps and one eval:
+# what is tested is the sizing, the preflight and a trial trained to its end on every VM, and on a 2-core machine
+# an 8-process job's steps are slow (v4-64 took 54 s with FAST_TRIAL's 20 steps and 2 evals, 24-28 s with these).
 TRIAL = [*FAST_TRIAL, "runtime.backend=torch", "train.global_batch_size=32", "train.eval_batch_size=32"]
+TRIAL += ["train.steps=2", "train.eval_interval=2", "train.log_interval=2"]
 
 
 def node(kind: str | None, vms: int, **extra: object) -> dict[str, object]:
