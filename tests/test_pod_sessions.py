@@ -118,6 +118,22 @@ def test_64_vms_run_in_8_sessions_and_a_failure_is_named_by_its_worker_and_stops
         handle.cancel(0)
 
 
+@pytest.mark.slow  # the stand-in gcloud describes the slice: a process
+def test_a_dry_run_shows_the_sessions_the_launch_starts(big_pod: Path, tmp_path: Path) -> None:
+    """The dry run printed one `--worker=all` ssh with the bare command, while a launch on 64 VMs starts 8 grouped
+    sessions of tagged commands: it now shows the first session as launched and the workers of the others."""
+    pods = launcher("sessions-dry", "python3", ssh_sessions=8)
+    shown = pods.describe(JobSpec("dry-job", ["train.steps=1"], tmp_path / "local"))
+    first, rest = shown.split("\n")
+    assert "--worker=0,1,2,3,4,5,6,7" in first and "trm-worker" in first and "--worker=all" not in first
+    assert rest == "  and 7 more session(s), the same job on " + " ".join(
+        "--worker=" + ",".join(str(w) for w in range(8 * g, 8 * g + 8)) for g in range(1, 8)
+    )
+    each = launcher("sessions-dry", "python3", ssh_sessions=64).describe(JobSpec("dry-job", [], tmp_path / "l"))
+    first, rest = each.split("\n")  # a session per VM: its command untagged
+    assert "--worker=0 " in first and "trm-worker" not in first and rest.endswith(" --worker=62 --worker=63")
+
+
 @pytest.mark.slow
 def test_a_cancel_kills_every_vms_job_that_ignores_sigterm_over_grouped_sessions(big_pod: Path, tmp_path: Path) -> None:
     """A job stuck where it cannot act on SIGTERM is killed after the grace on all 64 VMs, and the 8 local

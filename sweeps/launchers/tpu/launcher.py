@@ -25,7 +25,7 @@ from sweeps.launchers.quoting import quote_literals
 from sweeps.launchers.slots import Slot
 from sweeps.launchers.tpu.describe import unknown_line, wait_for_ready
 from sweeps.launchers.tpu.preflight import preflight as pod_preflight
-from sweeps.launchers.tpu.sessions import start_sessions
+from sweeps.launchers.tpu.sessions import session_argvs, start_sessions
 from sweeps.launchers.tpu.setup import PodSetup
 from sweeps.launchers.tpu.shell import (
     chips_free_check,
@@ -108,9 +108,15 @@ class TpuPodLauncher(PodSetup):
     shares_filesystem = False
 
     def describe(self, spec: JobSpec) -> str:
-        """The command every worker of the job's slot runs, as one ssh (the driver starts a session per worker)."""
-        workers = ",".join(map(str, spec.slot.workers)) if spec.slot.workers else "all"
-        return shlex.join(self.ssh_argv(workers, self.remote_command(spec)))
+        """The ssh sessions `launch` starts for the job (at most launcher.ssh_sessions): the first in full, then
+        the workers of each other one, which runs the same command."""
+        vms = list(spec.slot.workers) or self.worker_ids()
+        (_, ssh), *others = session_argvs(vms, self.ssh_sessions, self.ssh_argv, self.remote_command(spec))
+        shown = shlex.join(ssh)
+        if others:
+            rest = " ".join("--worker=" + ",".join(map(str, group)) for group, _ in others)
+            shown += f"\n  and {len(others)} more session(s), the same job on {rest}"
+        return shown
 
     def slot_alive(self, slot: Slot) -> bool:
         """Whether every VM of the slot still answers ssh, was set up by the latest prepare (its id there: a VM

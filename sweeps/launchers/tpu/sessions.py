@@ -131,6 +131,19 @@ class GroupedWorker:
         return code
 
 
+def session_argvs(
+    vms: Sequence[int], sessions: int, argv: Callable[[str, str], list[str]], command: str
+) -> list[tuple[list[int], list[str]]]:
+    """Each gcloud session's VMs and its ssh argv (`argv(workers, command)`): one VM's runs `command`, several's
+    run it tagged (shell.tagged_command). What start_sessions launches and a dry run prints."""
+    return [
+        (group, argv(str(group[0]), command))
+        if len(group) == 1
+        else (group, argv(",".join(map(str, group)), tagged_command(command)))
+        for group in groups(vms, sessions)
+    ]
+
+
 def start_sessions(
     vms: Sequence[int],
     sessions: int,
@@ -141,13 +154,11 @@ def start_sessions(
 ) -> list[Worker]:
     """A worker per VM, over at most `sessions` gcloud processes; `argv(workers, command)` is the ssh's."""
     workers = []
-    for group in groups(vms, sessions):
+    for group, ssh in session_argvs(vms, sessions, argv, command):
         if len(group) == 1:
             w = group[0]
-            workers.append(
-                start_worker(f"worker-{w}", argv(str(w), command), workdir, env, workdir / f"worker-{w}.log")
-            )
+            workers.append(start_worker(f"worker-{w}", ssh, workdir, env, workdir / f"worker-{w}.log"))
             continue
-        session = Session(argv(",".join(map(str, group)), tagged_command(command)), group, workdir, env, workdir)
+        session = Session(ssh, group, workdir, env, workdir)
         workers += [Worker(f"worker-{w}", GroupedWorker(session, w), session.logs[w]) for w in group]
     return workers
