@@ -153,7 +153,9 @@ def test_a_vm_recreated_under_a_ready_slice_is_set_up_again_and_charges_no_retry
     pod = fake_pod(tmp_path, monkeypatch, 2)
     bucket = tmp_path / "bucket"  # the checkpoints' store outside the VMs (gs:// on a real pod): survives them
     trial = [o for o in FAST_TRIAL if not o.startswith("train.steps")]
-    trial += ["train.steps=200", "runtime.backend=torch", f"runtime.port={free_port()}"]
+    # 100 steps: the vanish comes once the step-10 save is in the bucket (10-20 steps later here), the job still
+    # training (200 cost ~10 s more).
+    trial += ["train.steps=100", "runtime.backend=torch", f"runtime.port={free_port()}"]
     cfg = compose_sweep_config(
         [
             *stand_in_pod_study(fresh_pg_url, tmp_path / "out", FRESH_VM_PYTHON, trial),
