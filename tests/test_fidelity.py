@@ -171,8 +171,10 @@ def test_bf16_reference_mode_keeps_the_stream_in_bf16_and_stays_close(
     variant = golden[name]
     model = reference_model(variant).eval()
     apply_kernels(model, kernels)
-    batch = reference_batch(variant)
-    reference_logits = variant["eval"]["logits"][0]
+    # The interpreter's time is linear in the puzzles (a kernel program each): 2 of the 4 there, still a batch.
+    puzzles = None if kernels == "torch" else 2
+    batch = {key: value[:puzzles] for key, value in reference_batch(variant).items()}
+    reference_logits = variant["eval"]["logits"][0][:puzzles]
     for precision, stream_dtype in (("bf16_reference", torch.bfloat16), ("bf16", torch.float32)):
         carry = model.initial_carry(batch, carry_dtype(precision))
         with torch.no_grad(), autocast(precision, torch.device("cpu")):
