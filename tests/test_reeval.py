@@ -375,13 +375,16 @@ def test_drivers_ending_together_reevaluate_each_trial_once(tmp_path: Path) -> N
 
 
 # A stand-in re-eval job: stamps when it starts and ends, and stores its record on the study as trm/reeval.py does.
+# It stamps its start before its imports: jobs launched together start within milliseconds, and each lasts over
+# 1.5 s (the sleep, then optuna's import and the store), so two allowed at once always overlap.
 STAND_IN_JOB = """
-import sys, time, optuna
-from storage.record import Reeval, reeval_attr
+import sys, time
 db, name, number, stamps = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 with open(stamps, "a") as f:
     f.write(f"{number} start {time.time()}\\n")
-time.sleep(2.0)
+time.sleep(1.0)
+import optuna
+from storage.record import Reeval, reeval_attr
 record = Reeval(number, "eval/exact_accuracy", 0.5 + number / 100, 0.02, 512, 500, "/ckpt/best.pt")
 optuna.load_study(study_name=name, storage=db).set_user_attr(reeval_attr(number), record.as_dict())
 with open(stamps, "a") as f:
