@@ -13,11 +13,14 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
+import sqlalchemy
+from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from storage import open_storage, orphaned_trials, retry_callback, trial_id_of
@@ -274,8 +277,21 @@ def _dead_driver_trial(url: str, study_name: str, attrs: dict[str, Any], beat: b
         trial.set_user_attr(key, value)
     if beat:
         storage.record_heartbeat(trial_id_of(trial))
-    time.sleep(2.5)  # past the grace period the driver below uses (heartbeat.grace_s=2)
+    _date_back(storage, trial_id_of(trial), timedelta(seconds=10))  # past the driver's below (heartbeat.grace_s=2)
     return trial.number
+
+
+def _date_back(storage: RDBStorage, trial_id: int, by: timedelta) -> None:
+    """The trial's start and heartbeat moved `by` into the past, in Optuna's own tables (the columns that
+    storage.heartbeat.orphaned_trials reads): a driver that died that long ago, without waiting that long."""
+    from optuna.storages._rdb import models
+
+    trials, beats = models.TrialModel.__table__, models.TrialHeartbeatModel.__table__
+    with storage.engine.begin() as conn:
+        start = trials.c.datetime_start
+        conn.execute(sqlalchemy.update(trials).where(trials.c.trial_id == trial_id).values(datetime_start=start - by))
+        beat = beats.c.heartbeat
+        conn.execute(sqlalchemy.update(beats).where(beats.c.trial_id == trial_id).values(heartbeat=beat - by))
 
 
 def _run_driver(url: str, tmp_path: Path, study_name: str, *extra: str, space: dict | None = None) -> optuna.Study:
