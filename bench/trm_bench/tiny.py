@@ -69,9 +69,11 @@ def record_command(
     n_trials: int | None = None,
     extra: Sequence[str] = (),
     table: Table = TINY,
+    smoke: bool = False,
 ) -> list[str]:
     """The sweeps.run overrides that record (or resume) one seed's table; `n_trials` (default: the table's size)
-    and `extra` trial overrides only for a smoke run (tests/test_trm_bench.py)."""
+    and `extra` trial overrides only for a smoke run (tests/test_trm_bench.py), which also ends without the laptop
+    site's confirm stage (its top trials trained again: no part of the curves it checks)."""
     trial = [*table.trial, f"seed={seed}", f"data.root={state.resolve() / 'data'}", *extra]
     return [
         f"study={STUDY}",
@@ -84,6 +86,7 @@ def record_command(
         f"output_root={state.resolve() / 'runs'}",
         f"max_concurrent={jobs}",
         "reeval.at_end=false",
+        *(["confirm.at_end=false"] if smoke else []),
         "wandb.enabled=false",
         f"hydra.run.dir={state.resolve() / 'hydra' / f'seed{seed}'}",
         *table.run,
@@ -191,16 +194,18 @@ def record(
     with open(state / "provenance.jsonl", "a") as f:
         f.write(json.dumps(session) + "\n")
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    own = size == table.size and not extra  # the table's own recording, not a smoke run
     for seed in seeds:
-        if size == table.size and not extra:  # the table's own recording (not a smoke run): a lost state
-            carry_committed(state, seed, table)  # carries the committed curves and queues the rest
+        if own:  # a lost state carries the committed curves and queues the rest
+            carry_committed(state, seed, table)
         queue_configurations(state, seed, table)
         carried = json.loads(carried_path(state, seed).read_text()) if carried_path(state, seed).exists() else []
         budget = rerun_failed(state, seed, size - len(carried), table)
         if budget == 0:  # every configuration carried: sweeps.run refuses n_trials=0, and there is nothing to train
             print(f"seed {seed}: complete, nothing to train", flush=True)
             continue
-        cmd = [sys.executable, "-m", "sweeps.run", *record_command(state, seed, jobs, budget, extra, table)]
+        overrides = record_command(state, seed, jobs, budget, extra, table, smoke=not own)
+        cmd = [sys.executable, "-m", "sweeps.run", *overrides]
         print("$ " + " ".join(cmd[1:]), flush=True)
         with open(state / f"seed{seed}.log", "a") as log:
             code = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
