@@ -135,7 +135,8 @@ def test_the_recorder_runs_a_real_grid_study_and_exports_its_curves(tmp_path: Pa
     session = saved["recording_sessions"][0]
     assert session["seeds"] == [1] and len(session["commit"]) == 40 and session["machine"]["cpu_model"]
     assert "sampler=grid" in saved["sweeps_run"] and "pruner=none" in saved["sweeps_run"]
-    assert not list((tmp_path / "state" / "runs").rglob("confirm"))  # a smoke run trains no confirm stage
+    assert not list((tmp_path / "state" / "runs").rglob("confirm"))  # a recording trains no confirm stage
+    assert "confirm.at_end=false" in record_command(tmp_path, 1, 1)  # the table's own recording neither
     # seed 1 trains with seed=1: the training seed is the table's seed
     assert "'seed=1'" in record_command(tmp_path, 1, 1)[-1]
 

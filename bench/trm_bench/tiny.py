@@ -69,11 +69,11 @@ def record_command(
     n_trials: int | None = None,
     extra: Sequence[str] = (),
     table: Table = TINY,
-    smoke: bool = False,
 ) -> list[str]:
     """The sweeps.run overrides that record (or resume) one seed's table; `n_trials` (default: the table's size)
-    and `extra` trial overrides only for a smoke run (tests/test_trm_bench.py), which also ends without the laptop
-    site's confirm stage (its top trials trained again: no part of the curves it checks)."""
+    and `extra` trial overrides only for a smoke run (tests/test_trm_bench.py). Without the laptop site's
+    re-evaluation and confirm stage: the table is the trials' curves, and a confirm stage at the recording's end
+    would train its top configurations again (at TRM-Bench-long's 2,000 steps, hours) for records it never reads."""
     trial = [*table.trial, f"seed={seed}", f"data.root={state.resolve() / 'data'}", *extra]
     return [
         f"study={STUDY}",
@@ -86,7 +86,7 @@ def record_command(
         f"output_root={state.resolve() / 'runs'}",
         f"max_concurrent={jobs}",
         "reeval.at_end=false",
-        *(["confirm.at_end=false"] if smoke else []),
+        "confirm.at_end=false",
         "wandb.enabled=false",
         f"hydra.run.dir={state.resolve() / 'hydra' / f'seed{seed}'}",
         *table.run,
@@ -204,7 +204,7 @@ def record(
         if budget == 0:  # every configuration carried: sweeps.run refuses n_trials=0, and there is nothing to train
             print(f"seed {seed}: complete, nothing to train", flush=True)
             continue
-        overrides = record_command(state, seed, jobs, budget, extra, table, smoke=not own)
+        overrides = record_command(state, seed, jobs, budget, extra, table)
         cmd = [sys.executable, "-m", "sweeps.run", *overrides]
         print("$ " + " ".join(cmd[1:]), flush=True)
         with open(state / f"seed{seed}.log", "a") as log:
