@@ -283,7 +283,8 @@ def _dead_driver_trial(url: str, study_name: str, attrs: dict[str, Any], beat: b
 
 def _date_back(storage: RDBStorage, trial_id: int, by: timedelta) -> None:
     """The trial's start and heartbeat moved `by` into the past, in Optuna's own tables (the columns that
-    storage.heartbeat.orphaned_trials reads): a driver that died that long ago, without waiting that long."""
+    storage.heartbeat.orphaned_trials reads): a driver that died that long ago, without waiting that long. On
+    PostgreSQL (interval arithmetic in SQL), as every caller's study is."""
     from optuna.storages._rdb import models
 
     trials, beats = models.TrialModel.__table__, models.TrialHeartbeatModel.__table__
