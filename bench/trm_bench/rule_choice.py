@@ -64,7 +64,8 @@ def choose_rule(rows: list[dict[str, Any]], conf: Path = ROOT / "conf") -> RuleC
     def worst_found(rule: str) -> float:
         return min(candidates[rule][n]["near_best_at_n_trials"] for n in names)
 
-    budget = [n for n in names if by_rule[next(iter(candidates))][n]["configurations"] >= SHIPPED_N_TRIALS]
+    sizes = next(iter(candidates.values()))  # every candidate ran on every table: any one's rows give their sizes
+    budget = [n for n in names if sizes[n]["configurations"] >= SHIPPED_N_TRIALS]
 
     def worst_paid(rule: str) -> float:
         return max((candidates[rule][n]["paid_at_n_trials_median"] for n in budget), default=0.0)

@@ -194,18 +194,16 @@ def record(
     with open(state / "provenance.jsonl", "a") as f:
         f.write(json.dumps(session) + "\n")
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    own = size == table.size and not extra  # the table's own recording, not a smoke run
     for seed in seeds:
-        if own:  # a lost state carries the committed curves and queues the rest
-            carry_committed(state, seed, table)
+        if size == table.size and not extra:  # the table's own recording (not a smoke run): a lost state
+            carry_committed(state, seed, table)  # carries the committed curves and queues the rest
         queue_configurations(state, seed, table)
         carried = json.loads(carried_path(state, seed).read_text()) if carried_path(state, seed).exists() else []
         budget = rerun_failed(state, seed, size - len(carried), table)
         if budget == 0:  # every configuration carried: sweeps.run refuses n_trials=0, and there is nothing to train
             print(f"seed {seed}: complete, nothing to train", flush=True)
             continue
-        overrides = record_command(state, seed, jobs, budget, extra, table)
-        cmd = [sys.executable, "-m", "sweeps.run", *overrides]
+        cmd = [sys.executable, "-m", "sweeps.run", *record_command(state, seed, jobs, budget, extra, table)]
         print("$ " + " ".join(cmd[1:]), flush=True)
         with open(state / f"seed{seed}.log", "a") as log:
             code = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
