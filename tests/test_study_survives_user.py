@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import optuna
@@ -30,7 +31,7 @@ from sweeps.search.space import parse_space
 from sweeps.status import collect
 from sweeps.trials.retry import RESUMABLE, plan_retry, retry_of, visible_here
 from tests.sweep_helpers import FAST_TRIAL, sweep_config, sweep_overrides, trial_file_exists
-from tests.test_study_record import _run_driver
+from tests.test_study_record import _date_back, _run_driver
 from tests.test_sweeps import with_space
 from tests.test_train import config
 from trm.checkpoints import checkpoint
@@ -447,7 +448,7 @@ def test_an_orphan_with_no_retry_left_is_not_said_to_be_queued(max_retry: int, p
         storage.set_trial_system_attr(trial_id_of(trial), "retry_history", [0])
     storage.record_heartbeat(trial_id_of(trial))
     number = trial.number
-    time.sleep(2.5)  # past the grace period of the driver below (heartbeat.grace_s=2): its driver is gone
+    _date_back(storage, trial_id_of(trial), timedelta(seconds=10))  # past the driver's grace (heartbeat.grace_s=2)
     study = _run_driver(pg_url, tmp_path, name, f"heartbeat.max_retry={max_retry}")
     trials = study.get_trials(deepcopy=False)
     expected = "heartbeat.max_retry=0" if max_retry == 0 else "retried 1 time(s) (heartbeat.max_retry=1)"
