@@ -27,6 +27,10 @@ from sweeps.testing import FAST_TRIAL
 
 # A trial that trains for real in seconds (the smoke runs of the sweep benches): the test suite's.
 QUICK_TRIAL = FAST_TRIAL
+# A study's end stages train again after its last trial (the re-evaluation of its top trials on the whole test
+# split; the laptop site's confirm stage, its top configurations on fresh seeds): a bench that measures or records
+# the trials themselves turns both off. Their own costs: bench/trm_bench/confirm.py, docs/benchmarks.md.
+NO_END_STAGES = ("reeval.at_end=false", "confirm.at_end=false")
 
 
 def hydra_list(items: list[str]) -> str:

@@ -7,8 +7,9 @@ of a whole study's wall time spent outside training, for each launcher.
     python -m bench.sweep_overhead --launchers local,local+launcher.warm=true   # a fresh interpreter vs a warm worker
 
 Each launcher runs a real study, `python -m sweeps.run study=<study> launcher=<name> pruner=none` (every
-trial trains to its last step, W&B offline as a user's would) on its own SQLite file. The phases come from the
-stamps the driver and the job store on each trial (bench/_sweep.py). Trials here train for about half a
+trial trains to its last step, W&B offline as a user's would) on its own SQLite file, without the study's end
+stages (bench/_sweep.py NO_END_STAGES: they train, so the driver's shutdown would count them as overhead). The
+phases come from the stamps the driver and the job store on each trial (bench/_sweep.py). Trials here train for about half a
 minute; the overhead of a trial does not grow with its length (evals and checkpoints count as training), so
 the share for 5-minute trials is projected from the measured per-trial overhead and the driver's measured
 start-up and shutdown: outside / (outside + n x 300 s). Writes bench/results/sweep_overhead.json and .md.
@@ -24,6 +25,7 @@ from typing import Any
 
 from bench._results import RESULTS, fmt, run_header, write_results
 from bench._sweep import (
+    NO_END_STAGES,
     QUICK_TRIAL,
     hydra_list,
     load_trials,
@@ -84,7 +86,7 @@ def run_launcher(launcher: str, args: argparse.Namespace) -> dict[str, Any]:
     overrides = [
         f"study={args.study}", f"study.name={name}", f"launcher={config}", *extra, "pruner=none", f"n_trials={args.n_trials}",
         f"storage.url={url}", f"output_root={args.work / 'runs' / label}", f"hydra.run.dir={args.work / 'hydra' / label}",
-        f"trial.overrides={hydra_list(trial_overrides(args))}", *args.overrides,
+        *NO_END_STAGES, f"trial.overrides={hydra_list(trial_overrides(args))}", *args.overrides,
     ]  # fmt: skip
     run = run_study(overrides, args.work / f"{label}.log")
     trials = load_trials(url, name)

@@ -20,6 +20,8 @@ from bench.pruning import curve_replay
 from bench.pruning import evidence as pruning_evidence
 from bench.pruning import replays as pruning_replays
 from bench.pruning import report as pruning_report
+from storage.confirm_record import confirmations
+from storage.record import reevals
 from sweeps.config.compose import compose_sweep_config
 from sweeps.config.optuna_parts import build, pruner_spec
 
@@ -79,6 +81,9 @@ def test_sweep_overhead_bench_splits_every_trial(tmp_path: Path) -> None:
     assert all(v >= 0 for v in summary["median_s"].values()), summary["median_s"]
     assert 0 < summary["training_s"] < summary["study_wall_s"]
     assert 0 < summary["projected_fraction_5min"] < summary["outside_fraction"] < 1
+    # The study's end stages train: left on, the driver's shutdown would count them as overhead.
+    study = optuna.load_study(study_name="overhead_local", storage=f"sqlite:///{tmp_path / 'sweep_overhead/local.db'}")
+    assert not reevals(study.user_attrs) and not confirmations(study.user_attrs), sorted(study.user_attrs)
 
 
 def _arm(spec: str, trials: list[tuple[str, int, float | None]]) -> dict:

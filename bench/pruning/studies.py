@@ -38,7 +38,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from bench._results import RESULTS, ROOT, run_header, write_results
-from bench._sweep import QUICK_TRIAL, hydra_list, load_trials, overhead_summary, run_study, trial_record
+from bench._sweep import NO_END_STAGES, QUICK_TRIAL, hydra_list, load_trials, overhead_summary, run_study, trial_record
 from bench.pruning.comparison import GOAL_COMPUTE, GOAL_GAP, aggregate, seed_result
 from bench.pruning.report import render
 
@@ -92,8 +92,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             f"trial.overrides={hydra_list(QUICK_TRIAL)}",
             "pruner.min_resource=10",
             "poll_s=0.2",
-            "reeval.at_end=false",  # the re-evaluation after a study is no part of what the arms compare
-            "confirm.at_end=false",  # nor the laptop site's confirm stage (the top trials trained again)
+            *NO_END_STAGES,  # no part of what the arms compare
             *args.overrides,
         ]
     return args

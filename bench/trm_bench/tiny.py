@@ -48,7 +48,7 @@ import optuna
 from optuna.trial import TrialState
 
 from bench._results import ROOT, run_header
-from bench._sweep import hydra_list
+from bench._sweep import NO_END_STAGES, hydra_list
 from bench.trm_bench.table_specs import STUDY, TABLES, TINY, Table, storage_url, study_name
 from contracts.metrics_log import METRICS_FILE, WALL_TIME_KEY, read_metrics
 from storage import open_storage
@@ -85,8 +85,7 @@ def record_command(
         f"storage.url={storage_url(state, seed)}",
         f"output_root={state.resolve() / 'runs'}",
         f"max_concurrent={jobs}",
-        "reeval.at_end=false",
-        "confirm.at_end=false",
+        *NO_END_STAGES,
         "wandb.enabled=false",
         f"hydra.run.dir={state.resolve() / 'hydra' / f'seed{seed}'}",
         *table.run,
