@@ -33,7 +33,7 @@ from tests.sweep_helpers import (
     venv_setup,
 )
 
-NOTICE_S = 12  # the notice's SIGTERM to the stop (Google's 30): the job's save and upload fit in it here
+NOTICE_S = 5  # the notice's SIGTERM to the stop (Google's 30): the job's save and upload fit in it here
 EVAL_INTERVAL = 150  # the periodic saves: none between the notice and the stop (a save there is the notice's)
 
 
@@ -61,7 +61,7 @@ def test_a_spot_notice_saves_to_gs_within_the_notice_and_the_trial_resumes_there
     monkeypatch.setenv("FAKE_TPU_RECREATE_AFTER_S", "2")
     trial = [o for o in FAST_TRIAL if not o.startswith(("train.steps", "train.eval_interval"))]
     trial += [
-        "train.steps=300",
+        f"train.steps={EVAL_INTERVAL + 10}",  # a periodic save past the notice's, then the end
         f"train.eval_interval={EVAL_INTERVAL}",
         "train.preemption_check_interval=1",
         "runtime.backend=torch",
