@@ -105,7 +105,7 @@ def test_a_preemption_mid_trial_pauses_the_study_and_the_trial_resumes_on_the_re
     pod = fake_pod(tmp_path, monkeypatch, 2)
     bucket = tmp_path / "bucket"  # the checkpoints' store outside the VMs (gs:// on a real pod): survives them
     trial = [o for o in FAST_TRIAL if not o.startswith("train.steps")]
-    trial += ["train.steps=200", "runtime.backend=torch", f"runtime.port={free_port()}"]
+    trial += ["train.steps=100", "runtime.backend=torch", f"runtime.port={free_port()}"]
     cfg = compose_sweep_config(
         [
             *stand_in_pod_study(fresh_pg_url, tmp_path / "out", FRESH_VM_PYTHON, trial),
