@@ -159,26 +159,30 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 # busier worker does. Longest first: the heaviest files start at once and the last units handed out are short,
 # so the two workers end close together. (xdist's own order, most tests first, put the files of one or two long
 # tests, stand-in pod studies among them, last: one worker ran them while the other had nothing left.)
-# The order: the files of HEAVY_FIRST as listed (a serial run, `pytest -n 0 --durations=0` one file at a time,
-# finds them longest); then every other file with a `slow` test (it starts processes); then the in-process
-# files. Within each, collection order; a file's tests keep theirs. A stale entry costs balance, never a test.
+# The order: the files of HEAVY_FIRST as listed (longest first: each file's tests' durations summed, from a
+# whole run's `--durations=0`; every file over a minute there); then every other file with a `slow` test (it starts
+# processes); then the in-process files. Within each, collection order; a file's tests keep theirs. A stale entry
+# costs balance, never a test.
 TESTS_DIR = Path(__file__).resolve().parent
 HEAVY_FIRST = (
-    "test_pod_soak.py",
+    "test_bench.py",
     "test_sweeps.py",
-    "test_train.py",
-    "chaos/test_invariants.py",
-    "test_validation.py",
+    "test_pod_soak.py",
+    "test_pod_packing.py",
     "test_study_record.py",
-    "test_distributed.py",
+    "test_tpu_pod.py",
+    "test_pod_describe.py",
+    "chaos/test_invariants.py",
+    "test_checkpoint_upload.py",
+    "test_train.py",
+    "test_reliability.py",
     "test_rerun.py",
+    "test_validation.py",
+    "test_distributed.py",
     "test_pod_spot_notice.py",
-    "test_secrets.py",
-    "test_packaging.py",
-    "test_pod_preemption.py",
-    "test_confirm.py",
-    "test_help.py",
+    "test_study_survives_user.py",
     "test_pod_recovery.py",
+    "test_packaging.py",
 )
 
 
