@@ -11,8 +11,8 @@ trial trains to its last step, W&B offline as a user's would) on its own SQLite 
 stages (bench/_sweep.py NO_END_STAGES: they train, so the driver's shutdown would count them as overhead). The
 phases come from the stamps the driver and the job store on each trial (bench/_sweep.py). Trials here train for
 about half a minute; the overhead of a trial does not grow with its length (evals and checkpoints count as
-training), so the share for 5-minute trials is projected from the measured per-trial overhead and the driver's measured
-start-up and shutdown: outside / (outside + n x 300 s). Writes bench/results/sweep_overhead.json and .md.
+training), so the share for 5-minute trials is projected from the measured per-trial overhead and the driver's
+measured start-up and shutdown: outside / (outside + n x 300 s). Writes bench/results/sweep_overhead.json and .md.
 """
 
 from __future__ import annotations
