@@ -23,7 +23,7 @@ from typing import Any
 from optuna.distributions import CategoricalDistribution
 
 from bench._results import RESULTS
-from bench.trm_bench.pod import grid_cost_s, measured_startup_s, seed_tables, with_median_seconds
+from bench.trm_bench.pod import grid_cost_s, measured_startup_s, seed_tables, with_steady_seconds
 from bench.trm_bench.replay import study_conf
 from bench.trm_bench.subgrid import cut, subgrid_space
 from bench.trm_bench.table import Table, config, load, seed_truth
@@ -101,11 +101,11 @@ def _own_table(path: Path, seed: int) -> Table | None:
 
 
 def grid_of(own: Table, tables: Sequence[Table]) -> dict[str, Any]:
-    """The unpruned sub-grid's FLOPs and seconds (as the pod replays count them: each trial's start-up, each eval's
-    seconds the median over the seeds)."""
+    """The unpruned sub-grid's FLOPs and seconds (as the pod replays count them: each trial's start-up, its evals at
+    the configuration's steady pace over the seeds)."""
     return {
         "grid_gflops": own.grid_gflops,
-        "grid_s": grid_cost_s(with_median_seconds(own, tables), measured_startup_s()),
+        "grid_s": grid_cost_s(with_steady_seconds(own, tables), measured_startup_s()),
     }
 
 

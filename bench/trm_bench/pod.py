@@ -15,9 +15,10 @@ score the compute at the first hit on one seed's own best:
   bench/trm_bench/replay.py's study, trial for trial (tests/test_trm_bench.py checks it).
 - **Seconds, not FLOPs.** A trial costs its start-up (`--startup-s`, the platform's measured launch to first step
   plus last step to tell, bench/results/sweep_overhead.json) plus the recorded wall seconds to its last eval, evals
-  included (per eval, the median over the table's seeds: see with_median_seconds). What a slice pays is its wall time x W (idle workers included); what the trials used is the sum of
-  their own times. Both are shares of the unpruned grid's cost: every configuration trained to its end, each with
-  its start-up, one after the other (the least any schedule pays for the whole grid).
+  included, at the configuration's steady pace over the table's seeds (with_steady_seconds). What a slice pays is
+  its wall time x W (idle workers included); what the trials used is the sum of their own times. Both are shares
+  of the unpruned grid's cost: every configuration trained to its end, each with its start-up, one after the other
+  (the least any schedule pays for the whole grid).
 - **The study's own budget.** A study stops after `--n-trials` trials (the shipped site's n_trials): what it
   costs there is what a user pays. The cost at the first hit is reported beside it.
 - **The sub-grid a table holds.** A table with part of the space (TRM-Bench-long) is replayed on the sub-grid of
@@ -176,16 +177,20 @@ def replay_pod(
         out.ends.append(Finished(now, used, reported[1], max(reported[0], 0.0)))
 
 
-def with_median_seconds(table: Table, tables: Sequence[Table]) -> Table:
-    """`table` with each eval's wall seconds the median over `tables` (the seeds' recordings of the same
-    configuration): a recording machine shared with other work stretched some curves 2-3x, and a schedule of W
-    trials at once waits on its slowest."""
+def with_steady_seconds(table: Table, tables: Sequence[Table]) -> Table:
+    """`table` with each configuration's evals a steady interval apart: the median over `tables` (the seeds'
+    recordings of the same configuration) of each recording's median seconds from one eval to the next. Every
+    interval holds the same steps and one eval, so a job on a machine of its own spends the same on each; a
+    recording on a shared machine stalls for minutes while other work holds the cores, often on every seed at once
+    (which a per-eval median over the seeds keeps), and a slice pays none of that."""
     curves = {}
     for c, curve in table.curves.items():
-        runs = [t.curves[c].points for t in tables if c in t.curves]
-        points = tuple(
-            replace(p, wall_s=statistics.median(r[i].wall_s for r in runs)) for i, p in enumerate(curve.points)
-        )
+        paces = [
+            statistics.median(b.wall_s - a for a, b in zip((0.0, *(p.wall_s for p in points)), points))
+            for points in (t.curves[c].points for t in tables if c in t.curves)
+        ]
+        steady_s = statistics.median(paces)
+        points = tuple(replace(p, wall_s=(i + 1) * steady_s) for i, p in enumerate(curve.points))
         curves[c] = replace(curve, points=points)
     return replace(table, curves=curves)
 
@@ -248,12 +253,12 @@ _VIEWS: dict[tuple[Path, int], tuple[Table, SearchSpace]] = {}
 
 
 def _view(path: Path, seed: int) -> tuple[Table, SearchSpace]:
-    """Seed `seed`'s curves on the replayed sub-grid, each eval's seconds the median over every seed of the table
-    (cached per process), and the sub-grid's space."""
+    """Seed `seed`'s curves on the replayed sub-grid, its evals at each configuration's steady pace over every
+    seed of the table (cached per process), and the sub-grid's space."""
     if (path, seed) not in _VIEWS:
         tables, space = seed_tables(path)
         own = next(t for t in tables if t.seed == seed)
-        _VIEWS[(path, seed)] = with_median_seconds(own, tables), space
+        _VIEWS[(path, seed)] = with_steady_seconds(own, tables), space
     return _VIEWS[(path, seed)]
 
 

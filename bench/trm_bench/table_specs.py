@@ -60,7 +60,7 @@ def long_configurations() -> tuple[Params, ...]:
     either width and layer count with the least and the most recursion (1/1 and 3/3 cycles), so that the table says
     whether attention wakes up later and at which depth. One fixed shuffle (seed 0), shared by every seed, with the
     MLP-t ones first (the shuffle's order kept within each mixer): the MLP-t half is a whole sub-grid of the space,
-    which the sampler replays need, and it costs about 40% of the attention half's hours on a CPU."""
+    which the sampler replays need."""
     keys = ("arch.hidden_size", "arch.L_layers", "arch.H_cycles", "arch.L_cycles", "arch.mixer")
     mlp = [(h, n, hc, lc, "mlp_t") for h in (32, 64) for n in (1, 2) for hc in (1, 2, 3) for lc in (1, 2, 3)]
     att = [(h, n, c, c, "attention") for h in (32, 64) for n in (1, 2) for c in (1, 3)]
