@@ -2,14 +2,15 @@
 it is trained again, at what extra cost, beside the unconfirmed winner and `study.seeds` 2 and 3.
 
     python -m bench.trm_bench.confirm --reps 100                 # every table seed -> results/trm_bench_confirm.*
-    python -m bench.trm_bench.confirm --reps 20 --seeds 1 --top-k 1,2,3 --confirm-seeds 1,2
+    python -m bench.trm_bench.confirm --reps 20 --seeds 1 --out-name trm_bench_confirm_seed1
 
-Per table seed s (the seed the study trains on), `--reps` whole studies of the shipped strategy are replayed on
-s's curves one trial at a time with the platform's start-up per trial (bench.trm_bench.pod.replay_pod, at the
-laptop's n_trials). Then the confirm stage, as sweeps/trials/confirm.py runs it: the top_k complete
-configurations by the study's value are trained again on `seeds` fresh training seeds (the table's other seeds,
-in order from s + 1), and ranked by sweeps.trials.confirm_rank.rank, the platform's own arithmetic, over their
-own value and the fresh ones, each with the eval's binomial SE. Its first is the confirmed winner.
+Per table seed s (the seed the study trains on), `--reps` whole studies of the shipped strategy are replayed on s's
+curves one trial at a time with the platform's start-up per trial (bench.trm_bench.pod.replay_pod, at the laptop's
+n_trials), each configuration at its steady pace over the seeds (pod.with_steady_seconds). Then the confirm stage,
+as sweeps/trials/confirm.py runs it: the top_k complete configurations by the study's value are trained again on
+`seeds` fresh training seeds (the table's other seeds, in order from s + 1), and ranked by
+sweeps.trials.confirm_rank.rank, the platform's own arithmetic, over their own value and the fresh ones, each with
+the eval's binomial SE. Its first is the confirmed winner.
 
 Judged against the mean over every seed of the table, within one seed-inclusive SE (bench.trm_bench.table
 .seed_truth). The extra cost is the confirm jobs' seconds (each a whole trial on its fresh seed, with start-up)
@@ -35,7 +36,14 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from bench._results import ROOT, run_header, write_results
-from bench.trm_bench.pod import SHIPPED_N_TRIALS, PodStudy, measured_startup_s, replay_pod, trial_seconds
+from bench.trm_bench.pod import (
+    SHIPPED_N_TRIALS,
+    PodStudy,
+    measured_startup_s,
+    replay_pod,
+    trial_seconds,
+    with_steady_seconds,
+)
 from bench.trm_bench.replay import TABLE, Strategy, study_conf
 from bench.trm_bench.table import Config, Curve, Point, SeedTruth, Table, load, provenance, seed_truth
 from contracts.eval_noise import binomial_stderr
@@ -213,7 +221,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--render", type=Path, help="instead of replaying: write the table of this run's JSON again")
     args = p.parse_args(argv)
     saved = json.loads(args.table.read_text())
-    tables = [load(args.table, int(s)) for s, rows in sorted(saved["seeds"].items()) if rows]
+    recorded = [load(args.table, int(s)) for s, rows in sorted(saved["seeds"].items()) if rows]
+    tables = [with_steady_seconds(t, recorded) for t in recorded]  # a trial's seconds as the pod replays count them
     truth = seed_truth(tables)
     if args.render:
         done = json.loads(args.render.read_text())
